@@ -1,0 +1,11 @@
+//! Durable metadata for Sluice: the tables, their columns and options.
+//!
+//! The catalog is one JSON document, written atomically (temp file, fsync,
+//! rename, fsync of the directory) and guarded by a CRC32C so that a torn or
+//! corrupted write is detected instead of half-read.
+
+mod store;
+mod types;
+
+pub use store::{write_atomically, Catalog, CatalogError};
+pub use types::{ColumnDef, SqlType, TableDef, TableOptions, HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY};

@@ -1,0 +1,194 @@
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::TableDef;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("catalog I/O error at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("catalog file {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("relation \"{0}\" already exists")]
+    DuplicateTable(String),
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedTable(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CatalogError + '_ {
+    move |source| CatalogError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct CatalogDocument {
+    next_table_id: u64,
+    tables: Vec<TableDef>,
+}
+
+/// The durable catalog. Every change is written to disk before it returns.
+#[derive(Debug)]
+pub struct Catalog {
+    path: PathBuf,
+    doc: CatalogDocument,
+}
+
+const FILE_NAME: &str = "catalog.json";
+
+impl Catalog {
+    /// Opens (or creates) the catalog stored in `dir`.
+    pub fn open(dir: &Path) -> Result<Catalog, CatalogError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let path = dir.join(FILE_NAME);
+        let doc = match fs::read(&path) {
+            Ok(bytes) => decode(&path, &bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => CatalogDocument {
+                next_table_id: 1,
+                tables: vec![],
+            },
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        Ok(Catalog { path, doc })
+    }
+
+    pub fn tables(&self) -> &[TableDef] {
+        &self.doc.tables
+    }
+
+    pub fn table(&self, name: &str) -> Option<&TableDef> {
+        self.doc.tables.iter().find(|t| t.name == name)
+    }
+
+    /// Adds a table, assigning its id, and persists the catalog.
+    pub fn create_table(&mut self, mut table: TableDef) -> Result<TableDef, CatalogError> {
+        if self.table(&table.name).is_some() {
+            return Err(CatalogError::DuplicateTable(table.name));
+        }
+        let mut doc = self.doc.clone();
+        table.id = doc.next_table_id;
+        doc.next_table_id += 1;
+        doc.tables.push(table.clone());
+        self.persist(&doc)?;
+        self.doc = doc;
+        Ok(table)
+    }
+
+    /// Removes a table and persists the catalog; returns the removed definition.
+    pub fn drop_table(&mut self, name: &str) -> Result<TableDef, CatalogError> {
+        let mut doc = self.doc.clone();
+        let pos = doc
+            .tables
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| CatalogError::UndefinedTable(name.to_string()))?;
+        let removed = doc.tables.remove(pos);
+        self.persist(&doc)?;
+        self.doc = doc;
+        Ok(removed)
+    }
+
+    fn persist(&self, doc: &CatalogDocument) -> Result<(), CatalogError> {
+        let json = serde_json::to_vec_pretty(doc).map_err(|e| CatalogError::Corrupt {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
+        bytes.extend_from_slice(&json);
+        write_atomically(&self.path, &bytes)
+    }
+}
+
+fn decode(path: &Path, bytes: &[u8]) -> Result<CatalogDocument, CatalogError> {
+    let corrupt = |reason: &str| CatalogError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    if bytes.len() < 9 || bytes[8] != b'\n' {
+        return Err(corrupt("missing checksum header"));
+    }
+    let header = std::str::from_utf8(&bytes[..8]).map_err(|_| corrupt("bad checksum header"))?;
+    let expected = u32::from_str_radix(header, 16).map_err(|_| corrupt("bad checksum header"))?;
+    let json = &bytes[9..];
+    if crc32c::crc32c(json) != expected {
+        return Err(corrupt("checksum mismatch"));
+    }
+    serde_json::from_slice(json).map_err(|e| corrupt(&e.to_string()))
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old or the new
+/// content: temp file, fsync, rename, fsync of the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CatalogError> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(bytes).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io_err(path))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{ColumnDef, SqlType, TableOptions};
+
+    fn table(name: &str) -> TableDef {
+        TableDef {
+            id: 0,
+            name: name.into(),
+            columns: vec![ColumnDef {
+                name: "a".into(),
+                ty: SqlType::BigInt,
+                nullable: true,
+            }],
+            options: TableOptions::default(),
+        }
+    }
+
+    #[test]
+    fn tables_survive_reopen_and_ids_are_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::open(dir.path()).unwrap();
+        let t1 = c.create_table(table("t1")).unwrap();
+        c.drop_table("t1").unwrap();
+        let t2 = c.create_table(table("t2")).unwrap();
+        assert!(t2.id > t1.id);
+        assert!(matches!(
+            c.create_table(table("t2")),
+            Err(CatalogError::DuplicateTable(_))
+        ));
+        let c = Catalog::open(dir.path()).unwrap();
+        assert_eq!(c.tables().len(), 1);
+        assert_eq!(c.table("t2").unwrap().id, t2.id);
+    }
+
+    #[test]
+    fn corrupt_catalog_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::open(dir.path()).unwrap();
+        c.create_table(table("t1")).unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let mut bytes = fs::read(&path).unwrap();
+        let n = bytes.len();
+        bytes[n - 5] ^= 0x55;
+        fs::write(&path, bytes).unwrap();
+        assert!(matches!(
+            Catalog::open(dir.path()),
+            Err(CatalogError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,201 @@
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// Names of the columns every log table exposes by name but not in `SELECT *`.
+pub const HIDDEN_COLUMNS: [&str; 3] = ["_partition", "_offset", "_ingested_at"];
+
+/// The SQL types a table column may have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SqlType {
+    Boolean,
+    SmallInt,
+    Int,
+    BigInt,
+    Real,
+    Double,
+    /// NUMERIC(precision, scale); stored as a 128-bit decimal.
+    Numeric { precision: u8, scale: i8 },
+    Text,
+    Varchar { max_len: Option<u32> },
+    Bytea,
+    Date,
+    Timestamp,
+    TimestampTz,
+    /// JSON text, validated on write.
+    Jsonb,
+}
+
+/// Field metadata key that marks a Utf8 column as JSONB.
+pub const SQL_TYPE_METADATA_KEY: &str = "sluice.sql_type";
+
+impl SqlType {
+    /// Precision and scale used for a NUMERIC declared without them.
+    pub const DEFAULT_NUMERIC: SqlType = SqlType::Numeric {
+        precision: 38,
+        scale: 10,
+    };
+
+    pub fn to_arrow(&self) -> DataType {
+        match self {
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::SmallInt => DataType::Int16,
+            SqlType::Int => DataType::Int32,
+            SqlType::BigInt => DataType::Int64,
+            SqlType::Real => DataType::Float32,
+            SqlType::Double => DataType::Float64,
+            SqlType::Numeric { precision, scale } => DataType::Decimal128(*precision, *scale),
+            SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => DataType::Utf8,
+            SqlType::Bytea => DataType::Binary,
+            SqlType::Date => DataType::Date32,
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::TimestampTz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00")))
+            }
+        }
+    }
+
+    /// The PostgreSQL name of the type, as `\d` and error messages show it.
+    pub fn pg_name(&self) -> String {
+        match self {
+            SqlType::Boolean => "boolean".into(),
+            SqlType::SmallInt => "smallint".into(),
+            SqlType::Int => "integer".into(),
+            SqlType::BigInt => "bigint".into(),
+            SqlType::Real => "real".into(),
+            SqlType::Double => "double precision".into(),
+            SqlType::Numeric { precision, scale } => format!("numeric({precision},{scale})"),
+            SqlType::Text => "text".into(),
+            SqlType::Varchar { max_len: Some(n) } => format!("character varying({n})"),
+            SqlType::Varchar { max_len: None } => "character varying".into(),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::TimestampTz => "timestamp with time zone".into(),
+            SqlType::Jsonb => "jsonb".into(),
+        }
+    }
+
+    pub fn is_timestamp(&self) -> bool {
+        matches!(self, SqlType::Timestamp | SqlType::TimestampTz)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: SqlType,
+    pub nullable: bool,
+}
+
+impl ColumnDef {
+    pub fn to_field(&self) -> Field {
+        let field = Field::new(&self.name, self.ty.to_arrow(), self.nullable);
+        if self.ty == SqlType::Jsonb {
+            field.with_metadata(
+                [(SQL_TYPE_METADATA_KEY.to_string(), "jsonb".to_string())]
+                    .into_iter()
+                    .collect(),
+            )
+        } else {
+            field
+        }
+    }
+}
+
+/// Options given in `WITH (...)` of `CREATE TABLE`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableOptions {
+    pub partitions: u32,
+    pub partition_key: Option<String>,
+    /// Retention in seconds; `None` keeps records forever.
+    pub retention_secs: Option<u64>,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions {
+            partitions: 1,
+            partition_key: None,
+            retention_secs: None,
+        }
+    }
+}
+
+/// A table: an append-only, partitioned log with a fixed set of columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Stable identifier; names the table's directory, so a dropped and
+    /// re-created table never sees the old table's files.
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub options: TableOptions,
+}
+
+impl TableDef {
+    /// Schema of the stored rows: the user columns only.
+    pub fn data_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns.iter().map(|c| c.to_field()).collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Schema a query sees: the user columns, then the hidden columns.
+    pub fn query_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self.columns.iter().map(|c| c.to_field()).collect();
+        fields.push(Field::new(HIDDEN_COLUMNS[0], DataType::Int32, false));
+        fields.push(Field::new(HIDDEN_COLUMNS[1], DataType::Int64, false));
+        fields.push(Field::new(
+            HIDDEN_COLUMNS[2],
+            DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00"))),
+            false,
+        ));
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// Index of the partition key column, if the table has one.
+    pub fn partition_key_index(&self) -> Option<usize> {
+        self.options
+            .partition_key
+            .as_deref()
+            .and_then(|k| self.column_index(k))
+    }
+
+    /// The column whose min/max each frame records: the first timestamp column.
+    pub fn event_time_index(&self) -> Option<usize> {
+        self.columns.iter().position(|c| c.ty.is_timestamp())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_schema_appends_hidden_columns() {
+        let t = TableDef {
+            id: 1,
+            name: "usage".into(),
+            columns: vec![ColumnDef {
+                name: "tenant".into(),
+                ty: SqlType::Text,
+                nullable: false,
+            }],
+            options: TableOptions::default(),
+        };
+        let names: Vec<_> = t
+            .query_schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["tenant", "_partition", "_offset", "_ingested_at"]);
+        assert_eq!(t.data_schema().fields().len(), 1);
+    }
+}

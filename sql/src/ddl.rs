@@ -1,0 +1,310 @@
+use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions, HIDDEN_COLUMNS};
+use sqlparser::ast::{self, CharacterLength, ColumnOption, DataType, ExactNumberInfo};
+
+use crate::error::SqlError;
+use crate::parse::ident_name;
+
+/// Largest partition count a table may have.
+pub const MAX_PARTITIONS: u32 = 1024;
+
+/// A parsed `CREATE TABLE`; `table.id` is assigned by the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTable {
+    pub table: TableDef,
+    pub if_not_exists: bool,
+    pub append_only: bool,
+}
+
+pub(crate) fn create_table(ct: &ast::CreateTable, append_only: bool) -> Result<CreateTable, SqlError> {
+    if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
+        return Err(SqlError::Unsupported(
+            "CREATE TABLE AS, LIKE and CLONE are not supported".into(),
+        ));
+    }
+    let name = ct
+        .name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(ident_name)
+        .ok_or_else(|| SqlError::Syntax(format!("invalid table name {}", ct.name)))?;
+    if ct.columns.is_empty() {
+        return Err(SqlError::Syntax("a table needs at least one column".into()));
+    }
+    let mut columns: Vec<ColumnDef> = Vec::with_capacity(ct.columns.len());
+    let mut has_primary_key = !ct.constraints.is_empty()
+        && ct
+            .constraints
+            .iter()
+            .any(|c| matches!(c, ast::TableConstraint::PrimaryKey(_)));
+    for col in &ct.columns {
+        let col_name = ident_name(&col.name);
+        if HIDDEN_COLUMNS.contains(&col_name.as_str()) {
+            return Err(SqlError::InvalidOption(format!(
+                "column name \"{col_name}\" is reserved for a system column"
+            )));
+        }
+        if columns.iter().any(|c| c.name == col_name) {
+            return Err(SqlError::DuplicateColumn(col_name));
+        }
+        let mut nullable = true;
+        for opt in &col.options {
+            match &opt.option {
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::Null => nullable = true,
+                ColumnOption::PrimaryKey(_) => has_primary_key = true,
+                other => {
+                    return Err(SqlError::Unsupported(format!(
+                        "column option {other} is not supported"
+                    )))
+                }
+            }
+        }
+        columns.push(ColumnDef {
+            name: col_name,
+            ty: sql_type(&col.data_type)?,
+            nullable,
+        });
+    }
+    if has_primary_key {
+        return Err(SqlError::Unsupported(
+            "keyed tables (PRIMARY KEY) are not supported yet; declare the table APPEND ONLY"
+                .into(),
+        ));
+    }
+    for c in &ct.constraints {
+        if !matches!(c, ast::TableConstraint::PrimaryKey(_)) {
+            return Err(SqlError::Unsupported(format!(
+                "table constraint {c} is not supported"
+            )));
+        }
+    }
+    let options = table_options(&ct.table_options, &columns)?;
+    Ok(CreateTable {
+        table: TableDef {
+            id: 0,
+            name,
+            columns,
+            options,
+        },
+        if_not_exists: ct.if_not_exists,
+        append_only,
+    })
+}
+
+fn table_options(
+    opts: &ast::CreateTableOptions,
+    columns: &[ColumnDef],
+) -> Result<TableOptions, SqlError> {
+    let list = match opts {
+        ast::CreateTableOptions::None => return Ok(TableOptions::default()),
+        ast::CreateTableOptions::With(list) => list,
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "table options {other} are not supported; use WITH (...)"
+            )))
+        }
+    };
+    let mut options = TableOptions::default();
+    for opt in list {
+        let ast::SqlOption::KeyValue { key, value } = opt else {
+            return Err(SqlError::InvalidOption(format!("unrecognized table option {opt}")));
+        };
+        let key = key.value.to_lowercase();
+        let text = option_text(value);
+        match key.as_str() {
+            "partitions" => {
+                let n: u32 = text.parse().map_err(|_| {
+                    SqlError::InvalidOption(format!("partitions must be a positive integer, got {text}"))
+                })?;
+                if n == 0 || n > MAX_PARTITIONS {
+                    return Err(SqlError::InvalidOption(format!(
+                        "partitions must be between 1 and {MAX_PARTITIONS}, got {n}"
+                    )));
+                }
+                options.partitions = n;
+            }
+            "partition_key" => {
+                let col = text.to_string();
+                if !columns.iter().any(|c| c.name == col) {
+                    return Err(SqlError::UndefinedColumn(col));
+                }
+                options.partition_key = Some(col);
+            }
+            "retention" => options.retention_secs = Some(parse_duration_secs(&text)?),
+            other => {
+                return Err(SqlError::InvalidOption(format!(
+                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention)"
+                )))
+            }
+        }
+    }
+    Ok(options)
+}
+
+fn option_text(value: &ast::Expr) -> String {
+    match value {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        ast::Expr::Identifier(i) => ident_name(i),
+        other => other.to_string(),
+    }
+}
+
+/// Parses a duration such as `'7 days'`, `'36 hours'`, `'30 minutes'`.
+pub fn parse_duration_secs(text: &str) -> Result<u64, SqlError> {
+    let bad = || {
+        SqlError::InvalidOption(format!(
+            "invalid duration \"{text}\": expected e.g. '7 days', '12 hours', '30 minutes', '10 seconds'"
+        ))
+    };
+    let t = text.trim().to_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let unit_secs = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        "w" | "week" | "weeks" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit_secs).ok_or_else(bad)
+}
+
+fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
+    Ok(match dt {
+        DataType::Bool | DataType::Boolean => SqlType::Boolean,
+        DataType::SmallInt(_) | DataType::Int2(_) => SqlType::SmallInt,
+        DataType::Int(_) | DataType::Integer(_) | DataType::Int4(_) => SqlType::Int,
+        DataType::BigInt(_) | DataType::Int8(_) => SqlType::BigInt,
+        DataType::Real | DataType::Float4 => SqlType::Real,
+        DataType::DoublePrecision | DataType::Float8 | DataType::Double(_) => SqlType::Double,
+        DataType::Numeric(info) | DataType::Decimal(info) | DataType::Dec(info) => match info {
+            ExactNumberInfo::None => SqlType::DEFAULT_NUMERIC,
+            ExactNumberInfo::Precision(p) => numeric(*p, 0)?,
+            ExactNumberInfo::PrecisionAndScale(p, s) => numeric(*p, *s)?,
+        },
+        DataType::Text | DataType::String(_) => SqlType::Text,
+        DataType::Varchar(len) | DataType::CharacterVarying(len) | DataType::CharVarying(len) => {
+            SqlType::Varchar {
+                max_len: match len {
+                    Some(CharacterLength::IntegerLength { length, .. }) => {
+                        Some(u32::try_from(*length).map_err(|_| {
+                            SqlError::InvalidOption(format!("length {length} is too large"))
+                        })?)
+                    }
+                    _ => None,
+                },
+            }
+        }
+        DataType::Bytea => SqlType::Bytea,
+        DataType::Date => SqlType::Date,
+        DataType::Timestamp(_, tz) => match tz {
+            ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::TimestampTz,
+            _ => SqlType::Timestamp,
+        },
+        DataType::JSONB | DataType::JSON => SqlType::Jsonb,
+        DataType::Custom(name, _) if name.to_string().eq_ignore_ascii_case("timestamptz") => {
+            SqlType::TimestampTz
+        }
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "type {other} is not supported (supported: BOOLEAN, SMALLINT, INT, BIGINT, REAL, \
+                 DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, BYTEA, DATE, TIMESTAMP, TIMESTAMPTZ, JSONB)"
+            )))
+        }
+    })
+}
+
+fn numeric(p: u64, s: i64) -> Result<SqlType, SqlError> {
+    if p == 0 || p > 38 || s < 0 || s as u64 > p {
+        return Err(SqlError::InvalidOption(format!(
+            "NUMERIC({p},{s}) is out of range: precision must be 1..38 and scale 0..precision"
+        )));
+    }
+    Ok(SqlType::Numeric {
+        precision: p as u8,
+        scale: s as i8,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::{parse_sql, Statement};
+
+    fn create(sql: &str) -> Result<CreateTable, SqlError> {
+        match parse_sql(sql)? {
+            Statement::CreateTable(c) => Ok(c),
+            other => panic!("not a CREATE TABLE: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_supported_type_maps() {
+        let ct = create(
+            "CREATE TABLE t (a BOOLEAN, b SMALLINT, c INT, d BIGINT, e REAL, f DOUBLE PRECISION, \
+             g NUMERIC(10,2), h TEXT, i VARCHAR(5), j BYTEA, k DATE, l TIMESTAMP, m TIMESTAMPTZ, n JSONB)",
+        )
+        .unwrap();
+        let types: Vec<_> = ct.table.columns.iter().map(|c| c.ty.clone()).collect();
+        assert_eq!(
+            types,
+            vec![
+                SqlType::Boolean,
+                SqlType::SmallInt,
+                SqlType::Int,
+                SqlType::BigInt,
+                SqlType::Real,
+                SqlType::Double,
+                SqlType::Numeric { precision: 10, scale: 2 },
+                SqlType::Text,
+                SqlType::Varchar { max_len: Some(5) },
+                SqlType::Bytea,
+                SqlType::Date,
+                SqlType::Timestamp,
+                SqlType::TimestampTz,
+                SqlType::Jsonb,
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_options_are_rejected() {
+        assert!(matches!(
+            create("CREATE TABLE t (a INT) WITH (partitions = 0)"),
+            Err(SqlError::InvalidOption(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (a INT) WITH (partition_key = 'b')"),
+            Err(SqlError::UndefinedColumn(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (a INT) WITH (retention = 'soon')"),
+            Err(SqlError::InvalidOption(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (a INT PRIMARY KEY)"),
+            Err(SqlError::Unsupported(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (a INT, a INT)"),
+            Err(SqlError::DuplicateColumn(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (_offset INT)"),
+            Err(SqlError::InvalidOption(_))
+        ));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_secs("7 days").unwrap(), 604_800);
+        assert_eq!(parse_duration_secs("90s").unwrap(), 90);
+        assert!(parse_duration_secs("").is_err());
+    }
+}

@@ -1,0 +1,27 @@
+/// Errors found while reading SQL, before anything is executed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SqlError {
+    #[error("syntax error: {0}")]
+    Syntax(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    InvalidOption(String),
+    #[error("column \"{0}\" specified more than once")]
+    DuplicateColumn(String),
+    #[error("column \"{0}\" does not exist")]
+    UndefinedColumn(String),
+}
+
+impl SqlError {
+    /// The PostgreSQL SQLSTATE for this error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            SqlError::Syntax(_) => "42601",
+            SqlError::Unsupported(_) => "0A000",
+            SqlError::InvalidOption(_) => "22023",
+            SqlError::DuplicateColumn(_) => "42701",
+            SqlError::UndefinedColumn(_) => "42703",
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Sluice's SQL dialect.
+//!
+//! PostgreSQL syntax (through `sqlparser`) plus the streaming extensions
+//! (`APPEND ONLY` tables, and later watermarks and emit clauses). The server
+//! hands each statement here first: streaming and storage statements come back
+//! as [`Statement`] variants the server executes itself, and everything else
+//! comes back as [`Statement::Query`] for DataFusion.
+
+mod ddl;
+mod error;
+mod hidden;
+mod parse;
+
+pub use ddl::{parse_duration_secs, CreateTable};
+pub use error::SqlError;
+pub use hidden::hide_system_columns;
+pub use parse::{parse_sql, split_statements, CopyFormat, CopyFrom, Statement, TransactionOp};
+pub use sqlparser;

@@ -1,0 +1,509 @@
+use sqlparser::ast::{
+    self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType,
+};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer, Word};
+
+use crate::ddl::{self, CreateTable};
+use crate::error::SqlError;
+
+/// One statement, classified by who executes it.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateTable(CreateTable),
+    DropTable {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    ShowTables,
+    /// `COPY t [(cols)] FROM STDIN ...`
+    CopyFrom(CopyFrom),
+    /// `INSERT INTO t ...`; `literal_rows` is set when every value is a plain
+    /// literal, so the server can convert it without planning a query.
+    Insert {
+        table: String,
+        columns: Vec<String>,
+        literal_rows: Option<Vec<Vec<Option<String>>>>,
+        statement: Box<ast::Statement>,
+    },
+    Transaction(TransactionOp),
+    /// `SET name = value` (session settings are accepted and remembered).
+    Set { name: String, value: String },
+    /// Anything else: handed to DataFusion.
+    Query(Box<ast::Statement>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionOp {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFormat {
+    Text,
+    Csv,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFrom {
+    pub table: String,
+    pub columns: Vec<String>,
+    pub format: CopyFormat,
+    pub header: bool,
+    pub delimiter: char,
+    pub null: String,
+    pub quote: char,
+    pub escape: char,
+}
+
+/// Splits a query string into its statements at top-level semicolons,
+/// respecting quotes, comments and dollar quoting. Empty statements are dropped.
+pub fn split_statements(sql: &str) -> Result<Vec<String>, SqlError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for token in tokens {
+        if token == Token::SemiColon {
+            push_nonempty(&mut out, &mut current);
+        } else {
+            current.push_str(&token.to_string());
+        }
+    }
+    push_nonempty(&mut out, &mut current);
+    Ok(out)
+}
+
+fn push_nonempty(out: &mut Vec<String>, current: &mut String) {
+    let trimmed = current.trim();
+    if !trimmed.is_empty() && !trimmed.starts_with("--") || has_code(trimmed) {
+        out.push(trimmed.to_string());
+    }
+    current.clear();
+}
+
+/// True when the text holds something besides comments.
+fn has_code(text: &str) -> bool {
+    Tokenizer::new(&PostgreSqlDialect {}, text)
+        .tokenize()
+        .map(|ts| {
+            ts.iter()
+                .any(|t| !matches!(t, Token::Whitespace(_) | Token::EOF))
+        })
+        .unwrap_or(true)
+}
+
+/// Parses one statement (as produced by [`split_statements`]).
+pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
+    let (sql, append_only) = strip_append_only(sql)?;
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+        .map_err(|e| SqlError::Syntax(strip_parser_prefix(&e.to_string())))?;
+    if statements.len() != 1 {
+        return Err(SqlError::Syntax(format!(
+            "expected one statement, found {}",
+            statements.len()
+        )));
+    }
+    let statement = statements.remove(0);
+    classify(statement, append_only)
+}
+
+fn strip_parser_prefix(msg: &str) -> String {
+    msg.trim_start_matches("sql parser error: ").to_string()
+}
+
+/// Removes `APPEND ONLY` following the column list of a `CREATE TABLE`, which
+/// plain PostgreSQL syntax does not have. Returns the remaining SQL and
+/// whether the clause was present.
+fn strip_append_only(sql: &str) -> Result<(String, bool), SqlError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let significant: Vec<usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let is_word = |i: usize, kw: &str| matches!(&tokens[i], Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
+    if significant.len() < 2 || !is_word(significant[0], "create") || !is_word(significant[1], "table") {
+        return Ok((sql.to_string(), false));
+    }
+    let mut depth = 0i32;
+    for (n, &i) in significant.iter().enumerate() {
+        match &tokens[i] {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if depth == 0
+            && n + 1 < significant.len()
+            && is_word(i, "append")
+            && is_word(significant[n + 1], "only")
+        {
+            let skip = [i, significant[n + 1]];
+            let rest: String = tokens
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| !skip.contains(j))
+                .map(|(_, t)| t.to_string())
+                .collect();
+            return Ok((rest, true));
+        }
+    }
+    Ok((sql.to_string(), false))
+}
+
+fn object_name(name: &ast::ObjectName) -> String {
+    // Unquoted identifiers fold to lower case, as in PostgreSQL; the schema
+    // part of `public.t` is accepted and dropped.
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(ident_name)
+        .unwrap_or_else(|| name.to_string())
+}
+
+pub(crate) fn ident_name(ident: &ast::Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+fn classify(statement: ast::Statement, append_only: bool) -> Result<Statement, SqlError> {
+    match statement {
+        ast::Statement::CreateTable(ct) => {
+            Ok(Statement::CreateTable(ddl::create_table(&ct, append_only)?))
+        }
+        ast::Statement::Drop {
+            object_type: ObjectType::Table,
+            if_exists,
+            names,
+            ..
+        } => Ok(Statement::DropTable {
+            names: names.iter().map(object_name).collect(),
+            if_exists,
+        }),
+        ast::Statement::ShowTables { .. } => Ok(Statement::ShowTables),
+        ast::Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            ..
+        } => copy_from(source, to, target, options, legacy_options),
+        ast::Statement::Insert(insert) => {
+            let table = match &insert.table {
+                ast::TableObject::TableName(name) => object_name(name),
+                other => {
+                    return Err(SqlError::Unsupported(format!(
+                        "INSERT into {other} is not supported"
+                    )))
+                }
+            };
+            if insert.on.is_some() || insert.returning.is_some() {
+                return Err(SqlError::Unsupported(
+                    "INSERT ... ON CONFLICT and RETURNING are not supported on append-only tables"
+                        .into(),
+                ));
+            }
+            let columns = insert
+                .columns
+                .iter()
+                .map(|c| c.0.last().and_then(|p| p.as_ident()).map(ident_name).unwrap_or_default())
+                .collect();
+            let literal_rows = insert.source.as_deref().and_then(literal_values);
+            Ok(Statement::Insert {
+                table,
+                columns,
+                literal_rows,
+                statement: Box::new(ast::Statement::Insert(insert)),
+            })
+        }
+        ast::Statement::StartTransaction { .. } => Ok(Statement::Transaction(TransactionOp::Begin)),
+        ast::Statement::Commit { .. } => Ok(Statement::Transaction(TransactionOp::Commit)),
+        ast::Statement::Rollback { .. } => Ok(Statement::Transaction(TransactionOp::Rollback)),
+        ast::Statement::Set(set) => set_statement(set),
+        ast::Statement::Update(_) | ast::Statement::Delete(_) | ast::Statement::Truncate(_) => {
+            Err(SqlError::Unsupported(
+                "UPDATE, DELETE and TRUNCATE are not supported on append-only tables".into(),
+            ))
+        }
+        ast::Statement::CreateView(_)
+        | ast::Statement::CreateIndex(_)
+        | ast::Statement::AlterTable(_)
+        | ast::Statement::CreateSchema { .. }
+        | ast::Statement::CreateDatabase { .. } => Err(SqlError::Unsupported(format!(
+            "statement not supported yet: {}",
+            first_words(&statement.to_string())
+        ))),
+        other => Ok(Statement::Query(Box::new(other))),
+    }
+}
+
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
+    match set {
+        ast::Set::SingleAssignment {
+            variable, values, ..
+        } => Ok(Statement::Set {
+            name: variable.to_string().to_lowercase(),
+            value: values
+                .iter()
+                .map(|v| match v {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+        ast::Set::SetTimeZone { value, .. } => Ok(Statement::Set {
+            name: "timezone".into(),
+            value: value.to_string().trim_matches('\'').to_string(),
+        }),
+        other => Ok(Statement::Set {
+            name: other.to_string(),
+            value: String::new(),
+        }),
+    }
+}
+
+fn copy_from(
+    source: CopySource,
+    to: bool,
+    target: CopyTarget,
+    options: Vec<CopyOption>,
+    legacy_options: Vec<CopyLegacyOption>,
+) -> Result<Statement, SqlError> {
+    let (table_name, columns) = match source {
+        CopySource::Table {
+            table_name,
+            columns,
+        } if !to => (table_name, columns),
+        _ => {
+            return Err(SqlError::Unsupported(
+                "only COPY table [(columns)] FROM STDIN is supported".into(),
+            ))
+        }
+    };
+    if !matches!(target, CopyTarget::Stdin) {
+        return Err(SqlError::Unsupported(
+            "COPY FROM a file is not supported; use COPY ... FROM STDIN (psql's \\copy)".into(),
+        ));
+    }
+    let mut copy = CopyFrom {
+        table: object_name(&table_name),
+        columns: columns.iter().map(ident_name).collect(),
+        format: CopyFormat::Text,
+        header: false,
+        delimiter: '\t',
+        null: "\\N".into(),
+        quote: '"',
+        escape: '"',
+    };
+    let mut delimiter = None;
+    let mut null = None;
+    let mut escape = None;
+    for option in options {
+        match option {
+            CopyOption::Format(f) => {
+                copy.format = match f.value.to_lowercase().as_str() {
+                    "text" => CopyFormat::Text,
+                    "csv" => CopyFormat::Csv,
+                    other => {
+                        return Err(SqlError::Unsupported(format!(
+                            "COPY format \"{other}\" is not supported"
+                        )))
+                    }
+                }
+            }
+            CopyOption::Header(h) => copy.header = h,
+            CopyOption::Delimiter(d) => delimiter = Some(d),
+            CopyOption::Null(n) => null = Some(n),
+            CopyOption::Quote(q) => copy.quote = q,
+            CopyOption::Escape(e) => escape = Some(e),
+            CopyOption::Freeze(_) | CopyOption::Encoding(_) => {}
+            other => {
+                return Err(SqlError::Unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    for option in legacy_options {
+        match option {
+            CopyLegacyOption::Csv(csv) => {
+                copy.format = CopyFormat::Csv;
+                for o in csv {
+                    match o {
+                        CopyLegacyCsvOption::Header => copy.header = true,
+                        CopyLegacyCsvOption::Quote(q) => copy.quote = q,
+                        CopyLegacyCsvOption::Escape(e) => escape = Some(e),
+                        other => {
+                            return Err(SqlError::Unsupported(format!(
+                                "COPY option {other} is not supported"
+                            )))
+                        }
+                    }
+                }
+            }
+            CopyLegacyOption::Delimiter(d) => delimiter = Some(d),
+            CopyLegacyOption::Null(n) => null = Some(n),
+            CopyLegacyOption::Header => copy.header = true,
+            other => {
+                return Err(SqlError::Unsupported(format!(
+                    "COPY option {other} is not supported"
+                )))
+            }
+        }
+    }
+    if copy.format == CopyFormat::Csv {
+        copy.delimiter = delimiter.unwrap_or(',');
+        copy.null = null.unwrap_or_default();
+        copy.escape = escape.unwrap_or(copy.quote);
+    } else {
+        if copy.header {
+            return Err(SqlError::Unsupported(
+                "COPY HEADER is available only in CSV mode".into(),
+            ));
+        }
+        copy.delimiter = delimiter.unwrap_or('\t');
+        copy.null = null.unwrap_or_else(|| "\\N".into());
+    }
+    Ok(Statement::CopyFrom(copy))
+}
+
+/// The rows of `VALUES (...), (...)` as text, when every value is a literal.
+fn literal_values(query: &ast::Query) -> Option<Vec<Vec<Option<String>>>> {
+    if query.with.is_some() || query.order_by.is_some() || query.limit_clause.is_some() {
+        return None;
+    }
+    let ast::SetExpr::Values(values) = query.body.as_ref() else {
+        return None;
+    };
+    values
+        .rows
+        .iter()
+        .map(|row| row.iter().map(literal_text).collect::<Option<Vec<_>>>())
+        .collect()
+}
+
+/// A literal's text, or `None` (outer) when the expression is not a literal.
+fn literal_text(expr: &ast::Expr) -> Option<Option<String>> {
+    match expr {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Null => Some(None),
+            ast::Value::Number(n, _) => Some(Some(n.to_string())),
+            ast::Value::SingleQuotedString(s)
+            | ast::Value::EscapedStringLiteral(s)
+            | ast::Value::DoubleQuotedString(s) => Some(Some(s.clone())),
+            ast::Value::DollarQuotedString(s) => Some(Some(s.value.clone())),
+            ast::Value::Boolean(b) => Some(Some(b.to_string())),
+            _ => None,
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match literal_text(expr)? {
+            Some(s) if s.starts_with(|c: char| c.is_ascii_digit() || c == '.') => {
+                Some(Some(format!("-{s}")))
+            }
+            _ => None,
+        },
+        ast::Expr::TypedString(ts) => match &ts.value.value {
+            ast::Value::SingleQuotedString(s) => Some(Some(s.clone())),
+            _ => None,
+        },
+        ast::Expr::Nested(e) => literal_text(e),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_at_top_level_semicolons_only() {
+        let parts = split_statements("select ';'; select 2 ;; -- c\n").unwrap();
+        assert_eq!(parts, vec!["select ';'", "select 2"]);
+    }
+
+    #[test]
+    fn append_only_is_recognised() {
+        let s = parse_sql(
+            "CREATE TABLE usage (tenant TEXT NOT NULL, tokens BIGINT) APPEND ONLY \
+             WITH (partitions = 4, partition_key = 'tenant', retention = '7 days')",
+        )
+        .unwrap();
+        let Statement::CreateTable(ct) = s else {
+            panic!("expected CREATE TABLE, got {s:?}")
+        };
+        assert!(ct.append_only);
+        assert_eq!(ct.table.options.partitions, 4);
+        assert_eq!(ct.table.options.partition_key.as_deref(), Some("tenant"));
+        assert_eq!(ct.table.options.retention_secs, Some(7 * 86400));
+        assert!(!ct.table.columns[0].nullable);
+    }
+
+    #[test]
+    fn literal_inserts_are_extracted() {
+        let s = parse_sql("INSERT INTO t (a, b) VALUES (1, 'x'), (-2.5, NULL)").unwrap();
+        let Statement::Insert {
+            table,
+            columns,
+            literal_rows,
+            ..
+        } = s
+        else {
+            panic!()
+        };
+        assert_eq!(table, "t");
+        assert_eq!(columns, vec!["a", "b"]);
+        assert_eq!(
+            literal_rows.unwrap(),
+            vec![
+                vec![Some("1".to_string()), Some("x".to_string())],
+                vec![Some("-2.5".to_string()), None]
+            ]
+        );
+        let s = parse_sql("INSERT INTO t VALUES ($1, now())").unwrap();
+        assert!(matches!(s, Statement::Insert { literal_rows: None, .. }));
+    }
+
+    #[test]
+    fn copy_options() {
+        let Statement::CopyFrom(c) = parse_sql("COPY t (a, b) FROM STDIN WITH (FORMAT csv, HEADER true)").unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.format, CopyFormat::Csv);
+        assert!(c.header);
+        assert_eq!(c.delimiter, ',');
+        let Statement::CopyFrom(c) = parse_sql("COPY t FROM STDIN csv header").unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.format, CopyFormat::Csv);
+        assert!(c.header);
+        let Statement::CopyFrom(c) = parse_sql("COPY t FROM STDIN").unwrap() else { panic!() };
+        assert_eq!(c.format, CopyFormat::Text);
+        assert_eq!(c.null, "\\N");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        assert!(matches!(parse_sql("SELEC 1"), Err(SqlError::Syntax(_))));
+    }
+}

@@ -1,0 +1,165 @@
+//! The server's error type and its mapping to PostgreSQL SQLSTATE codes.
+
+use datafusion::error::DataFusionError;
+use pgwire::error::{ErrorInfo, PgWireError};
+use sluice_catalog::CatalogError;
+use sluice_sql::SqlError;
+
+use crate::ingest::IngestError;
+use crate::log::LogError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SluiceError {
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("{0}")]
+    DataFusion(#[from] DataFusionError),
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedTable(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl SluiceError {
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            SluiceError::Sql(e) => e.sqlstate(),
+            SluiceError::Ingest(e) => e.sqlstate(),
+            SluiceError::Log(e) => log_sqlstate(e),
+            SluiceError::Catalog(e) => catalog_sqlstate(e),
+            SluiceError::DataFusion(e) => datafusion_sqlstate(e),
+            SluiceError::UndefinedTable(_) => "42P01",
+            SluiceError::Unsupported(_) => "0A000",
+            SluiceError::Protocol(_) => "08P01",
+        }
+    }
+
+    /// The message without DataFusion's prefixes ("Error during planning:").
+    pub fn message(&self) -> String {
+        match self {
+            SluiceError::DataFusion(e) => match root(e) {
+                DataFusionError::External(inner) => inner.to_string(),
+                DataFusionError::Plan(m) | DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => m.clone(),
+                DataFusionError::SQL(p, _) => p.to_string().trim_start_matches("sql parser error: ").to_string(),
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        }
+    }
+
+    pub fn into_pg(self) -> PgWireError {
+        PgWireError::UserError(Box::new(ErrorInfo::new(
+            "ERROR".to_string(),
+            self.sqlstate().to_string(),
+            self.message(),
+        )))
+    }
+}
+
+fn log_sqlstate(e: &LogError) -> &'static str {
+    if e.is_disk_full() {
+        return "53100";
+    }
+    match e {
+        LogError::CorruptFrame { .. } => "XX001",
+        LogError::Catalog(c) => catalog_sqlstate(c),
+        LogError::Io { .. } => "58030",
+        _ => "XX000",
+    }
+}
+
+fn catalog_sqlstate(e: &CatalogError) -> &'static str {
+    match e {
+        CatalogError::DuplicateTable(_) => "42P07",
+        CatalogError::UndefinedTable(_) => "42P01",
+        CatalogError::Corrupt { .. } => "XX001",
+        CatalogError::Io { .. } => "58030",
+    }
+}
+
+fn root(e: &DataFusionError) -> &DataFusionError {
+    match e {
+        DataFusionError::Context(_, inner) => root(inner),
+        DataFusionError::Shared(inner) => root(inner),
+        DataFusionError::Diagnostic(_, inner) => root(inner),
+        DataFusionError::Collection(v) if !v.is_empty() => root(&v[0]),
+        other => other,
+    }
+}
+
+fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
+    use datafusion::common::SchemaError;
+    match root(e) {
+        DataFusionError::SQL(..) => "42601",
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { .. } => "42703",
+            SchemaError::AmbiguousReference { .. } => "42702",
+            SchemaError::DuplicateQualifiedField { .. } | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            arrow::error::ArrowError::DivideByZero => "22012",
+            arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => "22P02",
+            _ => "XX000",
+        },
+        DataFusionError::External(inner) => {
+            if let Some(i) = inner.downcast_ref::<IngestError>() {
+                i.sqlstate()
+            } else if let Some(l) = inner.downcast_ref::<LogError>() {
+                log_sqlstate(l)
+            } else {
+                "XX000"
+            }
+        }
+        DataFusionError::Plan(m) => {
+            if m.contains("not found") && m.contains("table") {
+                "42P01"
+            } else if m.contains("No field named") {
+                "42703"
+            } else if m.contains("Cannot cast") || m.contains("Cast error") {
+                "22P02"
+            } else if m.contains("does not exist") || m.contains("Invalid function") {
+                "42883"
+            } else {
+                "42601"
+            }
+        }
+        DataFusionError::Execution(m) => {
+            if m.contains("Cast error") || m.contains("Cannot cast") {
+                "22P02"
+            } else if m.contains("Divide by zero") {
+                "22012"
+            } else {
+                "XX000"
+            }
+        }
+        _ => "XX000",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        assert_eq!(SluiceError::UndefinedTable("t".into()).sqlstate(), "42P01");
+        assert_eq!(
+            SluiceError::Catalog(CatalogError::DuplicateTable("t".into())).sqlstate(),
+            "42P07"
+        );
+        assert_eq!(
+            SluiceError::DataFusion(DataFusionError::Plan("table 'sluice.public.x' not found".into())).sqlstate(),
+            "42P01"
+        );
+        assert_eq!(SluiceError::Sql(SqlError::Syntax("x".into())).sqlstate(), "42601");
+    }
+}

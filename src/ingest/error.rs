@@ -1,0 +1,78 @@
+use std::fmt;
+
+/// Where a bad row is: a COPY input line or a VALUES row (both 1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowPlace {
+    Line(u64),
+    Row(u64),
+}
+
+impl fmt::Display for RowPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RowPlace::Line(n) => write!(f, "line {n}"),
+            RowPlace::Row(n) => write!(f, "row {n}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    #[error("invalid input syntax for type {ty}: \"{value}\" ({place}, column {column})")]
+    InvalidText {
+        ty: String,
+        value: String,
+        place: RowPlace,
+        column: String,
+    },
+    #[error("value out of range for type {ty}: \"{value}\" ({place}, column {column})")]
+    OutOfRange {
+        ty: String,
+        value: String,
+        place: RowPlace,
+        column: String,
+    },
+    #[error("null value in column \"{column}\" violates not-null constraint ({place})")]
+    NotNull { place: RowPlace, column: String },
+    #[error("value too long for type character varying({max}) ({place}, column {column})")]
+    TooLong {
+        max: u32,
+        place: RowPlace,
+        column: String,
+    },
+    #[error("extra data after last expected column ({place})")]
+    ExtraColumns { place: RowPlace },
+    #[error("missing data for column \"{column}\" ({place})")]
+    MissingColumns { place: RowPlace, column: String },
+    #[error("invalid COPY data ({place}): {reason}")]
+    BadFormat { place: RowPlace, reason: String },
+    #[error("column \"{0}\" of relation does not exist")]
+    UndefinedColumn(String),
+    #[error("column \"{0}\" specified more than once")]
+    DuplicateColumn(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl IngestError {
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            IngestError::InvalidText { .. } => "22P02",
+            IngestError::OutOfRange { .. } => "22003",
+            IngestError::NotNull { .. } => "23502",
+            IngestError::TooLong { .. } => "22001",
+            IngestError::ExtraColumns { .. }
+            | IngestError::MissingColumns { .. }
+            | IngestError::BadFormat { .. } => "22P04",
+            IngestError::UndefinedColumn(_) => "42703",
+            IngestError::DuplicateColumn(_) => "42701",
+            IngestError::Internal(_) => "XX000",
+        }
+    }
+}
+
+impl From<arrow::error::ArrowError> for IngestError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        IngestError::Internal(e.to_string())
+    }
+}

@@ -1,0 +1,13 @@
+//! Turning client rows into validated Arrow batches of a table's data schema:
+//! text values from COPY and literal INSERTs ([`RowStager`]), the COPY text
+//! and CSV formats ([`CopyParser`]), and batches planned by DataFusion
+//! ([`conform_batch`]). Nothing here writes; a statement's batches go to the
+//! log only once all of them are valid.
+
+mod copy;
+mod error;
+mod stager;
+
+pub use copy::CopyParser;
+pub use error::{IngestError, RowPlace};
+pub use stager::{conform_batch, RowStager};

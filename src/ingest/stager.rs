@@ -1,0 +1,381 @@
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, Array, ArrayRef, BinaryBuilder, StringArray, StringBuilder};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use sluice_catalog::{ColumnDef, SqlType, TableDef};
+
+use super::error::{IngestError, RowPlace};
+
+/// Rows are converted to a batch every this many rows, bounding the text
+/// held in memory.
+const STAGE_ROWS: usize = 64 * 1024;
+
+/// Collects rows of text values for some of a table's columns and converts
+/// them, column at a time, into validated batches of the table's data schema.
+pub struct RowStager {
+    columns: Vec<ColumnDef>,
+    schema: SchemaRef,
+    /// Table column index of each input field.
+    targets: Vec<usize>,
+    builders: Vec<StringBuilder>,
+    places: Vec<u64>,
+    lines: bool,
+    batches: Vec<RecordBatch>,
+    rows: u64,
+}
+
+impl RowStager {
+    /// `columns` names the input fields in order (empty: all columns).
+    /// `lines` says whether places are COPY lines or VALUES rows.
+    pub fn new(table: &TableDef, columns: &[String], lines: bool) -> Result<RowStager, IngestError> {
+        let targets = resolve_columns(table, columns)?;
+        Ok(RowStager {
+            columns: table.columns.clone(),
+            schema: table.data_schema(),
+            builders: targets.iter().map(|_| StringBuilder::new()).collect(),
+            targets,
+            places: Vec::new(),
+            lines,
+            batches: Vec::new(),
+            rows: 0,
+        })
+    }
+
+    pub fn num_fields(&self) -> usize {
+        self.targets.len()
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub fn place(&self, n: u64) -> RowPlace {
+        if self.lines {
+            RowPlace::Line(n)
+        } else {
+            RowPlace::Row(n)
+        }
+    }
+
+    /// Adds one row; `place` is its line or row number.
+    pub fn push_row<S: AsRef<str>>(&mut self, fields: &[Option<S>], place: u64) -> Result<(), IngestError> {
+        if fields.len() > self.targets.len() {
+            return Err(IngestError::ExtraColumns { place: self.place(place) });
+        }
+        if fields.len() < self.targets.len() {
+            return Err(IngestError::MissingColumns {
+                place: self.place(place),
+                column: self.columns[self.targets[fields.len()]].name.clone(),
+            });
+        }
+        for (b, f) in self.builders.iter_mut().zip(fields) {
+            match f {
+                Some(v) => b.append_value(v.as_ref()),
+                None => b.append_null(),
+            }
+        }
+        self.places.push(place);
+        self.rows += 1;
+        if self.places.len() >= STAGE_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Converts the staged rows into a batch.
+    pub fn flush(&mut self) -> Result<(), IngestError> {
+        let n = self.places.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut arrays: Vec<Option<ArrayRef>> = vec![None; self.columns.len()];
+        for (i, b) in self.builders.iter_mut().enumerate() {
+            let text = b.finish();
+            let col = &self.columns[self.targets[i]];
+            arrays[self.targets[i]] = Some(convert_text(&text, col, &self.places, self.lines)?);
+        }
+        let mut out = Vec::with_capacity(self.columns.len());
+        for (i, a) in arrays.into_iter().enumerate() {
+            let col = &self.columns[i];
+            let a = a.unwrap_or_else(|| new_null_array(&col.ty.to_arrow(), n));
+            check_not_null(&a, col, &self.places, self.lines)?;
+            out.push(a);
+        }
+        self.batches.push(RecordBatch::try_new(self.schema.clone(), out)?);
+        self.places.clear();
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
+        self.flush()?;
+        Ok(self.batches)
+    }
+}
+
+/// Table column indexes for a statement's column list (empty: all).
+pub fn resolve_columns(table: &TableDef, columns: &[String]) -> Result<Vec<usize>, IngestError> {
+    if columns.is_empty() {
+        return Ok((0..table.columns.len()).collect());
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    for c in columns {
+        let i = table
+            .column_index(c)
+            .ok_or_else(|| IngestError::UndefinedColumn(c.clone()))?;
+        if out.contains(&i) {
+            return Err(IngestError::DuplicateColumn(c.clone()));
+        }
+        out.push(i);
+    }
+    Ok(out)
+}
+
+fn place(places: &[u64], lines: bool, i: usize) -> RowPlace {
+    let n = places.get(i).copied().unwrap_or(i as u64 + 1);
+    if lines {
+        RowPlace::Line(n)
+    } else {
+        RowPlace::Row(n)
+    }
+}
+
+fn check_not_null(a: &ArrayRef, col: &ColumnDef, places: &[u64], lines: bool) -> Result<(), IngestError> {
+    if col.nullable || a.null_count() == 0 {
+        return Ok(());
+    }
+    let i = (0..a.len()).find(|&i| a.is_null(i)).unwrap_or(0);
+    Err(IngestError::NotNull {
+        place: place(places, lines, i),
+        column: col.name.clone(),
+    })
+}
+
+/// Converts a column of text values to the column's type, naming the first
+/// value that does not convert.
+fn convert_text(text: &StringArray, col: &ColumnDef, places: &[u64], lines: bool) -> Result<ArrayRef, IngestError> {
+    let invalid = |i: usize| IngestError::InvalidText {
+        ty: col.ty.pg_name(),
+        value: text.value(i).to_string(),
+        place: place(places, lines, i),
+        column: col.name.clone(),
+    };
+    match &col.ty {
+        SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
+            let a: ArrayRef = Arc::new(text.clone());
+            check_text(&a, col, places, lines)?;
+            Ok(a)
+        }
+        SqlType::Bytea => {
+            let mut b = BinaryBuilder::with_capacity(text.len(), text.value_data().len());
+            for i in 0..text.len() {
+                if text.is_null(i) {
+                    b.append_null();
+                } else {
+                    b.append_value(decode_bytea(text.value(i)).ok_or_else(|| invalid(i))?);
+                }
+            }
+            Ok(Arc::new(b.finish()))
+        }
+        ty => {
+            let options = CastOptions {
+                safe: true,
+                ..Default::default()
+            };
+            let out = cast_with_options(text, &ty.to_arrow(), &options)?;
+            if out.null_count() != text.null_count() {
+                let i = (0..text.len())
+                    .find(|&i| text.is_valid(i) && out.is_null(i))
+                    .unwrap_or(0);
+                let v = text.value(i).trim();
+                let numeric = !v.is_empty()
+                    && v.trim_start_matches(['-', '+'])
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == '.');
+                if numeric && !matches!(ty, SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz | SqlType::Boolean) {
+                    return Err(IngestError::OutOfRange {
+                        ty: ty.pg_name(),
+                        value: text.value(i).to_string(),
+                        place: place(places, lines, i),
+                        column: col.name.clone(),
+                    });
+                }
+                return Err(invalid(i));
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Checks VARCHAR lengths and JSON validity of a text column.
+fn check_text(a: &ArrayRef, col: &ColumnDef, places: &[u64], lines: bool) -> Result<(), IngestError> {
+    let Some(s) = a.as_any().downcast_ref::<StringArray>() else {
+        return Ok(());
+    };
+    match &col.ty {
+        SqlType::Varchar { max_len: Some(max) } => {
+            for i in 0..s.len() {
+                if s.is_valid(i) && s.value(i).chars().count() > *max as usize {
+                    return Err(IngestError::TooLong {
+                        max: *max,
+                        place: place(places, lines, i),
+                        column: col.name.clone(),
+                    });
+                }
+            }
+        }
+        SqlType::Jsonb => {
+            for i in 0..s.len() {
+                if s.is_valid(i)
+                    && serde_json::from_str::<serde::de::IgnoredAny>(s.value(i)).is_err()
+                {
+                    return Err(IngestError::InvalidText {
+                        ty: "json".into(),
+                        value: s.value(i).to_string(),
+                        place: place(places, lines, i),
+                        column: col.name.clone(),
+                    });
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// PostgreSQL's bytea input: `\x` hex, or escape format with `\\` and `\ooo`.
+fn decode_bytea(s: &str) -> Option<Vec<u8>> {
+    if let Some(hex) = s.strip_prefix("\\x") {
+        let digits: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        if digits.len() % 2 != 0 {
+            return None;
+        }
+        return digits
+            .chunks(2)
+            .map(|p| {
+                let h = (p[0] as char).to_digit(16)?;
+                let l = (p[1] as char).to_digit(16)?;
+                Some((h * 16 + l) as u8)
+            })
+            .collect();
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+        } else if b.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else {
+            let oct = b.get(i + 1..i + 4)?;
+            if !oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
+                return None;
+            }
+            out.push(((oct[0] - b'0') as u32 * 64 + (oct[1] - b'0') as u32 * 8 + (oct[2] - b'0') as u32) as u8);
+            i += 4;
+        }
+    }
+    Some(out)
+}
+
+/// Shapes a batch planned by DataFusion (an `INSERT ... SELECT` or an
+/// `INSERT` with parameters) into the table's data schema and validates it.
+/// `first_row` numbers the batch's rows within the statement.
+pub fn conform_batch(table: &TableDef, batch: &RecordBatch, first_row: u64) -> Result<RecordBatch, IngestError> {
+    let n = batch.num_rows();
+    let places: Vec<u64> = (0..n as u64).map(|i| first_row + i).collect();
+    let mut out = Vec::with_capacity(table.columns.len());
+    for col in &table.columns {
+        let target = col.ty.to_arrow();
+        let a = match batch.schema().index_of(&col.name) {
+            Ok(i) => {
+                let a = batch.column(i);
+                if a.data_type() == &target {
+                    a.clone()
+                } else {
+                    cast_with_options(a, &target, &CastOptions { safe: false, ..Default::default() })
+                        .map_err(|e| IngestError::InvalidText {
+                            ty: col.ty.pg_name(),
+                            value: e.to_string(),
+                            place: RowPlace::Row(first_row),
+                            column: col.name.clone(),
+                        })?
+                }
+            }
+            Err(_) => new_null_array(&target, n),
+        };
+        check_not_null(&a, col, &places, false)?;
+        check_text(&a, col, &places, false)?;
+        out.push(a);
+    }
+    Ok(RecordBatch::try_new(table.data_schema(), out)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_catalog::TableOptions;
+
+    fn table() -> TableDef {
+        let col = |name: &str, ty: SqlType, nullable: bool| ColumnDef {
+            name: name.into(),
+            ty,
+            nullable,
+        };
+        TableDef {
+            id: 1,
+            name: "t".into(),
+            columns: vec![
+                col("id", SqlType::BigInt, false),
+                col("name", SqlType::Varchar { max_len: Some(3) }, true),
+                col("doc", SqlType::Jsonb, true),
+                col("at", SqlType::Timestamp, true),
+                col("raw", SqlType::Bytea, true),
+            ],
+            options: TableOptions::default(),
+        }
+    }
+
+    #[test]
+    fn converts_and_validates() {
+        let t = table();
+        let mut s = RowStager::new(&t, &[], true).unwrap();
+        s.push_row(&[Some("1"), Some("abc"), Some("{\"a\":1}"), Some("2024-01-02 03:04:05"), Some("\\x0aff")], 1)
+            .unwrap();
+        s.push_row(&[Some("2"), None, None, None, None::<&str>], 2).unwrap();
+        let b = s.finish().unwrap();
+        assert_eq!(b[0].num_rows(), 2);
+
+        let bad = |row: [Option<&str>; 5]| {
+            let mut s = RowStager::new(&t, &[], true).unwrap();
+            s.push_row(&[Some("1"), None, None, None, None], 1).unwrap();
+            s.push_row(&row, 7).unwrap();
+            s.finish().unwrap_err()
+        };
+        let e = bad([Some("x"), None, None, None, None]);
+        assert_eq!(e.sqlstate(), "22P02");
+        assert!(e.to_string().contains("line 7, column id"), "{e}");
+        assert_eq!(bad([None, None, None, None, None]).sqlstate(), "23502");
+        assert_eq!(bad([Some("1"), Some("abcd"), None, None, None]).sqlstate(), "22001");
+        assert_eq!(bad([Some("1"), None, Some("{"), None, None]).sqlstate(), "22P02");
+        assert_eq!(bad([Some("99999999999999999999"), None, None, None, None]).sqlstate(), "22003");
+    }
+
+    #[test]
+    fn column_lists_fill_nulls_and_check_counts() {
+        let t = table();
+        let mut s = RowStager::new(&t, &["id".into()], false).unwrap();
+        assert!(matches!(s.push_row(&[Some("1"), Some("2")], 1), Err(IngestError::ExtraColumns { .. })));
+        s.push_row(&[Some("5")], 1).unwrap();
+        let b = s.finish().unwrap();
+        assert_eq!(b[0].column(1).null_count(), 1);
+        assert!(matches!(RowStager::new(&t, &["nope".into()], false), Err(IngestError::UndefinedColumn(_))));
+        let mut s = RowStager::new(&t, &["name".into()], false).unwrap();
+        s.push_row(&[Some("a")], 1).unwrap();
+        assert_eq!(s.finish().unwrap_err().sqlstate(), "23502");
+    }
+}

@@ -1,0 +1,12 @@
+//! Sluice: a streaming SQL database that speaks the PostgreSQL wire protocol.
+//!
+//! Data flows one way: the wire front end ([`server`]) parses statements
+//! (crate `sluice-sql`), turns rows into validated Arrow batches
+//! ([`ingest`]), appends them to the partitioned log ([`log`]), and answers
+//! queries through DataFusion over that log ([`query`]).
+
+pub mod error;
+pub mod ingest;
+pub mod log;
+pub mod query;
+pub mod server;

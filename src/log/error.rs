@@ -1,0 +1,36 @@
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("corrupt frame in {path} at byte {pos}: {reason}")]
+    CorruptFrame {
+        path: PathBuf,
+        pos: u64,
+        reason: String,
+    },
+    #[error("arrow error: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("table \"{0}\" is unavailable after a failed write; restart the server to recover it")]
+    Poisoned(String),
+    #[error("the log writer of table \"{0}\" has stopped")]
+    WriterStopped(String),
+    #[error(transparent)]
+    Catalog(#[from] sluice_catalog::CatalogError),
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LogError {
+        let path = path.into();
+        move |source| LogError::Io { path, source }
+    }
+
+    /// True when the error is the disk running out of space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, LogError::Io { source, .. } if source.raw_os_error() == Some(28))
+    }
+}

@@ -1,0 +1,423 @@
+//! One partition of a table: its segment files, the index of committed frames
+//! that readers see, and the writer state that only the table's writer
+//! thread touches.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use parking_lot::RwLock;
+use tracing::warn;
+
+use super::error::LogError;
+use super::frame::{self, FrameHeader, HEADER_LEN};
+
+/// A segment file, open for positioned reads.
+#[derive(Debug)]
+pub struct SegmentFile {
+    pub path: PathBuf,
+    pub base_offset: u64,
+    file: File,
+}
+
+/// Where a committed frame lives and what it holds.
+#[derive(Debug, Clone)]
+pub struct FrameMeta {
+    pub segment: Arc<SegmentFile>,
+    /// Byte position of the frame header in the segment file.
+    pub pos: u64,
+    pub header: FrameHeader,
+}
+
+impl FrameMeta {
+    pub fn end_offset(&self) -> u64 {
+        self.header.base_offset + self.header.rows as u64
+    }
+}
+
+#[derive(Debug, Default)]
+struct Visible {
+    segments: Vec<Arc<SegmentFile>>,
+    frames: Vec<FrameMeta>,
+    end_offset: u64,
+    bytes: u64,
+}
+
+/// Counters and sizes shown in `sluice_catalog.partitions`.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionStats {
+    pub start_offset: u64,
+    pub end_offset: u64,
+    pub bytes: u64,
+    pub segments: u64,
+    pub torn_frames_dropped: u64,
+    pub frames_read: u64,
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    pub index: u32,
+    visible: RwLock<Visible>,
+    torn_frames: AtomicU64,
+    frames_read: AtomicU64,
+}
+
+/// The append side of a partition, owned by the table's writer thread.
+pub struct PartitionWriter {
+    dir: PathBuf,
+    active: File,
+    active_segment: Arc<SegmentFile>,
+    active_len: u64,
+    /// Length of the active file when the current group began, to undo a
+    /// failed group.
+    group_start_len: u64,
+    group_start_offset: u64,
+    next_offset: u64,
+    pending: Vec<FrameMeta>,
+    new_segments: Vec<Arc<SegmentFile>>,
+    needs_sync: Vec<File>,
+    segment_max_bytes: u64,
+}
+
+fn segment_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.seg"))
+}
+
+fn open_segment(path: &Path, base_offset: u64) -> Result<Arc<SegmentFile>, LogError> {
+    let file = File::open(path).map_err(LogError::io(path))?;
+    Ok(Arc::new(SegmentFile {
+        path: path.to_path_buf(),
+        base_offset,
+        file,
+    }))
+}
+
+impl PartitionLog {
+    /// Recovers a partition from its directory. Frames are kept up to the
+    /// first torn or corrupt frame and never past `committed_end`; whatever
+    /// follows is cut off and counted. Returns the log, its writer, and the
+    /// recovered end offset (which may be below `committed_end` when the
+    /// disk lost data).
+    pub fn recover(
+        dir: &Path,
+        index: u32,
+        committed_end: u64,
+        segment_max_bytes: u64,
+    ) -> Result<(PartitionLog, PartitionWriter), LogError> {
+        fs::create_dir_all(dir).map_err(LogError::io(dir))?;
+        let mut bases: Vec<u64> = fs::read_dir(dir)
+            .map_err(LogError::io(dir))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".seg")?.parse::<u64>().ok()
+            })
+            .collect();
+        bases.sort_unstable();
+
+        let mut visible = Visible::default();
+        let mut dropped = 0u64;
+        let mut expected = bases.first().copied().unwrap_or(0);
+        let mut stop = false;
+        for base in bases {
+            let path = segment_path(dir, base);
+            if stop || base != expected || base >= committed_end && base != 0 {
+                if base < expected || !stop && base > expected {
+                    warn!(path = %path.display(), "segment does not continue the log");
+                }
+                dropped += count_frames(&path);
+                fs::remove_file(&path).map_err(LogError::io(&path))?;
+                stop = true;
+                continue;
+            }
+            let segment = open_segment(&path, base)?;
+            let (frames, good_len, file_len) = scan_segment(&segment, expected, committed_end)?;
+            if good_len < file_len {
+                let cut_frames = count_frames_from(&segment, good_len, file_len).max(1);
+                warn!(path = %path.display(), kept_bytes = good_len, cut_bytes = file_len - good_len,
+                      frames = cut_frames, "cut torn or uncommitted tail of segment");
+                dropped += cut_frames;
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| {
+                        f.set_len(good_len)?;
+                        f.sync_all()
+                    })
+                    .map_err(LogError::io(&path))?;
+                stop = true;
+            }
+            if let Some(last) = frames.last() {
+                expected = last.end_offset();
+            }
+            visible.bytes += good_len;
+            visible.frames.extend(frames);
+            visible.segments.push(segment);
+        }
+        visible.end_offset = expected;
+
+        // The active segment: the last one, or a new one.
+        let (active_segment, active_len) = match visible.segments.last() {
+            Some(s) => {
+                let len = fs::metadata(&s.path).map_err(LogError::io(&s.path))?.len();
+                (s.clone(), len)
+            }
+            None => {
+                let path = segment_path(dir, expected);
+                File::create(&path).map_err(LogError::io(&path))?;
+                super::commit::sync_dir(dir)?;
+                let seg = open_segment(&path, expected)?;
+                visible.segments.push(seg.clone());
+                (seg, 0)
+            }
+        };
+        let active = OpenOptions::new()
+            .append(true)
+            .open(&active_segment.path)
+            .map_err(LogError::io(&active_segment.path))?;
+        let writer = PartitionWriter {
+            dir: dir.to_path_buf(),
+            active,
+            active_segment,
+            active_len,
+            group_start_len: active_len,
+            group_start_offset: expected,
+            next_offset: expected,
+            pending: vec![],
+            new_segments: vec![],
+            needs_sync: vec![],
+            segment_max_bytes,
+        };
+        let log = PartitionLog {
+            index,
+            visible: RwLock::new(visible),
+            torn_frames: AtomicU64::new(dropped),
+            frames_read: AtomicU64::new(0),
+        };
+        Ok((log, writer))
+    }
+
+    pub fn end_offset(&self) -> u64 {
+        self.visible.read().end_offset
+    }
+
+    pub fn stats(&self) -> PartitionStats {
+        let v = self.visible.read();
+        PartitionStats {
+            start_offset: v.frames.first().map(|f| f.header.base_offset).unwrap_or(v.end_offset),
+            end_offset: v.end_offset,
+            bytes: v.bytes,
+            segments: v.segments.len() as u64,
+            torn_frames_dropped: self.torn_frames.load(Ordering::Relaxed),
+            frames_read: self.frames_read.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The committed frames that hold any offset in `[lo, hi)`.
+    pub fn frames_in_range(&self, lo: u64, hi: u64) -> Vec<FrameMeta> {
+        let v = self.visible.read();
+        let start = v.frames.partition_point(|f| f.end_offset() <= lo);
+        v.frames[start..]
+            .iter()
+            .take_while(|f| f.header.base_offset < hi)
+            .cloned()
+            .collect()
+    }
+
+    /// Reads and checks one frame.
+    pub fn read_frame(&self, meta: &FrameMeta) -> Result<RecordBatch, LogError> {
+        self.frames_read.fetch_add(1, Ordering::Relaxed);
+        let seg = &meta.segment;
+        let mut buf = vec![0u8; HEADER_LEN + meta.header.payload_len as usize];
+        seg.file
+            .read_exact_at(&mut buf, meta.pos)
+            .map_err(LogError::io(&seg.path))?;
+        let header: [u8; HEADER_LEN] = buf[..HEADER_LEN].try_into().map_err(|_| corrupt(meta, "short header"))?;
+        let (_, crc) = frame::parse_header(&header).ok_or_else(|| corrupt(meta, "bad magic"))?;
+        if !frame::crc_matches(&header, &buf[HEADER_LEN..], crc) {
+            return Err(corrupt(meta, "checksum mismatch"));
+        }
+        Ok(frame::decode_payload(&buf[HEADER_LEN..])?)
+    }
+
+    /// Makes a committed group of frames visible to readers.
+    pub(super) fn publish(&self, writer: &mut PartitionWriter) {
+        let mut v = self.visible.write();
+        v.segments.append(&mut writer.new_segments);
+        for f in writer.pending.drain(..) {
+            v.bytes += HEADER_LEN as u64 + f.header.payload_len as u64;
+            v.end_offset = f.end_offset();
+            v.frames.push(f);
+        }
+    }
+}
+
+fn corrupt(meta: &FrameMeta, reason: &str) -> LogError {
+    LogError::CorruptFrame {
+        path: meta.segment.path.clone(),
+        pos: meta.pos,
+        reason: reason.into(),
+    }
+}
+
+/// Scans a segment's frames from the start. Returns the good frames (those
+/// that are whole, pass their CRC, continue the offsets and lie below
+/// `committed_end`), the length they cover, and the file length.
+fn scan_segment(
+    seg: &Arc<SegmentFile>,
+    mut expected: u64,
+    committed_end: u64,
+) -> Result<(Vec<FrameMeta>, u64, u64), LogError> {
+    let file_len = seg.file.metadata().map_err(LogError::io(&seg.path))?.len();
+    let mut frames = vec![];
+    let mut pos = 0u64;
+    let mut payload = vec![];
+    while pos + HEADER_LEN as u64 <= file_len {
+        let mut header = [0u8; HEADER_LEN];
+        if seg.file.read_exact_at(&mut header, pos).is_err() {
+            break;
+        }
+        let Some((h, crc)) = frame::parse_header(&header) else { break };
+        let end = pos + HEADER_LEN as u64 + h.payload_len as u64;
+        if end > file_len || h.base_offset != expected || h.base_offset + h.rows as u64 > committed_end {
+            break;
+        }
+        payload.resize(h.payload_len as usize, 0);
+        if seg.file.read_exact_at(&mut payload, pos + HEADER_LEN as u64).is_err()
+            || !frame::crc_matches(&header, &payload, crc)
+        {
+            break;
+        }
+        frames.push(FrameMeta {
+            segment: seg.clone(),
+            pos,
+            header: h,
+        });
+        expected = h.base_offset + h.rows as u64;
+        pos = end;
+    }
+    Ok((frames, pos, file_len))
+}
+
+/// Counts the frame headers that can still be recognised in `[from, to)`:
+/// the frames a cut drops. A torn frame counts once.
+fn count_frames_from(seg: &SegmentFile, mut pos: u64, to: u64) -> u64 {
+    let mut n = 0;
+    while pos < to {
+        n += 1;
+        let mut header = [0u8; HEADER_LEN];
+        if pos + HEADER_LEN as u64 > to || seg.file.read_exact_at(&mut header, pos).is_err() {
+            break;
+        }
+        match frame::parse_header(&header) {
+            Some((h, _)) => pos += HEADER_LEN as u64 + h.payload_len as u64,
+            None => break,
+        }
+    }
+    n
+}
+
+fn count_frames(path: &Path) -> u64 {
+    match open_segment(path, 0) {
+        Ok(seg) => {
+            let len = seg.file.metadata().map(|m| m.len()).unwrap_or(0);
+            count_frames_from(&seg, 0, len)
+        }
+        Err(_) => 1,
+    }
+}
+
+impl PartitionWriter {
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Writes one frame to the active segment (not yet durable or visible).
+    pub fn write_frame(
+        &mut self,
+        batch: &RecordBatch,
+        ingested_at_us: i64,
+        event_range: (i64, i64),
+    ) -> Result<(), LogError> {
+        if self.active_len >= self.segment_max_bytes {
+            self.roll()?;
+        }
+        let bytes = frame::encode(batch, self.next_offset, ingested_at_us, event_range)?;
+        self.active
+            .write_all(&bytes)
+            .map_err(LogError::io(&self.active_segment.path))?;
+        let header: [u8; HEADER_LEN] = bytes[..HEADER_LEN]
+            .try_into()
+            .map_err(|_| LogError::Arrow(arrow::error::ArrowError::IpcError("short frame".into())))?;
+        let (h, _) = frame::parse_header(&header)
+            .ok_or_else(|| LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into())))?;
+        self.pending.push(FrameMeta {
+            segment: self.active_segment.clone(),
+            pos: self.active_len,
+            header: h,
+        });
+        self.active_len += bytes.len() as u64;
+        self.next_offset += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    fn roll(&mut self) -> Result<(), LogError> {
+        let path = segment_path(&self.dir, self.next_offset);
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(LogError::io(&path))?;
+        let old = std::mem::replace(&mut self.active, file);
+        self.needs_sync.push(old);
+        super::commit::sync_dir(&self.dir)?;
+        let seg = open_segment(&path, self.next_offset)?;
+        self.new_segments.push(seg.clone());
+        self.active_segment = seg;
+        self.active_len = 0;
+        self.group_start_len = 0;
+        Ok(())
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Makes the written frames durable.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        for f in self.needs_sync.drain(..) {
+            f.sync_data().map_err(LogError::io(&self.dir))?;
+        }
+        self.active
+            .sync_data()
+            .map_err(LogError::io(&self.active_segment.path))
+    }
+
+    /// Marks the start of a group: what `abort_group` returns to.
+    pub fn begin_group(&mut self) {
+        self.group_start_len = self.active_len;
+        self.group_start_offset = self.next_offset;
+    }
+
+    /// Undoes the frames of a failed group in the active segment.
+    pub fn abort_group(&mut self) -> Result<(), LogError> {
+        if !self.new_segments.is_empty() {
+            // The group spans a segment roll; recovery at the next start cuts
+            // the uncommitted frames instead.
+            return Err(LogError::Poisoned(self.dir.display().to_string()));
+        }
+        self.pending.clear();
+        self.needs_sync.clear();
+        self.new_segments.clear();
+        self.active
+            .set_len(self.group_start_len)
+            .map_err(LogError::io(&self.active_segment.path))?;
+        self.active_len = self.group_start_len;
+        self.next_offset = self.group_start_offset;
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! All tables' logs and the catalog that names them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use sluice_catalog::{Catalog, CatalogError, TableDef};
+use tracing::{info, warn};
+
+use super::error::LogError;
+use super::table::TableLog;
+
+pub struct LogStore {
+    data_dir: PathBuf,
+    catalog: parking_lot::Mutex<Catalog>,
+    tables: RwLock<HashMap<String, Arc<TableLog>>>,
+    segment_max_bytes: u64,
+}
+
+impl LogStore {
+    /// Opens the data directory, recovering every table in the catalog.
+    pub fn open(data_dir: &Path, segment_max_bytes: u64) -> Result<LogStore, LogError> {
+        let catalog = Catalog::open(&data_dir.join("catalog"))?;
+        let tables_dir = data_dir.join("tables");
+        std::fs::create_dir_all(&tables_dir).map_err(LogError::io(&tables_dir))?;
+        let mut tables = HashMap::new();
+        for def in catalog.tables() {
+            let dir = table_dir(data_dir, def.id);
+            let log = TableLog::open(def.clone(), &dir, segment_max_bytes)?;
+            info!(table = %def.name, partitions = def.options.partitions, "recovered table");
+            tables.insert(def.name.clone(), Arc::new(log));
+        }
+        // Directories of dropped tables whose removal a crash interrupted.
+        let known: Vec<u64> = catalog.tables().iter().map(|t| t.id).collect();
+        if let Ok(entries) = std::fs::read_dir(&tables_dir) {
+            for entry in entries.flatten() {
+                let id = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok());
+                if let Some(id) = id.filter(|id| !known.contains(id)) {
+                    warn!(id, "removing files of a dropped table");
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        Ok(LogStore {
+            data_dir: data_dir.to_path_buf(),
+            catalog: parking_lot::Mutex::new(catalog),
+            tables: RwLock::new(tables),
+            segment_max_bytes,
+        })
+    }
+
+    pub fn table(&self, name: &str) -> Option<Arc<TableLog>> {
+        self.tables.read().get(name).cloned()
+    }
+
+    pub fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tables.read().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    pub fn tables(&self) -> Vec<Arc<TableLog>> {
+        let mut t: Vec<_> = self.tables.read().values().cloned().collect();
+        t.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        t
+    }
+
+    /// Creates a table durably. `Ok(None)` when it exists and `if_not_exists`.
+    pub fn create_table(&self, def: TableDef, if_not_exists: bool) -> Result<Option<Arc<TableLog>>, LogError> {
+        let mut catalog = self.catalog.lock();
+        if catalog.table(&def.name).is_some() {
+            if if_not_exists {
+                return Ok(None);
+            }
+            return Err(CatalogError::DuplicateTable(def.name).into());
+        }
+        let def = catalog.create_table(def)?;
+        let dir = table_dir(&self.data_dir, def.id);
+        let log = match TableLog::open(def.clone(), &dir, self.segment_max_bytes) {
+            Ok(log) => Arc::new(log),
+            Err(e) => {
+                let _ = catalog.drop_table(&def.name);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        self.tables.write().insert(def.name.clone(), log.clone());
+        Ok(Some(log))
+    }
+
+    /// Drops a table: the catalog first (durably), then its files.
+    pub fn drop_table(&self, name: &str) -> Result<(), LogError> {
+        let mut catalog = self.catalog.lock();
+        let def = catalog.drop_table(name)?;
+        self.tables.write().remove(name);
+        let dir = table_dir(&self.data_dir, def.id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            warn!(dir = %dir.display(), error = %e, "could not remove files of dropped table");
+        }
+        Ok(())
+    }
+}
+
+fn table_dir(data_dir: &Path, id: u64) -> PathBuf {
+    data_dir.join("tables").join(id.to_string())
+}

@@ -1,0 +1,314 @@
+//! A table's log: its partitions, the routing of rows to partitions, and the
+//! writer thread that makes appends durable with group commit.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow::array::{Array, ArrayRef, StringArray, TimestampMicrosecondArray, UInt32Array};
+use arrow::compute;
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+use sluice_catalog::TableDef;
+use tokio::sync::oneshot;
+use tracing::{error, info_span, warn};
+
+use super::commit::CommitLog;
+use super::error::LogError;
+use super::partition::{PartitionLog, PartitionWriter};
+
+/// Offsets `[start, end)` of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+struct AppendRequest {
+    parts: Vec<(usize, RecordBatch)>,
+    reply: oneshot::Sender<Result<(), LogError>>,
+}
+
+pub struct TableLog {
+    pub def: TableDef,
+    pub dir: PathBuf,
+    partitions: Vec<Arc<PartitionLog>>,
+    sender: mpsc::Sender<AppendRequest>,
+    round_robin: AtomicU64,
+    poisoned: Arc<AtomicBool>,
+}
+
+/// At most this many statements share one fsync.
+const MAX_GROUP: usize = 256;
+
+impl TableLog {
+    /// Opens (recovering) or creates the log of `def` under `dir`.
+    pub fn open(def: TableDef, dir: &Path, segment_max_bytes: u64) -> Result<TableLog, LogError> {
+        std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
+        let n = def.options.partitions as usize;
+        let (mut commit_log, committed) = CommitLog::open(dir, n)?;
+        let mut partitions = Vec::with_capacity(n);
+        let mut writers = Vec::with_capacity(n);
+        for (k, end) in committed.iter().enumerate() {
+            let (log, writer) =
+                PartitionLog::recover(&dir.join(format!("p{k}")), k as u32, *end, segment_max_bytes)?;
+            partitions.push(Arc::new(log));
+            writers.push(writer);
+        }
+        let recovered: Vec<u64> = writers.iter().map(|w| w.next_offset()).collect();
+        if recovered != committed {
+            // The disk lost committed frames: record what is really there, so
+            // frames written after restart are not taken for committed ones.
+            warn!(table = %def.name, ?committed, ?recovered, "log shorter than its commit record");
+            commit_log.commit(&recovered)?;
+        }
+        let (sender, receiver) = mpsc::channel();
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let writer = TableWriter {
+            name: def.name.clone(),
+            partitions: partitions.clone(),
+            writers,
+            commit_log,
+            receiver,
+            poisoned: poisoned.clone(),
+            event_time_index: def.event_time_index(),
+        };
+        std::thread::Builder::new()
+            .name(format!("log-writer-{}", def.id))
+            .spawn(move || writer.run())
+            .map_err(LogError::io(dir))?;
+        Ok(TableLog {
+            def,
+            dir: dir.to_path_buf(),
+            partitions,
+            sender,
+            round_robin: AtomicU64::new(0),
+            poisoned,
+        })
+    }
+
+    pub fn partitions(&self) -> &[Arc<PartitionLog>] {
+        &self.partitions
+    }
+
+    /// Appends a statement's rows atomically and durably: returns once every
+    /// row is fsynced and committed, or an error with nothing appended.
+    pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64, LogError> {
+        let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        if rows == 0 {
+            return Ok(0);
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.def.name.clone()));
+        }
+        let mut parts = Vec::new();
+        for batch in &batches {
+            parts.extend(self.route(batch)?);
+        }
+        let parts = coalesce(parts, self.partitions.len())?;
+        let (reply, rx) = oneshot::channel();
+        self.sender
+            .send(AppendRequest { parts, reply })
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
+        rx.await
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
+        Ok(rows)
+    }
+
+    /// Splits a batch by partition: `hash(key) % partitions`, or round-robin
+    /// when the table has no partition key.
+    fn route(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>, LogError> {
+        let n = self.partitions.len();
+        if n == 1 {
+            return Ok(vec![(0, batch.clone())]);
+        }
+        let rows = batch.num_rows();
+        let assignment: Vec<usize> = match self.def.partition_key_index() {
+            Some(k) => {
+                let keys = compute::cast(batch.column(k), &DataType::Utf8)?;
+                let keys = keys
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| arrow::error::ArrowError::CastError("partition key".into()))?;
+                (0..rows)
+                    .map(|i| {
+                        if keys.is_null(i) {
+                            0
+                        } else {
+                            partition_for_key(keys.value(i).as_bytes(), n)
+                        }
+                    })
+                    .collect()
+            }
+            None => {
+                let start = self.round_robin.fetch_add(rows as u64, Ordering::Relaxed);
+                (0..rows)
+                    .map(|i| ((start + i as u64) % n as u64) as usize)
+                    .collect()
+            }
+        };
+        let mut indices: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for (row, p) in assignment.into_iter().enumerate() {
+            indices[p].push(row as u32);
+        }
+        let mut out = Vec::new();
+        for (p, idx) in indices.into_iter().enumerate() {
+            if idx.is_empty() {
+                continue;
+            }
+            let idx = UInt32Array::from(idx);
+            let columns: Vec<ArrayRef> = batch
+                .columns()
+                .iter()
+                .map(|c| compute::take(c.as_ref(), &idx, None))
+                .collect::<Result<_, _>>()?;
+            out.push((p, RecordBatch::try_new(batch.schema(), columns)?));
+        }
+        Ok(out)
+    }
+}
+
+/// The partition a key goes to. CRC32C of the key's text form: stable across
+/// restarts and versions.
+pub fn partition_for_key(key: &[u8], partitions: usize) -> usize {
+    (crc32c::crc32c(key) as usize) % partitions
+}
+
+/// Concatenates the pieces for each partition, so a statement writes at most
+/// one frame per partition (large statements are split into frames of at
+/// most `MAX_FRAME_ROWS` rows).
+fn coalesce(
+    parts: Vec<(usize, RecordBatch)>,
+    partitions: usize,
+) -> Result<Vec<(usize, RecordBatch)>, LogError> {
+    const MAX_FRAME_ROWS: usize = 64 * 1024;
+    let mut by_partition: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
+    for (p, b) in parts {
+        by_partition[p].push(b);
+    }
+    let mut out = Vec::new();
+    for (p, batches) in by_partition.into_iter().enumerate() {
+        let mut group: Vec<RecordBatch> = Vec::new();
+        let mut rows = 0;
+        for b in batches {
+            if rows + b.num_rows() > MAX_FRAME_ROWS && !group.is_empty() {
+                out.push((p, concat(&group)?));
+                group.clear();
+                rows = 0;
+            }
+            rows += b.num_rows();
+            group.push(b);
+        }
+        if !group.is_empty() {
+            out.push((p, concat(&group)?));
+        }
+    }
+    Ok(out)
+}
+
+fn concat(batches: &[RecordBatch]) -> Result<RecordBatch, LogError> {
+    if batches.len() == 1 {
+        return Ok(batches[0].clone());
+    }
+    Ok(compute::concat_batches(&batches[0].schema(), batches)?)
+}
+
+struct TableWriter {
+    name: String,
+    partitions: Vec<Arc<PartitionLog>>,
+    writers: Vec<PartitionWriter>,
+    commit_log: CommitLog,
+    receiver: mpsc::Receiver<AppendRequest>,
+    poisoned: Arc<AtomicBool>,
+    event_time_index: Option<usize>,
+}
+
+impl TableWriter {
+    fn run(mut self) {
+        let span = info_span!("log_writer", table = %self.name);
+        let _enter = span.enter();
+        while let Ok(first) = self.receiver.recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match self.receiver.try_recv() {
+                    Ok(r) => group.push(r),
+                    Err(_) => break,
+                }
+            }
+            let result = self.write_group(&group);
+            if let Err(e) = &result {
+                error!(error = %e, "append group failed");
+                let undone = self.writers.iter_mut().all(|w| w.abort_group().is_ok());
+                if !undone {
+                    self.poisoned.store(true, Ordering::Release);
+                }
+            }
+            for req in group {
+                let _ = req.reply.send(match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(copy_error(e)),
+                });
+            }
+        }
+    }
+
+    fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.name.clone()));
+        }
+        for w in &mut self.writers {
+            w.begin_group();
+        }
+        let now = now_us();
+        for req in group {
+            for (p, batch) in &req.parts {
+                let range = event_range(batch, self.event_time_index);
+                self.writers[*p].write_frame(batch, now, range)?;
+            }
+        }
+        for w in self.writers.iter_mut().filter(|w| w.has_pending()) {
+            w.sync()?;
+        }
+        let ends: Vec<u64> = self.writers.iter().map(|w| w.next_offset()).collect();
+        self.commit_log.commit(&ends)?;
+        for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
+            log.publish(w);
+        }
+        Ok(())
+    }
+}
+
+/// Each waiter of a failed group gets its own copy of the error.
+fn copy_error(e: &LogError) -> LogError {
+    match e {
+        LogError::Io { path, source } => LogError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        LogError::Poisoned(t) => LogError::Poisoned(t.clone()),
+        other => LogError::WriterStopped(other.to_string()),
+    }
+}
+
+pub fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Min and max event time of a batch; `(i64::MAX, i64::MIN)` when unknown.
+fn event_range(batch: &RecordBatch, index: Option<usize>) -> (i64, i64) {
+    let none = (i64::MAX, i64::MIN);
+    let Some(col) = index.map(|i| batch.column(i)) else {
+        return none;
+    };
+    let Some(ts) = col.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
+        return none;
+    };
+    match (compute::min(ts), compute::max(ts)) {
+        (Some(lo), Some(hi)) => (lo, hi),
+        _ => none,
+    }
+}

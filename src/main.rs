@@ -1,0 +1,58 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use sluice::server::{serve, ServerConfig};
+use tracing_subscriber::EnvFilter;
+
+/// Sluice: a streaming SQL database that speaks the PostgreSQL wire protocol.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the server.
+    Serve {
+        /// Address to accept PostgreSQL connections on.
+        #[arg(long, default_value = "127.0.0.1:5455")]
+        listen: SocketAddr,
+        /// Directory that holds the catalog and the table logs.
+        #[arg(long, default_value = "./sluice-data")]
+        data_dir: PathBuf,
+        /// A partition's active segment file is closed and a new one started
+        /// once it reaches this many bytes.
+        #[arg(long, default_value_t = 128 * 1024 * 1024)]
+        segment_bytes: u64,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { listen, data_dir, segment_bytes } => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the runtime");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
+            let config = ServerConfig { listen, data_dir, segment_max_bytes: segment_bytes };
+            match runtime.block_on(serve(config)) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "server stopped");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

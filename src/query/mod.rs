@@ -1,0 +1,11 @@
+//! The query side: DataFusion table providers over the log, the insert sink,
+//! the `sluice_catalog` system tables, and the session context that ties
+//! them together.
+
+mod context;
+mod provider;
+mod sink;
+mod system;
+
+pub use context::build_context;
+pub use provider::LogTableProvider;

@@ -1,0 +1,317 @@
+//! A log table as a DataFusion table: scans read committed frames lazily,
+//! seeking by `_partition` and `_offset` predicates; inserts go through
+//! [`super::sink::LogSink`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::datasource::sink::DataSinkExec;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
+use futures::stream;
+
+use crate::log::{FrameMeta, TableLog};
+
+use super::sink::LogSink;
+
+pub struct LogTableProvider {
+    table: Arc<TableLog>,
+    schema: SchemaRef,
+}
+
+impl fmt::Debug for LogTableProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LogTableProvider({})", self.table.def.name)
+    }
+}
+
+impl LogTableProvider {
+    pub fn new(table: Arc<TableLog>) -> Self {
+        // Every column is nullable to DataFusion: NOT NULL is enforced by the
+        // sink with PostgreSQL's error, not by the planner.
+        let q = table.def.query_schema();
+        let fields: Vec<Field> = q
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        LogTableProvider {
+            schema: Arc::new(Schema::new(fields)),
+            table,
+        }
+    }
+}
+
+/// What the pushed-down filters allow: which partitions, which offsets.
+#[derive(Debug, Clone)]
+struct ScanBounds {
+    partitions: Option<Vec<u32>>,
+    lo: u64,
+    hi: u64,
+}
+
+impl ScanBounds {
+    fn from_filters(filters: &[Expr]) -> ScanBounds {
+        let mut b = ScanBounds {
+            partitions: None,
+            lo: 0,
+            hi: u64::MAX,
+        };
+        for f in filters {
+            b.apply(f);
+        }
+        b
+    }
+
+    fn apply(&mut self, expr: &Expr) {
+        match expr {
+            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+                self.apply(left);
+                self.apply(right);
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                let (col, op, value) = match (column_name(left), literal_i64(right), column_name(right), literal_i64(left)) {
+                    (Some(c), Some(v), _, _) => (c, *op, v),
+                    (_, _, Some(c), Some(v)) => match op.swap() {
+                        Some(op) => (c, op, v),
+                        None => return,
+                    },
+                    _ => return,
+                };
+                match (col.as_str(), op) {
+                    ("_partition", Operator::Eq) => {
+                        let p = u32::try_from(value).ok();
+                        self.partitions = Some(match (&self.partitions, p) {
+                            (Some(ps), Some(p)) if ps.contains(&p) => vec![p],
+                            (None, Some(p)) => vec![p],
+                            _ => vec![],
+                        });
+                    }
+                    ("_offset", Operator::Eq) => {
+                        let v = value.max(0) as u64;
+                        self.lo = self.lo.max(v);
+                        self.hi = self.hi.min(v.saturating_add(1));
+                    }
+                    ("_offset", Operator::GtEq) => self.lo = self.lo.max(value.max(0) as u64),
+                    ("_offset", Operator::Gt) => self.lo = self.lo.max(value.saturating_add(1).max(0) as u64),
+                    ("_offset", Operator::Lt) => self.hi = self.hi.min(value.max(0) as u64),
+                    ("_offset", Operator::LtEq) => self.hi = self.hi.min(value.saturating_add(1).max(0) as u64),
+                    _ => {}
+                }
+            }
+            Expr::Between(between) if !between.negated => {
+                if column_name(&between.expr).as_deref() == Some("_offset") {
+                    if let (Some(lo), Some(hi)) = (literal_i64(&between.low), literal_i64(&between.high)) {
+                        self.lo = self.lo.max(lo.max(0) as u64);
+                        self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn column_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Column(c) => Some(c.name.clone()),
+        Expr::Cast(c) => column_name(&c.expr),
+        Expr::TryCast(c) => column_name(&c.expr),
+        _ => None,
+    }
+}
+
+fn literal_i64(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Literal(v, _) => match v {
+            ScalarValue::Int8(Some(x)) => Some(*x as i64),
+            ScalarValue::Int16(Some(x)) => Some(*x as i64),
+            ScalarValue::Int32(Some(x)) => Some(*x as i64),
+            ScalarValue::Int64(Some(x)) => Some(*x),
+            ScalarValue::UInt32(Some(x)) => Some(*x as i64),
+            ScalarValue::UInt64(Some(x)) => i64::try_from(*x).ok(),
+            _ => None,
+        },
+        Expr::Cast(c) => literal_i64(&c.expr),
+        _ => None,
+    }
+}
+
+fn is_seekable(e: &Expr) -> bool {
+    let mut b = ScanBounds { partitions: None, lo: 0, hi: u64::MAX };
+    b.apply(e);
+    b.partitions.is_some() || b.lo > 0 || b.hi < u64::MAX
+}
+
+#[async_trait]
+impl TableProvider for LogTableProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Inexact: the scan uses them to choose frames; DataFusion still
+        // filters the rows.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if is_seekable(f) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let bounds = ScanBounds::from_filters(filters);
+        let projection: Vec<usize> = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        let projected = Arc::new(self.schema.project(&projection)?);
+        let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
+        for (k, part) in self.table.partitions().iter().enumerate() {
+            if let Some(ps) = &bounds.partitions {
+                if !ps.contains(&(k as u32)) {
+                    continue;
+                }
+            }
+            let frames = part.frames_in_range(bounds.lo, bounds.hi);
+            streams.push(Arc::new(FrameStream {
+                table: self.table.clone(),
+                partition: k,
+                frames,
+                projection: projection.clone(),
+                schema: projected.clone(),
+                data_columns: self.table.def.columns.len(),
+            }));
+        }
+        if streams.is_empty() {
+            streams.push(Arc::new(FrameStream {
+                table: self.table.clone(),
+                partition: 0,
+                frames: vec![],
+                projection: projection.clone(),
+                schema: projected.clone(),
+                data_columns: self.table.def.columns.len(),
+            }));
+        }
+        Ok(Arc::new(StreamingTableExec::try_new(
+            projected, streams, None, [], false, limit,
+        )?))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported on append-only tables"
+            )));
+        }
+        Ok(Arc::new(DataSinkExec::new(
+            input,
+            Arc::new(LogSink::new(self.table.clone(), self.schema.clone())),
+            None,
+        )))
+    }
+}
+
+/// The frames of one partition chosen for a scan, read one at a time.
+struct FrameStream {
+    table: Arc<TableLog>,
+    partition: usize,
+    frames: Vec<FrameMeta>,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    data_columns: usize,
+}
+
+impl fmt::Debug for FrameStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FrameStream({} p{}, {} frames)", self.table.def.name, self.partition, self.frames.len())
+    }
+}
+
+impl PartitionStream for FrameStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let table = self.table.clone();
+        let partition = self.partition;
+        let projection = self.projection.clone();
+        let schema = self.schema.clone();
+        let data_columns = self.data_columns;
+        let frames = self.frames.clone();
+        let out_schema = schema.clone();
+        let s = stream::iter(frames).map(move |meta| {
+            let part = &table.partitions()[partition];
+            let batch = part
+                .read_frame(&meta)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            project_frame(&batch, &meta, partition as i32, &projection, data_columns, &out_schema)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, s))
+    }
+}
+
+use futures::StreamExt;
+
+/// Builds the projected batch of a frame, materialising the hidden columns.
+fn project_frame(
+    batch: &RecordBatch,
+    meta: &FrameMeta,
+    partition: i32,
+    projection: &[usize],
+    data_columns: usize,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(projection.len());
+    for &i in projection {
+        let col: ArrayRef = if i < data_columns {
+            batch.column(i).clone()
+        } else {
+            match i - data_columns {
+                0 => Arc::new(Int32Array::from(vec![partition; n])),
+                1 => {
+                    let base = meta.header.base_offset as i64;
+                    Arc::new(Int64Array::from_iter_values(base..base + n as i64))
+                }
+                _ => Arc::new(
+                    TimestampMicrosecondArray::from(vec![meta.header.ingested_at_us; n])
+                        .with_timezone("+00:00"),
+                ),
+            }
+        };
+        columns.push(col);
+    }
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}

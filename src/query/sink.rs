@@ -1,0 +1,63 @@
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::sink::DataSink;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, SendableRecordBatchStream};
+use futures::StreamExt;
+
+use crate::ingest::conform_batch;
+use crate::log::TableLog;
+
+/// Receives the rows of an `INSERT` planned by DataFusion, validates all of
+/// them, then appends them to the log as one atomic statement.
+pub struct LogSink {
+    table: Arc<TableLog>,
+    schema: SchemaRef,
+}
+
+impl LogSink {
+    pub fn new(table: Arc<TableLog>, schema: SchemaRef) -> Self {
+        LogSink { table, schema }
+    }
+}
+
+impl fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LogSink({})", self.table.def.name)
+    }
+}
+
+impl DisplayAs for LogSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LogSink: table={}", self.table.def.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for LogSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(&self, mut data: SendableRecordBatchStream, _ctx: &Arc<TaskContext>) -> Result<u64> {
+        let mut batches = Vec::new();
+        let mut row = 1u64;
+        while let Some(batch) = data.next().await {
+            let batch = batch?;
+            let n = batch.num_rows() as u64;
+            batches.push(
+                conform_batch(&self.table.def, &batch, row)
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            );
+            row += n;
+        }
+        self.table
+            .append(batches)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}

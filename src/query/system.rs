@@ -1,0 +1,164 @@
+//! The `public` schema (the log tables) and the `sluice_catalog` schema of
+//! system tables, both read live from the [`LogStore`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, Session};
+use datafusion::common::Result;
+use datafusion::datasource::{MemTable, TableProvider, TableType};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::log::LogStore;
+
+use super::provider::LogTableProvider;
+
+/// The user's tables, as the catalog names them now.
+pub struct PublicSchema {
+    pub store: Arc<LogStore>,
+}
+
+impl fmt::Debug for PublicSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PublicSchema")
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for PublicSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.store.table_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(self
+            .store
+            .table(name)
+            .map(|t| Arc::new(LogTableProvider::new(t)) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.store.table(name).is_some()
+    }
+}
+
+/// Schema `sluice_catalog`: read-only views of the server's state.
+pub struct SystemSchema {
+    pub store: Arc<LogStore>,
+}
+
+impl fmt::Debug for SystemSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SystemSchema")
+    }
+}
+
+const SYSTEM_TABLES: [&str; 1] = ["partitions"];
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn table_names(&self) -> Vec<String> {
+        SYSTEM_TABLES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(match name {
+            "partitions" => Some(Arc::new(SystemTable {
+                schema: partitions_schema(),
+                store: self.store.clone(),
+                build: partitions_batch,
+            })),
+            _ => None,
+        })
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        SYSTEM_TABLES.contains(&name)
+    }
+}
+
+/// A system table: its rows are built from the store at each scan.
+struct SystemTable {
+    schema: SchemaRef,
+    store: Arc<LogStore>,
+    build: fn(&LogStore, &SchemaRef) -> Result<RecordBatch>,
+}
+
+impl fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SystemTable")
+    }
+}
+
+#[async_trait]
+impl TableProvider for SystemTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = (self.build)(&self.store, &self.schema)?;
+        let mem = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
+        mem.scan(state, projection, filters, limit).await
+    }
+}
+
+fn partitions_schema() -> SchemaRef {
+    let i64f = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        i64f("start_offset"),
+        i64f("end_offset"),
+        i64f("rows"),
+        i64f("bytes"),
+        i64f("segments"),
+        i64f("torn_frames_dropped"),
+        i64f("frames_read"),
+    ]))
+}
+
+fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut names = vec![];
+    let mut parts = vec![];
+    let mut cols: [Vec<i64>; 7] = Default::default();
+    for t in store.tables() {
+        for p in t.partitions() {
+            let s = p.stats();
+            names.push(t.def.name.clone());
+            parts.push(p.index as i32);
+            let values = [
+                s.start_offset,
+                s.end_offset,
+                s.end_offset - s.start_offset,
+                s.bytes,
+                s.segments,
+                s.torn_frames_dropped,
+                s.frames_read,
+            ];
+            for (c, v) in cols.iter_mut().zip(values) {
+                c.push(v as i64);
+            }
+        }
+    }
+    let mut arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(names)),
+        Arc::new(Int32Array::from(parts)),
+    ];
+    arrays.extend(cols.into_iter().map(|c| Arc::new(Int64Array::from(c)) as ArrayRef));
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}

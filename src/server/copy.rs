@@ -1,0 +1,94 @@
+//! `COPY ... FROM STDIN`: the rows of the whole statement are parsed and
+//! validated as they arrive, then appended to the log as one atomic statement
+//! when the client sends CopyDone.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt};
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::results::Tag;
+use pgwire::api::ClientInfo;
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::PgWireBackendMessage;
+use tracing::info_span;
+use tracing::Instrument;
+
+use crate::error::SluiceError;
+use crate::ingest::CopyParser;
+use crate::log::TableLog;
+
+use super::handler::{session, Handlers};
+
+pub struct CopyState {
+    pub table: Arc<TableLog>,
+    pub parser: Option<CopyParser>,
+    /// The first error; later data is read and dropped, as PostgreSQL does.
+    pub error: Option<SluiceError>,
+}
+
+#[async_trait]
+impl CopyHandler for Handlers {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let s = session(client);
+        let mut guard = s.copy.lock();
+        if let Some(state) = guard.as_mut() {
+            if state.error.is_none() {
+                if let Some(parser) = state.parser.as_mut() {
+                    if let Err(e) = parser.feed(&copy_data.data) {
+                        state.error = Some(e.into());
+                        state.parser = None;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let state = session(client).copy.lock().take();
+        let Some(state) = state else {
+            return Err(SluiceError::Protocol("CopyDone without COPY in progress".into()).into_pg());
+        };
+        let span = info_span!("copy_from", table = %state.table.def.name);
+        let rows = async {
+            if let Some(e) = state.error {
+                return Err(e);
+            }
+            let parser = state.parser.ok_or_else(|| SluiceError::Protocol("COPY state lost".into()))?;
+            let batches = parser.finish()?;
+            Ok(state.table.append(batches).await?)
+        }
+        .instrument(span)
+        .await
+        .map_err(SluiceError::into_pg)?;
+        client
+            .send(PgWireBackendMessage::CommandComplete(
+                Tag::new("COPY").with_rows(rows as usize).into(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        session(client).copy.lock().take();
+        SluiceError::Protocol(format!("COPY from stdin failed: {}", fail.message)).into_pg()
+    }
+}

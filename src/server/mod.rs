@@ -1,0 +1,56 @@
+//! The PostgreSQL wire front end: connections, the simple and extended query
+//! protocols, and `COPY ... FROM STDIN`.
+
+mod copy;
+mod handler;
+mod session;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pgwire::tokio::process_socket;
+use tokio::net::TcpListener;
+use tracing::{info, info_span, warn, Instrument};
+
+use crate::log::LogStore;
+use crate::query::build_context;
+
+pub use handler::Handlers;
+
+/// What `sluice serve` is given.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub segment_max_bytes: u64,
+}
+
+/// Opens the data directory (recovering every table) and serves clients
+/// until the process ends.
+pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let store = Arc::new(LogStore::open(&config.data_dir, config.segment_max_bytes)?);
+    let ctx = Arc::new(build_context(store.clone())?);
+    let handlers = Arc::new(Handlers::new(store, ctx));
+    let listener = TcpListener::bind(config.listen).await?;
+    info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(), "sluice is ready");
+    loop {
+        let (socket, addr) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let handlers = handlers.clone();
+        tokio::spawn(
+            async move {
+                if let Err(e) = process_socket(socket, None, handlers).await {
+                    warn!(error = %e, "connection ended with an error");
+                }
+            }
+            .instrument(info_span!("connection", peer = %addr)),
+        );
+    }
+}
