@@ -190,6 +190,23 @@ impl SluiceQueryParser {
         }
     }
 
+    /// An INSERT without a column list names the table's columns, so that
+    /// DataFusion does not expect values for the hidden columns.
+    fn insert_with_columns(&self, table: &str, mut statement: ast::Statement) -> Result<ast::Statement, SluiceError> {
+        let log = self.store.table(table).ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+        if let ast::Statement::Insert(insert) = &mut statement {
+            if insert.columns.is_empty() {
+                insert.columns = log
+                    .def
+                    .columns
+                    .iter()
+                    .map(|c| ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::with_quote('"', &c.name))]))
+                    .collect();
+            }
+        }
+        Ok(statement)
+    }
+
     async fn prepare(&self, sql: &str) -> Result<Prepared, SluiceError> {
         let mut pieces = split_statements(sql)?;
         if pieces.is_empty() {
@@ -208,10 +225,8 @@ impl SluiceQueryParser {
         }
         match stmt {
             Statement::Insert { literal_rows: None, statement, table, .. } => {
-                if self.store.table(&table).is_none() {
-                    return Err(SluiceError::UndefinedTable(table));
-                }
-                Ok(Prepared::Plan { plan: Box::new(self.plan(*statement).await?), is_insert: true })
+                let statement = self.insert_with_columns(&table, *statement)?;
+                Ok(Prepared::Plan { plan: Box::new(self.plan(statement).await?), is_insert: true })
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q);
@@ -346,10 +361,8 @@ impl Handlers {
                 Ok(Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(n as usize)))
             }
             Statement::Insert { table, statement, .. } => {
-                if self.store.table(&table).is_none() {
-                    return Err(SluiceError::UndefinedTable(table));
-                }
-                let plan = self.parser.plan(*statement).await?;
+                let statement = self.parser.insert_with_columns(&table, *statement)?;
+                let plan = self.parser.plan(statement).await?;
                 self.run_plan(client, plan, true, &Format::UnifiedText).await
             }
             Statement::Transaction(op) => Ok(match op {

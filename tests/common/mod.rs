@@ -1,0 +1,143 @@
+//! Starts a real `sluice` server process on an ephemeral port for a test.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub port: u16,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+impl Server {
+    /// Starts a server on a fresh data directory.
+    pub fn start(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
+        let mut s = Server {
+            port: 0,
+            data_dir: dir.join("data"),
+            child: None,
+            log: dir.join("server.log"),
+        };
+        s.spawn(extra);
+        s
+    }
+
+    fn spawn(&mut self, extra: &[&str]) {
+        self.port = free_port();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("server log");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start sluice");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "server did not start; log:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL by pid, then wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let status = Command::new("kill")
+                .arg("-9")
+                .arg(c.id().to_string())
+                .status()
+                .expect("kill -9");
+            assert!(status.success());
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same data directory.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn(&[]);
+    }
+
+    pub fn conn_string(&self) -> String {
+        format!("host=127.0.0.1 port={} user=test dbname=test", self.port)
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.conn_string(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// Runs psql with the given script on stdin; returns (success, stdout, stderr).
+    pub fn psql(&self, script: &str) -> (bool, String, String) {
+        use std::io::Write;
+        let mut child = Command::new("psql")
+            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "test", "-d", "test"])
+            .args(["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("psql is installed");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("write script");
+        let out = child.wait_with_output().expect("psql output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The SQLSTATE of a failed statement.
+pub fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no code: {e}"))
+}

@@ -1,0 +1,269 @@
+//! The wire protocol as clients use it: psql, tokio-postgres (prepared
+//! statements, binary results), psycopg, errors and restarts.
+
+mod common;
+
+use common::{sqlstate, Server};
+
+const USAGE: &str = "CREATE TABLE usage (event_id TEXT, tenant TEXT NOT NULL, tokens BIGINT, event_time TIMESTAMP) \
+                     APPEND ONLY WITH (partitions = 4, partition_key = 'tenant', retention = '7 days')";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_prepared_statements_and_binary_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(USAGE).await.unwrap();
+    let insert = c
+        .prepare("INSERT INTO usage (event_id, tenant, tokens, event_time) VALUES ($1, $2, $3, $4)")
+        .await
+        .unwrap();
+    let t0 = chrono::NaiveDate::from_ymd_opt(2024, 5, 1).unwrap().and_hms_opt(12, 0, 0).unwrap();
+    for i in 0..20i64 {
+        let n = c
+            .execute(&insert, &[&format!("e{i}"), &format!("t{}", i % 3), &(i * 10), &(t0 + chrono::Duration::seconds(i))])
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    // Binary results through a prepared query with a parameter.
+    let rows = c
+        .query("SELECT tenant, SUM(tokens) AS s, COUNT(*) AS n FROM usage WHERE tokens >= $1 GROUP BY tenant ORDER BY tenant", &[&50i64])
+        .await
+        .unwrap();
+    let got: Vec<(String, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    let mut want = std::collections::BTreeMap::new();
+    for i in 5..20i64 {
+        let e = want.entry(format!("t{}", i % 3)).or_insert((0i64, 0i64));
+        e.0 += i * 10;
+        e.1 += 1;
+    }
+    let want: Vec<(String, i64, i64)> = want.into_iter().map(|(k, (s, n))| (k, s, n)).collect();
+    assert_eq!(got, want);
+    let row = c
+        .query_one("SELECT event_time, _partition, _offset FROM usage WHERE event_id = $1", &[&"e3"])
+        .await
+        .unwrap();
+    let at: chrono::NaiveDateTime = row.get(0);
+    assert_eq!(at, t0 + chrono::Duration::seconds(3));
+    let p: i32 = row.get(1);
+    assert!((0..4).contains(&p));
+    // Same key, same partition; offsets within a partition are dense.
+    let rows = c
+        .query("SELECT tenant, _partition, _offset FROM usage ORDER BY _partition, _offset", &[])
+        .await
+        .unwrap();
+    let mut by_tenant = std::collections::HashMap::new();
+    let mut expected_offset = std::collections::HashMap::new();
+    for r in &rows {
+        let (t, p, o): (String, i32, i64) = (r.get(0), r.get(1), r.get(2));
+        assert_eq!(*by_tenant.entry(t).or_insert(p), p);
+        let next = expected_offset.entry(p).or_insert(0i64);
+        assert_eq!(o, *next);
+        *next += 1;
+    }
+    // Transactions are accepted.
+    c.batch_execute("BEGIN; INSERT INTO usage VALUES ('x1','t9',1,NULL); COMMIT").await.unwrap();
+    c.batch_execute("BEGIN; ROLLBACK").await.unwrap();
+    // INSERT ... SELECT
+    let n = c.execute("INSERT INTO usage SELECT event_id || '-copy', tenant, tokens, event_time FROM usage WHERE tenant = 't0'", &[]).await.unwrap();
+    assert_eq!(n, 7);
+    let total: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    assert_eq!(total, 28);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_star_hides_system_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(USAGE).await.unwrap();
+    c.batch_execute("INSERT INTO usage VALUES ('e1','a',1,'2024-01-01 00:00:00')").await.unwrap();
+    let row = c.query_one("SELECT * FROM usage", &[]).await.unwrap();
+    let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["event_id", "tenant", "tokens", "event_time"]);
+    let row = c.query_one("SELECT u.*, _offset FROM usage u", &[]).await.unwrap();
+    assert_eq!(row.columns().len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(USAGE).await.unwrap();
+    let cases = [
+        ("SELEC 1", "42601"),
+        ("SELECT * FROM missing", "42P01"),
+        (USAGE, "42P07"),
+        ("SELECT nope FROM usage", "42703"),
+        ("INSERT INTO usage VALUES ('e','t','abc',NULL)", "22P02"),
+        ("INSERT INTO usage VALUES ('e',NULL,1,NULL)", "23502"),
+        ("INSERT INTO usage VALUES ('e','t',1,NULL,5)", "22P04"),
+        ("UPDATE usage SET tokens = 1", "0A000"),
+        ("CREATE TABLE k (id TEXT PRIMARY KEY)", "0A000"),
+    ];
+    for (sql, code) in cases {
+        let e = c.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+        // Still usable.
+        let one: i64 = c.query_one("SELECT 1::BIGINT", &[]).await.unwrap().get(0);
+        assert_eq!(one, 1);
+    }
+    // A bad row rejects the whole statement.
+    let e = c
+        .batch_execute("INSERT INTO usage VALUES ('a','t',1,NULL), ('b','t',2,NULL), ('c','t','x',NULL)")
+        .await
+        .unwrap_err();
+    assert!(e.as_db_error().unwrap().message().contains("row 3, column tokens"), "{e}");
+    let n: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    assert_eq!(n, 0);
+    // JSONB is validated on write.
+    c.batch_execute("CREATE TABLE docs (d JSONB) APPEND ONLY").await.unwrap();
+    c.batch_execute("INSERT INTO docs VALUES ('{\"a\": [1, 2]}')").await.unwrap();
+    let e = c.batch_execute("INSERT INTO docs VALUES ('{\"a\": ')").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22P02");
+    // DROP TABLE [IF EXISTS]
+    c.batch_execute("DROP TABLE docs").await.unwrap();
+    c.batch_execute("DROP TABLE IF EXISTS docs").await.unwrap();
+    assert_eq!(sqlstate(&c.batch_execute("DROP TABLE docs").await.unwrap_err()), "42P01");
+    c.batch_execute(&USAGE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_message_closes_only_that_connection() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let good = server.connect().await;
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    // A startup packet claiming a huge length, then garbage.
+    raw.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8]).await.unwrap();
+    let _ = raw.shutdown().await;
+    drop(raw);
+    let one: i64 = good.query_one("SELECT 1::BIGINT", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    let other = server.connect().await;
+    other.batch_execute("SELECT 1").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_smoke_with_copy_and_catalog_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let csv = dir.path().join("usage.csv");
+    let mut text = String::from("event_id,tenant,tokens,event_time\n");
+    for i in 0..1000 {
+        text.push_str(&format!("e{i},t{},{},2024-01-01 00:{:02}:{:02}\n", i % 7, i, (i / 60) % 60, i % 60));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let script = format!(
+        "{USAGE};\n\\copy usage FROM '{}' WITH (FORMAT csv, HEADER true)\n\
+         SELECT COUNT(*), SUM(tokens) FROM usage;\n\\dt\n\\d usage\n\\l\n\
+         SELECT 1 AS a; SELECT 2 AS b;\n",
+        csv.display()
+    );
+    let (ok, out, err) = server.psql(&script);
+    assert!(ok, "psql failed: {err}\n{out}");
+    let squeezed = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(squeezed.contains("1000 | 499500"), "{out}");
+    assert!(out.contains("usage") && out.contains("table"), "\\dt: {out}");
+    assert!(out.contains("event_time") && out.contains("timestamp without time zone"), "\\d: {out}");
+    assert!(out.contains("sluice"), "\\l: {out}");
+    // A bad line fails the whole COPY and names line and column.
+    std::fs::write(&csv, "e1,t1,1,2024-01-01 00:00:00\ne2,t1,oops,2024-01-01 00:00:00\n").unwrap();
+    let (ok, _, err) = server.psql(&format!("\\copy usage FROM '{}' WITH (FORMAT csv)\n", csv.display()));
+    assert!(!ok);
+    assert!(err.contains("22P02") && err.contains("line 2, column tokens"), "{err}");
+    let (ok, out, err) = server.psql("SELECT COUNT(*) FROM usage;\n");
+    assert!(ok, "{err}");
+    assert!(out.contains("1000"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_every_row_and_offsets_seek() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    {
+        let c = server.connect().await;
+        c.batch_execute("CREATE TABLE ev (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 4)").await.unwrap();
+        // Many small statements: many frames per partition.
+        for chunk in 0..100 {
+            let values: Vec<String> = (0..400).map(|i| format!("({}, 'x')", chunk * 400 + i)).collect();
+            c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(","))).await.unwrap();
+        }
+    }
+    server.restart();
+    let c = server.connect().await;
+    let (n, s): (i64, i64) = {
+        let r = c.query_one("SELECT COUNT(*), SUM(id) FROM ev", &[]).await.unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(n, 40_000);
+    assert_eq!(s, (0..40_000i64).sum::<i64>());
+    let before = frames_read(&c).await;
+    let rows = c
+        .query("SELECT _offset FROM ev WHERE _partition = 2 AND _offset >= 8800 ORDER BY _offset LIMIT 100", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 100);
+    assert_eq!(rows[0].get::<_, i64>(0), 8800);
+    let read = frames_read(&c).await - before;
+    // Partition 2 holds 100 frames of 100 rows; offsets 8800.. are in the last 12.
+    assert!(read > 0 && read <= 12, "read {read} frames");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_smoke() {
+    let has_psycopg = std::process::Command::new("python3")
+        .args(["-c", "import psycopg"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !has_psycopg {
+        assert!(std::env::var("CI").is_err(), "psycopg must be installed in CI");
+        eprintln!("psycopg not installed; skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let script = format!(
+        r#"
+import psycopg, datetime
+with psycopg.connect("host=127.0.0.1 port={port} user=test dbname=test", autocommit=True) as conn:
+    conn.execute("""{USAGE}""")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO usage VALUES (%s, %s, %s, %s)",
+            [(f"e{{i}}", f"t{{i % 3}}", i, datetime.datetime(2024, 1, 1, 0, 0, i)) for i in range(30)])
+        with cur.copy("COPY usage (event_id, tenant, tokens) FROM STDIN") as copy:
+            for i in range(30, 40):
+                copy.write_row((f"e{{i}}", "t0", i))
+        cur.execute("SELECT tenant, SUM(tokens) FROM usage WHERE tokens >= %s GROUP BY tenant ORDER BY tenant", (10,))
+        rows = cur.fetchall()
+        assert rows == [("t0", 12 + 15 + 18 + 21 + 24 + 27 + sum(range(30, 40))), ("t1", 10 + 13 + 16 + 19 + 22 + 25 + 28), ("t2", 11 + 14 + 17 + 20 + 23 + 26 + 29)], rows
+        try:
+            cur.execute("SELECT * FROM nope")
+            raise SystemExit("expected an error")
+        except psycopg.errors.UndefinedTable:
+            pass
+        cur.execute("SELECT COUNT(*) FROM usage")
+        assert cur.fetchone()[0] == 40
+print("ok")
+"#,
+        port = server.port
+    );
+    let out = std::process::Command::new("python3").arg("-c").arg(script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "psycopg script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn frames_read(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT SUM(frames_read) FROM sluice_catalog.partitions WHERE partition = 2", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+}
