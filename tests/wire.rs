@@ -267,3 +267,36 @@ async fn frames_read(c: &tokio_postgres::Client) -> i64 {
         .unwrap()
         .get::<_, i64>(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_share_fsyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.connect().await.batch_execute(USAGE).await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..16 {
+        let conn = server.conn_string();
+        tasks.push(tokio::spawn(async move {
+            let (c, conn) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(conn);
+            for i in 0..25 {
+                c.batch_execute(&format!("INSERT INTO usage VALUES ('w{w}-{i}', 't{w}', 1, NULL)"))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let c = server.connect().await;
+    let r = c
+        .query_one("SELECT statements, commits FROM sluice_catalog.tables WHERE table_name = 'usage'", &[])
+        .await
+        .unwrap();
+    let (statements, commits): (i64, i64) = (r.get(0), r.get(1));
+    assert_eq!(statements, 400);
+    assert!(commits < statements, "group commit: {commits} commits for {statements} statements");
+    let n: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    assert_eq!(n, 400);
+}

@@ -37,6 +37,15 @@ pub struct TableLog {
     sender: mpsc::Sender<AppendRequest>,
     round_robin: AtomicU64,
     poisoned: Arc<AtomicBool>,
+    counters: Arc<WriteCounters>,
+}
+
+/// How appends were grouped: with group commit, `commits` stays well below
+/// `statements` under concurrent writers.
+#[derive(Debug, Default)]
+pub struct WriteCounters {
+    pub statements: AtomicU64,
+    pub commits: AtomicU64,
 }
 
 /// At most this many statements share one fsync.
@@ -65,7 +74,9 @@ impl TableLog {
         }
         let (sender, receiver) = mpsc::channel();
         let poisoned = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(WriteCounters::default());
         let writer = TableWriter {
+            counters: counters.clone(),
             name: def.name.clone(),
             partitions: partitions.clone(),
             writers,
@@ -85,7 +96,12 @@ impl TableLog {
             sender,
             round_robin: AtomicU64::new(0),
             poisoned,
+            counters,
         })
+    }
+
+    pub fn counters(&self) -> &WriteCounters {
+        &self.counters
     }
 
     pub fn partitions(&self) -> &[Arc<PartitionLog>] {
@@ -222,6 +238,7 @@ struct TableWriter {
     receiver: mpsc::Receiver<AppendRequest>,
     poisoned: Arc<AtomicBool>,
     event_time_index: Option<usize>,
+    counters: Arc<WriteCounters>,
 }
 
 impl TableWriter {
@@ -275,6 +292,10 @@ impl TableWriter {
         for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
             log.publish(w);
         }
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .statements
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

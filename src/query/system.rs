@@ -57,7 +57,7 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 1] = ["partitions"];
+const SYSTEM_TABLES: [&str; 2] = ["partitions", "tables"];
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
@@ -71,6 +71,11 @@ impl SchemaProvider for SystemSchema {
                 schema: partitions_schema(),
                 store: self.store.clone(),
                 build: partitions_batch,
+            })),
+            "tables" => Some(Arc::new(SystemTable {
+                schema: tables_schema(),
+                store: self.store.clone(),
+                build: tables_batch,
             })),
             _ => None,
         })
@@ -160,5 +165,41 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
         Arc::new(Int32Array::from(parts)),
     ];
     arrays.extend(cols.into_iter().map(|c| Arc::new(Int64Array::from(c)) as ArrayRef));
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn tables_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("partitions", DataType::Int32, false),
+        Field::new("partition_key", DataType::Utf8, true),
+        Field::new("retention_seconds", DataType::Int64, true),
+        Field::new("statements", DataType::Int64, false),
+        Field::new("commits", DataType::Int64, false),
+    ]))
+}
+
+fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    use std::sync::atomic::Ordering;
+    let tables = store.tables();
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(tables.iter().map(|t| t.def.name.clone()))),
+        Arc::new(Int32Array::from_iter_values(tables.iter().map(|t| t.def.options.partitions as i32))),
+        Arc::new(StringArray::from(
+            tables.iter().map(|t| t.def.options.partition_key.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            tables
+                .iter()
+                .map(|t| t.def.options.retention_secs.map(|s| s as i64))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            tables.iter().map(|t| t.counters().statements.load(Ordering::Relaxed) as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            tables.iter().map(|t| t.counters().commits.load(Ordering::Relaxed) as i64),
+        )),
+    ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
