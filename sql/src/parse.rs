@@ -60,30 +60,47 @@ pub struct CopyFrom {
 }
 
 /// Splits a query string into its statements at top-level semicolons,
-/// respecting quotes, comments and dollar quoting. Empty statements are dropped.
+/// respecting quotes, comments and dollar quoting. Each statement is the
+/// exact source text between the semicolons; empty ones are dropped.
 pub fn split_statements(sql: &str) -> Result<Vec<String>, SqlError> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
+        .tokenize_with_location()
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let byte_at = |line: u64, column: u64| byte_offset(sql, line, column);
     let mut out = Vec::new();
-    let mut current = String::new();
-    for token in tokens {
-        if token == Token::SemiColon {
-            push_nonempty(&mut out, &mut current);
-        } else {
-            current.push_str(&token.to_string());
+    let mut begin = 0;
+    for t in &tokens {
+        if t.token == Token::SemiColon {
+            let end = byte_at(t.span.start.line, t.span.start.column);
+            push_nonempty(&mut out, &sql[begin..end]);
+            begin = (end + 1).min(sql.len());
         }
     }
-    push_nonempty(&mut out, &mut current);
+    push_nonempty(&mut out, &sql[begin..]);
     Ok(out)
 }
 
-fn push_nonempty(out: &mut Vec<String>, current: &mut String) {
-    let trimmed = current.trim();
-    if !trimmed.is_empty() && !trimmed.starts_with("--") || has_code(trimmed) {
+/// Byte offset of a tokenizer location (1-based line and character column).
+fn byte_offset(sql: &str, line: u64, column: u64) -> usize {
+    let mut start = 0;
+    for _ in 1..line {
+        match sql[start..].find('\n') {
+            Some(i) => start += i + 1,
+            None => return sql.len(),
+        }
+    }
+    sql[start..]
+        .char_indices()
+        .nth(column.saturating_sub(1) as usize)
+        .map(|(i, _)| start + i)
+        .unwrap_or(sql.len())
+}
+
+fn push_nonempty(out: &mut Vec<String>, text: &str) {
+    let trimmed = text.trim();
+    if has_code(trimmed) {
         out.push(trimmed.to_string());
     }
-    current.clear();
 }
 
 /// True when the text holds something besides comments.
@@ -94,7 +111,7 @@ fn has_code(text: &str) -> bool {
             ts.iter()
                 .any(|t| !matches!(t, Token::Whitespace(_) | Token::EOF))
         })
-        .unwrap_or(true)
+        .unwrap_or(!text.is_empty())
 }
 
 /// Parses one statement (as produced by [`split_statements`]).
@@ -121,38 +138,35 @@ fn strip_parser_prefix(msg: &str) -> String {
 /// whether the clause was present.
 fn strip_append_only(sql: &str) -> Result<(String, bool), SqlError> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
+        .tokenize_with_location()
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
-    let significant: Vec<usize> = tokens
+    let significant: Vec<_> = tokens
         .iter()
-        .enumerate()
-        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
-        .map(|(i, _)| i)
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
         .collect();
-    let is_word = |i: usize, kw: &str| matches!(&tokens[i], Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
-    if significant.len() < 2 || !is_word(significant[0], "create") || !is_word(significant[1], "table") {
+    let is_word = |t: &Token, kw: &str| matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
+    if significant.len() < 2
+        || !is_word(&significant[0].token, "create")
+        || !is_word(&significant[1].token, "table")
+    {
         return Ok((sql.to_string(), false));
     }
     let mut depth = 0i32;
-    for (n, &i) in significant.iter().enumerate() {
-        match &tokens[i] {
+    for (n, t) in significant.iter().enumerate() {
+        match t.token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             _ => {}
         }
         if depth == 0
             && n + 1 < significant.len()
-            && is_word(i, "append")
-            && is_word(significant[n + 1], "only")
+            && is_word(&t.token, "append")
+            && is_word(&significant[n + 1].token, "only")
         {
-            let skip = [i, significant[n + 1]];
-            let rest: String = tokens
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| !skip.contains(j))
-                .map(|(_, t)| t.to_string())
-                .collect();
-            return Ok((rest, true));
+            let from = byte_offset(sql, t.span.start.line, t.span.start.column);
+            let end = &significant[n + 1].span.end;
+            let to = byte_offset(sql, end.line, end.column);
+            return Ok((format!("{} {}", &sql[..from], &sql[to..]), true));
         }
     }
     Ok((sql.to_string(), false))
@@ -505,5 +519,25 @@ mod tests {
     #[test]
     fn syntax_errors_are_reported() {
         assert!(matches!(parse_sql("SELEC 1"), Err(SqlError::Syntax(_))));
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+
+    #[test]
+    fn append_only_keeps_literals_exact() {
+        let (sql, append) = strip_append_only("CREATE TABLE t (a TEXT)\nAPPEND  ONLY WITH (retention = '7 days')").unwrap();
+        assert!(append);
+        assert_eq!(sql, "CREATE TABLE t (a TEXT)\n  WITH (retention = '7 days')");
+    }
+
+    #[test]
+    fn split_keeps_literals_exact() {
+        let sql = "INSERT INTO t VALUES ('it''s; fine', E'a\\nb', $$x;y$$); SELECT 'é'";
+        let parts = split_statements(sql).unwrap();
+        assert_eq!(parts[0], "INSERT INTO t VALUES ('it''s; fine', E'a\\nb', $$x;y$$)");
+        assert_eq!(parts[1], "SELECT 'é'");
     }
 }
