@@ -47,8 +47,13 @@ impl SluiceError {
         match self {
             SluiceError::DataFusion(e) => match root(e) {
                 DataFusionError::External(inner) => inner.to_string(),
-                DataFusionError::Plan(m) | DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => m.clone(),
-                DataFusionError::SQL(p, _) => p.to_string().trim_start_matches("sql parser error: ").to_string(),
+                DataFusionError::Plan(m)
+                | DataFusionError::Execution(m)
+                | DataFusionError::NotImplemented(m) => m.clone(),
+                DataFusionError::SQL(p, _) => p
+                    .to_string()
+                    .trim_start_matches("sql parser error: ")
+                    .to_string(),
                 other => other.to_string(),
             },
             other => other.to_string(),
@@ -103,11 +108,14 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::SchemaError(s, _) => match s.as_ref() {
             SchemaError::FieldNotFound { .. } => "42703",
             SchemaError::AmbiguousReference { .. } => "42702",
-            SchemaError::DuplicateQualifiedField { .. } | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+            SchemaError::DuplicateQualifiedField { .. }
+            | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
         },
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             arrow::error::ArrowError::DivideByZero => "22012",
-            arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => "22P02",
+            arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => {
+                "22P02"
+            }
             _ => "XX000",
         },
         DataFusionError::External(inner) => {
@@ -157,9 +165,15 @@ mod tests {
             "42P07"
         );
         assert_eq!(
-            SluiceError::DataFusion(DataFusionError::Plan("table 'sluice.public.x' not found".into())).sqlstate(),
+            SluiceError::DataFusion(DataFusionError::Plan(
+                "table 'sluice.public.x' not found".into()
+            ))
+            .sqlstate(),
             "42P01"
         );
-        assert_eq!(SluiceError::Sql(SqlError::Syntax("x".into())).sqlstate(), "42601");
+        assert_eq!(
+            SluiceError::Sql(SqlError::Syntax("x".into())).sqlstate(),
+            "42601"
+        );
     }
 }

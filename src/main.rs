@@ -32,20 +32,33 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { listen, data_dir, segment_bytes } => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Command::Serve {
+            listen,
+            data_dir,
+            segment_bytes,
+        } => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the runtime");
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            let config = ServerConfig { listen, data_dir, segment_max_bytes: segment_bytes };
+            let config = ServerConfig {
+                listen,
+                data_dir,
+                segment_max_bytes: segment_bytes,
+            };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {

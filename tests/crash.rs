@@ -24,12 +24,28 @@ struct Ledger {
 
 fn batch_rows(prefix: &str, n: usize) -> Vec<(String, String, i64)> {
     (0..n)
-        .map(|i| (format!("{prefix}-r{i}"), format!("t{}", i % 13), (i as i64) * 7 + 1))
+        .map(|i| {
+            (
+                format!("{prefix}-r{i}"),
+                format!("t{}", i % 13),
+                (i as i64) * 7 + 1,
+            )
+        })
         .collect()
 }
 
-async fn write_batches(port: u16, writer: usize, round: usize, use_copy: bool, ledger: Arc<Mutex<Ledger>>) {
-    let conn = tokio_postgres::connect(&format!("host=127.0.0.1 port={port} user=w dbname=w"), tokio_postgres::NoTls).await;
+async fn write_batches(
+    port: u16,
+    writer: usize,
+    round: usize,
+    use_copy: bool,
+    ledger: Arc<Mutex<Ledger>>,
+) {
+    let conn = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=w dbname=w"),
+        tokio_postgres::NoTls,
+    )
+    .await;
     let Ok((client, conn)) = conn else { return };
     tokio::spawn(async move {
         let _ = conn.await;
@@ -55,7 +71,9 @@ async fn write_batches(port: u16, writer: usize, round: usize, use_copy: bool, l
                 .iter()
                 .map(|(id, t, tok)| format!("('{id}', '{t}', {tok}, '2024-01-01 00:00:00')"))
                 .collect();
-            client.batch_execute(&format!("INSERT INTO usage VALUES {}", values.join(", "))).await
+            client
+                .batch_execute(&format!("INSERT INTO usage VALUES {}", values.join(", ")))
+                .await
         };
         let mut l = ledger.lock().unwrap();
         match result {
@@ -79,7 +97,13 @@ async fn sigkill_during_ingest_keeps_acknowledged_rows_exactly_once() {
     for round in 0..KILLS {
         let mut tasks = Vec::new();
         for w in 0..4 {
-            tasks.push(tokio::spawn(write_batches(server.port, w, round, w % 2 == 0, ledger.clone())));
+            tasks.push(tokio::spawn(write_batches(
+                server.port,
+                w,
+                round,
+                w % 2 == 0,
+                ledger.clone(),
+            )));
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(80..600))).await;
         server.kill9();
@@ -90,8 +114,16 @@ async fn sigkill_during_ingest_keeps_acknowledged_rows_exactly_once() {
         verify(&server, &ledger).await;
     }
     let l = ledger.lock().unwrap();
-    assert!(l.acked.len() > KILLS * 4, "too few batches were acknowledged: {}", l.acked.len());
-    println!("crash runs: {KILLS}/{KILLS} exact, acknowledged batches: {}, in doubt: {}", l.acked.len(), l.in_doubt.len());
+    assert!(
+        l.acked.len() > KILLS * 4,
+        "too few batches were acknowledged: {}",
+        l.acked.len()
+    );
+    println!(
+        "crash runs: {KILLS}/{KILLS} exact, acknowledged batches: {}, in doubt: {}",
+        l.acked.len(),
+        l.in_doubt.len()
+    );
 }
 
 async fn verify(server: &Server, ledger: &Arc<Mutex<Ledger>>) {
@@ -105,17 +137,33 @@ async fn verify(server: &Server, ledger: &Arc<Mutex<Ledger>>) {
     assert!(dup.is_empty(), "duplicated rows: {dup:?}");
     let mut by_batch: HashMap<String, usize> = HashMap::new();
     for id in counts.keys() {
-        let batch = id.rsplit_once("-r").map(|(b, _)| b.to_string()).unwrap_or_default();
+        let batch = id
+            .rsplit_once("-r")
+            .map(|(b, _)| b.to_string())
+            .unwrap_or_default();
         *by_batch.entry(batch).or_default() += 1;
     }
     let l = ledger.lock().unwrap();
-    let size = |b: &str| if b.contains("-w0-") || b.contains("-w2-") { 300 } else { 40 };
+    let size = |b: &str| {
+        if b.contains("-w0-") || b.contains("-w2-") {
+            300
+        } else {
+            40
+        }
+    };
     for b in &l.acked {
-        assert_eq!(by_batch.get(b).copied().unwrap_or(0), size(b), "acknowledged batch {b} incomplete");
+        assert_eq!(
+            by_batch.get(b).copied().unwrap_or(0),
+            size(b),
+            "acknowledged batch {b} incomplete"
+        );
     }
     for b in &l.in_doubt {
         let n = by_batch.get(b).copied().unwrap_or(0);
-        assert!(n == 0 || n == size(b), "unacknowledged batch {b} half present: {n} rows");
+        assert!(
+            n == 0 || n == size(b),
+            "unacknowledged batch {b} half present: {n} rows"
+        );
     }
     let known: usize = l.acked.len() + l.in_doubt.len();
     assert!(by_batch.len() <= known, "rows from batches never sent");
@@ -141,11 +189,15 @@ async fn torn_tail_is_cut_at_the_last_good_frame() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let c = server.connect().await;
-    c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY").await.unwrap();
+    c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY")
+        .await
+        .unwrap();
     for i in 0..10 {
-        c.batch_execute(&format!("INSERT INTO t SELECT {i} * 100 + value, 'row' FROM generate_series(0, 99)"))
-            .await
-            .unwrap();
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT {i} * 100 + value, 'row' FROM generate_series(0, 99)"
+        ))
+        .await
+        .unwrap();
     }
     drop(c);
     server.kill9();
@@ -156,21 +208,36 @@ async fn torn_tail_is_cut_at_the_last_good_frame() {
     drop(f);
     server.restart();
     let c = server.connect().await;
-    let n: i64 = c.query_one("SELECT COUNT(*) FROM t", &[]).await.unwrap().get(0);
-    assert_eq!(n, 900, "the torn last frame is dropped, the nine before it kept");
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        n, 900,
+        "the torn last frame is dropped, the nine before it kept"
+    );
     let torn: i64 = c
-        .query_one("SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'", &[])
+        .query_one(
+            "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
     assert_eq!(torn, 1);
     assert!(server.log_text().contains("cut torn"), "recovery is logged");
     // Appends continue from the cut, and survive another restart.
-    c.batch_execute("INSERT INTO t VALUES (5000, 'after')").await.unwrap();
+    c.batch_execute("INSERT INTO t VALUES (5000, 'after')")
+        .await
+        .unwrap();
     drop(c);
     server.restart();
     let c = server.connect().await;
-    let r = c.query_one("SELECT COUNT(*), MAX(_offset) FROM t", &[]).await.unwrap();
+    let r = c
+        .query_one("SELECT COUNT(*), MAX(_offset) FROM t", &[])
+        .await
+        .unwrap();
     assert_eq!(r.get::<_, i64>(0), 901);
     assert_eq!(r.get::<_, i64>(1), 900);
 }
@@ -180,9 +247,13 @@ async fn corrupt_frame_cuts_the_log_there() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let c = server.connect().await;
-    c.batch_execute("CREATE TABLE t (id BIGINT) APPEND ONLY").await.unwrap();
+    c.batch_execute("CREATE TABLE t (id BIGINT) APPEND ONLY")
+        .await
+        .unwrap();
     for i in 0..10 {
-        c.batch_execute(&format!("INSERT INTO t VALUES ({i})")).await.unwrap();
+        c.batch_execute(&format!("INSERT INTO t VALUES ({i})"))
+            .await
+            .unwrap();
     }
     drop(c);
     server.kill9();
@@ -194,11 +265,17 @@ async fn corrupt_frame_cuts_the_log_there() {
     std::fs::write(&seg, bytes).unwrap();
     server.restart();
     let c = server.connect().await;
-    let r = c.query_one("SELECT COUNT(*), MAX(id) FROM t", &[]).await.unwrap();
+    let r = c
+        .query_one("SELECT COUNT(*), MAX(id) FROM t", &[])
+        .await
+        .unwrap();
     assert_eq!(r.get::<_, i64>(0), 5);
     assert_eq!(r.get::<_, i64>(1), 4);
     let torn: i64 = c
-        .query_one("SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'", &[])
+        .query_one(
+            "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);

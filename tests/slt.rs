@@ -29,7 +29,10 @@ impl sqllogictest::AsyncDB for Wire {
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, WireError> {
         let messages = self.client.simple_query(sql).await.map_err(|e| {
             let code = e.code().map(|c| c.code().to_string()).unwrap_or_default();
-            let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string());
+            let msg = e
+                .as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_else(|| e.to_string());
             WireError(format!("{code}: {msg}"))
         })?;
         let mut rows = Vec::new();
@@ -39,7 +42,11 @@ impl sqllogictest::AsyncDB for Wire {
             match m {
                 tokio_postgres::SimpleQueryMessage::Row(r) => {
                     width = Some(r.len());
-                    rows.push((0..r.len()).map(|i| r.get(i).unwrap_or("NULL").to_string()).collect());
+                    rows.push(
+                        (0..r.len())
+                            .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                            .collect(),
+                    );
                 }
                 tokio_postgres::SimpleQueryMessage::RowDescription(d) => width = Some(d.len()),
                 tokio_postgres::SimpleQueryMessage::CommandComplete(n) => affected = n,
@@ -47,7 +54,10 @@ impl sqllogictest::AsyncDB for Wire {
             }
         }
         Ok(match width {
-            Some(w) => DBOutput::Rows { types: vec![DefaultColumnType::Any; w], rows },
+            Some(w) => DBOutput::Rows {
+                types: vec![DefaultColumnType::Any; w],
+                rows,
+            },
             None => DBOutput::StatementComplete(affected),
         })
     }
@@ -85,7 +95,12 @@ async fn sqllogictest_files() {
             }
         });
         if let Err(e) = runner.run_file_async(&file).await {
-            panic!("{}: {}\nserver log:\n{}", file.display(), e, server.log_text());
+            panic!(
+                "{}: {}\nserver log:\n{}",
+                file.display(),
+                e,
+                server.log_text()
+            );
         }
         println!("{}: ok", file.display());
     }

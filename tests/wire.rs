@@ -18,10 +18,21 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
         .prepare("INSERT INTO usage (event_id, tenant, tokens, event_time) VALUES ($1, $2, $3, $4)")
         .await
         .unwrap();
-    let t0 = chrono::NaiveDate::from_ymd_opt(2024, 5, 1).unwrap().and_hms_opt(12, 0, 0).unwrap();
+    let t0 = chrono::NaiveDate::from_ymd_opt(2024, 5, 1)
+        .unwrap()
+        .and_hms_opt(12, 0, 0)
+        .unwrap();
     for i in 0..20i64 {
         let n = c
-            .execute(&insert, &[&format!("e{i}"), &format!("t{}", i % 3), &(i * 10), &(t0 + chrono::Duration::seconds(i))])
+            .execute(
+                &insert,
+                &[
+                    &format!("e{i}"),
+                    &format!("t{}", i % 3),
+                    &(i * 10),
+                    &(t0 + chrono::Duration::seconds(i)),
+                ],
+            )
             .await
             .unwrap();
         assert_eq!(n, 1);
@@ -31,7 +42,10 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
         .query("SELECT tenant, SUM(tokens) AS s, COUNT(*) AS n FROM usage WHERE tokens >= $1 GROUP BY tenant ORDER BY tenant", &[&50i64])
         .await
         .unwrap();
-    let got: Vec<(String, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    let got: Vec<(String, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
     let mut want = std::collections::BTreeMap::new();
     for i in 5..20i64 {
         let e = want.entry(format!("t{}", i % 3)).or_insert((0i64, 0i64));
@@ -41,7 +55,10 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
     let want: Vec<(String, i64, i64)> = want.into_iter().map(|(k, (s, n))| (k, s, n)).collect();
     assert_eq!(got, want);
     let row = c
-        .query_one("SELECT event_time, _partition, _offset FROM usage WHERE event_id = $1", &[&"e3"])
+        .query_one(
+            "SELECT event_time, _partition, _offset FROM usage WHERE event_id = $1",
+            &[&"e3"],
+        )
         .await
         .unwrap();
     let at: chrono::NaiveDateTime = row.get(0);
@@ -50,7 +67,10 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
     assert!((0..4).contains(&p));
     // Same key, same partition; offsets within a partition are dense.
     let rows = c
-        .query("SELECT tenant, _partition, _offset FROM usage ORDER BY _partition, _offset", &[])
+        .query(
+            "SELECT tenant, _partition, _offset FROM usage ORDER BY _partition, _offset",
+            &[],
+        )
         .await
         .unwrap();
     let mut by_tenant = std::collections::HashMap::new();
@@ -63,12 +83,18 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
         *next += 1;
     }
     // Transactions are accepted.
-    c.batch_execute("BEGIN; INSERT INTO usage VALUES ('x1','t9',1,NULL); COMMIT").await.unwrap();
+    c.batch_execute("BEGIN; INSERT INTO usage VALUES ('x1','t9',1,NULL); COMMIT")
+        .await
+        .unwrap();
     c.batch_execute("BEGIN; ROLLBACK").await.unwrap();
     // INSERT ... SELECT
     let n = c.execute("INSERT INTO usage SELECT event_id || '-copy', tenant, tokens, event_time FROM usage WHERE tenant = 't0'", &[]).await.unwrap();
     assert_eq!(n, 7);
-    let total: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    let total: i64 = c
+        .query_one("SELECT COUNT(*) FROM usage", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(total, 28);
 }
 
@@ -78,11 +104,16 @@ async fn select_star_hides_system_columns() {
     let server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(USAGE).await.unwrap();
-    c.batch_execute("INSERT INTO usage VALUES ('e1','a',1,'2024-01-01 00:00:00')").await.unwrap();
+    c.batch_execute("INSERT INTO usage VALUES ('e1','a',1,'2024-01-01 00:00:00')")
+        .await
+        .unwrap();
     let row = c.query_one("SELECT * FROM usage", &[]).await.unwrap();
     let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
     assert_eq!(names, ["event_id", "tenant", "tokens", "event_time"]);
-    let row = c.query_one("SELECT u.*, _offset FROM usage u", &[]).await.unwrap();
+    let row = c
+        .query_one("SELECT u.*, _offset FROM usage u", &[])
+        .await
+        .unwrap();
     assert_eq!(row.columns().len(), 5);
 }
 
@@ -112,22 +143,46 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
     }
     // A bad row rejects the whole statement.
     let e = c
-        .batch_execute("INSERT INTO usage VALUES ('a','t',1,NULL), ('b','t',2,NULL), ('c','t','x',NULL)")
+        .batch_execute(
+            "INSERT INTO usage VALUES ('a','t',1,NULL), ('b','t',2,NULL), ('c','t','x',NULL)",
+        )
         .await
         .unwrap_err();
-    assert!(e.as_db_error().unwrap().message().contains("row 3, column tokens"), "{e}");
-    let n: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    assert!(
+        e.as_db_error()
+            .unwrap()
+            .message()
+            .contains("row 3, column tokens"),
+        "{e}"
+    );
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM usage", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 0);
     // JSONB is validated on write.
-    c.batch_execute("CREATE TABLE docs (d JSONB) APPEND ONLY").await.unwrap();
-    c.batch_execute("INSERT INTO docs VALUES ('{\"a\": [1, 2]}')").await.unwrap();
-    let e = c.batch_execute("INSERT INTO docs VALUES ('{\"a\": ')").await.unwrap_err();
+    c.batch_execute("CREATE TABLE docs (d JSONB) APPEND ONLY")
+        .await
+        .unwrap();
+    c.batch_execute("INSERT INTO docs VALUES ('{\"a\": [1, 2]}')")
+        .await
+        .unwrap();
+    let e = c
+        .batch_execute("INSERT INTO docs VALUES ('{\"a\": ')")
+        .await
+        .unwrap_err();
     assert_eq!(sqlstate(&e), "22P02");
     // DROP TABLE [IF EXISTS]
     c.batch_execute("DROP TABLE docs").await.unwrap();
     c.batch_execute("DROP TABLE IF EXISTS docs").await.unwrap();
-    assert_eq!(sqlstate(&c.batch_execute("DROP TABLE docs").await.unwrap_err()), "42P01");
-    c.batch_execute(&USAGE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")).await.unwrap();
+    assert_eq!(
+        sqlstate(&c.batch_execute("DROP TABLE docs").await.unwrap_err()),
+        "42P01"
+    );
+    c.batch_execute(&USAGE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,12 +191,20 @@ async fn malformed_message_closes_only_that_connection() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let good = server.connect().await;
-    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.unwrap();
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
     // A startup packet claiming a huge length, then garbage.
-    raw.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8]).await.unwrap();
+    raw.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8])
+        .await
+        .unwrap();
     let _ = raw.shutdown().await;
     drop(raw);
-    let one: i64 = good.query_one("SELECT 1::BIGINT", &[]).await.unwrap().get(0);
+    let one: i64 = good
+        .query_one("SELECT 1::BIGINT", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(one, 1);
     let other = server.connect().await;
     other.batch_execute("SELECT 1").await.unwrap();
@@ -154,7 +217,13 @@ async fn psql_smoke_with_copy_and_catalog_commands() {
     let csv = dir.path().join("usage.csv");
     let mut text = String::from("event_id,tenant,tokens,event_time\n");
     for i in 0..1000 {
-        text.push_str(&format!("e{i},t{},{},2024-01-01 00:{:02}:{:02}\n", i % 7, i, (i / 60) % 60, i % 60));
+        text.push_str(&format!(
+            "e{i},t{},{},2024-01-01 00:{:02}:{:02}\n",
+            i % 7,
+            i,
+            (i / 60) % 60,
+            i % 60
+        ));
     }
     std::fs::write(&csv, text).unwrap();
     let script = format!(
@@ -167,14 +236,30 @@ async fn psql_smoke_with_copy_and_catalog_commands() {
     assert!(ok, "psql failed: {err}\n{out}");
     let squeezed = out.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(squeezed.contains("1000 | 499500"), "{out}");
-    assert!(out.contains("usage") && out.contains("table"), "\\dt: {out}");
-    assert!(out.contains("event_time") && out.contains("timestamp without time zone"), "\\d: {out}");
+    assert!(
+        out.contains("usage") && out.contains("table"),
+        "\\dt: {out}"
+    );
+    assert!(
+        out.contains("event_time") && out.contains("timestamp without time zone"),
+        "\\d: {out}"
+    );
     assert!(out.contains("sluice"), "\\l: {out}");
     // A bad line fails the whole COPY and names line and column.
-    std::fs::write(&csv, "e1,t1,1,2024-01-01 00:00:00\ne2,t1,oops,2024-01-01 00:00:00\n").unwrap();
-    let (ok, _, err) = server.psql(&format!("\\copy usage FROM '{}' WITH (FORMAT csv)\n", csv.display()));
+    std::fs::write(
+        &csv,
+        "e1,t1,1,2024-01-01 00:00:00\ne2,t1,oops,2024-01-01 00:00:00\n",
+    )
+    .unwrap();
+    let (ok, _, err) = server.psql(&format!(
+        "\\copy usage FROM '{}' WITH (FORMAT csv)\n",
+        csv.display()
+    ));
     assert!(!ok);
-    assert!(err.contains("22P02") && err.contains("line 2, column tokens"), "{err}");
+    assert!(
+        err.contains("22P02") && err.contains("line 2, column tokens"),
+        "{err}"
+    );
     let (ok, out, err) = server.psql("SELECT COUNT(*) FROM usage;\n");
     assert!(ok, "{err}");
     assert!(out.contains("1000"), "{out}");
@@ -186,17 +271,26 @@ async fn restart_keeps_every_row_and_offsets_seek() {
     let mut server = Server::start(dir.path());
     {
         let c = server.connect().await;
-        c.batch_execute("CREATE TABLE ev (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 4)").await.unwrap();
+        c.batch_execute("CREATE TABLE ev (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 4)")
+            .await
+            .unwrap();
         // Many small statements: many frames per partition.
         for chunk in 0..100 {
-            let values: Vec<String> = (0..400).map(|i| format!("({}, 'x')", chunk * 400 + i)).collect();
-            c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(","))).await.unwrap();
+            let values: Vec<String> = (0..400)
+                .map(|i| format!("({}, 'x')", chunk * 400 + i))
+                .collect();
+            c.batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(",")))
+                .await
+                .unwrap();
         }
     }
     server.restart();
     let c = server.connect().await;
     let (n, s): (i64, i64) = {
-        let r = c.query_one("SELECT COUNT(*), SUM(id) FROM ev", &[]).await.unwrap();
+        let r = c
+            .query_one("SELECT COUNT(*), SUM(id) FROM ev", &[])
+            .await
+            .unwrap();
         (r.get(0), r.get(1))
     };
     assert_eq!(n, 40_000);
@@ -221,7 +315,10 @@ async fn psycopg_smoke() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !has_psycopg {
-        assert!(std::env::var("CI").is_err(), "psycopg must be installed in CI");
+        assert!(
+            std::env::var("CI").is_err(),
+            "psycopg must be installed in CI"
+        );
         eprintln!("psycopg not installed; skipping");
         return;
     }
@@ -252,7 +349,11 @@ print("ok")
 "#,
         port = server.port
     );
-    let out = std::process::Command::new("python3").arg("-c").arg(script).output().unwrap();
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "psycopg script failed:\n{}\n{}",
@@ -262,10 +363,13 @@ print("ok")
 }
 
 async fn frames_read(c: &tokio_postgres::Client) -> i64 {
-    c.query_one("SELECT SUM(frames_read) FROM sluice_catalog.partitions WHERE partition = 2", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
+    c.query_one(
+        "SELECT SUM(frames_read) FROM sluice_catalog.partitions WHERE partition = 2",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get::<_, i64>(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -277,12 +381,16 @@ async fn concurrent_writers_share_fsyncs() {
     for w in 0..16 {
         let conn = server.conn_string();
         tasks.push(tokio::spawn(async move {
-            let (c, conn) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await.unwrap();
+            let (c, conn) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+                .await
+                .unwrap();
             tokio::spawn(conn);
             for i in 0..25 {
-                c.batch_execute(&format!("INSERT INTO usage VALUES ('w{w}-{i}', 't{w}', 1, NULL)"))
-                    .await
-                    .unwrap();
+                c.batch_execute(&format!(
+                    "INSERT INTO usage VALUES ('w{w}-{i}', 't{w}', 1, NULL)"
+                ))
+                .await
+                .unwrap();
             }
         }));
     }
@@ -291,12 +399,22 @@ async fn concurrent_writers_share_fsyncs() {
     }
     let c = server.connect().await;
     let r = c
-        .query_one("SELECT statements, commits FROM sluice_catalog.tables WHERE table_name = 'usage'", &[])
+        .query_one(
+            "SELECT statements, commits FROM sluice_catalog.tables WHERE table_name = 'usage'",
+            &[],
+        )
         .await
         .unwrap();
     let (statements, commits): (i64, i64) = (r.get(0), r.get(1));
     assert_eq!(statements, 400);
-    assert!(commits < statements, "group commit: {commits} commits for {statements} statements");
-    let n: i64 = c.query_one("SELECT COUNT(*) FROM usage", &[]).await.unwrap().get(0);
+    assert!(
+        commits < statements,
+        "group commit: {commits} commits for {statements} statements"
+    );
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM usage", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 400);
 }

@@ -8,4 +8,6 @@ mod store;
 mod types;
 
 pub use store::{write_atomically, Catalog, CatalogError};
-pub use types::{ColumnDef, SqlType, TableDef, TableOptions, HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY};
+pub use types::{
+    ColumnDef, SqlType, TableDef, TableOptions, HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,
+};

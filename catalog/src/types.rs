@@ -16,9 +16,14 @@ pub enum SqlType {
     Real,
     Double,
     /// NUMERIC(precision, scale); stored as a 128-bit decimal.
-    Numeric { precision: u8, scale: i8 },
+    Numeric {
+        precision: u8,
+        scale: i8,
+    },
     Text,
-    Varchar { max_len: Option<u32> },
+    Varchar {
+        max_len: Option<u32>,
+    },
     Bytea,
     Date,
     Timestamp,
@@ -138,7 +143,10 @@ impl TableDef {
     /// Schema of the stored rows: the user columns only.
     pub fn data_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(
-            self.columns.iter().map(|c| c.to_field()).collect::<Vec<_>>(),
+            self.columns
+                .iter()
+                .map(|c| c.to_field())
+                .collect::<Vec<_>>(),
         ))
     }
 

@@ -15,7 +15,10 @@ pub struct CreateTable {
     pub append_only: bool,
 }
 
-pub(crate) fn create_table(ct: &ast::CreateTable, append_only: bool) -> Result<CreateTable, SqlError> {
+pub(crate) fn create_table(
+    ct: &ast::CreateTable,
+    append_only: bool,
+) -> Result<CreateTable, SqlError> {
     if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
         return Err(SqlError::Unsupported(
             "CREATE TABLE AS, LIKE and CLONE are not supported".into(),
@@ -108,7 +111,9 @@ fn table_options(
     let mut options = TableOptions::default();
     for opt in list {
         let ast::SqlOption::KeyValue { key, value } = opt else {
-            return Err(SqlError::InvalidOption(format!("unrecognized table option {opt}")));
+            return Err(SqlError::InvalidOption(format!(
+                "unrecognized table option {opt}"
+            )));
         };
         let key = key.value.to_lowercase();
         let text = option_text(value);
@@ -261,7 +266,10 @@ mod tests {
                 SqlType::BigInt,
                 SqlType::Real,
                 SqlType::Double,
-                SqlType::Numeric { precision: 10, scale: 2 },
+                SqlType::Numeric {
+                    precision: 10,
+                    scale: 2
+                },
                 SqlType::Text,
                 SqlType::Varchar { max_len: Some(5) },
                 SqlType::Bytea,

@@ -176,7 +176,9 @@ mod tests {
     use sqlparser::parser::Parser;
 
     fn rewrite(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
         hide_system_columns(&mut s, |t| t == "usage" || t == "other");
         s.to_string()
     }
@@ -188,7 +190,10 @@ mod tests {
             "SELECT * EXCLUDE (_partition, _offset, _ingested_at) FROM usage"
         );
         assert_eq!(rewrite("SELECT * FROM plain"), "SELECT * FROM plain");
-        assert_eq!(rewrite("SELECT _offset FROM usage"), "SELECT _offset FROM usage");
+        assert_eq!(
+            rewrite("SELECT _offset FROM usage"),
+            "SELECT _offset FROM usage"
+        );
     }
 
     #[test]

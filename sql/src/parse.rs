@@ -29,7 +29,10 @@ pub enum Statement {
     },
     Transaction(TransactionOp),
     /// `SET name = value` (session settings are accepted and remembered).
-    Set { name: String, value: String },
+    Set {
+        name: String,
+        value: String,
+    },
     /// Anything else: handed to DataFusion.
     Query(Box<ast::Statement>),
 }
@@ -231,7 +234,12 @@ fn classify(statement: ast::Statement, append_only: bool) -> Result<Statement, S
             let columns = insert
                 .columns
                 .iter()
-                .map(|c| c.0.last().and_then(|p| p.as_ident()).map(ident_name).unwrap_or_default())
+                .map(|c| {
+                    c.0.last()
+                        .and_then(|p| p.as_ident())
+                        .map(ident_name)
+                        .unwrap_or_default()
+                })
                 .collect();
             let literal_rows = insert.source.as_deref().and_then(literal_values);
             Ok(Statement::Insert {
@@ -495,12 +503,20 @@ mod tests {
             ]
         );
         let s = parse_sql("INSERT INTO t VALUES ($1, now())").unwrap();
-        assert!(matches!(s, Statement::Insert { literal_rows: None, .. }));
+        assert!(matches!(
+            s,
+            Statement::Insert {
+                literal_rows: None,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn copy_options() {
-        let Statement::CopyFrom(c) = parse_sql("COPY t (a, b) FROM STDIN WITH (FORMAT csv, HEADER true)").unwrap() else {
+        let Statement::CopyFrom(c) =
+            parse_sql("COPY t (a, b) FROM STDIN WITH (FORMAT csv, HEADER true)").unwrap()
+        else {
             panic!()
         };
         assert_eq!(c.format, CopyFormat::Csv);
@@ -511,7 +527,9 @@ mod tests {
         };
         assert_eq!(c.format, CopyFormat::Csv);
         assert!(c.header);
-        let Statement::CopyFrom(c) = parse_sql("COPY t FROM STDIN").unwrap() else { panic!() };
+        let Statement::CopyFrom(c) = parse_sql("COPY t FROM STDIN").unwrap() else {
+            panic!()
+        };
         assert_eq!(c.format, CopyFormat::Text);
         assert_eq!(c.null, "\\N");
     }
@@ -528,16 +546,24 @@ mod split_tests {
 
     #[test]
     fn append_only_keeps_literals_exact() {
-        let (sql, append) = strip_append_only("CREATE TABLE t (a TEXT)\nAPPEND  ONLY WITH (retention = '7 days')").unwrap();
+        let (sql, append) =
+            strip_append_only("CREATE TABLE t (a TEXT)\nAPPEND  ONLY WITH (retention = '7 days')")
+                .unwrap();
         assert!(append);
-        assert_eq!(sql, "CREATE TABLE t (a TEXT)\n  WITH (retention = '7 days')");
+        assert_eq!(
+            sql,
+            "CREATE TABLE t (a TEXT)\n  WITH (retention = '7 days')"
+        );
     }
 
     #[test]
     fn split_keeps_literals_exact() {
         let sql = "INSERT INTO t VALUES ('it''s; fine', E'a\\nb', $$x;y$$); SELECT 'é'";
         let parts = split_statements(sql).unwrap();
-        assert_eq!(parts[0], "INSERT INTO t VALUES ('it''s; fine', E'a\\nb', $$x;y$$)");
+        assert_eq!(
+            parts[0],
+            "INSERT INTO t VALUES ('it''s; fine', E'a\\nb', $$x;y$$)"
+        );
         assert_eq!(parts[1], "SELECT 'é'");
     }
 }

@@ -230,7 +230,11 @@ fn csv_record<'a>(
                     return Ok(None);
                 }
                 let b = buf[j];
-                if b == escape && escape != quote && j + 1 < buf.len() && (buf[j + 1] == quote || buf[j + 1] == escape) {
+                if b == escape
+                    && escape != quote
+                    && j + 1 < buf.len()
+                    && (buf[j + 1] == quote || buf[j + 1] == escape)
+                {
                     value.push(buf[j + 1]);
                     j += 2;
                 } else if b == quote {
@@ -305,8 +309,16 @@ mod tests {
             id: 1,
             name: "t".into(),
             columns: vec![
-                ColumnDef { name: "a".into(), ty: SqlType::BigInt, nullable: true },
-                ColumnDef { name: "b".into(), ty: SqlType::Text, nullable: true },
+                ColumnDef {
+                    name: "a".into(),
+                    ty: SqlType::BigInt,
+                    nullable: true,
+                },
+                ColumnDef {
+                    name: "b".into(),
+                    ty: SqlType::Text,
+                    nullable: true,
+                },
             ],
             options: TableOptions::default(),
         }
@@ -327,8 +339,16 @@ mod tests {
             p.feed(chunk).unwrap();
         }
         let b = p.finish().unwrap();
-        let a = b[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-        let s = b[0].column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        let a = b[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        let s = b[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
         assert_eq!(a.values(), &[1, 2, 3]);
         assert_eq!(s.value(0), "hello\tworld");
         assert!(s.is_null(1));
@@ -337,13 +357,21 @@ mod tests {
 
     #[test]
     fn csv_with_header_quotes_and_newlines() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)")).unwrap();
+        let mut p = CopyParser::new(
+            &table(),
+            opts("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)"),
+        )
+        .unwrap();
         let data = b"a,b\r\n1,\"x,\"\"y\"\"\nz\"\r\n2,\n3,\"\"\n";
         for chunk in data.chunks(2) {
             p.feed(chunk).unwrap();
         }
         let b = p.finish().unwrap();
-        let s = b[0].column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        let s = b[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
         assert_eq!(s.value(0), "x,\"y\"\nz");
         assert!(s.is_null(1));
         assert_eq!(s.value(2), "");
@@ -356,6 +384,11 @@ mod tests {
         let e = p.finish().unwrap_err();
         assert!(e.to_string().contains("line 3, column a"), "{e}");
         let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
-        assert!(matches!(p.feed(b"1,a,b\n"), Err(IngestError::ExtraColumns { place: RowPlace::Line(1) })));
+        assert!(matches!(
+            p.feed(b"1,a,b\n"),
+            Err(IngestError::ExtraColumns {
+                place: RowPlace::Line(1)
+            })
+        ));
     }
 }

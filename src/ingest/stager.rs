@@ -29,7 +29,11 @@ pub struct RowStager {
 impl RowStager {
     /// `columns` names the input fields in order (empty: all columns).
     /// `lines` says whether places are COPY lines or VALUES rows.
-    pub fn new(table: &TableDef, columns: &[String], lines: bool) -> Result<RowStager, IngestError> {
+    pub fn new(
+        table: &TableDef,
+        columns: &[String],
+        lines: bool,
+    ) -> Result<RowStager, IngestError> {
         let targets = resolve_columns(table, columns)?;
         Ok(RowStager {
             columns: table.columns.clone(),
@@ -60,9 +64,15 @@ impl RowStager {
     }
 
     /// Adds one row; `place` is its line or row number.
-    pub fn push_row<S: AsRef<str>>(&mut self, fields: &[Option<S>], place: u64) -> Result<(), IngestError> {
+    pub fn push_row<S: AsRef<str>>(
+        &mut self,
+        fields: &[Option<S>],
+        place: u64,
+    ) -> Result<(), IngestError> {
         if fields.len() > self.targets.len() {
-            return Err(IngestError::ExtraColumns { place: self.place(place) });
+            return Err(IngestError::ExtraColumns {
+                place: self.place(place),
+            });
         }
         if fields.len() < self.targets.len() {
             return Err(IngestError::MissingColumns {
@@ -103,7 +113,8 @@ impl RowStager {
             check_not_null(&a, col, &self.places, self.lines)?;
             out.push(a);
         }
-        self.batches.push(RecordBatch::try_new(self.schema.clone(), out)?);
+        self.batches
+            .push(RecordBatch::try_new(self.schema.clone(), out)?);
         self.places.clear();
         Ok(())
     }
@@ -141,7 +152,12 @@ fn place(places: &[u64], lines: bool, i: usize) -> RowPlace {
     }
 }
 
-fn check_not_null(a: &ArrayRef, col: &ColumnDef, places: &[u64], lines: bool) -> Result<(), IngestError> {
+fn check_not_null(
+    a: &ArrayRef,
+    col: &ColumnDef,
+    places: &[u64],
+    lines: bool,
+) -> Result<(), IngestError> {
     if col.nullable || a.null_count() == 0 {
         return Ok(());
     }
@@ -154,7 +170,12 @@ fn check_not_null(a: &ArrayRef, col: &ColumnDef, places: &[u64], lines: bool) ->
 
 /// Converts a column of text values to the column's type, naming the first
 /// value that does not convert.
-fn convert_text(text: &StringArray, col: &ColumnDef, places: &[u64], lines: bool) -> Result<ArrayRef, IngestError> {
+fn convert_text(
+    text: &StringArray,
+    col: &ColumnDef,
+    places: &[u64],
+    lines: bool,
+) -> Result<ArrayRef, IngestError> {
     let invalid = |i: usize| IngestError::InvalidText {
         ty: col.ty.pg_name(),
         value: text.value(i).to_string(),
@@ -193,7 +214,15 @@ fn convert_text(text: &StringArray, col: &ColumnDef, places: &[u64], lines: bool
                     && v.trim_start_matches(['-', '+'])
                         .chars()
                         .all(|c| c.is_ascii_digit() || c == '.');
-                if numeric && !matches!(ty, SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz | SqlType::Boolean) {
+                if numeric
+                    && !matches!(
+                        ty,
+                        SqlType::Date
+                            | SqlType::Timestamp
+                            | SqlType::TimestampTz
+                            | SqlType::Boolean
+                    )
+                {
                     return Err(IngestError::OutOfRange {
                         ty: ty.pg_name(),
                         value: text.value(i).to_string(),
@@ -209,7 +238,12 @@ fn convert_text(text: &StringArray, col: &ColumnDef, places: &[u64], lines: bool
 }
 
 /// Checks VARCHAR lengths and JSON validity of a text column.
-fn check_text(a: &ArrayRef, col: &ColumnDef, places: &[u64], lines: bool) -> Result<(), IngestError> {
+fn check_text(
+    a: &ArrayRef,
+    col: &ColumnDef,
+    places: &[u64],
+    lines: bool,
+) -> Result<(), IngestError> {
     let Some(s) = a.as_any().downcast_ref::<StringArray>() else {
         return Ok(());
     };
@@ -275,7 +309,10 @@ fn decode_bytea(s: &str) -> Option<Vec<u8>> {
             if !oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
                 return None;
             }
-            out.push(((oct[0] - b'0') as u32 * 64 + (oct[1] - b'0') as u32 * 8 + (oct[2] - b'0') as u32) as u8);
+            out.push(
+                ((oct[0] - b'0') as u32 * 64 + (oct[1] - b'0') as u32 * 8 + (oct[2] - b'0') as u32)
+                    as u8,
+            );
             i += 4;
         }
     }
@@ -285,7 +322,11 @@ fn decode_bytea(s: &str) -> Option<Vec<u8>> {
 /// Shapes a batch planned by DataFusion (an `INSERT ... SELECT` or an
 /// `INSERT` with parameters) into the table's data schema and validates it.
 /// `first_row` numbers the batch's rows within the statement.
-pub fn conform_batch(table: &TableDef, batch: &RecordBatch, first_row: u64) -> Result<RecordBatch, IngestError> {
+pub fn conform_batch(
+    table: &TableDef,
+    batch: &RecordBatch,
+    first_row: u64,
+) -> Result<RecordBatch, IngestError> {
     let n = batch.num_rows();
     let places: Vec<u64> = (0..n as u64).map(|i| first_row + i).collect();
     let mut out = Vec::with_capacity(table.columns.len());
@@ -297,13 +338,20 @@ pub fn conform_batch(table: &TableDef, batch: &RecordBatch, first_row: u64) -> R
                 if a.data_type() == &target {
                     a.clone()
                 } else {
-                    cast_with_options(a, &target, &CastOptions { safe: false, ..Default::default() })
-                        .map_err(|e| IngestError::InvalidText {
-                            ty: col.ty.pg_name(),
-                            value: e.to_string(),
-                            place: RowPlace::Row(first_row),
-                            column: col.name.clone(),
-                        })?
+                    cast_with_options(
+                        a,
+                        &target,
+                        &CastOptions {
+                            safe: false,
+                            ..Default::default()
+                        },
+                    )
+                    .map_err(|e| IngestError::InvalidText {
+                        ty: col.ty.pg_name(),
+                        value: e.to_string(),
+                        place: RowPlace::Row(first_row),
+                        column: col.name.clone(),
+                    })?
                 }
             }
             Err(_) => new_null_array(&target, n),
@@ -344,9 +392,19 @@ mod tests {
     fn converts_and_validates() {
         let t = table();
         let mut s = RowStager::new(&t, &[], true).unwrap();
-        s.push_row(&[Some("1"), Some("abc"), Some("{\"a\":1}"), Some("2024-01-02 03:04:05"), Some("\\x0aff")], 1)
+        s.push_row(
+            &[
+                Some("1"),
+                Some("abc"),
+                Some("{\"a\":1}"),
+                Some("2024-01-02 03:04:05"),
+                Some("\\x0aff"),
+            ],
+            1,
+        )
+        .unwrap();
+        s.push_row(&[Some("2"), None, None, None, None::<&str>], 2)
             .unwrap();
-        s.push_row(&[Some("2"), None, None, None, None::<&str>], 2).unwrap();
         let b = s.finish().unwrap();
         assert_eq!(b[0].num_rows(), 2);
 
@@ -360,20 +418,35 @@ mod tests {
         assert_eq!(e.sqlstate(), "22P02");
         assert!(e.to_string().contains("line 7, column id"), "{e}");
         assert_eq!(bad([None, None, None, None, None]).sqlstate(), "23502");
-        assert_eq!(bad([Some("1"), Some("abcd"), None, None, None]).sqlstate(), "22001");
-        assert_eq!(bad([Some("1"), None, Some("{"), None, None]).sqlstate(), "22P02");
-        assert_eq!(bad([Some("99999999999999999999"), None, None, None, None]).sqlstate(), "22003");
+        assert_eq!(
+            bad([Some("1"), Some("abcd"), None, None, None]).sqlstate(),
+            "22001"
+        );
+        assert_eq!(
+            bad([Some("1"), None, Some("{"), None, None]).sqlstate(),
+            "22P02"
+        );
+        assert_eq!(
+            bad([Some("99999999999999999999"), None, None, None, None]).sqlstate(),
+            "22003"
+        );
     }
 
     #[test]
     fn column_lists_fill_nulls_and_check_counts() {
         let t = table();
         let mut s = RowStager::new(&t, &["id".into()], false).unwrap();
-        assert!(matches!(s.push_row(&[Some("1"), Some("2")], 1), Err(IngestError::ExtraColumns { .. })));
+        assert!(matches!(
+            s.push_row(&[Some("1"), Some("2")], 1),
+            Err(IngestError::ExtraColumns { .. })
+        ));
         s.push_row(&[Some("5")], 1).unwrap();
         let b = s.finish().unwrap();
         assert_eq!(b[0].column(1).null_count(), 1);
-        assert!(matches!(RowStager::new(&t, &["nope".into()], false), Err(IngestError::UndefinedColumn(_))));
+        assert!(matches!(
+            RowStager::new(&t, &["nope".into()], false),
+            Err(IngestError::UndefinedColumn(_))
+        ));
         let mut s = RowStager::new(&t, &["name".into()], false).unwrap();
         s.push_row(&[Some("a")], 1).unwrap();
         assert_eq!(s.finish().unwrap_err().sqlstate(), "23502");

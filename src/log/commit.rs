@@ -38,8 +38,8 @@ impl CommitLog {
         let mut last: Option<(u64, Vec<u64>)> = None;
         while pos + 8 <= bytes.len() {
             let crc = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap_or_default());
-            let len = u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap_or_default())
-                as usize;
+            let len =
+                u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap_or_default()) as usize;
             let end = pos + 8 + len;
             if len != 8 + 8 * partitions || end > bytes.len() {
                 break;

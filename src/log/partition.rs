@@ -208,7 +208,11 @@ impl PartitionLog {
     pub fn stats(&self) -> PartitionStats {
         let v = self.visible.read();
         PartitionStats {
-            start_offset: v.frames.first().map(|f| f.header.base_offset).unwrap_or(v.end_offset),
+            start_offset: v
+                .frames
+                .first()
+                .map(|f| f.header.base_offset)
+                .unwrap_or(v.end_offset),
             end_offset: v.end_offset,
             bytes: v.bytes,
             segments: v.segments.len() as u64,
@@ -236,7 +240,9 @@ impl PartitionLog {
         seg.file
             .read_exact_at(&mut buf, meta.pos)
             .map_err(LogError::io(&seg.path))?;
-        let header: [u8; HEADER_LEN] = buf[..HEADER_LEN].try_into().map_err(|_| corrupt(meta, "short header"))?;
+        let header: [u8; HEADER_LEN] = buf[..HEADER_LEN]
+            .try_into()
+            .map_err(|_| corrupt(meta, "short header"))?;
         let (_, crc) = frame::parse_header(&header).ok_or_else(|| corrupt(meta, "bad magic"))?;
         if !frame::crc_matches(&header, &buf[HEADER_LEN..], crc) {
             return Err(corrupt(meta, "checksum mismatch"));
@@ -281,13 +287,21 @@ fn scan_segment(
         if seg.file.read_exact_at(&mut header, pos).is_err() {
             break;
         }
-        let Some((h, crc)) = frame::parse_header(&header) else { break };
+        let Some((h, crc)) = frame::parse_header(&header) else {
+            break;
+        };
         let end = pos + HEADER_LEN as u64 + h.payload_len as u64;
-        if end > file_len || h.base_offset != expected || h.base_offset + h.rows as u64 > committed_end {
+        if end > file_len
+            || h.base_offset != expected
+            || h.base_offset + h.rows as u64 > committed_end
+        {
             break;
         }
         payload.resize(h.payload_len as usize, 0);
-        if seg.file.read_exact_at(&mut payload, pos + HEADER_LEN as u64).is_err()
+        if seg
+            .file
+            .read_exact_at(&mut payload, pos + HEADER_LEN as u64)
+            .is_err()
             || !frame::crc_matches(&header, &payload, crc)
         {
             break;
@@ -350,11 +364,12 @@ impl PartitionWriter {
         self.active
             .write_all(&bytes)
             .map_err(LogError::io(&self.active_segment.path))?;
-        let header: [u8; HEADER_LEN] = bytes[..HEADER_LEN]
-            .try_into()
-            .map_err(|_| LogError::Arrow(arrow::error::ArrowError::IpcError("short frame".into())))?;
-        let (h, _) = frame::parse_header(&header)
-            .ok_or_else(|| LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into())))?;
+        let header: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().map_err(|_| {
+            LogError::Arrow(arrow::error::ArrowError::IpcError("short frame".into()))
+        })?;
+        let (h, _) = frame::parse_header(&header).ok_or_else(|| {
+            LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into()))
+        })?;
         self.pending.push(FrameMeta {
             segment: self.active_segment.clone(),
             pos: self.active_len,

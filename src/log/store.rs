@@ -35,7 +35,10 @@ impl LogStore {
         let known: Vec<u64> = catalog.tables().iter().map(|t| t.id).collect();
         if let Ok(entries) = std::fs::read_dir(&tables_dir) {
             for entry in entries.flatten() {
-                let id = entry.file_name().to_str().and_then(|n| n.parse::<u64>().ok());
+                let id = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u64>().ok());
                 if let Some(id) = id.filter(|id| !known.contains(id)) {
                     warn!(id, "removing files of a dropped table");
                     let _ = std::fs::remove_dir_all(entry.path());
@@ -67,7 +70,11 @@ impl LogStore {
     }
 
     /// Creates a table durably. `Ok(None)` when it exists and `if_not_exists`.
-    pub fn create_table(&self, def: TableDef, if_not_exists: bool) -> Result<Option<Arc<TableLog>>, LogError> {
+    pub fn create_table(
+        &self,
+        def: TableDef,
+        if_not_exists: bool,
+    ) -> Result<Option<Arc<TableLog>>, LogError> {
         let mut catalog = self.catalog.lock();
         if catalog.table(&def.name).is_some() {
             if if_not_exists {

@@ -60,8 +60,12 @@ impl TableLog {
         let mut partitions = Vec::with_capacity(n);
         let mut writers = Vec::with_capacity(n);
         for (k, end) in committed.iter().enumerate() {
-            let (log, writer) =
-                PartitionLog::recover(&dir.join(format!("p{k}")), k as u32, *end, segment_max_bytes)?;
+            let (log, writer) = PartitionLog::recover(
+                &dir.join(format!("p{k}")),
+                k as u32,
+                *end,
+                segment_max_bytes,
+            )?;
             partitions.push(Arc::new(log));
             writers.push(writer);
         }

@@ -16,7 +16,9 @@ pub const CATALOG_NAME: &str = "sluice";
 /// The shared DataFusion context: the log tables in `public`, the system
 /// tables in `sluice_catalog`, and the `pg_catalog` that psql and drivers
 /// query.
-pub fn build_context(store: Arc<LogStore>) -> Result<SessionContext, datafusion::error::DataFusionError> {
+pub fn build_context(
+    store: Arc<LogStore>,
+) -> Result<SessionContext, datafusion::error::DataFusionError> {
     let config = SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG_NAME, "public")
         .with_create_default_catalog_and_schema(true)
@@ -25,7 +27,12 @@ pub fn build_context(store: Arc<LogStore>) -> Result<SessionContext, datafusion:
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;
-    catalog.register_schema("public", Arc::new(PublicSchema { store: store.clone() }))?;
+    catalog.register_schema(
+        "public",
+        Arc::new(PublicSchema {
+            store: store.clone(),
+        }),
+    )?;
     catalog.register_schema("sluice_catalog", Arc::new(SystemSchema { store }))?;
     setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
     Ok(ctx)

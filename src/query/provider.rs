@@ -75,12 +75,21 @@ impl ScanBounds {
 
     fn apply(&mut self, expr: &Expr) {
         match expr {
-            Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::And,
+                right,
+            }) => {
                 self.apply(left);
                 self.apply(right);
             }
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-                let (col, op, value) = match (column_name(left), literal_i64(right), column_name(right), literal_i64(left)) {
+                let (col, op, value) = match (
+                    column_name(left),
+                    literal_i64(right),
+                    column_name(right),
+                    literal_i64(left),
+                ) {
                     (Some(c), Some(v), _, _) => (c, *op, v),
                     (_, _, Some(c), Some(v)) => match op.swap() {
                         Some(op) => (c, op, v),
@@ -103,15 +112,21 @@ impl ScanBounds {
                         self.hi = self.hi.min(v.saturating_add(1));
                     }
                     ("_offset", Operator::GtEq) => self.lo = self.lo.max(value.max(0) as u64),
-                    ("_offset", Operator::Gt) => self.lo = self.lo.max(value.saturating_add(1).max(0) as u64),
+                    ("_offset", Operator::Gt) => {
+                        self.lo = self.lo.max(value.saturating_add(1).max(0) as u64)
+                    }
                     ("_offset", Operator::Lt) => self.hi = self.hi.min(value.max(0) as u64),
-                    ("_offset", Operator::LtEq) => self.hi = self.hi.min(value.saturating_add(1).max(0) as u64),
+                    ("_offset", Operator::LtEq) => {
+                        self.hi = self.hi.min(value.saturating_add(1).max(0) as u64)
+                    }
                     _ => {}
                 }
             }
             Expr::Between(between) if !between.negated => {
                 if column_name(&between.expr).as_deref() == Some("_offset") {
-                    if let (Some(lo), Some(hi)) = (literal_i64(&between.low), literal_i64(&between.high)) {
+                    if let (Some(lo), Some(hi)) =
+                        (literal_i64(&between.low), literal_i64(&between.high))
+                    {
                         self.lo = self.lo.max(lo.max(0) as u64);
                         self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
                     }
@@ -148,7 +163,11 @@ fn literal_i64(e: &Expr) -> Option<i64> {
 }
 
 fn is_seekable(e: &Expr) -> bool {
-    let mut b = ScanBounds { partitions: None, lo: 0, hi: u64::MAX };
+    let mut b = ScanBounds {
+        partitions: None,
+        lo: 0,
+        hi: u64::MAX,
+    };
     b.apply(e);
     b.partitions.is_some() || b.lo > 0 || b.hi < u64::MAX
 }
@@ -163,7 +182,10 @@ impl TableProvider for LogTableProvider {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Inexact: the scan uses them to choose frames; DataFusion still
         // filters the rows.
         Ok(filters
@@ -218,7 +240,12 @@ impl TableProvider for LogTableProvider {
             }));
         }
         Ok(Arc::new(StreamingTableExec::try_new(
-            projected, streams, None, [], false, limit,
+            projected,
+            streams,
+            None,
+            [],
+            false,
+            limit,
         )?))
     }
 
@@ -253,7 +280,13 @@ struct FrameStream {
 
 impl fmt::Debug for FrameStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FrameStream({} p{}, {} frames)", self.table.def.name, self.partition, self.frames.len())
+        write!(
+            f,
+            "FrameStream({} p{}, {} frames)",
+            self.table.def.name,
+            self.partition,
+            self.frames.len()
+        )
     }
 }
 
@@ -275,7 +308,14 @@ impl PartitionStream for FrameStream {
             let batch = part
                 .read_frame(&meta)
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            project_frame(&batch, &meta, partition as i32, &projection, data_columns, &out_schema)
+            project_frame(
+                &batch,
+                &meta,
+                partition as i32,
+                &projection,
+                data_columns,
+                &out_schema,
+            )
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
     }
@@ -313,5 +353,9 @@ fn project_frame(
         columns.push(col);
     }
     let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n));
-    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
 }

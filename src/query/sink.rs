@@ -43,7 +43,11 @@ impl DataSink for LogSink {
         &self.schema
     }
 
-    async fn write_all(&self, mut data: SendableRecordBatchStream, _ctx: &Arc<TaskContext>) -> Result<u64> {
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _ctx: &Arc<TaskContext>,
+    ) -> Result<u64> {
         let mut batches = Vec::new();
         let mut row = 1u64;
         while let Some(batch) = data.next().await {

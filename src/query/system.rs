@@ -164,7 +164,10 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
         Arc::new(StringArray::from(names)),
         Arc::new(Int32Array::from(parts)),
     ];
-    arrays.extend(cols.into_iter().map(|c| Arc::new(Int64Array::from(c)) as ArrayRef));
+    arrays.extend(
+        cols.into_iter()
+            .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),
+    );
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
 
@@ -183,10 +186,17 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
     use std::sync::atomic::Ordering;
     let tables = store.tables();
     let arrays: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(tables.iter().map(|t| t.def.name.clone()))),
-        Arc::new(Int32Array::from_iter_values(tables.iter().map(|t| t.def.options.partitions as i32))),
+        Arc::new(StringArray::from_iter_values(
+            tables.iter().map(|t| t.def.name.clone()),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            tables.iter().map(|t| t.def.options.partitions as i32),
+        )),
         Arc::new(StringArray::from(
-            tables.iter().map(|t| t.def.options.partition_key.clone()).collect::<Vec<_>>(),
+            tables
+                .iter()
+                .map(|t| t.def.options.partition_key.clone())
+                .collect::<Vec<_>>(),
         )),
         Arc::new(Int64Array::from(
             tables
@@ -195,10 +205,14 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
                 .collect::<Vec<_>>(),
         )),
         Arc::new(Int64Array::from_iter_values(
-            tables.iter().map(|t| t.counters().statements.load(Ordering::Relaxed) as i64),
+            tables
+                .iter()
+                .map(|t| t.counters().statements.load(Ordering::Relaxed) as i64),
         )),
         Arc::new(Int64Array::from_iter_values(
-            tables.iter().map(|t| t.counters().commits.load(Ordering::Relaxed) as i64),
+            tables
+                .iter()
+                .map(|t| t.counters().commits.load(Ordering::Relaxed) as i64),
         )),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)

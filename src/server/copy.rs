@@ -60,14 +60,18 @@ impl CopyHandler for Handlers {
     {
         let state = session(client).copy.lock().take();
         let Some(state) = state else {
-            return Err(SluiceError::Protocol("CopyDone without COPY in progress".into()).into_pg());
+            return Err(
+                SluiceError::Protocol("CopyDone without COPY in progress".into()).into_pg(),
+            );
         };
         let span = info_span!("copy_from", table = %state.table.def.name);
         let rows = async {
             if let Some(e) = state.error {
                 return Err(e);
             }
-            let parser = state.parser.ok_or_else(|| SluiceError::Protocol("COPY state lost".into()))?;
+            let parser = state
+                .parser
+                .ok_or_else(|| SluiceError::Protocol("COPY state lost".into()))?;
             let batches = parser.finish()?;
             Ok(state.table.append(batches).await?)
         }

@@ -62,7 +62,9 @@ impl Handlers {
 }
 
 pub(super) fn session<C: ClientInfo>(client: &C) -> Arc<Session> {
-    client.session_extensions().get_or_insert_with(Session::default)
+    client
+        .session_extensions()
+        .get_or_insert_with(Session::default)
 }
 
 pub struct StartupHandlerImpl;
@@ -147,11 +149,16 @@ impl SluiceQueryParser {
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
         match &plan {
-            LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(SluiceError::Unsupported(
-                format!("statement not supported: {}", plan.display()),
-            )),
-            LogicalPlan::Dml(dml) if !matches!(dml.op, datafusion::logical_expr::WriteOp::Insert(_)) => {
-                Err(SluiceError::Unsupported(format!("{} is not supported", dml.op)))
+            LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(
+                SluiceError::Unsupported(format!("statement not supported: {}", plan.display())),
+            ),
+            LogicalPlan::Dml(dml)
+                if !matches!(dml.op, datafusion::logical_expr::WriteOp::Insert(_)) =>
+            {
+                Err(SluiceError::Unsupported(format!(
+                    "{} is not supported",
+                    dml.op
+                )))
             }
             _ => Ok(plan),
         }
@@ -181,7 +188,11 @@ impl SluiceQueryParser {
                         .map(|i| i.value.to_lowercase())
                         .collect::<Vec<_>>()
                         .join(" ");
-                    let name = if name == "time zone" { "timezone".to_string() } else { name };
+                    let name = if name == "time zone" {
+                        "timezone".to_string()
+                    } else {
+                        name
+                    };
                     show_value(&name).map(|v| format!("SELECT '{v}' AS \"{name}\""))
                 }
                 _ => None,
@@ -192,15 +203,26 @@ impl SluiceQueryParser {
 
     /// An INSERT without a column list names the table's columns, so that
     /// DataFusion does not expect values for the hidden columns.
-    fn insert_with_columns(&self, table: &str, mut statement: ast::Statement) -> Result<ast::Statement, SluiceError> {
-        let log = self.store.table(table).ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+    fn insert_with_columns(
+        &self,
+        table: &str,
+        mut statement: ast::Statement,
+    ) -> Result<ast::Statement, SluiceError> {
+        let log = self
+            .store
+            .table(table)
+            .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
         if let ast::Statement::Insert(insert) = &mut statement {
             if insert.columns.is_empty() {
                 insert.columns = log
                     .def
                     .columns
                     .iter()
-                    .map(|c| ast::ObjectName(vec![ast::ObjectNamePart::Identifier(ast::Ident::with_quote('"', &c.name))]))
+                    .map(|c| {
+                        ast::ObjectName(vec![ast::ObjectNamePart::Identifier(
+                            ast::Ident::with_quote('"', &c.name),
+                        )])
+                    })
                     .collect();
             }
         }
@@ -220,17 +242,38 @@ impl SluiceQueryParser {
         let piece = pieces.remove(0);
         let stmt = parse_sql(&piece)?;
         if let Some(q) = self.query_for(&stmt) {
-            let s = self.compat_statement(&q, ast::Statement::Commit { chain: false, end: false, modifier: None });
-            return Ok(Prepared::Plan { plan: Box::new(self.plan(s).await?), is_insert: false });
+            let s = self.compat_statement(
+                &q,
+                ast::Statement::Commit {
+                    chain: false,
+                    end: false,
+                    modifier: None,
+                },
+            );
+            return Ok(Prepared::Plan {
+                plan: Box::new(self.plan(s).await?),
+                is_insert: false,
+            });
         }
         match stmt {
-            Statement::Insert { literal_rows: None, statement, table, .. } => {
+            Statement::Insert {
+                literal_rows: None,
+                statement,
+                table,
+                ..
+            } => {
                 let statement = self.insert_with_columns(&table, *statement)?;
-                Ok(Prepared::Plan { plan: Box::new(self.plan(statement).await?), is_insert: true })
+                Ok(Prepared::Plan {
+                    plan: Box::new(self.plan(statement).await?),
+                    is_insert: true,
+                })
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q);
-                Ok(Prepared::Plan { plan: Box::new(self.plan(s).await?), is_insert: false })
+                Ok(Prepared::Plan {
+                    plan: Box::new(self.plan(s).await?),
+                    is_insert: false,
+                })
             }
             _ => Ok(Prepared::Direct(piece)),
         }
@@ -241,7 +284,12 @@ fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, 
     let types: HashMap<String, Option<DataType>> = plan.get_parameter_types()?;
     let mut entries: Vec<(usize, Option<DataType>)> = types
         .into_iter()
-        .filter_map(|(k, v)| k.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, v)))
+        .filter_map(|(k, v)| {
+            k.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, v))
+        })
         .collect();
     entries.sort_by_key(|(i, _)| *i);
     let n = entries.last().map(|(i, _)| *i).unwrap_or(0);
@@ -268,12 +316,20 @@ fn wire_types(types: &[Option<DataType>]) -> PgWireResult<Vec<Type>> {
 impl QueryParser for SluiceQueryParser {
     type Statement = Prepared;
 
-    async fn parse_sql<C>(&self, _client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Prepared>>
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
         debug!(sql, "parse");
-        self.prepare(sql).await.map(Some).map_err(SluiceError::into_pg)
+        self.prepare(sql)
+            .await
+            .map(Some)
+            .map_err(SluiceError::into_pg)
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
@@ -285,9 +341,16 @@ impl QueryParser for SluiceQueryParser {
         }
     }
 
-    fn get_result_schema(&self, stmt: &Prepared, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
         match stmt {
-            Prepared::Plan { plan, is_insert: false } => arrow_schema_to_pg_fields(
+            Prepared::Plan {
+                plan,
+                is_insert: false,
+            } => arrow_schema_to_pg_fields(
                 plan.schema().as_arrow(),
                 format.unwrap_or(&Format::UnifiedText),
                 None,
@@ -304,7 +367,9 @@ async fn insert_count(df: DataFrame) -> Result<Response, SluiceError> {
         .and_then(|b| b.column_by_name("count"))
         .and_then(|c| c.as_any().downcast_ref::<UInt64Array>().map(|a| a.value(0)))
         .unwrap_or(0);
-    Ok(Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(rows as usize)))
+    Ok(Response::Execution(
+        Tag::new("INSERT").with_oid(0).with_rows(rows as usize),
+    ))
 }
 
 impl Handlers {
@@ -316,9 +381,18 @@ impl Handlers {
     {
         let stmt = parse_sql(sql)?;
         if let Some(q) = self.parser.query_for(&stmt) {
-            let s = self.parser.compat_statement(&q, ast::Statement::Commit { chain: false, end: false, modifier: None });
+            let s = self.parser.compat_statement(
+                &q,
+                ast::Statement::Commit {
+                    chain: false,
+                    end: false,
+                    modifier: None,
+                },
+            );
             let plan = self.parser.plan(s).await?;
-            return self.run_plan(client, plan, false, &Format::UnifiedText).await;
+            return self
+                .run_plan(client, plan, false, &Format::UnifiedText)
+                .await;
         }
         match stmt {
             Statement::CreateTable(ct) => {
@@ -346,24 +420,49 @@ impl Handlers {
                     .store
                     .table(&copy.table)
                     .ok_or_else(|| SluiceError::UndefinedTable(copy.table.clone()))?;
-                let columns = if copy.columns.is_empty() { table.def.columns.len() } else { copy.columns.len() };
+                let columns = if copy.columns.is_empty() {
+                    table.def.columns.len()
+                } else {
+                    copy.columns.len()
+                };
                 let parser = CopyParser::new(&table.def, copy)?;
-                *session(client).copy.lock() = Some(CopyState { table, parser: Some(parser), error: None });
-                Ok(Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty())))
+                *session(client).copy.lock() = Some(CopyState {
+                    table,
+                    parser: Some(parser),
+                    error: None,
+                });
+                Ok(Response::CopyIn(CopyResponse::new(
+                    0,
+                    columns,
+                    futures::stream::empty(),
+                )))
             }
-            Statement::Insert { table, columns, literal_rows: Some(rows), .. } => {
-                let log = self.store.table(&table).ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+            Statement::Insert {
+                table,
+                columns,
+                literal_rows: Some(rows),
+                ..
+            } => {
+                let log = self
+                    .store
+                    .table(&table)
+                    .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
                 let mut stager = RowStager::new(&log.def, &columns, false)?;
                 for (i, row) in rows.iter().enumerate() {
                     stager.push_row(row, i as u64 + 1)?;
                 }
                 let n = log.append(stager.finish()?).await?;
-                Ok(Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(n as usize)))
+                Ok(Response::Execution(
+                    Tag::new("INSERT").with_oid(0).with_rows(n as usize),
+                ))
             }
-            Statement::Insert { table, statement, .. } => {
+            Statement::Insert {
+                table, statement, ..
+            } => {
                 let statement = self.parser.insert_with_columns(&table, *statement)?;
                 let plan = self.parser.plan(statement).await?;
-                self.run_plan(client, plan, true, &Format::UnifiedText).await
+                self.run_plan(client, plan, true, &Format::UnifiedText)
+                    .await
             }
             Statement::Transaction(op) => Ok(match op {
                 TransactionOp::Begin => Response::TransactionStart(Tag::new("BEGIN")),
@@ -375,12 +474,19 @@ impl Handlers {
             Statement::Query(q) => {
                 let s = self.parser.compat_statement(sql, *q);
                 let plan = self.parser.plan(s).await?;
-                self.run_plan(client, plan, false, &Format::UnifiedText).await
+                self.run_plan(client, plan, false, &Format::UnifiedText)
+                    .await
             }
         }
     }
 
-    async fn run_plan<C>(&self, client: &C, plan: LogicalPlan, is_insert: bool, format: &Format) -> Result<Response, SluiceError>
+    async fn run_plan<C>(
+        &self,
+        client: &C,
+        plan: LogicalPlan,
+        is_insert: bool,
+        format: &Format,
+    ) -> Result<Response, SluiceError>
     where
         C: ClientInfo,
     {
@@ -389,7 +495,9 @@ impl Handlers {
             return insert_count(df).await;
         }
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let resp = encode_dataframe(df, format, Some(options)).await.map_err(|e| SluiceError::Protocol(e.to_string()))?;
+        let resp = encode_dataframe(df, format, Some(options))
+            .await
+            .map_err(|e| SluiceError::Protocol(e.to_string()))?;
         Ok(Response::Query(resp))
     }
 }
@@ -455,7 +563,12 @@ impl ExtendedQueryHandler for Handlers {
         self.parser.clone()
     }
 
-    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Prepared>, _max_rows: usize) -> PgWireResult<Response>
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
@@ -466,14 +579,18 @@ impl ExtendedQueryHandler for Handlers {
             Prepared::Empty => Ok(Response::EmptyQuery),
             Prepared::Direct(sql) => {
                 let span = info_span!("statement", sql = %truncate(sql));
-                self.execute(client, sql).instrument(span).await.map_err(SluiceError::into_pg)
+                self.execute(client, sql)
+                    .instrument(span)
+                    .await
+                    .map_err(SluiceError::into_pg)
             }
             Prepared::Plan { plan, is_insert } => {
                 let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
                 let wire = wire_types(&types)?;
                 let type_refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
                 let wire_refs: Vec<Option<&Type>> = wire.iter().map(Some).collect();
-                let params = deserialize_parameters_with_server_types(portal, &type_refs, &wire_refs)?;
+                let params =
+                    deserialize_parameters_with_server_types(portal, &type_refs, &wire_refs)?;
                 let plan = plan
                     .as_ref()
                     .clone()

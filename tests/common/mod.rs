@@ -56,7 +56,11 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "server did not start; log:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "server did not start; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -106,7 +110,18 @@ impl Server {
     pub fn psql(&self, script: &str) -> (bool, String, String) {
         use std::io::Write;
         let mut child = Command::new("psql")
-            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "test", "-d", "test"])
+            .args([
+                "-X",
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "test",
+                "-d",
+                "test",
+            ])
             .args(["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -139,5 +154,7 @@ impl Drop for Server {
 
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_else(|| format!("no code: {e}"))
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no code: {e}"))
 }
