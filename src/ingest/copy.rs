@@ -81,7 +81,15 @@ impl CopyParser {
             skip_header,
             done,
         } = self;
-        let buf: &[u8] = carry;
+        // UTF-8 is checked once for the whole chunk; a character split
+        // across chunks waits in the carry for the rest of its bytes.
+        let (buf, invalid) = match std::str::from_utf8(carry) {
+            Ok(s) => (s, false),
+            Err(e) => (
+                std::str::from_utf8(&carry[..e.valid_up_to()]).unwrap_or_default(),
+                e.error_len().is_some(),
+            ),
+        };
         let mut pos = 0;
         let mut fields: Vec<Option<Cow<'_, str>>> = Vec::with_capacity(stager.num_fields());
         while pos < buf.len() && !*done {
@@ -95,9 +103,9 @@ impl CopyParser {
             let raw = &buf[pos..end];
             pos = end;
             *line += newlines;
-            let trimmed = raw.strip_suffix(b"\n").unwrap_or(raw);
-            let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
-            if trimmed == b"\\." {
+            let trimmed = raw.strip_suffix('\n').unwrap_or(raw);
+            let trimmed = trimmed.strip_suffix('\r').unwrap_or(trimmed);
+            if trimmed == "\\." {
                 *done = true;
                 break;
             }
@@ -113,43 +121,40 @@ impl CopyParser {
             }
             stager.push_row(&fields, start_line)?;
         }
+        if invalid && !*done {
+            return Err(IngestError::BadFormat {
+                place: RowPlace::Line(*line + 1),
+                reason: "invalid byte sequence for encoding \"UTF8\"".into(),
+            });
+        }
         Ok(pos)
     }
-}
-
-fn utf8(bytes: &[u8], place: u64) -> Result<&str, IngestError> {
-    std::str::from_utf8(bytes).map_err(|_| IngestError::BadFormat {
-        place: RowPlace::Line(place),
-        reason: "invalid byte sequence for encoding \"UTF8\"".into(),
-    })
 }
 
 /// One text-format record starting at `pos`: its end (after the newline) and
 /// the number of lines it took, or `None` when it is not complete yet.
 fn text_record<'a>(
-    buf: &'a [u8],
+    buf: &'a str,
     pos: usize,
     opts: &CopyFrom,
     fields: &mut Vec<Option<Cow<'a, str>>>,
     line: u64,
 ) -> Result<Option<(usize, u64)>, IngestError> {
-    let Some(nl) = buf[pos..].iter().position(|&b| b == b'\n') else {
+    let Some(nl) = buf[pos..].find('\n') else {
         return Ok(None);
     };
     let end = pos + nl + 1;
     let mut record = &buf[pos..pos + nl];
-    if record.last() == Some(&b'\r') {
-        record = &record[..record.len() - 1];
+    if let Some(r) = record.strip_suffix('\r') {
+        record = r;
     }
-    let delim = opts.delimiter as u8;
-    let null = opts.null.as_bytes();
-    for raw in record.split(|&b| b == delim) {
-        if raw == null {
+    for raw in record.split(opts.delimiter) {
+        if raw == opts.null {
             fields.push(None);
-        } else if raw.contains(&b'\\') {
-            fields.push(Some(Cow::Owned(unescape_text(raw, line)?)));
+        } else if raw.contains('\\') {
+            fields.push(Some(Cow::Owned(unescape_text(raw.as_bytes(), line)?)));
         } else {
-            fields.push(Some(Cow::Borrowed(utf8(raw, line)?)));
+            fields.push(Some(Cow::Borrowed(raw)));
         }
     }
     Ok(Some((end, 1)))
@@ -203,18 +208,19 @@ fn unescape_text(raw: &[u8], line: u64) -> Result<String, IngestError> {
     })
 }
 
-/// One CSV record starting at `pos` (quoted fields may span lines).
+/// One CSV record starting at `pos` (quoted fields may span lines). All
+/// split points are ASCII bytes, so every slice is on a character boundary.
 fn csv_record<'a>(
-    buf: &'a [u8],
+    text: &'a str,
     pos: usize,
     opts: &CopyFrom,
     fields: &mut Vec<Option<Cow<'a, str>>>,
     line: u64,
 ) -> Result<Option<(usize, u64)>, IngestError> {
+    let buf = text.as_bytes();
     let delim = opts.delimiter as u8;
     let quote = opts.quote as u8;
     let escape = opts.escape as u8;
-    let null = opts.null.as_bytes();
     let mut i = pos;
     let mut newlines = 0u64;
     loop {
@@ -223,7 +229,8 @@ fn csv_record<'a>(
             return Ok(None);
         }
         if buf[i] == quote {
-            let mut value: Vec<u8> = Vec::new();
+            let mut value = String::new();
+            let mut seg = i + 1;
             let mut j = i + 1;
             loop {
                 if j >= buf.len() {
@@ -235,15 +242,18 @@ fn csv_record<'a>(
                     && j + 1 < buf.len()
                     && (buf[j + 1] == quote || buf[j + 1] == escape)
                 {
-                    value.push(buf[j + 1]);
+                    value.push_str(&text[seg..j]);
+                    seg = j + 1;
                     j += 2;
                 } else if b == quote {
                     if escape == quote && j + 1 < buf.len() && buf[j + 1] == quote {
-                        value.push(quote);
+                        value.push_str(&text[seg..=j]);
                         j += 2;
+                        seg = j;
                     } else if j + 1 >= buf.len() {
                         return Ok(None);
                     } else {
+                        value.push_str(&text[seg..j]);
                         j += 1;
                         break;
                     }
@@ -251,19 +261,19 @@ fn csv_record<'a>(
                     if b == b'\n' {
                         newlines += 1;
                     }
-                    value.push(b);
                     j += 1;
                 }
             }
-            let s = String::from_utf8(value).map_err(|_| IngestError::BadFormat {
-                place: RowPlace::Line(line),
-                reason: "invalid byte sequence for encoding \"UTF8\"".into(),
-            })?;
-            fields.push(Some(Cow::Owned(s)));
+            fields.push(Some(Cow::Owned(value)));
             i = j;
             // After a closing quote: a delimiter, or the end of the record.
-            if buf[i] == b'\r' && i + 1 < buf.len() && buf[i + 1] == b'\n' {
-                i += 1;
+            if buf[i] == b'\r' {
+                if i + 1 >= buf.len() {
+                    return Ok(None);
+                }
+                if buf[i + 1] == b'\n' {
+                    i += 1;
+                }
             }
             if buf[i] == delim {
                 i += 1;
@@ -281,15 +291,17 @@ fn csv_record<'a>(
             return Ok(None);
         };
         let end = i + rel;
-        let mut raw = &buf[i..end];
+        let mut raw = &text[i..end];
         let at_newline = buf[end] == b'\n';
-        if at_newline && raw.last() == Some(&b'\r') {
-            raw = &raw[..raw.len() - 1];
+        if at_newline {
+            if let Some(r) = raw.strip_suffix('\r') {
+                raw = r;
+            }
         }
-        if raw == null {
+        if raw == opts.null {
             fields.push(None);
         } else {
-            fields.push(Some(Cow::Borrowed(utf8(raw, line)?)));
+            fields.push(Some(Cow::Borrowed(raw)));
         }
         i = end + 1;
         if at_newline {
@@ -375,6 +387,24 @@ mod tests {
         assert_eq!(s.value(0), "x,\"y\"\nz");
         assert!(s.is_null(1));
         assert_eq!(s.value(2), "");
+    }
+
+    #[test]
+    fn utf8_split_across_chunks_and_invalid_bytes() {
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        let data = "1,é\n2,ü\n".as_bytes();
+        for chunk in data.chunks(1) {
+            p.feed(chunk).unwrap();
+        }
+        let b = p.finish().unwrap();
+        let s = b[0]
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!((s.value(0), s.value(1)), ("é", "ü"));
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        p.feed(b"1,a\n2,\xff\n").unwrap_err();
     }
 
     #[test]

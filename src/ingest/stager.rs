@@ -1,6 +1,9 @@
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, BinaryBuilder, StringArray, StringBuilder};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, BinaryBuilder, StringArray, StringBuilder,
+    TimestampMicrosecondArray,
+};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -200,6 +203,16 @@ fn convert_text(
             Ok(Arc::new(b.finish()))
         }
         ty => {
+            if ty.is_timestamp() {
+                if let Some(values) = fast_timestamps(text) {
+                    let array =
+                        TimestampMicrosecondArray::new(values.into(), text.nulls().cloned());
+                    return Ok(match ty {
+                        SqlType::TimestampTz => Arc::new(array.with_timezone("+00:00")),
+                        _ => Arc::new(array),
+                    });
+                }
+            }
             let options = CastOptions {
                 safe: true,
                 ..Default::default()
@@ -235,6 +248,73 @@ fn convert_text(
             Ok(out)
         }
     }
+}
+
+/// Parses a column of `YYYY-MM-DD HH:MM:SS[.ffffff]` (the form PostgreSQL
+/// itself prints) into microseconds since the epoch, or `None` when any value
+/// has another form, in which case the general parser handles the column.
+fn fast_timestamps(text: &StringArray) -> Option<Vec<i64>> {
+    let mut out = Vec::with_capacity(text.len());
+    for i in 0..text.len() {
+        if text.is_null(i) {
+            out.push(0);
+        } else {
+            out.push(parse_timestamp_us(text.value(i).as_bytes())?);
+        }
+    }
+    Some(out)
+}
+
+fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || (b[10] != b' ' && b[10] != b'T')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        b[r].iter().try_fold(0i64, |acc, &c| {
+            c.is_ascii_digit().then(|| acc * 10 + (c - b'0') as i64)
+        })
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
+        return None;
+    }
+    let mut micros = 0i64;
+    if b.len() > 19 {
+        if b[19] != b'.' || b.len() == 20 || b.len() > 26 {
+            return None;
+        }
+        let frac = num(20..b.len())?;
+        micros = frac * 10i64.pow((26 - b.len()) as u32);
+    }
+    let days = days_from_civil(y, mo, d);
+    Some(((days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000) + micros)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Checks VARCHAR lengths and JSON validity of a text column.
@@ -430,6 +510,35 @@ mod tests {
             bad([Some("99999999999999999999"), None, None, None, None]).sqlstate(),
             "22003"
         );
+    }
+
+    #[test]
+    fn fast_timestamp_path_agrees_with_arrow() {
+        use arrow::compute::cast;
+        use arrow::datatypes::{DataType, TimeUnit};
+        let values = [
+            "2024-02-29 12:34:56",
+            "1969-12-31 23:59:59.5",
+            "2000-01-01T00:00:00.000001",
+            "1900-03-01 00:00:00.123456",
+            "2100-12-31 23:59:59",
+        ];
+        let text = StringArray::from(values.to_vec());
+        let fast = fast_timestamps(&text).unwrap();
+        let slow = cast(&text, &DataType::Timestamp(TimeUnit::Microsecond, None)).unwrap();
+        let slow = slow
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
+        assert_eq!(fast, slow.values().to_vec());
+        for bad in [
+            "2024-02-30 00:00:00",
+            "2024-01-01 24:00:00",
+            "2024-01-01 00:00:00+02",
+            "2024-01-01",
+        ] {
+            assert!(parse_timestamp_us(bad.as_bytes()).is_none(), "{bad}");
+        }
     }
 
     #[test]
