@@ -362,7 +362,7 @@ fn check_text(
 fn decode_bytea(s: &str) -> Option<Vec<u8>> {
     if let Some(hex) = s.strip_prefix("\\x") {
         let digits: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return None;
         }
         return digits

@@ -122,14 +122,14 @@ impl ScanBounds {
                     _ => {}
                 }
             }
-            Expr::Between(between) if !between.negated => {
-                if column_name(&between.expr).as_deref() == Some("_offset") {
-                    if let (Some(lo), Some(hi)) =
-                        (literal_i64(&between.low), literal_i64(&between.high))
-                    {
-                        self.lo = self.lo.max(lo.max(0) as u64);
-                        self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
-                    }
+            Expr::Between(between)
+                if !between.negated && column_name(&between.expr).as_deref() == Some("_offset") =>
+            {
+                if let (Some(lo), Some(hi)) =
+                    (literal_i64(&between.low), literal_i64(&between.high))
+                {
+                    self.lo = self.lo.max(lo.max(0) as u64);
+                    self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
                 }
             }
             _ => {}
