@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sluice::ingest::CopyParser;
-use sluice::log::LogStore;
+use sluice::log::{LogConfig, LogStore};
 
 const ROWS: usize = 200_000;
 
@@ -52,7 +52,7 @@ fn bench(c: &mut Criterion) {
 
     group.bench_function("copy_csv_parse", |b| {
         b.iter(|| {
-            let mut p = CopyParser::new(&ct.table, copy.clone()).expect("parser");
+            let mut p = CopyParser::new(&ct.table, copy.clone(), u64::MAX).expect("parser");
             // psql sends one line per CopyData message; feed in 64 KiB chunks.
             for chunk in csv.chunks(64 * 1024) {
                 p.feed(chunk).expect("feed");
@@ -61,12 +61,12 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    let mut p = CopyParser::new(&ct.table, copy.clone()).expect("parser");
+    let mut p = CopyParser::new(&ct.table, copy.clone(), u64::MAX).expect("parser");
     p.feed(&csv).expect("feed");
     let batches = p.finish().expect("batches");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(LogStore::open(dir.path(), 128 << 20).expect("store"));
+    let store = Arc::new(LogStore::open(dir.path(), LogConfig::default()).expect("store"));
     let table = store
         .create_table(ct.table.clone(), false)
         .expect("create")

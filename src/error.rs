@@ -47,9 +47,11 @@ impl SluiceError {
         match self {
             SluiceError::DataFusion(e) => match root(e) {
                 DataFusionError::External(inner) => inner.to_string(),
-                DataFusionError::Plan(m)
-                | DataFusionError::Execution(m)
-                | DataFusionError::NotImplemented(m) => m.clone(),
+                DataFusionError::Plan(m) => match missing_table(m) {
+                    Some(name) => format!("relation \"{name}\" does not exist"),
+                    None => m.clone(),
+                },
+                DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => m.clone(),
                 DataFusionError::SQL(p, _) => p
                     .to_string()
                     .trim_start_matches("sql parser error: ")
@@ -88,6 +90,13 @@ fn catalog_sqlstate(e: &CatalogError) -> &'static str {
         CatalogError::Corrupt { .. } => "XX001",
         CatalogError::Io { .. } => "58030",
     }
+}
+
+/// The table named by DataFusion's "table 'catalog.schema.name' not found".
+fn missing_table(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("table '")?;
+    let name = rest.strip_suffix("' not found")?;
+    Some(name.rsplit('.').next().unwrap_or(name))
 }
 
 fn root(e: &DataFusionError) -> &DataFusionError {
@@ -164,13 +173,11 @@ mod tests {
             SluiceError::Catalog(CatalogError::DuplicateTable("t".into())).sqlstate(),
             "42P07"
         );
-        assert_eq!(
-            SluiceError::DataFusion(DataFusionError::Plan(
-                "table 'sluice.public.x' not found".into()
-            ))
-            .sqlstate(),
-            "42P01"
-        );
+        let missing = SluiceError::DataFusion(DataFusionError::Plan(
+            "table 'sluice.public.x' not found".into(),
+        ));
+        assert_eq!(missing.sqlstate(), "42P01");
+        assert_eq!(missing.message(), "relation \"x\" does not exist");
         assert_eq!(
             SluiceError::Sql(SqlError::Syntax("x".into())).sqlstate(),
             "42601"

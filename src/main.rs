@@ -2,6 +2,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use sluice::log::LogConfig;
 use sluice::server::{serve, ServerConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -27,6 +28,10 @@ enum Command {
         /// once it reaches this many bytes.
         #[arg(long, default_value_t = 128 * 1024 * 1024)]
         segment_bytes: u64,
+        /// The most memory (Arrow bytes) one INSERT or COPY may stage before
+        /// it is appended; a larger statement fails with SQLSTATE 54000.
+        #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
+        max_statement_bytes: u64,
     },
 }
 
@@ -43,6 +48,7 @@ fn main() -> std::process::ExitCode {
             listen,
             data_dir,
             segment_bytes,
+            max_statement_bytes,
         } => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -57,7 +63,10 @@ fn main() -> std::process::ExitCode {
             let config = ServerConfig {
                 listen,
                 data_dir,
-                segment_max_bytes: segment_bytes,
+                log: LogConfig {
+                    segment_max_bytes: segment_bytes,
+                    max_statement_bytes,
+                },
             };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

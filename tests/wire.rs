@@ -418,3 +418,66 @@ async fn concurrent_writers_share_fsyncs() {
         .get(0);
     assert_eq!(n, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_size_limit_and_segment_rolling() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(
+        dir.path(),
+        &["--max-statement-bytes", "200000", "--segment-bytes", "8192"],
+    );
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 2)")
+        .await
+        .unwrap();
+    // A COPY larger than the limit fails whole, with 54000.
+    let mut data = String::new();
+    for i in 0..100_000 {
+        data.push_str(&format!("{i}\tsome text to make the row wider\n"));
+    }
+    let sink = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data)).await.unwrap();
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(sqlstate(&e), "54000", "{e}");
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    // Small statements roll segments at 8 KiB; all rows survive a restart.
+    for i in 0..200 {
+        c.batch_execute(&format!("INSERT INTO t VALUES ({i}, 'row {i}')"))
+            .await
+            .unwrap();
+    }
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    let r = c
+        .query_one("SELECT COUNT(*), SUM(id) FROM t", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i64>(0), 200);
+    assert_eq!(r.get::<_, i64>(1), (0..200).sum::<i64>());
+    let segments: i64 = c
+        .query_one(
+            "SELECT SUM(segments) FROM sluice_catalog.partitions WHERE table_name = 't'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(segments > 4, "segments rolled: {segments}");
+    c.batch_execute("INSERT INTO t VALUES (1000, 'after restart')")
+        .await
+        .unwrap();
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 201);
+}

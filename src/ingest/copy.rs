@@ -22,7 +22,12 @@ pub struct CopyParser {
 }
 
 impl CopyParser {
-    pub fn new(table: &TableDef, opts: CopyFrom) -> Result<CopyParser, IngestError> {
+    /// A parser for one COPY into `table`, staging at most `max_bytes`.
+    pub fn new(
+        table: &TableDef,
+        opts: CopyFrom,
+        max_bytes: u64,
+    ) -> Result<CopyParser, IngestError> {
         if !opts.delimiter.is_ascii() || !opts.quote.is_ascii() || !opts.escape.is_ascii() {
             return Err(IngestError::BadFormat {
                 place: RowPlace::Line(0),
@@ -30,7 +35,7 @@ impl CopyParser {
             });
         }
         Ok(CopyParser {
-            stager: RowStager::new(table, &opts.columns, true)?,
+            stager: RowStager::new(table, &opts.columns, true)?.with_limit(max_bytes),
             skip_header: opts.header,
             opts,
             carry: Vec::new(),
@@ -345,7 +350,7 @@ mod tests {
 
     #[test]
     fn text_format_in_chunks() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN")).unwrap();
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN"), u64::MAX).unwrap();
         let data = b"1\thello\\tworld\n2\t\\N\n3\tlast";
         for chunk in data.chunks(3) {
             p.feed(chunk).unwrap();
@@ -372,6 +377,7 @@ mod tests {
         let mut p = CopyParser::new(
             &table(),
             opts("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)"),
+            u64::MAX,
         )
         .unwrap();
         let data = b"a,b\r\n1,\"x,\"\"y\"\"\nz\"\r\n2,\n3,\"\"\n";
@@ -391,7 +397,7 @@ mod tests {
 
     #[test]
     fn utf8_split_across_chunks_and_invalid_bytes() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
         let data = "1,é\n2,ü\n".as_bytes();
         for chunk in data.chunks(1) {
             p.feed(chunk).unwrap();
@@ -403,17 +409,17 @@ mod tests {
             .downcast_ref::<StringArray>()
             .unwrap();
         assert_eq!((s.value(0), s.value(1)), ("é", "ü"));
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
         p.feed(b"1,a\n2,\xff\n").unwrap_err();
     }
 
     #[test]
     fn errors_name_the_line() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
         p.feed(b"1,a\n2,b\nxx,c\n").unwrap();
         let e = p.finish().unwrap_err();
         assert!(e.to_string().contains("line 3, column a"), "{e}");
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv")).unwrap();
+        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
         assert!(matches!(
             p.feed(b"1,a,b\n"),
             Err(IngestError::ExtraColumns {

@@ -50,6 +50,8 @@ pub enum IngestError {
     UndefinedColumn(String),
     #[error("column \"{0}\" specified more than once")]
     DuplicateColumn(String),
+    #[error("statement too large: it stages more than {limit} bytes; split it into smaller statements or raise --max-statement-bytes")]
+    TooLarge { limit: u64 },
     #[error("{0}")]
     Internal(String),
 }
@@ -66,6 +68,7 @@ impl IngestError {
             | IngestError::BadFormat { .. } => "22P04",
             IngestError::UndefinedColumn(_) => "42703",
             IngestError::DuplicateColumn(_) => "42701",
+            IngestError::TooLarge { .. } => "54000",
             IngestError::Internal(_) => "XX000",
         }
     }

@@ -27,6 +27,8 @@ pub struct RowStager {
     lines: bool,
     batches: Vec<RecordBatch>,
     rows: u64,
+    staged_bytes: u64,
+    max_bytes: u64,
 }
 
 impl RowStager {
@@ -47,7 +49,15 @@ impl RowStager {
             lines,
             batches: Vec::new(),
             rows: 0,
+            staged_bytes: 0,
+            max_bytes: u64::MAX,
         })
+    }
+
+    /// Fails the statement once its staged batches exceed `bytes`.
+    pub fn with_limit(mut self, bytes: u64) -> RowStager {
+        self.max_bytes = bytes;
+        self
     }
 
     pub fn num_fields(&self) -> usize {
@@ -116,8 +126,14 @@ impl RowStager {
             check_not_null(&a, col, &self.places, self.lines)?;
             out.push(a);
         }
-        self.batches
-            .push(RecordBatch::try_new(self.schema.clone(), out)?);
+        let batch = RecordBatch::try_new(self.schema.clone(), out)?;
+        self.staged_bytes += batch.get_array_memory_size() as u64;
+        if self.staged_bytes > self.max_bytes {
+            return Err(IngestError::TooLarge {
+                limit: self.max_bytes,
+            });
+        }
+        self.batches.push(batch);
         self.places.clear();
         Ok(())
     }
@@ -539,6 +555,18 @@ mod tests {
         ] {
             assert!(parse_timestamp_us(bad.as_bytes()).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn statements_past_the_limit_fail() {
+        let t = table();
+        let mut s = RowStager::new(&t, &["id".into()], true)
+            .unwrap()
+            .with_limit(1000);
+        for i in 0..10_000u64 {
+            s.push_row(&[Some(i.to_string())], i + 1).unwrap();
+        }
+        assert_eq!(s.finish().unwrap_err().sqlstate(), "54000");
     }
 
     #[test]

@@ -17,3 +17,22 @@ pub use error::LogError;
 pub use partition::{FrameMeta, PartitionStats};
 pub use store::LogStore;
 pub use table::{OffsetRange, TableLog};
+
+/// Limits and sizes of the log, from the server's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct LogConfig {
+    /// A partition's active segment is closed once it reaches this size.
+    pub segment_max_bytes: u64,
+    /// The most Arrow memory one statement (an INSERT or a COPY) may stage
+    /// before it is appended; beyond it the statement fails with 54000.
+    pub max_statement_bytes: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_max_bytes: 128 << 20,
+            max_statement_bytes: 4 << 30,
+        }
+    }
+}

@@ -10,24 +10,25 @@ use tracing::{info, warn};
 
 use super::error::LogError;
 use super::table::TableLog;
+use super::LogConfig;
 
 pub struct LogStore {
     data_dir: PathBuf,
     catalog: parking_lot::Mutex<Catalog>,
     tables: RwLock<HashMap<String, Arc<TableLog>>>,
-    segment_max_bytes: u64,
+    config: LogConfig,
 }
 
 impl LogStore {
     /// Opens the data directory, recovering every table in the catalog.
-    pub fn open(data_dir: &Path, segment_max_bytes: u64) -> Result<LogStore, LogError> {
+    pub fn open(data_dir: &Path, config: LogConfig) -> Result<LogStore, LogError> {
         let catalog = Catalog::open(&data_dir.join("catalog"))?;
         let tables_dir = data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir).map_err(LogError::io(&tables_dir))?;
         let mut tables = HashMap::new();
         for def in catalog.tables() {
             let dir = table_dir(data_dir, def.id);
-            let log = TableLog::open(def.clone(), &dir, segment_max_bytes)?;
+            let log = TableLog::open(def.clone(), &dir, config)?;
             info!(table = %def.name, partitions = def.options.partitions, "recovered table");
             tables.insert(def.name.clone(), Arc::new(log));
         }
@@ -49,7 +50,7 @@ impl LogStore {
             data_dir: data_dir.to_path_buf(),
             catalog: parking_lot::Mutex::new(catalog),
             tables: RwLock::new(tables),
-            segment_max_bytes,
+            config,
         })
     }
 
@@ -84,7 +85,7 @@ impl LogStore {
         }
         let def = catalog.create_table(def)?;
         let dir = table_dir(&self.data_dir, def.id);
-        let log = match TableLog::open(def.clone(), &dir, self.segment_max_bytes) {
+        let log = match TableLog::open(def.clone(), &dir, self.config) {
             Ok(log) => Arc::new(log),
             Err(e) => {
                 let _ = catalog.drop_table(&def.name);

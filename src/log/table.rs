@@ -17,6 +17,7 @@ use tracing::{error, info_span, warn};
 use super::commit::CommitLog;
 use super::error::LogError;
 use super::partition::{PartitionLog, PartitionWriter};
+use super::LogConfig;
 
 /// Offsets `[start, end)` of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +39,7 @@ pub struct TableLog {
     round_robin: AtomicU64,
     poisoned: Arc<AtomicBool>,
     counters: Arc<WriteCounters>,
+    max_statement_bytes: u64,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -53,7 +55,7 @@ const MAX_GROUP: usize = 256;
 
 impl TableLog {
     /// Opens (recovering) or creates the log of `def` under `dir`.
-    pub fn open(def: TableDef, dir: &Path, segment_max_bytes: u64) -> Result<TableLog, LogError> {
+    pub fn open(def: TableDef, dir: &Path, config: LogConfig) -> Result<TableLog, LogError> {
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let n = def.options.partitions as usize;
         let (mut commit_log, committed) = CommitLog::open(dir, n)?;
@@ -64,7 +66,7 @@ impl TableLog {
                 &dir.join(format!("p{k}")),
                 k as u32,
                 *end,
-                segment_max_bytes,
+                config.segment_max_bytes,
             )?;
             partitions.push(Arc::new(log));
             writers.push(writer);
@@ -101,7 +103,13 @@ impl TableLog {
             round_robin: AtomicU64::new(0),
             poisoned,
             counters,
+            max_statement_bytes: config.max_statement_bytes,
         })
+    }
+
+    /// The most Arrow memory one statement may stage before appending.
+    pub fn max_statement_bytes(&self) -> u64 {
+        self.max_statement_bytes
     }
 
     pub fn counters(&self) -> &WriteCounters {

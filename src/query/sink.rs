@@ -9,7 +9,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, SendableRecordBatchStream};
 use futures::StreamExt;
 
-use crate::ingest::conform_batch;
+use crate::ingest::{conform_batch, IngestError};
 use crate::log::TableLog;
 
 /// Receives the rows of an `INSERT` planned by DataFusion, validates all of
@@ -50,13 +50,20 @@ impl DataSink for LogSink {
     ) -> Result<u64> {
         let mut batches = Vec::new();
         let mut row = 1u64;
+        let mut staged = 0u64;
+        let limit = self.table.max_statement_bytes();
         while let Some(batch) = data.next().await {
             let batch = batch?;
             let n = batch.num_rows() as u64;
-            batches.push(
-                conform_batch(&self.table.def, &batch, row)
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
-            );
+            let batch = conform_batch(&self.table.def, &batch, row)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            staged += batch.get_array_memory_size() as u64;
+            if staged > limit {
+                return Err(DataFusionError::External(Box::new(IngestError::TooLarge {
+                    limit,
+                })));
+            }
+            batches.push(batch);
             row += n;
         }
         self.table

@@ -425,7 +425,7 @@ impl Handlers {
                 } else {
                     copy.columns.len()
                 };
-                let parser = CopyParser::new(&table.def, copy)?;
+                let parser = CopyParser::new(&table.def, copy, table.max_statement_bytes())?;
                 *session(client).copy.lock() = Some(CopyState {
                     table,
                     parser: Some(parser),
@@ -447,7 +447,8 @@ impl Handlers {
                     .store
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
-                let mut stager = RowStager::new(&log.def, &columns, false)?;
+                let mut stager = RowStager::new(&log.def, &columns, false)?
+                    .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
                     stager.push_row(row, i as u64 + 1)?;
                 }

@@ -13,7 +13,7 @@ use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
-use crate::log::LogStore;
+use crate::log::{LogConfig, LogStore};
 use crate::query::build_context;
 
 pub use handler::Handlers;
@@ -23,13 +23,13 @@ pub use handler::Handlers;
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    pub segment_max_bytes: u64,
+    pub log: LogConfig,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
 /// until the process ends.
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let store = Arc::new(LogStore::open(&config.data_dir, config.segment_max_bytes)?);
+    let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
     let ctx = Arc::new(build_context(store.clone())?);
     let handlers = Arc::new(Handlers::new(store, ctx));
     let listener = TcpListener::bind(config.listen).await?;
