@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Server;
+use common::{scalar, Server};
 use futures::SinkExt;
 use rand::{Rng, SeedableRng};
 
@@ -208,23 +208,16 @@ async fn torn_tail_is_cut_at_the_last_good_frame() {
     drop(f);
     server.restart();
     let c = server.connect().await;
-    let n: i64 = c
-        .query_one("SELECT COUNT(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = scalar(&c, "SELECT COUNT(*) FROM t").await;
     assert_eq!(
         n, 900,
         "the torn last frame is dropped, the nine before it kept"
     );
-    let torn: i64 = c
-        .query_one(
-            "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let torn: i64 = scalar(
+        &c,
+        "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
+    )
+    .await;
     assert_eq!(torn, 1);
     assert!(server.log_text().contains("cut torn"), "recovery is logged");
     // Appends continue from the cut, and survive another restart.
@@ -271,13 +264,10 @@ async fn corrupt_frame_cuts_the_log_there() {
         .unwrap();
     assert_eq!(r.get::<_, i64>(0), 5);
     assert_eq!(r.get::<_, i64>(1), 4);
-    let torn: i64 = c
-        .query_one(
-            "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let torn: i64 = scalar(
+        &c,
+        "SELECT torn_frames_dropped FROM sluice_catalog.partitions WHERE table_name = 't'",
+    )
+    .await;
     assert_eq!(torn, 5);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{sqlstate, Server};
+use common::{scalar, sqlstate, Server};
 
 const USAGE: &str = "CREATE TABLE usage (event_id TEXT, tenant TEXT NOT NULL, tokens BIGINT, event_time TIMESTAMP) \
                      APPEND ONLY WITH (partitions = 4, partition_key = 'tenant', retention = '7 days')";
@@ -90,11 +90,7 @@ async fn tokio_postgres_prepared_statements_and_binary_results() {
     // INSERT ... SELECT
     let n = c.execute("INSERT INTO usage SELECT event_id || '-copy', tenant, tokens, event_time FROM usage WHERE tenant = 't0'", &[]).await.unwrap();
     assert_eq!(n, 7);
-    let total: i64 = c
-        .query_one("SELECT COUNT(*) FROM usage", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let total: i64 = scalar(&c, "SELECT COUNT(*) FROM usage").await;
     assert_eq!(total, 28);
 }
 
@@ -138,7 +134,7 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
         let e = c.batch_execute(sql).await.expect_err(sql);
         assert_eq!(sqlstate(&e), code, "{sql}: {e}");
         // Still usable.
-        let one: i64 = c.query_one("SELECT 1::BIGINT", &[]).await.unwrap().get(0);
+        let one: i64 = scalar(&c, "SELECT 1::BIGINT").await;
         assert_eq!(one, 1);
     }
     // A bad row rejects the whole statement.
@@ -155,11 +151,7 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
             .contains("row 3, column tokens"),
         "{e}"
     );
-    let n: i64 = c
-        .query_one("SELECT COUNT(*) FROM usage", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = scalar(&c, "SELECT COUNT(*) FROM usage").await;
     assert_eq!(n, 0);
     // JSONB is validated on write.
     c.batch_execute("CREATE TABLE docs (d JSONB) APPEND ONLY")
@@ -200,11 +192,7 @@ async fn malformed_message_closes_only_that_connection() {
         .unwrap();
     let _ = raw.shutdown().await;
     drop(raw);
-    let one: i64 = good
-        .query_one("SELECT 1::BIGINT", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let one: i64 = scalar(&good, "SELECT 1::BIGINT").await;
     assert_eq!(one, 1);
     let other = server.connect().await;
     other.batch_execute("SELECT 1").await.unwrap();
@@ -363,13 +351,11 @@ print("ok")
 }
 
 async fn frames_read(c: &tokio_postgres::Client) -> i64 {
-    c.query_one(
+    scalar(
+        &c,
         "SELECT SUM(frames_read) FROM sluice_catalog.partitions WHERE partition = 2",
-        &[],
     )
     .await
-    .unwrap()
-    .get::<_, i64>(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -411,11 +397,7 @@ async fn concurrent_writers_share_fsyncs() {
         commits < statements,
         "group commit: {commits} commits for {statements} statements"
     );
-    let n: i64 = c
-        .query_one("SELECT COUNT(*) FROM usage", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = scalar(&c, "SELECT COUNT(*) FROM usage").await;
     assert_eq!(n, 400);
 }
 
@@ -441,11 +423,7 @@ async fn statement_size_limit_and_segment_rolling() {
     sink.send(bytes::Bytes::from(data)).await.unwrap();
     let e = sink.finish().await.unwrap_err();
     assert_eq!(sqlstate(&e), "54000", "{e}");
-    let n: i64 = c
-        .query_one("SELECT COUNT(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = scalar(&c, "SELECT COUNT(*) FROM t").await;
     assert_eq!(n, 0);
     // Small statements roll segments at 8 KiB; all rows survive a restart.
     for i in 0..200 {
@@ -462,22 +440,15 @@ async fn statement_size_limit_and_segment_rolling() {
         .unwrap();
     assert_eq!(r.get::<_, i64>(0), 200);
     assert_eq!(r.get::<_, i64>(1), (0..200).sum::<i64>());
-    let segments: i64 = c
-        .query_one(
-            "SELECT SUM(segments) FROM sluice_catalog.partitions WHERE table_name = 't'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let segments: i64 = scalar(
+        &c,
+        "SELECT SUM(segments) FROM sluice_catalog.partitions WHERE table_name = 't'",
+    )
+    .await;
     assert!(segments > 4, "segments rolled: {segments}");
     c.batch_execute("INSERT INTO t VALUES (1000, 'after restart')")
         .await
         .unwrap();
-    let n: i64 = c
-        .query_one("SELECT COUNT(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let n: i64 = scalar(&c, "SELECT COUNT(*) FROM t").await;
     assert_eq!(n, 201);
 }

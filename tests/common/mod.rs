@@ -158,3 +158,11 @@ pub fn sqlstate(e: &tokio_postgres::Error) -> String {
         .map(|c| c.code().to_string())
         .unwrap_or_else(|| format!("no code: {e}"))
 }
+
+/// The single BIGINT a query returns.
+pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
