@@ -352,7 +352,7 @@ print("ok")
 
 async fn frames_read(c: &tokio_postgres::Client) -> i64 {
     scalar(
-        &c,
+        c,
         "SELECT SUM(frames_read) FROM sluice_catalog.partitions WHERE partition = 2",
     )
     .await
