@@ -452,3 +452,81 @@ async fn statement_size_limit_and_segment_rolling() {
     let n: i64 = scalar(&c, "SELECT COUNT(*) FROM t").await;
     assert_eq!(n, 201);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermarks_follow_event_time_and_skip_idle_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    // No partition key: single-row statements alternate p0, p1, p0, ...
+    c.batch_execute(
+        "CREATE TABLE ev (id INT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds') \
+         APPEND ONLY WITH (partitions = 2, watermark_idle_timeout = '1 second')",
+    )
+    .await
+    .unwrap();
+    c.batch_execute("INSERT INTO ev VALUES (1, '2026-01-01 12:00:10')")
+        .await
+        .unwrap();
+    c.batch_execute("INSERT INTO ev VALUES (2, '2026-01-01 12:00:30')")
+        .await
+        .unwrap();
+    let rows = watermark_rows(&c).await;
+    assert_eq!(
+        rows,
+        vec![
+            (
+                0,
+                Some("2026-01-01 12:00:05".into()),
+                false,
+                Some("2026-01-01 12:00:05".into())
+            ),
+            (
+                1,
+                Some("2026-01-01 12:00:25".into()),
+                false,
+                Some("2026-01-01 12:00:05".into())
+            ),
+        ]
+    );
+    // p1 goes quiet: it no longer holds the table back once p0 moves on.
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    c.batch_execute("INSERT INTO ev VALUES (3, '2026-01-01 12:00:20')")
+        .await
+        .unwrap();
+    let rows = watermark_rows(&c).await;
+    assert!(rows[1].2, "p1 is idle: {rows:?}");
+    assert_eq!(rows[0].3.as_deref(), Some("2026-01-01 12:00:15"));
+    // p1 wakes up with an old event: the table watermark does not go back.
+    c.batch_execute("INSERT INTO ev VALUES (4, '2026-01-01 12:00:01')")
+        .await
+        .unwrap();
+    let rows = watermark_rows(&c).await;
+    assert!(!rows[1].2);
+    assert_eq!(rows[1].1.as_deref(), Some("2026-01-01 12:00:25"));
+    assert_eq!(rows[0].3.as_deref(), Some("2026-01-01 12:00:15"));
+    // Recovered from the frames after a restart.
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    let rows = watermark_rows(&c).await;
+    assert_eq!(rows[0].1.as_deref(), Some("2026-01-01 12:00:15"));
+    assert_eq!(rows[1].1.as_deref(), Some("2026-01-01 12:00:25"));
+    assert_eq!(rows[0].3.as_deref(), Some("2026-01-01 12:00:15"));
+}
+
+type WatermarkRow = (i32, Option<String>, bool, Option<String>);
+
+async fn watermark_rows(c: &tokio_postgres::Client) -> Vec<WatermarkRow> {
+    c.query(
+        "SELECT partition, to_char(watermark, '%Y-%m-%d %H:%M:%S'), idle, \
+         to_char(table_watermark, '%Y-%m-%d %H:%M:%S') \
+         FROM sluice_catalog.watermarks WHERE table_name = 'ev' ORDER BY partition",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}

@@ -109,13 +109,33 @@ impl ColumnDef {
     }
 }
 
-/// Options given in `WITH (...)` of `CREATE TABLE`.
+/// `WATERMARK FOR column AS column - INTERVAL 'delay'`: the event-time
+/// column and how far behind the largest event time seen the watermark is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    pub column: String,
+    pub delay_us: i64,
+}
+
+/// Default `watermark_idle_timeout`: a partition with no new rows for this
+/// long stops holding back the table's watermark.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
+
+fn default_idle_timeout_ms() -> u64 {
+    DEFAULT_IDLE_TIMEOUT_MS
+}
+
+/// Options given in `WITH (...)` of `CREATE TABLE`, and the watermark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableOptions {
     pub partitions: u32,
     pub partition_key: Option<String>,
     /// Retention in seconds; `None` keeps records forever.
     pub retention_secs: Option<u64>,
+    #[serde(default)]
+    pub watermark: Option<WatermarkDef>,
+    #[serde(default = "default_idle_timeout_ms")]
+    pub watermark_idle_timeout_ms: u64,
 }
 
 impl Default for TableOptions {
@@ -124,6 +144,8 @@ impl Default for TableOptions {
             partitions: 1,
             partition_key: None,
             retention_secs: None,
+            watermark: None,
+            watermark_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
         }
     }
 }
@@ -175,9 +197,13 @@ impl TableDef {
             .and_then(|k| self.column_index(k))
     }
 
-    /// The column whose min/max each frame records: the first timestamp column.
+    /// The column whose min/max each frame records: the watermark column,
+    /// else the first timestamp column.
     pub fn event_time_index(&self) -> Option<usize> {
-        self.columns.iter().position(|c| c.ty.is_timestamp())
+        match &self.options.watermark {
+            Some(w) => self.column_index(&w.column),
+            None => self.columns.iter().position(|c| c.ty.is_timestamp()),
+        }
     }
 }
 

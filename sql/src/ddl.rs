@@ -1,8 +1,10 @@
-use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions, HIDDEN_COLUMNS};
+use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions, WatermarkDef, HIDDEN_COLUMNS};
 use sqlparser::ast::{self, CharacterLength, ColumnOption, DataType, ExactNumberInfo};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
 
 use crate::error::SqlError;
-use crate::parse::ident_name;
+use crate::parse::{ident_name, StreamingClauses};
 
 /// Largest partition count a table may have.
 pub const MAX_PARTITIONS: u32 = 1024;
@@ -17,7 +19,7 @@ pub struct CreateTable {
 
 pub(crate) fn create_table(
     ct: &ast::CreateTable,
-    append_only: bool,
+    clauses: &StreamingClauses,
 ) -> Result<CreateTable, SqlError> {
     if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
         return Err(SqlError::Unsupported(
@@ -82,7 +84,10 @@ pub(crate) fn create_table(
             )));
         }
     }
-    let options = table_options(&ct.table_options, &columns)?;
+    let mut options = table_options(&ct.table_options, &columns)?;
+    if let Some((column, expr)) = &clauses.watermark {
+        options.watermark = Some(watermark(column, expr, &columns)?);
+    }
     Ok(CreateTable {
         table: TableDef {
             id: 0,
@@ -91,7 +96,7 @@ pub(crate) fn create_table(
             options,
         },
         if_not_exists: ct.if_not_exists,
-        append_only,
+        append_only: clauses.append_only,
     })
 }
 
@@ -137,9 +142,12 @@ fn table_options(
                 options.partition_key = Some(col);
             }
             "retention" => options.retention_secs = Some(parse_duration_secs(&text)?),
+            "watermark_idle_timeout" => {
+                options.watermark_idle_timeout_ms = (parse_duration_us(&text)? / 1000) as u64
+            }
             other => {
                 return Err(SqlError::InvalidOption(format!(
-                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention)"
+                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, watermark_idle_timeout)"
                 )))
             }
         }
@@ -158,26 +166,88 @@ fn option_text(value: &ast::Expr) -> String {
     }
 }
 
-/// Parses a duration such as `'7 days'`, `'36 hours'`, `'30 minutes'`.
+/// Parses a duration such as `'7 days'`, `'36 hours'`, `'30 minutes'`,
+/// `'500 ms'`, into whole seconds (rounded down).
 pub fn parse_duration_secs(text: &str) -> Result<u64, SqlError> {
+    Ok((parse_duration_us(text)? / 1_000_000) as u64)
+}
+
+/// Parses a duration into microseconds.
+pub fn parse_duration_us(text: &str) -> Result<i64, SqlError> {
     let bad = || {
         SqlError::InvalidOption(format!(
-            "invalid duration \"{text}\": expected e.g. '7 days', '12 hours', '30 minutes', '10 seconds'"
+            "invalid duration \"{text}\": expected e.g. '7 days', '12 hours', '30 minutes', '10 seconds', '500 milliseconds'"
         ))
     };
     let t = text.trim().to_lowercase();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let unit_secs = match unit.trim() {
-        "s" | "sec" | "secs" | "second" | "seconds" => 1,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60,
-        "h" | "hour" | "hours" => 3600,
-        "d" | "day" | "days" => 86_400,
-        "w" | "week" | "weeks" => 7 * 86_400,
+    let n: i64 = num.parse().map_err(|_| bad())?;
+    let unit_us: i64 = match unit.trim() {
+        "us" | "microsecond" | "microseconds" => 1,
+        "ms" | "millisecond" | "milliseconds" => 1_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000_000,
+        "h" | "hour" | "hours" => 3_600_000_000,
+        "d" | "day" | "days" => 86_400_000_000,
+        "w" | "week" | "weeks" => 604_800_000_000,
         _ => return Err(bad()),
     };
-    n.checked_mul(unit_secs).ok_or_else(bad)
+    n.checked_mul(unit_us).ok_or_else(bad)
+}
+
+/// Reads `col` or `col - INTERVAL '...'` of a WATERMARK clause.
+fn watermark(column: &str, expr: &str, columns: &[ColumnDef]) -> Result<WatermarkDef, SqlError> {
+    let col = columns
+        .iter()
+        .find(|c| c.name == column)
+        .ok_or_else(|| SqlError::UndefinedColumn(column.to_string()))?;
+    if !col.ty.is_timestamp() {
+        return Err(SqlError::DatatypeMismatch(format!(
+            "watermark column \"{column}\" must be TIMESTAMP or TIMESTAMPTZ, not {}",
+            col.ty.pg_name()
+        )));
+    }
+    let unsupported = || {
+        SqlError::Unsupported(format!(
+            "WATERMARK expression \"{expr}\" is not supported; use {column} - INTERVAL '5 seconds'"
+        ))
+    };
+    let parsed = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(expr)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let names_column =
+        |e: &ast::Expr| matches!(e, ast::Expr::Identifier(i) if ident_name(i) == column);
+    let delay_us = match &parsed {
+        e if names_column(e) => 0,
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Minus,
+            right,
+        } if names_column(left) => match right.as_ref() {
+            ast::Expr::Interval(interval) => {
+                let text = match interval.value.as_ref() {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    _ => return Err(unsupported()),
+                };
+                let text = match &interval.leading_field {
+                    Some(unit) => format!("{text} {unit}"),
+                    None => text,
+                };
+                parse_duration_us(&text)?
+            }
+            _ => return Err(unsupported()),
+        },
+        _ => return Err(unsupported()),
+    };
+    Ok(WatermarkDef {
+        column: column.to_string(),
+        delay_us,
+    })
 }
 
 fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
@@ -310,9 +380,45 @@ mod tests {
     }
 
     #[test]
+    fn watermarks() {
+        let ct = create(
+            "CREATE TABLE t (a TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds') \
+             APPEND ONLY WITH (watermark_idle_timeout = '2 seconds')",
+        )
+        .unwrap();
+        assert_eq!(
+            ct.table.options.watermark,
+            Some(WatermarkDef {
+                column: "ts".into(),
+                delay_us: 5_000_000
+            })
+        );
+        assert_eq!(ct.table.options.watermark_idle_timeout_ms, 2000);
+        assert_eq!(ct.table.columns.len(), 2);
+        let ct = create(
+            "CREATE TABLE t (ts TIMESTAMPTZ, WATERMARK FOR ts AS ts - INTERVAL '90' SECOND)",
+        )
+        .unwrap();
+        assert_eq!(ct.table.options.watermark.unwrap().delay_us, 90_000_000);
+        assert!(matches!(
+            create("CREATE TABLE t (a INT, WATERMARK FOR a AS a - INTERVAL '1 second')"),
+            Err(SqlError::DatatypeMismatch(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR nope AS nope)"),
+            Err(SqlError::UndefinedColumn(_))
+        ));
+        assert!(matches!(
+            create("CREATE TABLE t (ts TIMESTAMP, WATERMARK FOR ts AS now())"),
+            Err(SqlError::Unsupported(_))
+        ));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration_secs("7 days").unwrap(), 604_800);
         assert_eq!(parse_duration_secs("90s").unwrap(), 90);
+        assert_eq!(parse_duration_us("250 ms").unwrap(), 250_000);
         assert!(parse_duration_secs("").is_err());
     }
 }

@@ -11,6 +11,8 @@ pub enum SqlError {
     DuplicateColumn(String),
     #[error("column \"{0}\" does not exist")]
     UndefinedColumn(String),
+    #[error("{0}")]
+    DatatypeMismatch(String),
 }
 
 impl SqlError {
@@ -22,6 +24,7 @@ impl SqlError {
             SqlError::InvalidOption(_) => "22023",
             SqlError::DuplicateColumn(_) => "42701",
             SqlError::UndefinedColumn(_) => "42703",
+            SqlError::DatatypeMismatch(_) => "42804",
         }
     }
 }

@@ -11,7 +11,7 @@ mod error;
 mod hidden;
 mod parse;
 
-pub use ddl::{parse_duration_secs, CreateTable};
+pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{parse_sql, split_statements, CopyFormat, CopyFrom, Statement, TransactionOp};

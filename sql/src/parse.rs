@@ -119,7 +119,7 @@ fn has_code(text: &str) -> bool {
 
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
-    let (sql, append_only) = strip_append_only(sql)?;
+    let (sql, clauses) = strip_streaming_clauses(sql)?;
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
         .map_err(|e| SqlError::Syntax(strip_parser_prefix(&e.to_string())))?;
     if statements.len() != 1 {
@@ -129,50 +129,121 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         )));
     }
     let statement = statements.remove(0);
-    classify(statement, append_only)
+    classify(statement, clauses)
 }
 
 fn strip_parser_prefix(msg: &str) -> String {
     msg.trim_start_matches("sql parser error: ").to_string()
 }
 
-/// Removes `APPEND ONLY` following the column list of a `CREATE TABLE`, which
-/// plain PostgreSQL syntax does not have. Returns the remaining SQL and
-/// whether the clause was present.
-fn strip_append_only(sql: &str) -> Result<(String, bool), SqlError> {
+/// The streaming clauses of `CREATE TABLE` that plain PostgreSQL syntax does
+/// not have, removed from the SQL before sqlparser reads it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct StreamingClauses {
+    /// `APPEND ONLY` after the column list.
+    pub append_only: bool,
+    /// `WATERMARK FOR column AS expr` in the column list: the column and
+    /// the expression's text.
+    pub watermark: Option<(String, String)>,
+}
+
+/// Removes `APPEND ONLY` and `WATERMARK FOR ... AS ...` from a `CREATE TABLE`.
+fn strip_streaming_clauses(sql: &str) -> Result<(String, StreamingClauses), SqlError> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
-    let significant: Vec<_> = tokens
+    let sig: Vec<_> = tokens
         .iter()
         .filter(|t| !matches!(t.token, Token::Whitespace(_)))
         .collect();
     let is_word = |t: &Token, kw: &str| matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
-    if significant.len() < 2
-        || !is_word(&significant[0].token, "create")
-        || !is_word(&significant[1].token, "table")
-    {
-        return Ok((sql.to_string(), false));
+    let mut clauses = StreamingClauses::default();
+    if sig.len() < 2 || !is_word(&sig[0].token, "create") || !is_word(&sig[1].token, "table") {
+        return Ok((sql.to_string(), clauses));
     }
+    let start_of = |n: usize| byte_offset(sql, sig[n].span.start.line, sig[n].span.start.column);
+    let end_of = |n: usize| byte_offset(sql, sig[n].span.end.line, sig[n].span.end.column);
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
     let mut depth = 0i32;
-    for (n, t) in significant.iter().enumerate() {
-        match t.token {
+    let mut n = 0;
+    while n < sig.len() {
+        match sig[n].token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             _ => {}
         }
         if depth == 0
-            && n + 1 < significant.len()
-            && is_word(&t.token, "append")
-            && is_word(&significant[n + 1].token, "only")
+            && n + 1 < sig.len()
+            && is_word(&sig[n].token, "append")
+            && is_word(&sig[n + 1].token, "only")
         {
-            let from = byte_offset(sql, t.span.start.line, t.span.start.column);
-            let end = &significant[n + 1].span.end;
-            let to = byte_offset(sql, end.line, end.column);
-            return Ok((format!("{} {}", &sql[..from], &sql[to..]), true));
+            clauses.append_only = true;
+            cuts.push((start_of(n), end_of(n + 1)));
+            n += 2;
+            continue;
         }
+        if depth == 1
+            && n + 3 < sig.len()
+            && is_word(&sig[n].token, "watermark")
+            && is_word(&sig[n + 1].token, "for")
+            && is_word(&sig[n + 3].token, "as")
+        {
+            let column = match &sig[n + 2].token {
+                Token::Word(w) if w.quote_style.is_some() => w.value.clone(),
+                Token::Word(w) => w.value.to_lowercase(),
+                other => {
+                    return Err(SqlError::Syntax(format!(
+                        "expected a column after WATERMARK FOR, found {other}"
+                    )))
+                }
+            };
+            // The clause ends at the next comma or the list's closing paren.
+            let mut m = n + 4;
+            let mut d = 1;
+            while m < sig.len() {
+                match sig[m].token {
+                    Token::LParen => d += 1,
+                    Token::RParen if d == 1 => break,
+                    Token::RParen => d -= 1,
+                    Token::Comma if d == 1 => break,
+                    _ => {}
+                }
+                m += 1;
+            }
+            if m >= sig.len() || m == n + 4 {
+                return Err(SqlError::Syntax("incomplete WATERMARK clause".into()));
+            }
+            let expr = sql[end_of(n + 3)..start_of(m)].trim().to_string();
+            if clauses.watermark.replace((column, expr)).is_some() {
+                return Err(SqlError::Syntax(
+                    "a table takes one WATERMARK clause".into(),
+                ));
+            }
+            let prev_comma = n > 0 && sig[n - 1].token == Token::Comma;
+            if prev_comma {
+                cuts.push((start_of(n - 1), start_of(m)));
+            } else if sig[m].token == Token::Comma {
+                cuts.push((start_of(n), end_of(m)));
+            } else {
+                return Err(SqlError::Syntax("a table needs at least one column".into()));
+            }
+            n = m;
+            continue;
+        }
+        n += 1;
     }
-    Ok((sql.to_string(), false))
+    if cuts.is_empty() {
+        return Ok((sql.to_string(), clauses));
+    }
+    let mut out = String::with_capacity(sql.len());
+    let mut at = 0;
+    for (from, to) in cuts {
+        out.push_str(&sql[at..from]);
+        out.push(' ');
+        at = to;
+    }
+    out.push_str(&sql[at..]);
+    Ok((out, clauses))
 }
 
 fn object_name(name: &ast::ObjectName) -> String {
@@ -193,10 +264,10 @@ pub(crate) fn ident_name(ident: &ast::Ident) -> String {
     }
 }
 
-fn classify(statement: ast::Statement, append_only: bool) -> Result<Statement, SqlError> {
+fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Statement, SqlError> {
     match statement {
         ast::Statement::CreateTable(ct) => {
-            Ok(Statement::CreateTable(ddl::create_table(&ct, append_only)?))
+            Ok(Statement::CreateTable(ddl::create_table(&ct, &clauses)?))
         }
         ast::Statement::Drop {
             object_type: ObjectType::Table,
@@ -546,14 +617,34 @@ mod split_tests {
 
     #[test]
     fn append_only_keeps_literals_exact() {
-        let (sql, append) =
-            strip_append_only("CREATE TABLE t (a TEXT)\nAPPEND  ONLY WITH (retention = '7 days')")
-                .unwrap();
-        assert!(append);
+        let (sql, c) = strip_streaming_clauses(
+            "CREATE TABLE t (a TEXT)\nAPPEND  ONLY WITH (retention = '7 days')",
+        )
+        .unwrap();
+        assert!(c.append_only);
         assert_eq!(
             sql,
             "CREATE TABLE t (a TEXT)\n  WITH (retention = '7 days')"
         );
+    }
+
+    #[test]
+    fn watermark_clause_is_taken_out_of_the_column_list() {
+        let (sql, c) = strip_streaming_clauses(
+            "CREATE TABLE t (a TEXT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds') APPEND ONLY",
+        )
+        .unwrap();
+        assert!(c.append_only);
+        assert_eq!(
+            c.watermark,
+            Some(("ts".into(), "ts - INTERVAL '5 seconds'".into()))
+        );
+        assert_eq!(sql, "CREATE TABLE t (a TEXT, ts TIMESTAMP )  ");
+        let (sql, c) =
+            strip_streaming_clauses("CREATE TABLE t (WATERMARK FOR ts AS ts, ts TIMESTAMP)")
+                .unwrap();
+        assert_eq!(c.watermark, Some(("ts".into(), "ts".into())));
+        assert_eq!(sql, "CREATE TABLE t (  ts TIMESTAMP)");
     }
 
     #[test]

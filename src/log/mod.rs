@@ -12,11 +12,13 @@ mod frame;
 mod partition;
 mod store;
 mod table;
+mod watermark;
 
 pub use error::LogError;
-pub use partition::{FrameMeta, PartitionStats};
+pub use partition::{EventTimeProgress, FrameMeta, PartitionStats};
 pub use store::LogStore;
 pub use table::{OffsetRange, TableLog};
+pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.
 #[derive(Debug, Clone, Copy)]

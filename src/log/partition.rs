@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use parking_lot::RwLock;
@@ -45,6 +46,17 @@ struct Visible {
     frames: Vec<FrameMeta>,
     end_offset: u64,
     bytes: u64,
+    /// Largest event time committed to this partition.
+    max_event_us: Option<i64>,
+    /// When rows were last committed (or the partition opened).
+    last_append: Option<Instant>,
+}
+
+/// What the watermark of a partition is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct EventTimeProgress {
+    pub max_event_us: Option<i64>,
+    pub since_last_append: Duration,
 }
 
 /// Counters and sizes shown in `sluice_catalog.partitions`.
@@ -159,6 +171,8 @@ impl PartitionLog {
             visible.segments.push(segment);
         }
         visible.end_offset = expected;
+        visible.max_event_us = visible.frames.iter().filter_map(frame_max_event).max();
+        visible.last_append = Some(Instant::now());
 
         // The active segment: the last one, or a new one.
         let (active_segment, active_len) = match visible.segments.last() {
@@ -254,12 +268,32 @@ impl PartitionLog {
     pub(super) fn publish(&self, writer: &mut PartitionWriter) {
         let mut v = self.visible.write();
         v.segments.append(&mut writer.new_segments);
+        let mut appended = false;
         for f in writer.pending.drain(..) {
             v.bytes += HEADER_LEN as u64 + f.header.payload_len as u64;
             v.end_offset = f.end_offset();
+            v.max_event_us = v.max_event_us.max(frame_max_event(&f));
             v.frames.push(f);
+            appended = true;
+        }
+        if appended {
+            v.last_append = Some(Instant::now());
         }
     }
+
+    /// Largest event time seen and how long the partition has been quiet.
+    pub fn event_time_progress(&self) -> EventTimeProgress {
+        let v = self.visible.read();
+        EventTimeProgress {
+            max_event_us: v.max_event_us,
+            since_last_append: v.last_append.map(|t| t.elapsed()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A frame's largest event time, if its rows had any.
+fn frame_max_event(f: &FrameMeta) -> Option<i64> {
+    (f.header.max_event_us != i64::MIN).then_some(f.header.max_event_us)
 }
 
 fn corrupt(meta: &FrameMeta, reason: &str) -> LogError {

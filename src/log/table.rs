@@ -17,6 +17,7 @@ use tracing::{error, info_span, warn};
 use super::commit::CommitLog;
 use super::error::LogError;
 use super::partition::{PartitionLog, PartitionWriter};
+use super::watermark::{TableWatermark, WatermarkTracker};
 use super::LogConfig;
 
 /// Offsets `[start, end)` of one partition.
@@ -40,6 +41,7 @@ pub struct TableLog {
     poisoned: Arc<AtomicBool>,
     counters: Arc<WriteCounters>,
     max_statement_bytes: u64,
+    watermark: Option<WatermarkTracker>,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -95,6 +97,12 @@ impl TableLog {
             .name(format!("log-writer-{}", def.id))
             .spawn(move || writer.run())
             .map_err(LogError::io(dir))?;
+        let watermark = def.options.watermark.as_ref().map(|w| {
+            WatermarkTracker::new(
+                w.delay_us,
+                std::time::Duration::from_millis(def.options.watermark_idle_timeout_ms),
+            )
+        });
         Ok(TableLog {
             def,
             dir: dir.to_path_buf(),
@@ -104,7 +112,19 @@ impl TableLog {
             poisoned,
             counters,
             max_statement_bytes: config.max_statement_bytes,
+            watermark,
         })
+    }
+
+    /// The table's watermark now; `None` when the table has no WATERMARK.
+    pub fn watermark(&self) -> Option<TableWatermark> {
+        let tracker = self.watermark.as_ref()?;
+        let progress: Vec<_> = self
+            .partitions
+            .iter()
+            .map(|p| p.event_time_progress())
+            .collect();
+        Some(tracker.compute(&progress))
     }
 
     /// The most Arrow memory one statement may stage before appending.

@@ -4,8 +4,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{
+    ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, Session};
 use datafusion::common::Result;
@@ -57,7 +60,7 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 2] = ["partitions", "tables"];
+const SYSTEM_TABLES: [&str; 3] = ["partitions", "tables", "watermarks"];
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
@@ -71,6 +74,11 @@ impl SchemaProvider for SystemSchema {
                 schema: partitions_schema(),
                 store: self.store.clone(),
                 build: partitions_batch,
+            })),
+            "watermarks" => Some(Arc::new(SystemTable {
+                schema: watermarks_schema(),
+                store: self.store.clone(),
+                build: watermarks_batch,
             })),
             "tables" => Some(Arc::new(SystemTable {
                 schema: tables_schema(),
@@ -214,6 +222,48 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
                 .iter()
                 .map(|t| t.counters().commits.load(Ordering::Relaxed) as i64),
         )),
+    ];
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn watermarks_schema() -> SchemaRef {
+    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, None), true);
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        ts("watermark"),
+        ts("last_event_time"),
+        Field::new("idle", DataType::Boolean, false),
+        ts("table_watermark"),
+    ]))
+}
+
+/// One row per partition of every table with a WATERMARK clause.
+fn watermarks_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut names = vec![];
+    let mut parts = vec![];
+    let mut marks = vec![];
+    let mut last = vec![];
+    let mut idle = vec![];
+    let mut table_marks = vec![];
+    for t in store.tables() {
+        let Some(w) = t.watermark() else { continue };
+        for p in &w.partitions {
+            names.push(t.def.name.clone());
+            parts.push(p.partition as i32);
+            marks.push(p.watermark_us);
+            last.push(p.last_event_us);
+            idle.push(p.idle);
+            table_marks.push(w.watermark_us);
+        }
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(names)),
+        Arc::new(Int32Array::from(parts)),
+        Arc::new(TimestampMicrosecondArray::from(marks)),
+        Arc::new(TimestampMicrosecondArray::from(last)),
+        Arc::new(BooleanArray::from(idle)),
+        Arc::new(TimestampMicrosecondArray::from(table_marks)),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
