@@ -179,19 +179,49 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_message_closes_only_that_connection() {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let good = server.connect().await;
+
+    // A client that completes startup, then sends a message of an unknown
+    // type with a bogus length.
     let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
         .await
         .unwrap();
-    // A startup packet claiming a huge length, then garbage.
-    raw.write_all(&[0xff, 0xff, 0xff, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8])
+    let mut startup = Vec::new();
+    startup.extend_from_slice(&196608i32.to_be_bytes()); // protocol 3.0
+    startup.extend_from_slice(b"user\0raw\0database\0raw\0\0");
+    let mut packet = ((startup.len() + 4) as i32).to_be_bytes().to_vec();
+    packet.extend_from_slice(&startup);
+    raw.write_all(&packet).await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), raw.read(&mut buf))
+            .await
+            .expect("startup answered")
+            .unwrap();
+        assert!(n > 0, "server closed during startup");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    raw.write_all(&[b'!', 0, 0, 0, 2, 0xde, 0xad])
         .await
         .unwrap();
-    let _ = raw.shutdown().await;
-    drop(raw);
+    // The server ends that connection (maybe after an ErrorResponse).
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            match raw.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    assert!(closed, "a malformed message closes its connection");
+
+    // Other connections are untouched.
     let one: i64 = scalar(&good, "SELECT 1::BIGINT").await;
     assert_eq!(one, 1);
     let other = server.connect().await;
