@@ -48,6 +48,11 @@ impl CopyParser {
         self.stager.rows()
     }
 
+    /// The batches converted so far, handed over to be routed.
+    pub fn take_batches(&mut self) -> Vec<RecordBatch> {
+        self.stager.take_batches()
+    }
+
     /// Parses every complete record in `data` (plus what was carried).
     pub fn feed(&mut self, data: &[u8]) -> Result<(), IngestError> {
         if self.done {

@@ -138,6 +138,11 @@ impl RowStager {
         Ok(())
     }
 
+    /// The batches converted so far, handed over (the limit still counts them).
+    pub fn take_batches(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.batches)
+    }
+
     pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
         self.flush()?;
         Ok(self.batches)

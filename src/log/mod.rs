@@ -17,7 +17,7 @@ mod watermark;
 pub use error::LogError;
 pub use partition::{EventTimeProgress, FrameMeta, PartitionStats};
 pub use store::LogStore;
-pub use table::{OffsetRange, TableLog};
+pub use table::{OffsetRange, RoutedRows, TableLog};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.

@@ -20,6 +20,22 @@ use super::partition::{PartitionLog, PartitionWriter};
 use super::watermark::{TableWatermark, WatermarkTracker};
 use super::LogConfig;
 
+/// A statement's rows, split by partition, waiting to be appended.
+#[derive(Debug, Default)]
+pub struct RoutedRows {
+    parts: Vec<(usize, RecordBatch)>,
+    rows: u64,
+}
+
+impl RoutedRows {
+    fn add(&mut self, parts: Vec<(usize, RecordBatch)>) {
+        for (p, b) in parts {
+            self.rows += b.num_rows() as u64;
+            self.parts.push((p, b));
+        }
+    }
+}
+
 /// Offsets `[start, end)` of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffsetRange {
@@ -143,18 +159,30 @@ impl TableLog {
     /// Appends a statement's rows atomically and durably: returns once every
     /// row is fsynced and committed, or an error with nothing appended.
     pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64, LogError> {
-        let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut parts = RoutedRows::default();
+        for batch in &batches {
+            parts.add(self.route(batch)?);
+        }
+        self.append_routed(parts).await
+    }
+
+    /// Routes a batch of a statement still being received, so the statement
+    /// holds its rows once, already split by partition.
+    pub fn route_into(&self, batch: &RecordBatch, into: &mut RoutedRows) -> Result<(), LogError> {
+        into.add(self.route(batch)?);
+        Ok(())
+    }
+
+    /// Appends a statement's routed rows atomically and durably.
+    pub async fn append_routed(&self, routed: RoutedRows) -> Result<u64, LogError> {
+        let rows = routed.rows;
         if rows == 0 {
             return Ok(0);
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.def.name.clone()));
         }
-        let mut parts = Vec::new();
-        for batch in &batches {
-            parts.extend(self.route(batch)?);
-        }
-        let parts = coalesce(parts, self.partitions.len())?;
+        let parts = coalesce(routed.parts, self.partitions.len())?;
         let (reply, rx) = oneshot::channel();
         self.sender
             .send(AppendRequest { parts, reply })
@@ -223,14 +251,14 @@ pub fn partition_for_key(key: &[u8], partitions: usize) -> usize {
     (crc32c::crc32c(key) as usize) % partitions
 }
 
-/// Concatenates the pieces for each partition, so a statement writes at most
-/// one frame per partition (large statements are split into frames of at
-/// most `MAX_FRAME_ROWS` rows).
+/// Concatenates small pieces of the same partition into one frame, so that a
+/// statement of many small batches does not write many tiny frames; pieces
+/// that are large already become frames as they are, without a copy.
 fn coalesce(
     parts: Vec<(usize, RecordBatch)>,
     partitions: usize,
 ) -> Result<Vec<(usize, RecordBatch)>, LogError> {
-    const MAX_FRAME_ROWS: usize = 64 * 1024;
+    const MERGE_BELOW_ROWS: usize = 8 * 1024;
     let mut by_partition: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions];
     for (p, b) in parts {
         by_partition[p].push(b);
@@ -240,7 +268,7 @@ fn coalesce(
         let mut group: Vec<RecordBatch> = Vec::new();
         let mut rows = 0;
         for b in batches {
-            if rows + b.num_rows() > MAX_FRAME_ROWS && !group.is_empty() {
+            if rows + b.num_rows() > MERGE_BELOW_ROWS && !group.is_empty() {
                 out.push((p, concat(&group)?));
                 group.clear();
                 rows = 0;

@@ -18,13 +18,15 @@ use tracing::Instrument;
 
 use crate::error::SluiceError;
 use crate::ingest::CopyParser;
-use crate::log::TableLog;
+use crate::log::{RoutedRows, TableLog};
 
 use super::handler::{session, Handlers};
 
 pub struct CopyState {
     pub table: Arc<TableLog>,
     pub parser: Option<CopyParser>,
+    /// Rows converted so far, already split by partition.
+    pub routed: RoutedRows,
     /// The first error; later data is read and dropped, as PostgreSQL does.
     pub error: Option<SluiceError>,
 }
@@ -42,9 +44,19 @@ impl CopyHandler for Handlers {
         if let Some(state) = guard.as_mut() {
             if state.error.is_none() {
                 if let Some(parser) = state.parser.as_mut() {
-                    if let Err(e) = parser.feed(&copy_data.data) {
-                        state.error = Some(e.into());
+                    let fed = parser
+                        .feed(&copy_data.data)
+                        .map_err(SluiceError::from)
+                        .and_then(|_| {
+                            for batch in parser.take_batches() {
+                                state.table.route_into(&batch, &mut state.routed)?;
+                            }
+                            Ok(())
+                        });
+                    if let Err(e) = fed {
+                        state.error = Some(e);
                         state.parser = None;
+                        state.routed = RoutedRows::default();
                     }
                 }
             }
@@ -69,11 +81,14 @@ impl CopyHandler for Handlers {
             if let Some(e) = state.error {
                 return Err(e);
             }
+            let mut routed = state.routed;
             let parser = state
                 .parser
                 .ok_or_else(|| SluiceError::Protocol("COPY state lost".into()))?;
-            let batches = parser.finish()?;
-            Ok(state.table.append(batches).await?)
+            for batch in parser.finish()? {
+                state.table.route_into(&batch, &mut routed)?;
+            }
+            Ok(state.table.append_routed(routed).await?)
         }
         .instrument(span)
         .await

@@ -429,6 +429,7 @@ impl Handlers {
                 *session(client).copy.lock() = Some(CopyState {
                     table,
                     parser: Some(parser),
+                    routed: Default::default(),
                     error: None,
                 });
                 Ok(Response::CopyIn(CopyResponse::new(
