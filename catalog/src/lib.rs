@@ -9,6 +9,6 @@ mod types;
 
 pub use store::{write_atomically, Catalog, CatalogError};
 pub use types::{
-    ColumnDef, SqlType, TableDef, TableOptions, WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS,
+    ColumnDef, SqlType, TableDef, TableOptions, ViewDef, WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS,
     HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,
 };

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::TableDef;
+use crate::types::{TableDef, ViewDef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -32,6 +32,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CatalogError + '_ {
 struct CatalogDocument {
     next_table_id: u64,
     tables: Vec<TableDef>,
+    #[serde(default)]
+    views: Vec<ViewDef>,
 }
 
 /// The durable catalog. Every change is written to disk before it returns.
@@ -53,6 +55,7 @@ impl Catalog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => CatalogDocument {
                 next_table_id: 1,
                 tables: vec![],
+                views: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -67,9 +70,49 @@ impl Catalog {
         self.doc.tables.iter().find(|t| t.name == name)
     }
 
+    pub fn views(&self) -> &[ViewDef] {
+        &self.doc.views
+    }
+
+    pub fn view(&self, name: &str) -> Option<&ViewDef> {
+        self.doc.views.iter().find(|v| v.name == name)
+    }
+
+    fn name_taken(&self, name: &str) -> bool {
+        self.table(name).is_some() || self.view(name).is_some()
+    }
+
+    /// Adds a materialized view, assigning its id, and persists the catalog.
+    pub fn create_view(&mut self, mut view: ViewDef) -> Result<ViewDef, CatalogError> {
+        if self.name_taken(&view.name) {
+            return Err(CatalogError::DuplicateTable(view.name));
+        }
+        let mut doc = self.doc.clone();
+        view.id = doc.next_table_id;
+        doc.next_table_id += 1;
+        doc.views.push(view.clone());
+        self.persist(&doc)?;
+        self.doc = doc;
+        Ok(view)
+    }
+
+    /// Removes a materialized view and persists the catalog.
+    pub fn drop_view(&mut self, name: &str) -> Result<ViewDef, CatalogError> {
+        let mut doc = self.doc.clone();
+        let pos = doc
+            .views
+            .iter()
+            .position(|v| v.name == name)
+            .ok_or_else(|| CatalogError::UndefinedTable(name.to_string()))?;
+        let removed = doc.views.remove(pos);
+        self.persist(&doc)?;
+        self.doc = doc;
+        Ok(removed)
+    }
+
     /// Adds a table, assigning its id, and persists the catalog.
     pub fn create_table(&mut self, mut table: TableDef) -> Result<TableDef, CatalogError> {
-        if self.table(&table.name).is_some() {
+        if self.name_taken(&table.name) {
             return Err(CatalogError::DuplicateTable(table.name));
         }
         let mut doc = self.doc.clone();

@@ -207,6 +207,16 @@ impl TableDef {
     }
 }
 
+/// A materialized view: its name and the query that defines it. Its rows are
+/// derived from the log, so the definition is all that is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewDef {
+    pub id: u64,
+    pub name: String,
+    /// The defining query, as the user wrote it.
+    pub query: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,9 +10,13 @@ mod ddl;
 mod error;
 mod hidden;
 mod parse;
+mod windows;
 
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
-pub use parse::{parse_sql, split_statements, CopyFormat, CopyFrom, Statement, TransactionOp};
+pub use parse::{
+    parse_sql, split_statements, CopyFormat, CopyFrom, CreateView, Statement, TransactionOp,
+};
 pub use sqlparser;
+pub use windows::rewrite_window_functions;

@@ -3,7 +3,7 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, Tokenizer, Word};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::ddl::{self, CreateTable};
 use crate::error::SqlError;
@@ -27,6 +27,17 @@ pub enum Statement {
         literal_rows: Option<Vec<Vec<Option<String>>>>,
         statement: Box<ast::Statement>,
     },
+    /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`
+    CreateView(CreateView),
+    /// `DROP MATERIALIZED VIEW [IF EXISTS] name [, ...]`
+    DropView {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `SHOW MATERIALIZED VIEWS`
+    ShowViews,
+    /// `FLUSH`: wait until every view reflects every acknowledged row.
+    Flush,
     Transaction(TransactionOp),
     /// `SET name = value` (session settings are accepted and remembered).
     Set {
@@ -35,6 +46,14 @@ pub enum Statement {
     },
     /// Anything else: handed to DataFusion.
     Query(Box<ast::Statement>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateView {
+    pub name: String,
+    pub if_not_exists: bool,
+    /// The defining query.
+    pub query: Box<ast::Query>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +102,10 @@ pub fn split_statements(sql: &str) -> Result<Vec<String>, SqlError> {
     Ok(out)
 }
 
+fn start_of_token(sql: &str, t: &TokenWithSpan) -> usize {
+    byte_offset(sql, t.span.start.line, t.span.start.column)
+}
+
 /// Byte offset of a tokenizer location (1-based line and character column).
 fn byte_offset(sql: &str, line: u64, column: u64) -> usize {
     let mut start = 0;
@@ -119,6 +142,20 @@ fn has_code(text: &str) -> bool {
 
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(';').to_lowercase())
+        .collect();
+    match words
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["flush"] => return Ok(Statement::Flush),
+        ["show", "materialized", "views"] => return Ok(Statement::ShowViews),
+        _ => {}
+    }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
         .map_err(|e| SqlError::Syntax(strip_parser_prefix(&e.to_string())))?;
@@ -145,6 +182,8 @@ pub(crate) struct StreamingClauses {
     /// `WATERMARK FOR column AS expr` in the column list: the column and
     /// the expression's text.
     pub watermark: Option<(String, String)>,
+    /// `EMIT ON WINDOW CLOSE` at the end of `CREATE MATERIALIZED VIEW`.
+    pub emit_on_window_close: bool,
 }
 
 /// Removes `APPEND ONLY` and `WATERMARK FOR ... AS ...` from a `CREATE TABLE`.
@@ -158,7 +197,32 @@ fn strip_streaming_clauses(sql: &str) -> Result<(String, StreamingClauses), SqlE
         .collect();
     let is_word = |t: &Token, kw: &str| matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
     let mut clauses = StreamingClauses::default();
-    if sig.len() < 2 || !is_word(&sig[0].token, "create") || !is_word(&sig[1].token, "table") {
+    if sig.len() < 2 || !is_word(&sig[0].token, "create") {
+        return Ok((sql.to_string(), clauses));
+    }
+    if is_word(&sig[1].token, "materialized") {
+        let words: Vec<&Token> = sig
+            .iter()
+            .map(|t| &t.token)
+            .filter(|t| !matches!(t, Token::EOF | Token::SemiColon))
+            .collect();
+        let n = words.len();
+        if n >= 4
+            && is_word(words[n - 4], "emit")
+            && is_word(words[n - 3], "on")
+            && is_word(words[n - 2], "window")
+            && is_word(words[n - 1], "close")
+        {
+            clauses.emit_on_window_close = true;
+            let emit = sig
+                .iter()
+                .rposition(|t| is_word(&t.token, "emit"))
+                .unwrap_or(0);
+            return Ok((sql[..start_of_token(sql, sig[emit])].to_string(), clauses));
+        }
+        return Ok((sql.to_string(), clauses));
+    }
+    if !is_word(&sig[1].token, "table") {
         return Ok((sql.to_string(), clauses));
     }
     let start_of = |n: usize| byte_offset(sql, sig[n].span.start.line, sig[n].span.start.column);
@@ -279,6 +343,16 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             if_exists,
         }),
         ast::Statement::ShowTables { .. } => Ok(Statement::ShowTables),
+        ast::Statement::CreateView(view) if view.materialized => create_view(view, &clauses),
+        ast::Statement::Drop {
+            object_type: ObjectType::MaterializedView,
+            if_exists,
+            names,
+            ..
+        } => Ok(Statement::DropView {
+            names: names.iter().map(object_name).collect(),
+            if_exists,
+        }),
         ast::Statement::Copy {
             source,
             to,
@@ -339,6 +413,29 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
         ))),
         other => Ok(Statement::Query(Box::new(other))),
     }
+}
+
+fn create_view(view: ast::CreateView, clauses: &StreamingClauses) -> Result<Statement, SqlError> {
+    if clauses.emit_on_window_close {
+        return Err(SqlError::Unsupported(
+            "EMIT ON WINDOW CLOSE is not supported yet".into(),
+        ));
+    }
+    if view.or_replace || !view.columns.is_empty() {
+        return Err(SqlError::Unsupported(
+            "CREATE OR REPLACE and column lists are not supported for materialized views".into(),
+        ));
+    }
+    if !matches!(view.options, ast::CreateTableOptions::None) {
+        return Err(SqlError::Unsupported(
+            "materialized view options (allowed_lateness) are not supported yet".into(),
+        ));
+    }
+    Ok(Statement::CreateView(CreateView {
+        name: object_name(&view.name),
+        if_not_exists: view.if_not_exists,
+        query: view.query,
+    }))
 }
 
 fn first_words(sql: &str) -> String {
@@ -603,6 +700,34 @@ mod tests {
         };
         assert_eq!(c.format, CopyFormat::Text);
         assert_eq!(c.null, "\\N");
+    }
+
+    #[test]
+    fn view_statements() {
+        let Statement::CreateView(v) = parse_sql(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS v AS SELECT tenant, SUM(tokens) FROM usage GROUP BY tenant",
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(v.name, "v");
+        assert!(v.if_not_exists);
+        assert!(matches!(
+            parse_sql("CREATE MATERIALIZED VIEW v AS SELECT 1 EMIT ON WINDOW CLOSE"),
+            Err(SqlError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse_sql("DROP MATERIALIZED VIEW IF EXISTS v, w").unwrap(),
+            Statement::DropView {
+                if_exists: true,
+                ..
+            }
+        ));
+        assert!(matches!(parse_sql("FLUSH").unwrap(), Statement::Flush));
+        assert!(matches!(
+            parse_sql("show materialized views").unwrap(),
+            Statement::ShowViews
+        ));
     }
 
     #[test]

@@ -1,0 +1,124 @@
+//! Window table functions. `TUMBLE(t, col, size)` is `date_bin`: it becomes
+//! a derived table over `t` with `window_start = date_bin(size, col)` and
+//! `window_end = window_start + size`, so the same SQL runs as a batch query
+//! over the log and as a view.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    FunctionArg, FunctionArgExpr, Ident, Statement, TableAlias, TableFactor, VisitMut, VisitorMut,
+};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::error::SqlError;
+use crate::parse::ident_name;
+
+/// Replaces every `TUMBLE(...)` in FROM clauses with its derived table.
+pub fn rewrite_window_functions(statement: &mut Statement) -> Result<(), SqlError> {
+    let mut v = WindowRewriter { error: None };
+    let _ = statement.visit(&mut v);
+    match v.error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+struct WindowRewriter {
+    error: Option<SqlError>,
+}
+
+impl VisitorMut for WindowRewriter {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table {
+            name, alias, args, ..
+        } = factor
+        else {
+            return ControlFlow::Continue(());
+        };
+        let Some(args) = args else {
+            return ControlFlow::Continue(());
+        };
+        let function = name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(ident_name)
+            .unwrap_or_default();
+        let result = match function.as_str() {
+            "tumble" => tumble(&args.args, alias.clone()),
+            "hop" => Err(SqlError::Unsupported(
+                "HOP windows are not supported yet".into(),
+            )),
+            _ => return ControlFlow::Continue(()),
+        };
+        match result {
+            Ok(derived) => *factor = derived,
+            Err(e) => {
+                self.error = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn arg_text(arg: &FunctionArg) -> Option<String> {
+    match arg {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
+fn tumble(args: &[FunctionArg], alias: Option<TableAlias>) -> Result<TableFactor, SqlError> {
+    let usage = || SqlError::Syntax("TUMBLE takes (table, time column, INTERVAL size)".into());
+    if args.len() != 3 {
+        return Err(usage());
+    }
+    let table = arg_text(&args[0]).ok_or_else(usage)?;
+    let column = arg_text(&args[1]).ok_or_else(usage)?;
+    let size = arg_text(&args[2]).ok_or_else(usage)?;
+    let sql = format!(
+        "SELECT *, date_bin({size}, {column}) AS window_start, \
+         date_bin({size}, {column}) + {size} AS window_end FROM {table}"
+    );
+    let subquery = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_query())
+        .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let alias = alias.unwrap_or(TableAlias {
+        explicit: true,
+        name: Ident::new(table.rsplit('.').next().unwrap_or(&table).trim_matches('"')),
+        columns: vec![],
+        at: None,
+    });
+    Ok(TableFactor::Derived {
+        lateral: false,
+        subquery,
+        alias: Some(alias),
+        sample: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tumble_becomes_date_bin() {
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT tenant, window_start, SUM(tokens) FROM TUMBLE(usage, event_time, INTERVAL '1 minute') GROUP BY tenant, window_start",
+        )
+        .unwrap()
+        .remove(0);
+        rewrite_window_functions(&mut s).unwrap();
+        let text = s.to_string();
+        assert!(
+            text.contains("FROM (SELECT *, date_bin(INTERVAL '1 minute', event_time) AS window_start, date_bin(INTERVAL '1 minute', event_time) + INTERVAL '1 minute' AS window_end FROM usage) AS usage"),
+            "{text}"
+        );
+    }
+}
