@@ -20,12 +20,20 @@ pub enum SluiceError {
     Catalog(#[from] CatalogError),
     #[error("{0}")]
     DataFusion(#[from] DataFusionError),
+    #[error("{0}")]
+    Arrow(#[from] arrow::error::ArrowError),
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
     #[error("{0}")]
     Unsupported(String),
     #[error("{0}")]
     Protocol(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("\"{0}\" is not a {1}")]
+    WrongObjectType(String, &'static str),
+    #[error("cannot drop table {table} because materialized view {view} depends on it")]
+    DependentObjects { table: String, view: String },
 }
 
 impl SluiceError {
@@ -36,9 +44,13 @@ impl SluiceError {
             SluiceError::Log(e) => log_sqlstate(e),
             SluiceError::Catalog(e) => catalog_sqlstate(e),
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
+            SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",
             SluiceError::Unsupported(_) => "0A000",
             SluiceError::Protocol(_) => "08P01",
+            SluiceError::Internal(_) => "XX000",
+            SluiceError::DependentObjects { .. } => "2BP01",
+            SluiceError::WrongObjectType(..) => "42809",
         }
     }
 

@@ -10,3 +10,4 @@ pub mod ingest;
 pub mod log;
 pub mod query;
 pub mod server;
+pub mod stream;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use sluice_catalog::{Catalog, CatalogError, TableDef};
+use sluice_catalog::{Catalog, CatalogError, TableDef, ViewDef};
 use tracing::{info, warn};
 
 use super::error::LogError;
@@ -70,6 +70,29 @@ impl LogStore {
         t
     }
 
+    pub fn view_defs(&self) -> Vec<ViewDef> {
+        self.catalog.lock().views().to_vec()
+    }
+
+    pub fn view_exists(&self, name: &str) -> bool {
+        self.catalog.lock().view(name).is_some()
+    }
+
+    /// True when a table or a view has this name.
+    pub fn name_exists(&self, name: &str) -> bool {
+        self.table(name).is_some() || self.view_exists(name)
+    }
+
+    /// Records a view definition durably.
+    pub fn create_view_def(&self, def: ViewDef) -> Result<ViewDef, LogError> {
+        Ok(self.catalog.lock().create_view(def)?)
+    }
+
+    pub fn drop_view_def(&self, name: &str) -> Result<(), LogError> {
+        self.catalog.lock().drop_view(name)?;
+        Ok(())
+    }
+
     /// Creates a table durably. `Ok(None)` when it exists and `if_not_exists`.
     pub fn create_table(
         &self,
@@ -77,7 +100,7 @@ impl LogStore {
         if_not_exists: bool,
     ) -> Result<Option<Arc<TableLog>>, LogError> {
         let mut catalog = self.catalog.lock();
-        if catalog.table(&def.name).is_some() {
+        if catalog.table(&def.name).is_some() || catalog.view(&def.name).is_some() {
             if if_not_exists {
                 return Ok(None);
             }

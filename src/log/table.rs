@@ -58,6 +58,9 @@ pub struct TableLog {
     counters: Arc<WriteCounters>,
     max_statement_bytes: u64,
     watermark: Option<WatermarkTracker>,
+    /// End offsets of every partition after the newest group commit, all
+    /// published together: a consistent cut for readers that follow the log.
+    committed: tokio::sync::watch::Receiver<Vec<u64>>,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -97,9 +100,11 @@ impl TableLog {
             commit_log.commit(&recovered)?;
         }
         let (sender, receiver) = mpsc::channel();
+        let (committed_tx, committed) = tokio::sync::watch::channel(recovered.clone());
         let poisoned = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(WriteCounters::default());
         let writer = TableWriter {
+            committed: committed_tx,
             counters: counters.clone(),
             name: def.name.clone(),
             partitions: partitions.clone(),
@@ -129,7 +134,14 @@ impl TableLog {
             counters,
             max_statement_bytes: config.max_statement_bytes,
             watermark,
+            committed,
         })
+    }
+
+    /// Follows the table's commits: each value is every partition's end
+    /// offset after one group commit.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<Vec<u64>> {
+        self.committed.clone()
     }
 
     /// The table's watermark now; `None` when the table has no WATERMARK.
@@ -299,6 +311,7 @@ struct TableWriter {
     poisoned: Arc<AtomicBool>,
     event_time_index: Option<usize>,
     counters: Arc<WriteCounters>,
+    committed: tokio::sync::watch::Sender<Vec<u64>>,
 }
 
 impl TableWriter {
@@ -352,6 +365,7 @@ impl TableWriter {
         for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
             log.publish(w);
         }
+        self.committed.send_replace(ends);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters
             .statements

@@ -7,5 +7,6 @@ mod provider;
 mod sink;
 mod system;
 
-pub use context::build_context;
+pub use context::{build_context, session_config};
+pub(crate) use provider::project_frame;
 pub use provider::LogTableProvider;

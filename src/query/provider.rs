@@ -324,7 +324,7 @@ impl PartitionStream for FrameStream {
 use futures::StreamExt;
 
 /// Builds the projected batch of a frame, materialising the hidden columns.
-fn project_frame(
+pub(crate) fn project_frame(
     batch: &RecordBatch,
     meta: &FrameMeta,
     partition: i32,

@@ -17,12 +17,14 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::log::LogStore;
+use crate::stream::ViewManager;
 
 use super::provider::LogTableProvider;
 
-/// The user's tables, as the catalog names them now.
+/// The user's tables and materialized views, as the catalog names them now.
 pub struct PublicSchema {
     pub store: Arc<LogStore>,
+    pub views: Arc<ViewManager>,
 }
 
 impl fmt::Debug for PublicSchema {
@@ -34,24 +36,34 @@ impl fmt::Debug for PublicSchema {
 #[async_trait]
 impl SchemaProvider for PublicSchema {
     fn table_names(&self) -> Vec<String> {
-        self.store.table_names()
+        let mut names = self.store.table_names();
+        names.extend(self.views.views().iter().map(|v| v.def.name.clone()));
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        Ok(self
-            .store
-            .table(name)
-            .map(|t| Arc::new(LogTableProvider::new(t)) as Arc<dyn TableProvider>))
+        if let Some(t) = self.store.table(name) {
+            return Ok(Some(Arc::new(LogTableProvider::new(t))));
+        }
+        match self.views.view(name) {
+            // A view reads as its last published snapshot.
+            Some(v) => Ok(Some(Arc::new(MemTable::try_new(
+                v.schema.clone(),
+                vec![v.snapshot()],
+            )?))),
+            None => Ok(None),
+        }
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.store.table(name).is_some()
+        self.store.table(name).is_some() || self.views.view(name).is_some()
     }
 }
 
 /// Schema `sluice_catalog`: read-only views of the server's state.
 pub struct SystemSchema {
     pub store: Arc<LogStore>,
+    pub views: Arc<ViewManager>,
 }
 
 impl fmt::Debug for SystemSchema {
@@ -60,7 +72,7 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 3] = ["partitions", "tables", "watermarks"];
+const SYSTEM_TABLES: [&str; 4] = ["partitions", "tables", "views", "watermarks"];
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
@@ -75,6 +87,13 @@ impl SchemaProvider for SystemSchema {
                 store: self.store.clone(),
                 build: partitions_batch,
             })),
+            "views" => {
+                let batch = views_batch(&self.views)?;
+                Some(Arc::new(MemTable::try_new(
+                    batch.schema(),
+                    vec![vec![batch]],
+                )?))
+            }
             "watermarks" => Some(Arc::new(SystemTable {
                 schema: watermarks_schema(),
                 store: self.store.clone(),
@@ -266,4 +285,51 @@ fn watermarks_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
         Arc::new(TimestampMicrosecondArray::from(table_marks)),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+/// One row per materialized view: its source, progress and state size.
+fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
+    let views = views.views();
+    let mut consumed = vec![];
+    let mut behind = vec![];
+    let mut state = vec![];
+    for v in &views {
+        let (offsets, rows) = v.progress();
+        let ends = v.source.commits().borrow().clone();
+        consumed.push(offsets.iter().sum::<u64>() as i64);
+        behind.push(
+            ends.iter()
+                .zip(&offsets)
+                .map(|(e, c)| e.saturating_sub(*c))
+                .sum::<u64>() as i64,
+        );
+        state.push(rows as i64);
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("view_name", DataType::Utf8, false),
+        Field::new("source_table", DataType::Utf8, false),
+        Field::new("definition", DataType::Utf8, false),
+        Field::new("consumed_rows", DataType::Int64, false),
+        Field::new("lag_rows", DataType::Int64, false),
+        Field::new("state_rows", DataType::Int64, false),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            views.iter().map(|v| v.def.name.clone()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            views.iter().map(|v| v.source.def.name.clone()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            views.iter().map(|v| v.def.query.clone()),
+        )),
+        Arc::new(Int64Array::from(consumed)),
+        Arc::new(Int64Array::from(behind)),
+        Arc::new(Int64Array::from(state)),
+        Arc::new(StringArray::from(
+            views.iter().map(|v| v.failure()).collect::<Vec<_>>(),
+        )),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
 }

@@ -27,12 +27,16 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_sql::sqlparser::ast;
-use sluice_sql::{hide_system_columns, parse_sql, split_statements, Statement, TransactionOp};
+use sluice_sql::{
+    hide_system_columns, parse_sql, rewrite_window_functions, split_statements, Statement,
+    TransactionOp,
+};
 use tracing::{debug, info_span, Instrument};
 
 use crate::error::SluiceError;
 use crate::ingest::{CopyParser, RowStager};
 use crate::log::LogStore;
+use crate::stream::ViewManager;
 
 use super::copy::CopyState;
 use super::session::Session;
@@ -40,13 +44,18 @@ use super::session::Session;
 /// The connection handlers: one instance serves every connection.
 pub struct Handlers {
     store: Arc<LogStore>,
+    views: Arc<ViewManager>,
     ctx: Arc<SessionContext>,
     compat: Arc<PostgresCompatibilityParser>,
     parser: Arc<SluiceQueryParser>,
 }
 
 impl Handlers {
-    pub fn new(store: Arc<LogStore>, ctx: Arc<SessionContext>) -> Handlers {
+    pub fn new(
+        store: Arc<LogStore>,
+        views: Arc<ViewManager>,
+        ctx: Arc<SessionContext>,
+    ) -> Handlers {
         let compat = Arc::new(PostgresCompatibilityParser::new());
         Handlers {
             parser: Arc::new(SluiceQueryParser {
@@ -55,6 +64,7 @@ impl Handlers {
                 compat: compat.clone(),
             }),
             store,
+            views,
             ctx,
             compat,
         }
@@ -93,6 +103,7 @@ impl Handlers {
     fn clone_handle(&self) -> Handlers {
         Handlers {
             store: self.store.clone(),
+            views: self.views.clone(),
             ctx: self.ctx.clone(),
             compat: self.compat.clone(),
             parser: self.parser.clone(),
@@ -143,6 +154,7 @@ impl SluiceQueryParser {
     /// the hidden columns, and DDL or DML other than INSERT is refused.
     async fn plan(&self, mut stmt: ast::Statement) -> Result<LogicalPlan, SluiceError> {
         let store = self.store.clone();
+        rewrite_window_functions(&mut stmt)?;
         hide_system_columns(&mut stmt, |t| store.table(t).is_some());
         let state = self.ctx.state();
         let plan = state
@@ -178,9 +190,13 @@ impl SluiceQueryParser {
         match stmt {
             Statement::ShowTables => Some(
                 "SELECT table_name AS name FROM information_schema.tables \
-                 WHERE table_schema = 'public' ORDER BY table_name"
+                 WHERE table_schema = 'public' AND table_name IN \
+                 (SELECT DISTINCT table_name FROM sluice_catalog.tables) ORDER BY table_name"
                     .into(),
             ),
+            Statement::ShowViews => {
+                Some("SELECT view_name AS name FROM sluice_catalog.views ORDER BY view_name".into())
+            }
             Statement::Query(q) => match q.as_ref() {
                 ast::Statement::ShowVariable { variable } => {
                     let name = variable
@@ -402,10 +418,19 @@ impl Handlers {
             Statement::DropTable { names, if_exists } => {
                 for name in &names {
                     if self.store.table(name).is_none() {
+                        if self.views.view(name).is_some() {
+                            return Err(SluiceError::WrongObjectType(name.clone(), "table"));
+                        }
                         if if_exists {
                             continue;
                         }
                         return Err(SluiceError::UndefinedTable(name.clone()));
+                    }
+                    if let Some(view) = self.views.dependents(name).into_iter().next() {
+                        return Err(SluiceError::DependentObjects {
+                            table: name.clone(),
+                            view,
+                        });
                     }
                 }
                 for name in &names {
@@ -466,6 +491,38 @@ impl Handlers {
                 self.run_plan(client, plan, true, &Format::UnifiedText)
                     .await
             }
+            Statement::CreateView(cv) => {
+                self.views
+                    .create(&cv.name, cv.if_not_exists, &cv.query)
+                    .await?;
+                Ok(Response::Execution(Tag::new("CREATE MATERIALIZED VIEW")))
+            }
+            Statement::DropView { names, if_exists } => {
+                for name in &names {
+                    if self.views.view(name).is_none() {
+                        if self.store.table(name).is_some() {
+                            return Err(SluiceError::WrongObjectType(
+                                name.clone(),
+                                "materialized view",
+                            ));
+                        }
+                        if !if_exists {
+                            return Err(SluiceError::UndefinedTable(name.clone()));
+                        }
+                    }
+                }
+                for name in &names {
+                    if self.views.view(name).is_some() {
+                        self.views.drop_view(name)?;
+                    }
+                }
+                Ok(Response::Execution(Tag::new("DROP MATERIALIZED VIEW")))
+            }
+            Statement::Flush => {
+                self.views.flush().await?;
+                Ok(Response::Execution(Tag::new("FLUSH")))
+            }
+            Statement::ShowViews => Err(SluiceError::Unsupported("SHOW MATERIALIZED VIEWS".into())),
             Statement::Transaction(op) => Ok(match op {
                 TransactionOp::Begin => Response::TransactionStart(Tag::new("BEGIN")),
                 TransactionOp::Commit => Response::TransactionEnd(Tag::new("COMMIT")),

@@ -14,7 +14,8 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::log::{LogConfig, LogStore};
-use crate::query::build_context;
+use crate::query::{build_context, session_config};
+use crate::stream::ViewManager;
 
 pub use handler::Handlers;
 
@@ -30,8 +31,9 @@ pub struct ServerConfig {
 /// until the process ends.
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
-    let ctx = Arc::new(build_context(store.clone())?);
-    let handlers = Arc::new(Handlers::new(store, ctx));
+    let views = ViewManager::start(store.clone(), session_config()).await?;
+    let ctx = Arc::new(build_context(store.clone(), views.clone())?);
+    let handlers = Arc::new(Handlers::new(store, views, ctx));
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(), "sluice is ready");
     loop {

@@ -1,0 +1,14 @@
+//! Materialized views kept up to date from the log.
+//!
+//! A view follows one source table: for each group commit of the table it
+//! reads the new frames of every partition, runs them through the view's
+//! compiled pipeline (DataFusion physical plans and accumulators), and then
+//! publishes a new snapshot of its rows together with the offsets it has
+//! consumed. Readers see the last published snapshot: a consistent cut at a
+//! commit of the source table, never half a statement.
+
+mod delta;
+mod pipeline;
+mod view;
+
+pub use view::{View, ViewManager};

@@ -1,0 +1,460 @@
+//! Compiling a view's query into an incremental pipeline.
+//!
+//! Supported shapes: filters and projections of one table (rows are
+//! appended), and one `GROUP BY` with COUNT, COUNT(DISTINCT), SUM, MIN, MAX
+//! and AVG (running DataFusion accumulators per group), optionally over
+//! `TUMBLE` windows. Everything else is refused with 0A000 at CREATE.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{new_empty_array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::compute;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::{Accumulator, Aggregate, Expr, LogicalPlan};
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::{collect, ExecutionPlan};
+#[allow(deprecated)]
+use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
+use datafusion::prelude::SessionConfig;
+use datafusion::sql::parser::Statement as DfStatement;
+use sluice_sql::sqlparser::ast;
+use sluice_sql::{hide_system_columns, rewrite_window_functions};
+
+use crate::error::SluiceError;
+use crate::log::{LogStore, TableLog};
+use crate::query::LogTableProvider;
+
+use super::delta::{DeltaSlot, DeltaTable};
+
+const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
+
+/// A view's query, ready to run on deltas of its source table.
+pub struct CompiledView {
+    pub source: Arc<TableLog>,
+    pub schema: SchemaRef,
+    pub slot: DeltaSlot,
+    pub pipeline: Pipeline,
+}
+
+pub enum Pipeline {
+    Rows {
+        plan: Arc<dyn ExecutionPlan>,
+        rows: Vec<RecordBatch>,
+    },
+    Aggregate(Box<AggregatePipeline>),
+}
+
+fn unsupported(what: impl Into<String>) -> SluiceError {
+    SluiceError::Unsupported(what.into())
+}
+
+fn nullable(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<Field>>(),
+    ))
+}
+
+/// Plans a view's query against a delta source and checks its shape.
+pub async fn compile(
+    query: &ast::Query,
+    store: &LogStore,
+    config: SessionConfig,
+) -> Result<CompiledView, SluiceError> {
+    let mut stmt = ast::Statement::Query(Box::new(query.clone()));
+    rewrite_window_functions(&mut stmt)?;
+    let mut relations = Vec::new();
+    let _ = ast::visit_relations(&stmt, |name| {
+        if let Some(last) = name.0.last().and_then(|p| p.as_ident()) {
+            relations.push(if last.quote_style.is_some() {
+                last.value.clone()
+            } else {
+                last.value.to_lowercase()
+            });
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    relations.sort();
+    relations.dedup();
+    let source_name = match relations.as_slice() {
+        [one] => one.clone(),
+        [] => return Err(unsupported("a materialized view must read a table")),
+        _ => {
+            return Err(unsupported(
+                "materialized views over more than one relation (joins) are not supported yet",
+            ))
+        }
+    };
+    let source = match store.table(&source_name) {
+        Some(t) => t,
+        None if store.view_exists(&source_name) => {
+            return Err(unsupported(
+                "materialized views over views are not supported yet",
+            ))
+        }
+        None => return Err(SluiceError::UndefinedTable(source_name)),
+    };
+    hide_system_columns(&mut stmt, |t| t == source_name);
+
+    let slot: DeltaSlot = Default::default();
+    // One partition: the physical plans run once per delta, and a
+    // repartitioning plan cannot be executed twice.
+    let ctx = SessionContext::new_with_config(config.with_target_partitions(1));
+    let provider = LogTableProvider::new(source.clone());
+    ctx.register_table(
+        source_name.as_str(),
+        Arc::new(DeltaTable {
+            schema: datafusion::datasource::TableProvider::schema(&provider),
+            slot: slot.clone(),
+        }),
+    )?;
+    let state = ctx.state();
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
+        .await?;
+    let plan = state.optimize(&plan)?;
+    check_nodes(&plan)?;
+    let schema = nullable(plan.schema().as_arrow());
+
+    let pipeline = match find_aggregate(&plan)? {
+        None => Pipeline::Rows {
+            plan: state.create_physical_plan(&plan).await?,
+            rows: Vec::new(),
+        },
+        Some((aggregate, projection)) => Pipeline::Aggregate(Box::new(
+            AggregatePipeline::new(&ctx, aggregate, projection).await?,
+        )),
+    };
+    Ok(CompiledView {
+        source,
+        schema,
+        slot,
+        pipeline,
+    })
+}
+
+/// Refuses plan nodes the incremental pipeline cannot maintain.
+fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
+    let mut bad = None;
+    plan.apply(|node| {
+        match node {
+            LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::SubqueryAlias(_)
+            | LogicalPlan::TableScan(_) => {}
+            LogicalPlan::Aggregate(a) => {
+                for e in &a.aggr_expr {
+                    let name = match e {
+                        Expr::AggregateFunction(f) => f.func.name().to_lowercase(),
+                        Expr::Alias(al) => match al.expr.as_ref() {
+                            Expr::AggregateFunction(f) => f.func.name().to_lowercase(),
+                            other => other.to_string(),
+                        },
+                        other => other.to_string(),
+                    };
+                    if !AGGREGATES.contains(&name.as_str()) {
+                        bad = Some(format!(
+                            "aggregate {name} is not supported in materialized views (supported: COUNT, COUNT(DISTINCT), SUM, MIN, MAX, AVG)"
+                        ));
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
+            }
+            other => {
+                bad = Some(format!(
+                    "{} is not supported in materialized views yet",
+                    other.display().to_string().split(':').next().unwrap_or("this operator")
+                ));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match bad {
+        Some(m) => Err(unsupported(m)),
+        None => Ok(()),
+    }
+}
+
+/// The view's one aggregate, with at most a projection above it.
+fn find_aggregate(
+    plan: &LogicalPlan,
+) -> Result<Option<(&Aggregate, Option<&LogicalPlan>)>, SluiceError> {
+    let mut count = 0;
+    plan.apply(|n| {
+        if matches!(n, LogicalPlan::Aggregate(_)) {
+            count += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match count {
+        0 => Ok(None),
+        1 => match plan {
+            LogicalPlan::Aggregate(a) => Ok(Some((a, None))),
+            LogicalPlan::Projection(p) => match p.input.as_ref() {
+                LogicalPlan::Aggregate(a) => Ok(Some((a, Some(plan)))),
+                _ => Err(unsupported(
+                    "only a projection may follow GROUP BY in a materialized view (HAVING, ORDER BY and LIMIT are not supported yet)",
+                )),
+            },
+            _ => Err(unsupported(
+                "only a projection may follow GROUP BY in a materialized view (HAVING, ORDER BY and LIMIT are not supported yet)",
+            )),
+        },
+        _ => Err(unsupported("more than one GROUP BY in a materialized view is not supported yet")),
+    }
+}
+
+/// Running aggregates per group: DataFusion accumulators fed with each
+/// delta's rows of that group.
+pub struct AggregatePipeline {
+    input: Arc<dyn ExecutionPlan>,
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    aggs: Vec<Arc<AggregateFunctionExpr>>,
+    agg_schema: SchemaRef,
+    output: Option<Vec<Arc<dyn PhysicalExpr>>>,
+    converter: RowConverter,
+    groups: HashMap<OwnedRow, usize>,
+    keys: Vec<OwnedRow>,
+    accumulators: Vec<Vec<Box<dyn Accumulator>>>,
+}
+
+impl AggregatePipeline {
+    async fn new(
+        ctx: &SessionContext,
+        aggregate: &Aggregate,
+        projection: Option<&LogicalPlan>,
+    ) -> Result<AggregatePipeline, SluiceError> {
+        let state = ctx.state();
+        let input = state.create_physical_plan(&aggregate.input).await?;
+        let in_schema: &DFSchema = aggregate.input.schema();
+        let group_exprs = aggregate
+            .group_expr
+            .iter()
+            .map(|e| state.create_physical_expr(e.clone(), in_schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut aggs = Vec::new();
+        for e in &aggregate.aggr_expr {
+            // The lowering helper is deprecated in favour of a builder
+            // whose API is still settling; this is the documented call.
+            #[allow(deprecated)]
+            let (agg, filter, _) = create_aggregate_expr_and_maybe_filter(
+                e,
+                in_schema,
+                input.schema().as_ref(),
+                state.execution_props(),
+            )?;
+            if filter.is_some() {
+                return Err(unsupported(
+                    "aggregate FILTER clauses are not supported yet",
+                ));
+            }
+            aggs.push(agg);
+        }
+        let agg_schema = nullable(aggregate.schema.as_arrow());
+        let output = match projection {
+            Some(LogicalPlan::Projection(p)) => Some(
+                p.expr
+                    .iter()
+                    .map(|e| state.create_physical_expr(e.clone(), &aggregate.schema))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            _ => None,
+        };
+        let fields = group_exprs
+            .iter()
+            .map(|e| e.data_type(input.schema().as_ref()).map(SortField::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut pipeline = AggregatePipeline {
+            input,
+            group_exprs,
+            aggs,
+            agg_schema,
+            output,
+            converter: RowConverter::new(fields)?,
+            groups: HashMap::new(),
+            keys: Vec::new(),
+            accumulators: Vec::new(),
+        };
+        if pipeline.group_exprs.is_empty() {
+            // A global aggregate has its one row even before any input.
+            let accs = pipeline
+                .aggs
+                .iter()
+                .map(|a| a.create_accumulator())
+                .collect::<Result<Vec<_>, _>>()?;
+            pipeline.accumulators.push(accs);
+        }
+        Ok(pipeline)
+    }
+
+    fn group_for(&mut self, key: OwnedRow) -> Result<usize, SluiceError> {
+        if let Some(g) = self.groups.get(&key) {
+            return Ok(*g);
+        }
+        let g = self.keys.len();
+        self.accumulators.push(
+            self.aggs
+                .iter()
+                .map(|a| a.create_accumulator())
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        self.keys.push(key.clone());
+        self.groups.insert(key, g);
+        Ok(g)
+    }
+
+    /// Feeds the pre-aggregation rows of one delta.
+    fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let key_columns = self
+            .group_exprs
+            .iter()
+            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let args: Vec<Vec<ArrayRef>> = self
+            .aggs
+            .iter()
+            .map(|a| {
+                a.expressions()
+                    .iter()
+                    .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<_, _>>()?;
+        let mut rows_of: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut slot_of: HashMap<usize, usize> = HashMap::new();
+        if self.group_exprs.is_empty() {
+            rows_of.push((0, (0..n as u32).collect()));
+        } else {
+            let rows = self.converter.convert_columns(&key_columns)?;
+            for i in 0..n {
+                let g = self.group_for(rows.row(i).owned())?;
+                let s = *slot_of.entry(g).or_insert_with(|| {
+                    rows_of.push((g, Vec::new()));
+                    rows_of.len() - 1
+                });
+                rows_of[s].1.push(i as u32);
+            }
+        }
+        for (g, idx) in rows_of {
+            let idx = UInt32Array::from(idx);
+            for (a, acc) in self.accumulators[g].iter_mut().enumerate() {
+                let taken = args[a]
+                    .iter()
+                    .map(|c| compute::take(c.as_ref(), &idx, None))
+                    .collect::<Result<Vec<_>, _>>()?;
+                acc.update_batch(&taken)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The view's rows now: one per group.
+    fn snapshot(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
+        let n = self.accumulators.len();
+        let mut columns: Vec<ArrayRef> = if self.group_exprs.is_empty() {
+            vec![]
+        } else {
+            self.converter
+                .convert_rows(self.keys.iter().map(|k| k.row()))?
+        };
+        for a in 0..self.aggs.len() {
+            let values = self
+                .accumulators
+                .iter_mut()
+                .map(|accs| accs[a].evaluate())
+                .collect::<Result<Vec<ScalarValue>, _>>()?;
+            let field = self.agg_schema.field(self.group_exprs.len() + a);
+            columns.push(if values.is_empty() {
+                new_empty_array(field.data_type())
+            } else {
+                ScalarValue::iter_to_array(values)?
+            });
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        let agg_batch =
+            RecordBatch::try_new_with_options(self.agg_schema.clone(), columns, &options)?;
+        match &self.output {
+            None => Ok(RecordBatch::try_new_with_options(
+                schema.clone(),
+                agg_batch.columns().to_vec(),
+                &options,
+            )?),
+            Some(exprs) => {
+                let cols = exprs
+                    .iter()
+                    .map(|e| e.evaluate(&agg_batch).and_then(|v| v.into_array(n)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(RecordBatch::try_new_with_options(
+                    schema.clone(),
+                    cols,
+                    &options,
+                )?)
+            }
+        }
+    }
+
+    pub fn groups(&self) -> usize {
+        self.accumulators.len()
+    }
+}
+
+impl CompiledView {
+    /// Runs one delta (rows of the source table, with hidden columns)
+    /// through the pipeline.
+    pub async fn apply(
+        &mut self,
+        delta: Vec<RecordBatch>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        *self.slot.lock() = delta;
+        let result = match &mut self.pipeline {
+            Pipeline::Rows { plan, rows } => {
+                let out = collect(plan.clone(), ctx).await?;
+                rows.extend(out.into_iter().filter(|b| b.num_rows() > 0));
+                Ok(())
+            }
+            Pipeline::Aggregate(agg) => {
+                let out = collect(agg.input.clone(), ctx).await?;
+                for b in &out {
+                    agg.update(b)?;
+                }
+                Ok(())
+            }
+        };
+        self.slot.lock().clear();
+        result
+    }
+
+    /// The view's rows as of the last applied delta.
+    pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        match &mut self.pipeline {
+            Pipeline::Rows { rows, .. } => Ok(rows
+                .iter()
+                .map(|b| RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()))
+                .collect::<Result<Vec<_>, _>>()?),
+            Pipeline::Aggregate(agg) => Ok(vec![agg.snapshot(&self.schema)?]),
+        }
+    }
+
+    /// Rows of state held: groups for an aggregate, rows for a filter.
+    pub fn state_rows(&self) -> u64 {
+        match &self.pipeline {
+            Pipeline::Rows { rows, .. } => rows.iter().map(|b| b.num_rows() as u64).sum(),
+            Pipeline::Aggregate(agg) => agg.groups() as u64,
+        }
+    }
+}
