@@ -215,6 +215,12 @@ pub struct ViewDef {
     pub name: String,
     /// The defining query, as the user wrote it.
     pub query: String,
+    /// `EMIT ON WINDOW CLOSE`: a window's row appears once it is final.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
+    /// `WITH (allowed_lateness = '...')`, in microseconds.
+    #[serde(default)]
+    pub allowed_lateness_us: i64,
 }
 
 #[cfg(test)]

@@ -19,4 +19,4 @@ pub use parse::{
     parse_sql, split_statements, CopyFormat, CopyFrom, CreateView, Statement, TransactionOp,
 };
 pub use sqlparser;
-pub use windows::rewrite_window_functions;
+pub use windows::{rewrite_window_functions, WindowSpec};

@@ -54,6 +54,9 @@ pub struct CreateView {
     pub if_not_exists: bool,
     /// The defining query.
     pub query: Box<ast::Query>,
+    pub emit_on_window_close: bool,
+    /// `WITH (allowed_lateness = '30 seconds')`, in microseconds.
+    pub allowed_lateness_us: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,25 +419,48 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
 }
 
 fn create_view(view: ast::CreateView, clauses: &StreamingClauses) -> Result<Statement, SqlError> {
-    if clauses.emit_on_window_close {
-        return Err(SqlError::Unsupported(
-            "EMIT ON WINDOW CLOSE is not supported yet".into(),
-        ));
-    }
     if view.or_replace || !view.columns.is_empty() {
         return Err(SqlError::Unsupported(
             "CREATE OR REPLACE and column lists are not supported for materialized views".into(),
         ));
     }
-    if !matches!(view.options, ast::CreateTableOptions::None) {
-        return Err(SqlError::Unsupported(
-            "materialized view options (allowed_lateness) are not supported yet".into(),
-        ));
+    let mut allowed_lateness_us = 0;
+    let options = match &view.options {
+        ast::CreateTableOptions::None => vec![],
+        ast::CreateTableOptions::With(list) => list.clone(),
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "materialized view options {other} are not supported; use WITH (allowed_lateness = '...')"
+            )))
+        }
+    };
+    for opt in options {
+        match opt {
+            ast::SqlOption::KeyValue { key, value }
+                if key.value.eq_ignore_ascii_case("allowed_lateness") =>
+            {
+                let text = match &value {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                allowed_lateness_us = crate::ddl::parse_duration_us(&text)?;
+            }
+            other => {
+                return Err(SqlError::InvalidOption(format!(
+                    "unrecognized materialized view option {other} (known: allowed_lateness)"
+                )))
+            }
+        }
     }
     Ok(Statement::CreateView(CreateView {
         name: object_name(&view.name),
         if_not_exists: view.if_not_exists,
         query: view.query,
+        emit_on_window_close: clauses.emit_on_window_close,
+        allowed_lateness_us,
     }))
 }
 
@@ -712,10 +738,14 @@ mod tests {
         };
         assert_eq!(v.name, "v");
         assert!(v.if_not_exists);
-        assert!(matches!(
-            parse_sql("CREATE MATERIALIZED VIEW v AS SELECT 1 EMIT ON WINDOW CLOSE"),
-            Err(SqlError::Unsupported(_))
-        ));
+        let Statement::CreateView(v) = parse_sql(
+            "CREATE MATERIALIZED VIEW v WITH (allowed_lateness = '30 seconds') AS SELECT 1 EMIT ON WINDOW CLOSE",
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert!(v.emit_on_window_close);
+        assert_eq!(v.allowed_lateness_us, 30_000_000);
         assert!(matches!(
             parse_sql("DROP MATERIALIZED VIEW IF EXISTS v, w").unwrap(),
             Statement::DropView {

@@ -6,26 +6,42 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    FunctionArg, FunctionArgExpr, Ident, Statement, TableAlias, TableFactor, VisitMut, VisitorMut,
+    Expr, FunctionArg, FunctionArgExpr, Ident, Statement, TableAlias, TableFactor, Value, VisitMut,
+    VisitorMut,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
+use crate::ddl::parse_duration_us;
 use crate::error::SqlError;
 use crate::parse::ident_name;
 
-/// Replaces every `TUMBLE(...)` in FROM clauses with its derived table.
-pub fn rewrite_window_functions(statement: &mut Statement) -> Result<(), SqlError> {
-    let mut v = WindowRewriter { error: None };
+/// A `TUMBLE` found in a query: which table and time column it windows,
+/// and the window size when it is a plain interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub table: String,
+    pub column: String,
+    pub size_us: Option<i64>,
+}
+
+/// Replaces every `TUMBLE(...)` in FROM clauses with its derived table, and
+/// returns what each one windows.
+pub fn rewrite_window_functions(statement: &mut Statement) -> Result<Vec<WindowSpec>, SqlError> {
+    let mut v = WindowRewriter {
+        error: None,
+        specs: Vec::new(),
+    };
     let _ = statement.visit(&mut v);
     match v.error {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(v.specs),
     }
 }
 
 struct WindowRewriter {
     error: Option<SqlError>,
+    specs: Vec<WindowSpec>,
 }
 
 impl VisitorMut for WindowRewriter {
@@ -48,7 +64,10 @@ impl VisitorMut for WindowRewriter {
             .map(ident_name)
             .unwrap_or_default();
         let result = match function.as_str() {
-            "tumble" => tumble(&args.args, alias.clone()),
+            "tumble" => tumble(&args.args, alias.clone()).map(|(derived, spec)| {
+                self.specs.push(spec);
+                derived
+            }),
             "hop" => Err(SqlError::Unsupported(
                 "HOP windows are not supported yet".into(),
             )),
@@ -72,7 +91,28 @@ fn arg_text(arg: &FunctionArg) -> Option<String> {
     }
 }
 
-fn tumble(args: &[FunctionArg], alias: Option<TableAlias>) -> Result<TableFactor, SqlError> {
+/// The size of `INTERVAL '1 minute'` (or `INTERVAL '1' MINUTE`).
+fn interval_us(arg: &FunctionArg) -> Option<i64> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Interval(interval))) = arg else {
+        return None;
+    };
+    let Expr::Value(v) = interval.value.as_ref() else {
+        return None;
+    };
+    let Value::SingleQuotedString(text) = &v.value else {
+        return None;
+    };
+    let text = match &interval.leading_field {
+        Some(unit) => format!("{text} {unit}"),
+        None => text.clone(),
+    };
+    parse_duration_us(&text).ok().filter(|us| *us > 0)
+}
+
+fn tumble(
+    args: &[FunctionArg],
+    alias: Option<TableAlias>,
+) -> Result<(TableFactor, WindowSpec), SqlError> {
     let usage = || SqlError::Syntax("TUMBLE takes (table, time column, INTERVAL size)".into());
     if args.len() != 3 {
         return Err(usage());
@@ -94,12 +134,20 @@ fn tumble(args: &[FunctionArg], alias: Option<TableAlias>) -> Result<TableFactor
         columns: vec![],
         at: None,
     });
-    Ok(TableFactor::Derived {
-        lateral: false,
-        subquery,
-        alias: Some(alias),
-        sample: None,
-    })
+    let spec = WindowSpec {
+        table: table.trim_matches('"').to_lowercase(),
+        column: column.trim_matches('"').to_lowercase(),
+        size_us: interval_us(&args[2]),
+    };
+    Ok((
+        TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias: Some(alias),
+            sample: None,
+        },
+        spec,
+    ))
 }
 
 #[cfg(test)]
@@ -114,7 +162,15 @@ mod tests {
         )
         .unwrap()
         .remove(0);
-        rewrite_window_functions(&mut s).unwrap();
+        let specs = rewrite_window_functions(&mut s).unwrap();
+        assert_eq!(
+            specs,
+            vec![WindowSpec {
+                table: "usage".into(),
+                column: "event_time".into(),
+                size_us: Some(60_000_000)
+            }]
+        );
         let text = s.to_string();
         assert!(
             text.contains("FROM (SELECT *, date_bin(INTERVAL '1 minute', event_time) AS window_start, date_bin(INTERVAL '1 minute', event_time) + INTERVAL '1 minute' AS window_end FROM usage) AS usage"),

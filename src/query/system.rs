@@ -72,7 +72,7 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 4] = ["partitions", "tables", "views", "watermarks"];
+const SYSTEM_TABLES: [&str; 5] = ["late_rows", "partitions", "tables", "views", "watermarks"];
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
@@ -87,6 +87,13 @@ impl SchemaProvider for SystemSchema {
                 store: self.store.clone(),
                 build: partitions_batch,
             })),
+            "late_rows" => {
+                let batch = late_rows_batch(&self.views)?;
+                Some(Arc::new(MemTable::try_new(
+                    batch.schema(),
+                    vec![vec![batch]],
+                )?))
+            }
             "views" => {
                 let batch = views_batch(&self.views)?;
                 Some(Arc::new(MemTable::try_new(
@@ -293,7 +300,12 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
     let mut consumed = vec![];
     let mut behind = vec![];
     let mut state = vec![];
+    let mut marks = vec![];
+    let mut late = vec![];
     for v in &views {
+        let (mark, late_count, _) = v.lateness();
+        marks.push(mark);
+        late.push(late_count as i64);
         let (offsets, rows) = v.progress();
         let ends = v.source.commits().borrow().clone();
         consumed.push(offsets.iter().sum::<u64>() as i64);
@@ -312,6 +324,12 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
         Field::new("consumed_rows", DataType::Int64, false),
         Field::new("lag_rows", DataType::Int64, false),
         Field::new("state_rows", DataType::Int64, false),
+        Field::new(
+            "watermark",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        ),
+        Field::new("late_rows", DataType::Int64, false),
         Field::new("error", DataType::Utf8, true),
     ]));
     let arrays: Vec<ArrayRef> = vec![
@@ -327,9 +345,51 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
         Arc::new(Int64Array::from(consumed)),
         Arc::new(Int64Array::from(behind)),
         Arc::new(Int64Array::from(state)),
+        Arc::new(TimestampMicrosecondArray::from(marks)),
+        Arc::new(Int64Array::from(late)),
         Arc::new(StringArray::from(
             views.iter().map(|v| v.failure()).collect::<Vec<_>>(),
         )),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// Rows each view refused because their window had closed (the newest
+/// 100,000 per view; `sluice_catalog.views.late_rows` counts all).
+fn late_rows_batch(views: &ViewManager) -> Result<RecordBatch> {
+    let mut view_names = vec![];
+    let mut tables = vec![];
+    let mut parts = vec![];
+    let mut offsets = vec![];
+    let mut times = vec![];
+    let mut marks = vec![];
+    for v in views.views() {
+        let (_, _, rows) = v.lateness();
+        for r in rows {
+            view_names.push(v.def.name.clone());
+            tables.push(v.source.def.name.clone());
+            parts.push(r.partition as i32);
+            offsets.push(r.offset as i64);
+            times.push(r.event_time_us);
+            marks.push(r.watermark_us);
+        }
+    }
+    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, None), false);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("view_name", DataType::Utf8, false),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("offset", DataType::Int64, false),
+        ts("event_time"),
+        ts("watermark"),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(view_names)),
+        Arc::new(StringArray::from(tables)),
+        Arc::new(Int32Array::from(parts)),
+        Arc::new(Int64Array::from(offsets)),
+        Arc::new(TimestampMicrosecondArray::from(times)),
+        Arc::new(TimestampMicrosecondArray::from(marks)),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)
 }

@@ -36,7 +36,7 @@ use tracing::{debug, info_span, Instrument};
 use crate::error::SluiceError;
 use crate::ingest::{CopyParser, RowStager};
 use crate::log::LogStore;
-use crate::stream::ViewManager;
+use crate::stream::{EmitOptions, ViewManager};
 
 use super::copy::CopyState;
 use super::session::Session;
@@ -492,8 +492,12 @@ impl Handlers {
                     .await
             }
             Statement::CreateView(cv) => {
+                let emit = EmitOptions {
+                    emit_on_window_close: cv.emit_on_window_close,
+                    allowed_lateness_us: cv.allowed_lateness_us,
+                };
                 self.views
-                    .create(&cv.name, cv.if_not_exists, &cv.query)
+                    .create(&cv.name, cv.if_not_exists, &cv.query, emit)
                     .await?;
                 Ok(Response::Execution(Tag::new("CREATE MATERIALIZED VIEW")))
             }

@@ -11,4 +11,4 @@ mod delta;
 mod pipeline;
 mod view;
 
-pub use view::{View, ViewManager};
+pub use view::{EmitOptions, LateRow, View, ViewManager};

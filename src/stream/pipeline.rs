@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{new_empty_array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array};
+use arrow::array::{
+    new_empty_array, Array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array,
+};
 use arrow::compute;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, SortField};
@@ -40,6 +42,38 @@ pub struct CompiledView {
     pub schema: SchemaRef,
     pub slot: DeltaSlot,
     pub pipeline: Pipeline,
+    /// Set when the view's windows close by the source's watermark.
+    pub closing: Option<WindowClosing>,
+    /// Final rows of closed windows.
+    closed: Vec<RecordBatch>,
+}
+
+/// How a windowed aggregate view's windows close: a window is final once
+/// the watermark passes `window_end + lateness`; its row is emitted for good
+/// and its state dropped, and rows arriving for it later are late.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowClosing {
+    /// Index of the window's time column in the source rows.
+    pub time_index: usize,
+    pub size_us: i64,
+    pub lateness_us: i64,
+    pub emit_on_close: bool,
+    /// Position of `window_end` among the GROUP BY keys.
+    group_index: usize,
+}
+
+impl WindowClosing {
+    /// `window_end` of an event time (TUMBLE is `date_bin` from the epoch).
+    pub fn window_end(&self, event_us: i64) -> i64 {
+        event_us - event_us.rem_euclid(self.size_us) + self.size_us
+    }
+}
+
+/// What `CREATE MATERIALIZED VIEW` asked for besides the query.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmitOptions {
+    pub emit_on_window_close: bool,
+    pub allowed_lateness_us: i64,
 }
 
 pub enum Pipeline {
@@ -69,9 +103,10 @@ pub async fn compile(
     query: &ast::Query,
     store: &LogStore,
     config: SessionConfig,
+    emit: EmitOptions,
 ) -> Result<CompiledView, SluiceError> {
     let mut stmt = ast::Statement::Query(Box::new(query.clone()));
-    rewrite_window_functions(&mut stmt)?;
+    let windows = rewrite_window_functions(&mut stmt)?;
     let mut relations = Vec::new();
     let _ = ast::visit_relations(&stmt, |name| {
         if let Some(last) = name.0.last().and_then(|p| p.as_ident()) {
@@ -125,7 +160,35 @@ pub async fn compile(
     check_nodes(&plan)?;
     let schema = nullable(plan.schema().as_arrow());
 
-    let pipeline = match find_aggregate(&plan)? {
+    let aggregate = find_aggregate(&plan)?;
+    // Windows close by the watermark when the view groups by the window of
+    // a TUMBLE over the source's WATERMARK column.
+    let closing = match (&windows[..], &source.def.options.watermark, aggregate) {
+        ([w], Some(mark), Some((agg, _))) if w.column == mark.column => {
+            let group_index = agg
+                .group_expr
+                .iter()
+                .position(|e| matches!(e, Expr::Column(c) if c.name == "window_end"));
+            match (group_index, w.size_us, source.def.column_index(&w.column)) {
+                (Some(group_index), Some(size_us), Some(time_index)) => Some(WindowClosing {
+                    time_index,
+                    size_us,
+                    lateness_us: emit.allowed_lateness_us,
+                    emit_on_close: emit.emit_on_window_close,
+                    group_index,
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if emit.emit_on_window_close && closing.is_none() {
+        return Err(unsupported(
+            "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE(table, column, INTERVAL '...') \
+             where column is the table's WATERMARK column",
+        ));
+    }
+    let pipeline = match aggregate {
         None => Pipeline::Rows {
             plan: state.create_physical_plan(&plan).await?,
             rows: Vec::new(),
@@ -139,6 +202,8 @@ pub async fn compile(
         schema,
         slot,
         pipeline,
+        closing,
+        closed: Vec::new(),
     })
 }
 
@@ -364,18 +429,83 @@ impl AggregatePipeline {
 
     /// The view's rows now: one per group.
     fn snapshot(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
-        let n = self.accumulators.len();
+        let all: Vec<usize> = (0..self.accumulators.len()).collect();
+        self.rows_of(schema, &all)
+    }
+
+    /// Emits the rows of the windows whose `window_end` is at or before
+    /// `threshold_us`, and drops their state.
+    fn close_windows(
+        &mut self,
+        schema: &SchemaRef,
+        group_index: usize,
+        threshold_us: i64,
+    ) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.keys.is_empty() {
+            return Ok(None);
+        }
+        let keys = self
+            .converter
+            .convert_rows(self.keys.iter().map(|k| k.row()))?;
+        let ends = arrow::compute::cast(
+            &keys[group_index],
+            &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+        )?;
+        let ends = ends
+            .as_any()
+            .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+            .ok_or_else(|| SluiceError::Internal("window_end is not a timestamp".into()))?;
+        let closed: Vec<usize> = (0..ends.len())
+            .filter(|&g| ends.is_valid(g) && ends.value(g) <= threshold_us)
+            .collect();
+        if closed.is_empty() {
+            return Ok(None);
+        }
+        let batch = self.rows_of(schema, &closed)?;
+        let mut is_closed = vec![false; self.keys.len()];
+        for g in closed {
+            is_closed[g] = true;
+        }
+        let mut keep_keys = Vec::new();
+        let mut keep_accs = Vec::new();
+        for ((key, accs), gone) in self
+            .keys
+            .drain(..)
+            .zip(self.accumulators.drain(..))
+            .zip(is_closed)
+        {
+            if !gone {
+                keep_keys.push(key);
+                keep_accs.push(accs);
+            }
+        }
+        self.groups = keep_keys
+            .iter()
+            .enumerate()
+            .map(|(g, k)| (k.clone(), g))
+            .collect();
+        self.keys = keep_keys;
+        self.accumulators = keep_accs;
+        Ok(Some(batch))
+    }
+
+    /// Output rows of the given groups.
+    fn rows_of(
+        &mut self,
+        schema: &SchemaRef,
+        groups: &[usize],
+    ) -> Result<RecordBatch, SluiceError> {
+        let n = groups.len();
         let mut columns: Vec<ArrayRef> = if self.group_exprs.is_empty() {
             vec![]
         } else {
             self.converter
-                .convert_rows(self.keys.iter().map(|k| k.row()))?
+                .convert_rows(groups.iter().map(|&g| self.keys[g].row()))?
         };
         for a in 0..self.aggs.len() {
-            let values = self
-                .accumulators
-                .iter_mut()
-                .map(|accs| accs[a].evaluate())
+            let values = groups
+                .iter()
+                .map(|&g| self.accumulators[g][a].evaluate())
                 .collect::<Result<Vec<ScalarValue>, _>>()?;
             let field = self.agg_schema.field(self.group_exprs.len() + a);
             columns.push(if values.is_empty() {
@@ -439,15 +569,36 @@ impl CompiledView {
         result
     }
 
-    /// The view's rows as of the last applied delta.
-    pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
-        match &mut self.pipeline {
-            Pipeline::Rows { rows, .. } => Ok(rows
-                .iter()
-                .map(|b| RecordBatch::try_new(self.schema.clone(), b.columns().to_vec()))
-                .collect::<Result<Vec<_>, _>>()?),
-            Pipeline::Aggregate(agg) => Ok(vec![agg.snapshot(&self.schema)?]),
+    /// Closes the windows the watermark has passed (see [`WindowClosing`]).
+    pub fn close_windows(&mut self, watermark_us: i64) -> Result<(), SluiceError> {
+        let (Some(closing), Pipeline::Aggregate(agg)) = (&self.closing, &mut self.pipeline) else {
+            return Ok(());
+        };
+        let threshold = watermark_us.saturating_sub(closing.lateness_us);
+        if let Some(batch) = agg.close_windows(&self.schema, closing.group_index, threshold)? {
+            self.closed.push(batch);
         }
+        Ok(())
+    }
+
+    /// The view's rows as of the last applied delta: final rows of closed
+    /// windows, then (unless the view emits on close) the open groups.
+    pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        let mut out = self.closed.clone();
+        let emit_open = !self.closing.is_some_and(|c| c.emit_on_close);
+        match &mut self.pipeline {
+            Pipeline::Rows { rows, .. } => {
+                for b in rows.iter() {
+                    out.push(RecordBatch::try_new(
+                        self.schema.clone(),
+                        b.columns().to_vec(),
+                    )?);
+                }
+            }
+            Pipeline::Aggregate(agg) if emit_open => out.push(agg.snapshot(&self.schema)?),
+            Pipeline::Aggregate(_) => {}
+        }
+        Ok(out)
     }
 
     /// Rows of state held: groups for an aggregate, rows for a filter.

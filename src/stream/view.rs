@@ -3,7 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use std::time::Duration;
+
+use arrow::array::{Array, BooleanArray, TimestampMicrosecondArray};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionConfig;
@@ -16,10 +20,11 @@ use tokio::sync::watch;
 use tracing::{error, info, info_span, Instrument};
 
 use crate::error::SluiceError;
-use crate::log::{LogStore, TableLog};
+use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTracker};
 use crate::query::{project_frame, LogTableProvider};
 
-use super::pipeline::{compile, CompiledView};
+pub use super::pipeline::EmitOptions;
+use super::pipeline::{compile, CompiledView, WindowClosing};
 
 /// Frames read from the log per pipeline run.
 const FRAMES_PER_DELTA: usize = 16;
@@ -30,7 +35,22 @@ struct Published {
     batches: Vec<RecordBatch>,
     consumed: Vec<u64>,
     state_rows: u64,
+    watermark_us: Option<i64>,
+    late_count: u64,
+    late: Vec<LateRow>,
 }
+
+/// A source row that arrived after its window had closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LateRow {
+    pub partition: u32,
+    pub offset: u64,
+    pub event_time_us: i64,
+    pub watermark_us: i64,
+}
+
+/// Late rows kept per view for `sluice_catalog.late_rows`; all are counted.
+const LATE_ROWS_KEPT: usize = 100_000;
 
 pub struct View {
     pub def: ViewDef,
@@ -52,6 +72,12 @@ impl View {
     pub fn progress(&self) -> (Vec<u64>, u64) {
         let p = self.published.read();
         (p.consumed.clone(), p.state_rows)
+    }
+
+    /// The view's watermark and its late rows (count, and those kept).
+    pub fn lateness(&self) -> (Option<i64>, u64, Vec<LateRow>) {
+        let p = self.published.read();
+        (p.watermark_us, p.late_count, p.late.clone())
     }
 
     pub fn failure(&self) -> Option<String> {
@@ -124,7 +150,11 @@ impl ViewManager {
         });
         for def in store.view_defs() {
             let query = parse_query(&def.query)?;
-            let compiled = compile(&query, &store, manager.config.clone()).await?;
+            let emit = EmitOptions {
+                emit_on_window_close: def.emit_on_window_close,
+                allowed_lateness_us: def.allowed_lateness_us,
+            };
+            let compiled = compile(&query, &store, manager.config.clone(), emit).await?;
             manager.launch(def, compiled);
         }
         Ok(manager)
@@ -147,6 +177,7 @@ impl ViewManager {
         name: &str,
         if_not_exists: bool,
         query: &ast::Query,
+        emit: EmitOptions,
     ) -> Result<bool, SluiceError> {
         if self.store.name_exists(name) {
             if if_not_exists && self.view(name).is_some() {
@@ -156,11 +187,13 @@ impl ViewManager {
                 sluice_catalog::CatalogError::DuplicateTable(name.to_string()),
             ));
         }
-        let compiled = compile(query, &self.store, self.config.clone()).await?;
+        let compiled = compile(query, &self.store, self.config.clone(), emit).await?;
         let def = self.store.create_view_def(ViewDef {
             id: 0,
             name: name.to_string(),
             query: query.to_string(),
+            emit_on_window_close: emit.emit_on_window_close,
+            allowed_lateness_us: emit.allowed_lateness_us,
         })?;
         self.launch(def, compiled);
         Ok(true)
@@ -212,6 +245,93 @@ impl ViewManager {
     }
 }
 
+/// The view's clock: its watermark, computed from the rows it has applied,
+/// one source commit at a time, with idleness measured in commit (ingest)
+/// time. Replaying the same log therefore makes the same decisions.
+struct ViewClock {
+    tracker: Option<WatermarkTracker>,
+    max_event: Vec<Option<i64>>,
+    last_commit: Vec<Option<i64>>,
+    first_commit: Option<i64>,
+    watermark: Option<i64>,
+}
+
+impl ViewClock {
+    fn new(table: &TableLog) -> ViewClock {
+        let n = table.partitions().len();
+        ViewClock {
+            tracker: table.def.options.watermark.as_ref().map(|w| {
+                WatermarkTracker::new(
+                    w.delay_us,
+                    Duration::from_millis(table.def.options.watermark_idle_timeout_ms),
+                )
+            }),
+            max_event: vec![None; n],
+            last_commit: vec![None; n],
+            first_commit: None,
+            watermark: None,
+        }
+    }
+
+    /// Takes in one commit's frames and moves the watermark.
+    fn advance(&mut self, commit_us: i64, frames: &[(i64, usize, FrameMeta)]) {
+        let first = *self.first_commit.get_or_insert(commit_us);
+        for (_, p, f) in frames {
+            if f.header.max_event_us != i64::MIN {
+                self.max_event[*p] = self.max_event[*p].max(Some(f.header.max_event_us));
+            }
+            self.last_commit[*p] = Some(commit_us);
+        }
+        let Some(tracker) = &self.tracker else { return };
+        let progress: Vec<EventTimeProgress> = self
+            .max_event
+            .iter()
+            .zip(&self.last_commit)
+            .map(|(max, last)| EventTimeProgress {
+                max_event_us: *max,
+                since_last_append: Duration::from_micros(
+                    (commit_us - last.unwrap_or(first)).max(0) as u64,
+                ),
+            })
+            .collect();
+        self.watermark = tracker.compute(&progress).watermark_us;
+    }
+}
+
+/// Splits off the rows whose window closed before they arrived.
+fn split_late(
+    batch: RecordBatch,
+    closing: &WindowClosing,
+    watermark_us: i64,
+    partition: usize,
+    base_offset: u64,
+    late: &mut Vec<LateRow>,
+) -> Result<RecordBatch, SluiceError> {
+    let column = arrow::compute::cast(
+        batch.column(closing.time_index),
+        &DataType::Timestamp(TimeUnit::Microsecond, None),
+    )?;
+    let Some(times) = column.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
+        return Ok(batch);
+    };
+    let threshold = watermark_us.saturating_sub(closing.lateness_us);
+    let keep: BooleanArray = (0..times.len())
+        .map(|i| {
+            let is_late = times.is_valid(i) && closing.window_end(times.value(i)) <= threshold;
+            if is_late {
+                late.push(LateRow {
+                    partition: partition as u32,
+                    offset: base_offset + i as u64,
+                    event_time_us: times.value(i),
+                    watermark_us,
+                });
+            }
+            Some(!is_late)
+        })
+        .collect();
+    Ok(filter_record_batch(&batch, &keep)?)
+}
+
 /// The view's task: apply each commit of the source table, then publish.
 async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
     let table = compiled.source.clone();
@@ -222,27 +342,46 @@ async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
     let data_columns = table.def.columns.len();
     let ctx = Arc::new(TaskContext::default());
     let mut consumed = vec![0u64; table.partitions().len()];
+    let mut clock = ViewClock::new(&table);
+    let closing = compiled.closing;
     let mut first = true;
     loop {
         let ends = commits.borrow_and_update().clone();
         let behind = ends.iter().zip(&consumed).any(|(e, c)| e > c);
         if behind || first {
             let started = std::time::Instant::now();
+            let mut late = Vec::new();
             let result: Result<(), SluiceError> = async {
+                // Frames in commit order: a group commit stamps all of its
+                // frames with the same ingest time.
+                let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
                 for (k, part) in table.partitions().iter().enumerate() {
-                    let frames = part.frames_in_range(consumed[k], ends[k]);
-                    for chunk in frames.chunks(FRAMES_PER_DELTA) {
+                    for meta in part.frames_in_range(consumed[k], ends[k]) {
+                        frames.push((meta.header.ingested_at_us, k, meta));
+                    }
+                }
+                frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
+                for commit in frames.chunk_by(|a, b| a.0 == b.0) {
+                    let watermark = clock.watermark;
+                    for chunk in commit.chunks(FRAMES_PER_DELTA) {
                         let mut delta = Vec::with_capacity(chunk.len());
-                        for meta in chunk {
-                            let batch = part.read_frame(meta)?;
-                            delta.push(project_frame(
-                                &batch,
+                        for (_, k, meta) in chunk {
+                            let part = &table.partitions()[*k];
+                            let raw = part.read_frame(meta)?;
+                            let rows = project_frame(
+                                &raw,
                                 meta,
-                                k as i32,
+                                *k as i32,
                                 &projection,
                                 data_columns,
                                 &provider_schema,
-                            )?);
+                            )?;
+                            delta.push(match (&closing, watermark) {
+                                (Some(c), Some(w)) => {
+                                    split_late(rows, c, w, *k, meta.header.base_offset, &mut late)?
+                                }
+                                _ => rows,
+                            });
                         }
                         // A panic in a pipeline stops this view, not the server.
                         futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
@@ -253,17 +392,17 @@ async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
                             SluiceError::Internal("the view's pipeline panicked".into())
                         })??;
                     }
+                    clock.advance(commit[0].0, commit);
+                    if let Some(w) = clock.watermark {
+                        compiled.close_windows(w)?;
+                    }
                 }
                 Ok(())
             }
             .await;
             let Some(view) = view.upgrade() else { return };
-            if let Err(e) = result {
-                error!(error = %e, "view stopped");
-                *view.failure.lock() = Some(e.message());
-                return;
-            }
-            let batches = match compiled.snapshot() {
+            let batches = result.and_then(|_| compiled.snapshot());
+            let batches = match batches {
                 Ok(b) => b,
                 Err(e) => {
                     error!(error = %e, "view stopped");
@@ -277,6 +416,10 @@ async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
                 p.batches = batches;
                 p.consumed = consumed.clone();
                 p.state_rows = compiled.state_rows();
+                p.watermark_us = clock.watermark;
+                p.late_count += late.len() as u64;
+                let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
+                p.late.extend(late.into_iter().take(room));
             }
             view.progress.send_replace(consumed.clone());
             if first {
