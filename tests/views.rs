@@ -68,10 +68,20 @@ async fn insert_random(
     first_id: usize,
     n: usize,
 ) {
+    insert_jittered(c, rng, first_id, n, 90).await
+}
+
+async fn insert_jittered(
+    c: &tokio_postgres::Client,
+    rng: &mut rand::rngs::StdRng,
+    first_id: usize,
+    n: usize,
+    jitter_secs: i64,
+) {
     let mut values = Vec::with_capacity(n);
     for i in first_id..first_id + n {
-        // Event times move forward with jitter of up to 90 s, out of order.
-        let secs = i as i64 * 3 - rng.random_range(0..90i64);
+        // Event times move forward 3 s a row, jittered back, out of order.
+        let secs = i as i64 * 3 - rng.random_range(0..jitter_secs);
         let ts = chrono::DateTime::from_timestamp(1_767_225_600 + secs, 0)
             .unwrap()
             .naive_utc();
@@ -173,4 +183,178 @@ async fn view_statements_and_refusals() {
     )
     .await
     .unwrap();
+}
+
+/// The batch query over the rows a view accepted: all rows of `usage`
+/// minus that view's late rows.
+fn accepted_rows(view: &str) -> String {
+    format!(
+        "(SELECT u.tenant, u.tokens, u.event_time FROM usage u LEFT JOIN \
+         (SELECT \"partition\", \"offset\" FROM sluice_catalog.late_rows WHERE view_name = '{view}') l \
+         ON u._partition = l.\"partition\" AND u._offset = l.\"offset\" WHERE l.\"offset\" IS NULL) AS a"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windowed_views_with_late_rows_equal_batch_over_accepted_rows() {
+    for seed in [7u64, 8] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Server::start(dir.path());
+        let c = server.connect().await;
+        c.batch_execute(
+            "CREATE TABLE usage (event_id TEXT NOT NULL, tenant TEXT NOT NULL, tokens BIGINT, event_time TIMESTAMP, \
+             WATERMARK FOR event_time AS event_time - INTERVAL '30 seconds') APPEND ONLY \
+             WITH (partitions = 4)",
+        )
+        .await
+        .unwrap();
+        let window = "SELECT tenant, window_start, window_end, SUM(tokens) AS tokens, COUNT(*) AS events \
+                      FROM TUMBLE(usage, event_time, INTERVAL '1 minute') GROUP BY tenant, window_start, window_end";
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW live AS {window}"))
+            .await
+            .unwrap();
+        c.batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW final AS {window} EMIT ON WINDOW CLOSE"
+        ))
+        .await
+        .unwrap();
+        c.batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW lenient WITH (allowed_lateness = '2 minutes') AS {window}"
+        ))
+        .await
+        .unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut next = 0;
+        for _ in 0..15 {
+            // Jitter of up to 5 minutes against a 30 s delay: some rows are late.
+            let n = rng.random_range(5..60);
+            insert_jittered(&c, &mut rng, next, n, 300).await;
+            next += n;
+        }
+        c.batch_execute("FLUSH").await.unwrap();
+        let late: i64 = common::scalar(
+            &c,
+            "SELECT COUNT(*) FROM sluice_catalog.late_rows WHERE view_name = 'live'",
+        )
+        .await;
+        assert!(late > 0, "seed {seed}: the stream should have late rows");
+        let lenient: i64 = common::scalar(
+            &c,
+            "SELECT COUNT(*) FROM sluice_catalog.late_rows WHERE view_name = 'lenient'",
+        )
+        .await;
+        assert!(
+            lenient < late,
+            "allowed lateness accepts more rows ({lenient} vs {late})"
+        );
+        for view in ["live", "lenient"] {
+            let got = rows_text(
+                &c,
+                &format!("SELECT * FROM {view} ORDER BY tenant, window_start"),
+            )
+            .await;
+            let want = rows_text(
+                &c,
+                &format!(
+                    "SELECT tenant, date_bin(INTERVAL '1 minute', event_time) AS window_start, \
+                     date_bin(INTERVAL '1 minute', event_time) + INTERVAL '1 minute' AS window_end, \
+                     SUM(tokens) AS tokens, COUNT(*) AS events FROM {} GROUP BY 1, 2, 3 ORDER BY 1, 2",
+                    accepted_rows(view)
+                ),
+            )
+            .await;
+            assert_eq!(
+                got, want,
+                "seed {seed}: {view} differs from the batch query over accepted rows"
+            );
+        }
+        // EMIT ON WINDOW CLOSE shows exactly the closed windows of the live view.
+        let mark: String = c
+            .query_one("SELECT CAST(watermark AS TEXT) FROM sluice_catalog.views WHERE view_name = 'final'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let closed = rows_text(&c, "SELECT * FROM final ORDER BY tenant, window_start").await;
+        let live_closed = rows_text(
+            &c,
+            &format!("SELECT * FROM live WHERE window_end <= CAST('{mark}' AS TIMESTAMP) ORDER BY tenant, window_start"),
+        )
+        .await;
+        assert!(!closed.is_empty());
+        assert_eq!(closed, live_closed, "seed {seed}: final windows");
+        // The same decisions after rebuilding from the log.
+        let before = rows_text(
+            &c,
+            "SELECT * FROM sluice_catalog.late_rows ORDER BY view_name, \"partition\", \"offset\"",
+        )
+        .await;
+        let live_before = rows_text(&c, "SELECT * FROM live ORDER BY tenant, window_start").await;
+        drop(c);
+        server.restart();
+        let c = server.connect().await;
+        c.batch_execute("FLUSH").await.unwrap();
+        let after = rows_text(
+            &c,
+            "SELECT * FROM sluice_catalog.late_rows ORDER BY view_name, \"partition\", \"offset\"",
+        )
+        .await;
+        assert_eq!(before, after, "seed {seed}: late rows after restart");
+        let live_after = rows_text(&c, "SELECT * FROM live ORDER BY tenant, window_start").await;
+        assert_eq!(live_before, live_after, "seed {seed}: view after restart");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_windows_drop_their_state() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT, event_time TIMESTAMP, WATERMARK FOR event_time AS event_time - INTERVAL '2 seconds') \
+         APPEND ONLY WITH (partitions = 1)",
+    )
+    .await
+    .unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW per_second AS SELECT window_start, window_end, COUNT(*) AS n \
+         FROM TUMBLE(ev, event_time, INTERVAL '1 second') GROUP BY window_start, window_end EMIT ON WINDOW CLOSE",
+    )
+    .await
+    .unwrap();
+    // 1,000,000 events over 10,000 one-second windows, in 20 COPY statements.
+    let mut max_state = 0i64;
+    for chunk in 0..20 {
+        let mut data = String::with_capacity(50_000 * 40);
+        for i in chunk * 50_000..(chunk + 1) * 50_000 {
+            let second = i / 100;
+            data.push_str(&format!(
+                "{i}\t2026-01-01 {:02}:{:02}:{:02}.{:06}\n",
+                second / 3600,
+                second / 60 % 60,
+                second % 60,
+                (i % 100) * 10_000
+            ));
+        }
+        let sink = c.copy_in("COPY ev FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        sink.finish().await.unwrap();
+        c.batch_execute("FLUSH").await.unwrap();
+        let state: i64 = common::scalar(
+            &c,
+            "SELECT state_rows FROM sluice_catalog.views WHERE view_name = 'per_second'",
+        )
+        .await;
+        max_state = max_state.max(state);
+    }
+    let closed: i64 = common::scalar(&c, "SELECT COUNT(*) FROM per_second").await;
+    let total: i64 = common::scalar(&c, "SELECT SUM(n) FROM per_second").await;
+    // Windows up to the watermark (last event 02:46:39.99 - 2 s) are final.
+    assert!(
+        (9_990..10_000).contains(&closed),
+        "closed windows: {closed}"
+    );
+    assert_eq!(total, closed * 100);
+    assert!(max_state <= 5, "open windows held: {max_state}");
 }
