@@ -10,7 +10,7 @@ const USAGE: &str = "CREATE TABLE usage (event_id TEXT NOT NULL, tenant TEXT NOT
                      APPEND ONLY WITH (partitions = 4, partition_key = 'tenant')";
 
 /// View queries and the batch query each must equal (same SQL, ordered).
-const SHAPES: [(&str, &str, &str); 5] = [
+const SHAPES: [(&str, &str, &str); 6] = [
     (
         "totals",
         "SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS events, MIN(tokens) AS lo, MAX(tokens) AS hi, \
@@ -27,6 +27,12 @@ const SHAPES: [(&str, &str, &str); 5] = [
         "big_events",
         "SELECT event_id, tenant, tokens * 2 AS doubled FROM usage WHERE tokens >= 2000",
         "event_id",
+    ),
+    (
+        "sliding",
+        "SELECT tenant, window_start, window_end, SUM(tokens) AS tokens, MAX(tokens) AS top \
+         FROM HOP(usage, event_time, INTERVAL '20 seconds', INTERVAL '1 minute') GROUP BY tenant, window_start, window_end",
+        "tenant, window_start",
     ),
     ("overall", "SELECT COUNT(*) AS n, SUM(tokens) AS s, MAX(event_time) AS latest FROM usage", "n"),
     (
@@ -152,7 +158,7 @@ async fn view_statements_and_refusals() {
         ("CREATE MATERIALIZED VIEW v AS SELECT tenant, stddev(tokens) FROM usage GROUP BY tenant", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT * FROM totals", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT tenant, COUNT(*) FROM usage GROUP BY tenant EMIT ON WINDOW CLOSE", "0A000"),
-        ("CREATE MATERIALIZED VIEW v AS SELECT * FROM HOP(usage, event_time, INTERVAL '10 seconds', INTERVAL '1 minute')", "0A000"),
+        ("CREATE MATERIALIZED VIEW v AS SELECT * FROM HOP(usage, event_time, INTERVAL '2 minutes', INTERVAL '1 minute')", "22023"),
         ("DROP TABLE usage", "2BP01"),
         ("DROP TABLE totals", "42809"),
         ("DROP MATERIALIZED VIEW usage", "42809"),

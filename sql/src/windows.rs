@@ -23,6 +23,8 @@ pub struct WindowSpec {
     pub table: String,
     pub column: String,
     pub size_us: Option<i64>,
+    /// The slide of a `HOP` (for `TUMBLE`, the size).
+    pub slide_us: Option<i64>,
 }
 
 /// Replaces every `TUMBLE(...)` in FROM clauses with its derived table, and
@@ -68,9 +70,10 @@ impl VisitorMut for WindowRewriter {
                 self.specs.push(spec);
                 derived
             }),
-            "hop" => Err(SqlError::Unsupported(
-                "HOP windows are not supported yet".into(),
-            )),
+            "hop" => hop(&args.args, alias.clone()).map(|(derived, spec)| {
+                self.specs.push(spec);
+                derived
+            }),
             _ => return ControlFlow::Continue(()),
         };
         match result {
@@ -138,6 +141,62 @@ fn tumble(
         table: table.trim_matches('"').to_lowercase(),
         column: column.trim_matches('"').to_lowercase(),
         size_us: interval_us(&args[2]),
+        slide_us: interval_us(&args[2]),
+    };
+    Ok((
+        TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias: Some(alias),
+            sample: None,
+        },
+        spec,
+    ))
+}
+
+/// `HOP(t, col, slide, size)`: each row belongs to every window of `size`
+/// starting at a multiple of `slide` in `(col - size, col]`.
+fn hop(
+    args: &[FunctionArg],
+    alias: Option<TableAlias>,
+) -> Result<(TableFactor, WindowSpec), SqlError> {
+    let usage =
+        || SqlError::Syntax("HOP takes (table, time column, INTERVAL slide, INTERVAL size)".into());
+    if args.len() != 4 {
+        return Err(usage());
+    }
+    let table = arg_text(&args[0]).ok_or_else(usage)?;
+    let column = arg_text(&args[1]).ok_or_else(usage)?;
+    let slide = arg_text(&args[2]).ok_or_else(usage)?;
+    let size = arg_text(&args[3]).ok_or_else(usage)?;
+    let (slide_us, size_us) = (interval_us(&args[2]), interval_us(&args[3]));
+    if let (Some(slide), Some(size)) = (slide_us, size_us) {
+        if slide > size {
+            return Err(SqlError::InvalidOption(
+                "HOP slide must not be larger than the window size".into(),
+            ));
+        }
+    }
+    let sql = format!(
+        "SELECT *, window_start + {size} AS window_end FROM \
+         (SELECT *, unnest(generate_series(date_bin({slide}, {column} - {size}) + {slide}, \
+         date_bin({slide}, {column}), {slide})) AS window_start FROM {table}) AS hop_windows"
+    );
+    let subquery = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_query())
+        .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let alias = alias.unwrap_or(TableAlias {
+        explicit: true,
+        name: Ident::new(table.rsplit('.').next().unwrap_or(&table).trim_matches('"')),
+        columns: vec![],
+        at: None,
+    });
+    let spec = WindowSpec {
+        table: table.trim_matches('"').to_lowercase(),
+        column: column.trim_matches('"').to_lowercase(),
+        size_us,
+        slide_us,
     };
     Ok((
         TableFactor::Derived {
@@ -168,7 +227,8 @@ mod tests {
             vec![WindowSpec {
                 table: "usage".into(),
                 column: "event_time".into(),
-                size_us: Some(60_000_000)
+                size_us: Some(60_000_000),
+                slide_us: Some(60_000_000),
             }]
         );
         let text = s.to_string();

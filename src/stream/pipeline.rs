@@ -56,6 +56,8 @@ pub struct WindowClosing {
     /// Index of the window's time column in the source rows.
     pub time_index: usize,
     pub size_us: i64,
+    /// Windows start every `slide_us` (the size, for TUMBLE).
+    pub slide_us: i64,
     pub lateness_us: i64,
     pub emit_on_close: bool,
     /// Position of `window_end` among the GROUP BY keys.
@@ -63,9 +65,10 @@ pub struct WindowClosing {
 }
 
 impl WindowClosing {
-    /// `window_end` of an event time (TUMBLE is `date_bin` from the epoch).
+    /// The end of the last window an event time belongs to (windows start
+    /// at multiples of the slide from the epoch, as `date_bin`).
     pub fn window_end(&self, event_us: i64) -> i64 {
-        event_us - event_us.rem_euclid(self.size_us) + self.size_us
+        event_us - event_us.rem_euclid(self.slide_us) + self.size_us
     }
 }
 
@@ -169,14 +172,22 @@ pub async fn compile(
                 .group_expr
                 .iter()
                 .position(|e| matches!(e, Expr::Column(c) if c.name == "window_end"));
-            match (group_index, w.size_us, source.def.column_index(&w.column)) {
-                (Some(group_index), Some(size_us), Some(time_index)) => Some(WindowClosing {
-                    time_index,
-                    size_us,
-                    lateness_us: emit.allowed_lateness_us,
-                    emit_on_close: emit.emit_on_window_close,
-                    group_index,
-                }),
+            match (
+                group_index,
+                w.size_us,
+                w.slide_us,
+                source.def.column_index(&w.column),
+            ) {
+                (Some(group_index), Some(size_us), Some(slide_us), Some(time_index)) => {
+                    Some(WindowClosing {
+                        time_index,
+                        size_us,
+                        slide_us,
+                        lateness_us: emit.allowed_lateness_us,
+                        emit_on_close: emit.emit_on_window_close,
+                        group_index,
+                    })
+                }
                 _ => None,
             }
         }
@@ -184,8 +195,8 @@ pub async fn compile(
     };
     if emit.emit_on_window_close && closing.is_none() {
         return Err(unsupported(
-            "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE(table, column, INTERVAL '...') \
-             where column is the table's WATERMARK column",
+            "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE or HOP of the \
+             table's WATERMARK column with constant INTERVAL sizes",
         ));
     }
     let pipeline = match aggregate {
@@ -213,6 +224,7 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
     plan.apply(|node| {
         match node {
             LogicalPlan::Projection(_)
+            | LogicalPlan::Unnest(_)
             | LogicalPlan::Filter(_)
             | LogicalPlan::SubqueryAlias(_)
             | LogicalPlan::TableScan(_) => {}
@@ -489,6 +501,33 @@ impl AggregatePipeline {
         Ok(Some(batch))
     }
 
+    /// The pre-aggregation rows whose window is still open.
+    fn rows_of_open_windows(
+        &self,
+        batch: &RecordBatch,
+        group_index: usize,
+        threshold_us: i64,
+    ) -> Result<RecordBatch, SluiceError> {
+        let n = batch.num_rows();
+        let ends = self.group_exprs[group_index]
+            .evaluate(batch)
+            .and_then(|v| v.into_array(n))?;
+        let ends = arrow::compute::cast(
+            &ends,
+            &arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+        )?;
+        let Some(ends) = ends
+            .as_any()
+            .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        else {
+            return Ok(batch.clone());
+        };
+        let open: arrow::array::BooleanArray = (0..n)
+            .map(|i| Some(!(ends.is_valid(i) && ends.value(i) <= threshold_us)))
+            .collect();
+        Ok(arrow::compute::filter_record_batch(batch, &open)?)
+    }
+
     /// Output rows of the given groups.
     fn rows_of(
         &mut self,
@@ -545,12 +584,17 @@ impl AggregatePipeline {
 impl CompiledView {
     /// Runs one delta (rows of the source table, with hidden columns)
     /// through the pipeline.
+    /// `watermark_us` is the view's watermark before this delta: rows
+    /// for windows that closed by then are dropped (a HOP row may still
+    /// count in its open windows).
     pub async fn apply(
         &mut self,
         delta: Vec<RecordBatch>,
         ctx: Arc<datafusion::execution::TaskContext>,
+        watermark_us: Option<i64>,
     ) -> Result<(), SluiceError> {
         *self.slot.lock() = delta;
+        let closing = self.closing;
         let result = match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
                 let out = collect(plan.clone(), ctx).await?;
@@ -560,7 +604,17 @@ impl CompiledView {
             Pipeline::Aggregate(agg) => {
                 let out = collect(agg.input.clone(), ctx).await?;
                 for b in &out {
-                    agg.update(b)?;
+                    match (closing, watermark_us) {
+                        (Some(c), Some(w)) => {
+                            let open = agg.rows_of_open_windows(
+                                b,
+                                c.group_index,
+                                w.saturating_sub(c.lateness_us),
+                            )?;
+                            agg.update(&open)?
+                        }
+                        _ => agg.update(b)?,
+                    }
                 }
                 Ok(())
             }

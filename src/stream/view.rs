@@ -385,7 +385,7 @@ async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
                         }
                         // A panic in a pipeline stops this view, not the server.
                         futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-                            compiled.apply(delta, ctx.clone()),
+                            compiled.apply(delta, ctx.clone(), watermark),
                         ))
                         .await
                         .map_err(|_| {
