@@ -128,7 +128,10 @@ async fn sigkill_during_ingest_keeps_acknowledged_rows_exactly_once() {
 
 async fn verify(server: &Server, ledger: &Arc<Mutex<Ledger>>) {
     let c = server.connect().await;
-    let rows = c.query("SELECT event_id FROM usage", &[]).await.unwrap();
+    let rows = c
+        .query("SELECT event_id FROM usage", &[])
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", server.log_text()));
     let mut counts: HashMap<String, usize> = HashMap::new();
     for r in &rows {
         *counts.entry(r.get::<_, String>(0)).or_default() += 1;

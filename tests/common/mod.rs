@@ -1,7 +1,6 @@
 //! Starts a real `sluice` server process on an ephemeral port for a test.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,11 +10,6 @@ pub struct Server {
     pub data_dir: PathBuf,
     child: Option<Child>,
     log: PathBuf,
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind ephemeral port");
-    l.local_addr().expect("local addr").port()
 }
 
 impl Server {
@@ -35,8 +29,11 @@ impl Server {
         s
     }
 
+    /// Starts the server on a port it picks itself (`127.0.0.1:0`) and reads
+    /// the port from its start-up line, so that parallel tests can never
+    /// race for the same port.
     fn spawn(&mut self, extra: &[&str]) {
-        self.port = free_port();
+        let ready_before = self.log_text().matches("sluice is ready").count();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -45,7 +42,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .arg("serve")
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(extra)
@@ -55,11 +52,24 @@ impl Server {
             .expect("start sluice");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
+            let text = self.log_text();
+            let ready = text
+                .lines()
+                .filter(|l| l.contains("sluice is ready"))
+                .nth(ready_before);
+            if let Some(line) = ready {
+                let port = line
+                    .split("listen=127.0.0.1:")
+                    .nth(1)
+                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|p| p.parse().ok());
+                self.port = port.unwrap_or_else(|| panic!("no port in start-up line: {line}"));
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
-                "server did not start; log:\n{}",
-                self.log_text()
+                "server did not start; log:\n{text}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
