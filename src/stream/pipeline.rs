@@ -300,7 +300,8 @@ pub struct AggregatePipeline {
     agg_schema: SchemaRef,
     output: Option<Vec<Arc<dyn PhysicalExpr>>>,
     converter: RowConverter,
-    groups: HashMap<OwnedRow, usize>,
+    /// Group index by the key's row bytes (looked up without allocating).
+    groups: HashMap<Vec<u8>, usize>,
     keys: Vec<OwnedRow>,
     accumulators: Vec<Vec<Box<dyn Accumulator>>>,
 }
@@ -375,7 +376,7 @@ impl AggregatePipeline {
     }
 
     fn group_for(&mut self, key: OwnedRow) -> Result<usize, SluiceError> {
-        if let Some(g) = self.groups.get(&key) {
+        if let Some(g) = self.groups.get(key.row().as_ref()) {
             return Ok(*g);
         }
         let g = self.keys.len();
@@ -386,7 +387,7 @@ impl AggregatePipeline {
                 .collect::<Result<Vec<_>, _>>()?,
         );
         self.keys.push(key.clone());
-        self.groups.insert(key, g);
+        self.groups.insert(key.row().as_ref().to_vec(), g);
         Ok(g)
     }
 
@@ -418,7 +419,11 @@ impl AggregatePipeline {
         } else {
             let rows = self.converter.convert_columns(&key_columns)?;
             for i in 0..n {
-                let g = self.group_for(rows.row(i).owned())?;
+                let row = rows.row(i);
+                let g = match self.groups.get(row.as_ref()) {
+                    Some(g) => *g,
+                    None => self.group_for(row.owned())?,
+                };
                 let s = *slot_of.entry(g).or_insert_with(|| {
                     rows_of.push((g, Vec::new()));
                     rows_of.len() - 1
@@ -494,7 +499,7 @@ impl AggregatePipeline {
         self.groups = keep_keys
             .iter()
             .enumerate()
-            .map(|(g, k)| (k.clone(), g))
+            .map(|(g, k)| (k.row().as_ref().to_vec(), g))
             .collect();
         self.keys = keep_keys;
         self.accumulators = keep_accs;
