@@ -127,31 +127,8 @@ fn tumble(
         "SELECT *, date_bin({size}, {column}) AS window_start, \
          date_bin({size}, {column}) + {size} AS window_end FROM {table}"
     );
-    let subquery = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&sql)
-        .and_then(|mut p| p.parse_query())
-        .map_err(|e| SqlError::Syntax(e.to_string()))?;
-    let alias = alias.unwrap_or(TableAlias {
-        explicit: true,
-        name: Ident::new(table.rsplit('.').next().unwrap_or(&table).trim_matches('"')),
-        columns: vec![],
-        at: None,
-    });
-    let spec = WindowSpec {
-        table: table.trim_matches('"').to_lowercase(),
-        column: column.trim_matches('"').to_lowercase(),
-        size_us: interval_us(&args[2]),
-        slide_us: interval_us(&args[2]),
-    };
-    Ok((
-        TableFactor::Derived {
-            lateral: false,
-            subquery,
-            alias: Some(alias),
-            sample: None,
-        },
-        spec,
-    ))
+    let size_us = interval_us(&args[2]);
+    windowed_table(&sql, &table, &column, alias, size_us, size_us)
 }
 
 /// `HOP(t, col, slide, size)`: each row belongs to every window of `size`
@@ -182,13 +159,26 @@ fn hop(
          (SELECT *, unnest(generate_series(date_bin({slide}, {column} - {size}) + {slide}, \
          date_bin({slide}, {column}), {slide})) AS window_start FROM {table}) AS hop_windows"
     );
+    windowed_table(&sql, &table, &column, alias, size_us, slide_us)
+}
+
+/// The derived table that replaces a window function, named as the window
+/// function's alias or else as its table.
+fn windowed_table(
+    sql: &str,
+    table: &str,
+    column: &str,
+    alias: Option<TableAlias>,
+    size_us: Option<i64>,
+    slide_us: Option<i64>,
+) -> Result<(TableFactor, WindowSpec), SqlError> {
     let subquery = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&sql)
+        .try_with_sql(sql)
         .and_then(|mut p| p.parse_query())
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
     let alias = alias.unwrap_or(TableAlias {
         explicit: true,
-        name: Ident::new(table.rsplit('.').next().unwrap_or(&table).trim_matches('"')),
+        name: Ident::new(table.rsplit('.').next().unwrap_or(table).trim_matches('"')),
         columns: vec![],
         at: None,
     });
