@@ -32,8 +32,12 @@ pub enum SluiceError {
     Internal(String),
     #[error("\"{0}\" is not a {1}")]
     WrongObjectType(String, &'static str),
-    #[error("cannot drop table {table} because materialized view {view} depends on it")]
-    DependentObjects { table: String, view: String },
+    #[error("cannot drop {kind} {name} because materialized view {view} depends on it")]
+    DependentObjects {
+        kind: &'static str,
+        name: String,
+        view: String,
+    },
 }
 
 impl SluiceError {

@@ -364,3 +364,71 @@ async fn closed_windows_drop_their_state() {
     assert_eq!(total, closed * 100);
     assert!(max_state <= 5, "open windows held: {max_state}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_over_append_only_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE usage (event_id TEXT NOT NULL, tenant TEXT NOT NULL, tokens BIGINT, event_time TIMESTAMP, \
+         WATERMARK FOR event_time AS event_time - INTERVAL '30 seconds') APPEND ONLY WITH (partitions = 4)",
+    )
+    .await
+    .unwrap();
+    let minutes = "SELECT tenant, window_start, window_end, SUM(tokens) AS tokens FROM TUMBLE(usage, event_time, INTERVAL '1 minute') \
+                   GROUP BY tenant, window_start, window_end";
+    c.batch_execute(&format!(
+        "CREATE MATERIALIZED VIEW minutes AS {minutes} EMIT ON WINDOW CLOSE"
+    ))
+    .await
+    .unwrap();
+    c.batch_execute("CREATE MATERIALIZED VIEW busy AS SELECT tenant, window_start, tokens FROM minutes WHERE tokens >= 3000")
+        .await
+        .unwrap();
+    c.batch_execute("CREATE MATERIALIZED VIEW per_tenant AS SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS windows FROM minutes GROUP BY tenant")
+        .await
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut next = 0;
+    for _ in 0..10 {
+        let n = rng.random_range(20..80);
+        insert_random(&c, &mut rng, next, n).await;
+        next += n;
+    }
+    check_view_chain(&c, "before restart").await;
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    check_view_chain(&c, "after restart").await;
+    let e = c
+        .batch_execute("DROP MATERIALIZED VIEW minutes")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "2BP01");
+    c.batch_execute("DROP MATERIALIZED VIEW busy, per_tenant; DROP MATERIALIZED VIEW minutes")
+        .await
+        .unwrap();
+}
+
+/// Views over the `minutes` view equal their queries run over its rows.
+async fn check_view_chain(c: &tokio_postgres::Client, round: &str) {
+    c.batch_execute("FLUSH").await.unwrap();
+    let closed = rows_text(c, "SELECT * FROM minutes ORDER BY tenant, window_start").await;
+    assert!(!closed.is_empty(), "{round}");
+    let busy = rows_text(c, "SELECT * FROM busy ORDER BY tenant, window_start").await;
+    let want = rows_text(
+        c,
+        "SELECT tenant, window_start, tokens FROM minutes WHERE tokens >= 3000 ORDER BY tenant, window_start",
+    )
+    .await;
+    assert!(!busy.is_empty(), "{round}");
+    assert_eq!(busy, want, "{round}: busy");
+    let per = rows_text(c, "SELECT * FROM per_tenant ORDER BY tenant").await;
+    let want = rows_text(
+        c,
+        "SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS windows FROM minutes GROUP BY tenant ORDER BY tenant",
+    )
+    .await;
+    assert_eq!(per, want, "{round}: per_tenant");
+}

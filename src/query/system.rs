@@ -307,7 +307,7 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
         marks.push(mark);
         late.push(late_count as i64);
         let (offsets, rows) = v.progress();
-        let ends = v.source.commits().borrow().clone();
+        let ends = v.source_end();
         consumed.push(offsets.iter().sum::<u64>() as i64);
         behind.push(
             ends.iter()
@@ -337,7 +337,7 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
             views.iter().map(|v| v.def.name.clone()),
         )),
         Arc::new(StringArray::from_iter_values(
-            views.iter().map(|v| v.source.def.name.clone()),
+            views.iter().map(|v| v.source.name().to_string()),
         )),
         Arc::new(StringArray::from_iter_values(
             views.iter().map(|v| v.def.query.clone()),
@@ -367,7 +367,7 @@ fn late_rows_batch(views: &ViewManager) -> Result<RecordBatch> {
         let (_, _, rows) = v.lateness();
         for r in rows {
             view_names.push(v.def.name.clone());
-            tables.push(v.source.def.name.clone());
+            tables.push(v.source.name().to_string());
             parts.push(r.partition as i32);
             offsets.push(r.offset as i64);
             times.push(r.event_time_us);

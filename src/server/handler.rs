@@ -428,7 +428,8 @@ impl Handlers {
                     }
                     if let Some(view) = self.views.dependents(name).into_iter().next() {
                         return Err(SluiceError::DependentObjects {
-                            table: name.clone(),
+                            kind: "table",
+                            name: name.clone(),
                             view,
                         });
                     }

@@ -30,15 +30,35 @@ use sluice_sql::{hide_system_columns, rewrite_window_functions};
 
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
+
+use super::view::{View, ViewManager};
 use crate::query::LogTableProvider;
 
 use super::delta::{DeltaSlot, DeltaTable};
 
 const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 
-/// A view's query, ready to run on deltas of its source table.
+/// Where a view's rows come from: a table's log, or the rows another view
+/// appends (a filter/projection view or an EMIT ON WINDOW CLOSE view, whose
+/// rows never change once published).
+#[derive(Clone)]
+pub enum ViewSource {
+    Table(Arc<TableLog>),
+    View(Arc<View>),
+}
+
+impl ViewSource {
+    pub fn name(&self) -> &str {
+        match self {
+            ViewSource::Table(t) => &t.def.name,
+            ViewSource::View(v) => &v.def.name,
+        }
+    }
+}
+
+/// A view's query, ready to run on deltas of its source.
 pub struct CompiledView {
-    pub source: Arc<TableLog>,
+    pub source: ViewSource,
     pub schema: SchemaRef,
     pub slot: DeltaSlot,
     pub pipeline: Pipeline,
@@ -105,6 +125,7 @@ fn nullable(schema: &Schema) -> SchemaRef {
 pub async fn compile(
     query: &ast::Query,
     store: &LogStore,
+    views: &ViewManager,
     config: SessionConfig,
     emit: EmitOptions,
 ) -> Result<CompiledView, SluiceError> {
@@ -132,26 +153,32 @@ pub async fn compile(
             ))
         }
     };
-    let source = match store.table(&source_name) {
-        Some(t) => t,
-        None if store.view_exists(&source_name) => {
-            return Err(unsupported(
-                "materialized views over views are not supported yet",
-            ))
+    let source =
+        match (store.table(&source_name), views.view(&source_name)) {
+            (Some(t), _) => ViewSource::Table(t),
+            (None, Some(v)) if v.append_only => ViewSource::View(v),
+            (None, Some(_)) => return Err(unsupported(
+                "a materialized view over a view that updates rows in place is not supported yet; \
+                 the source view must be a filter/projection or EMIT ON WINDOW CLOSE",
+            )),
+            (None, None) => return Err(SluiceError::UndefinedTable(source_name)),
+        };
+    let source_schema = match &source {
+        ViewSource::Table(t) => {
+            hide_system_columns(&mut stmt, |t| t == source_name);
+            datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone()))
         }
-        None => return Err(SluiceError::UndefinedTable(source_name)),
+        ViewSource::View(v) => v.schema.clone(),
     };
-    hide_system_columns(&mut stmt, |t| t == source_name);
 
     let slot: DeltaSlot = Default::default();
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
     let ctx = SessionContext::new_with_config(config.with_target_partitions(1));
-    let provider = LogTableProvider::new(source.clone());
     ctx.register_table(
         source_name.as_str(),
         Arc::new(DeltaTable {
-            schema: datafusion::datasource::TableProvider::schema(&provider),
+            schema: source_schema,
             slot: slot.clone(),
         }),
     )?;
@@ -166,8 +193,13 @@ pub async fn compile(
     let aggregate = find_aggregate(&plan)?;
     // Windows close by the watermark when the view groups by the window of
     // a TUMBLE over the source's WATERMARK column.
-    let closing = match (&windows[..], &source.def.options.watermark, aggregate) {
-        ([w], Some(mark), Some((agg, _))) if w.column == mark.column => {
+    let table = match &source {
+        ViewSource::Table(t) => Some(t.clone()),
+        ViewSource::View(_) => None,
+    };
+    let watermark = table.as_ref().and_then(|t| t.def.options.watermark.clone());
+    let closing = match (&windows[..], &watermark, aggregate, &table) {
+        ([w], Some(mark), Some((agg, _)), Some(source)) if w.column == mark.column => {
             let group_index = agg
                 .group_expr
                 .iter()
@@ -658,6 +690,14 @@ impl CompiledView {
             Pipeline::Aggregate(_) => {}
         }
         Ok(out)
+    }
+
+    /// True when published rows never change: new rows are only appended.
+    pub fn append_only(&self) -> bool {
+        match &self.pipeline {
+            Pipeline::Rows { .. } => true,
+            Pipeline::Aggregate(_) => self.closing.is_some_and(|c| c.emit_on_close),
+        }
     }
 
     /// Rows of state held: groups for an aggregate, rows for a filter.

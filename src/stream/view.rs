@@ -24,7 +24,7 @@ use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTrac
 use crate::query::{project_frame, LogTableProvider};
 
 pub use super::pipeline::EmitOptions;
-use super::pipeline::{compile, CompiledView, WindowClosing};
+use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
 
 /// Frames read from the log per pipeline run.
 const FRAMES_PER_DELTA: usize = 16;
@@ -55,7 +55,9 @@ const LATE_ROWS_KEPT: usize = 100_000;
 pub struct View {
     pub def: ViewDef,
     pub schema: SchemaRef,
-    pub source: Arc<TableLog>,
+    pub source: ViewSource,
+    /// Published rows never change; new rows are only appended.
+    pub append_only: bool,
     published: RwLock<Published>,
     progress: watch::Sender<Vec<u64>>,
     failure: Mutex<Option<String>>,
@@ -66,6 +68,25 @@ impl View {
     /// The rows of the last published snapshot.
     pub fn snapshot(&self) -> Vec<RecordBatch> {
         self.published.read().batches.clone()
+    }
+
+    /// Rows in the last published snapshot.
+    pub fn published_rows(&self) -> u64 {
+        self.published
+            .read()
+            .batches
+            .iter()
+            .map(|b| b.num_rows() as u64)
+            .sum()
+    }
+
+    /// What the view still has to apply of its source: committed rows of
+    /// a table, or rows another view has published.
+    pub fn source_end(&self) -> Vec<u64> {
+        match &self.source {
+            ViewSource::Table(t) => t.commits().borrow().clone(),
+            ViewSource::View(v) => vec![v.published_rows()],
+        }
     }
 
     /// Offsets consumed per source partition, and rows of state held.
@@ -154,7 +175,7 @@ impl ViewManager {
                 emit_on_window_close: def.emit_on_window_close,
                 allowed_lateness_us: def.allowed_lateness_us,
             };
-            let compiled = compile(&query, &store, manager.config.clone(), emit).await?;
+            let compiled = compile(&query, &store, &manager, manager.config.clone(), emit).await?;
             manager.launch(def, compiled);
         }
         Ok(manager)
@@ -187,7 +208,7 @@ impl ViewManager {
                 sluice_catalog::CatalogError::DuplicateTable(name.to_string()),
             ));
         }
-        let compiled = compile(query, &self.store, self.config.clone(), emit).await?;
+        let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
         let def = self.store.create_view_def(ViewDef {
             id: 0,
             name: name.to_string(),
@@ -200,35 +221,50 @@ impl ViewManager {
     }
 
     pub fn drop_view(&self, name: &str) -> Result<(), SluiceError> {
+        if let Some(view) = self.dependents(name).into_iter().next() {
+            return Err(SluiceError::DependentObjects {
+                kind: "materialized view",
+                name: name.to_string(),
+                view,
+            });
+        }
         self.store.drop_view_def(name)?;
         self.views.write().remove(name);
         Ok(())
     }
 
-    /// Names of the views that read `table`.
-    pub fn dependents(&self, table: &str) -> Vec<String> {
+    /// Names of the views that read `relation` (a table or a view).
+    pub fn dependents(&self, relation: &str) -> Vec<String> {
         self.views()
             .iter()
-            .filter(|v| v.source.def.name == table)
+            .filter(|v| v.source.name() == relation)
             .map(|v| v.def.name.clone())
             .collect()
     }
 
     /// Returns once every view reflects every row committed before the call.
+    /// Views are flushed in creation order, so a view's source view is
+    /// flushed before it.
     pub async fn flush(&self) -> Result<(), SluiceError> {
-        for view in self.views() {
-            let target = view.source.commits().borrow().clone();
+        let mut views = self.views();
+        views.sort_by_key(|v| v.def.id);
+        for view in views {
+            let target = view.source_end();
             view.wait_for(&target).await?;
         }
         Ok(())
     }
 
     fn launch(&self, def: ViewDef, compiled: CompiledView) {
-        let partitions = compiled.source.partitions().len();
+        let partitions = match &compiled.source {
+            ViewSource::Table(t) => t.partitions().len(),
+            ViewSource::View(_) => 1,
+        };
         let (progress, _) = watch::channel(vec![0; partitions]);
         let view = Arc::new(View {
             schema: compiled.schema.clone(),
             source: compiled.source.clone(),
+            append_only: compiled.append_only(),
             published: RwLock::new(Published {
                 consumed: vec![0; partitions],
                 ..Default::default()
@@ -239,7 +275,11 @@ impl ViewManager {
             def,
         });
         let span = info_span!("view", name = %view.def.name);
-        let handle = tokio::spawn(follow(Arc::downgrade(&view), compiled).instrument(span));
+        let weak = Arc::downgrade(&view);
+        let handle = match compiled.source.clone() {
+            ViewSource::Table(t) => tokio::spawn(follow_table(weak, compiled, t).instrument(span)),
+            ViewSource::View(v) => tokio::spawn(follow_view(weak, compiled, v).instrument(span)),
+        };
         *view.task.lock() = Some(handle.abort_handle());
         self.views.write().insert(view.def.name.clone(), view);
     }
@@ -332,9 +372,66 @@ fn split_late(
     Ok(filter_record_batch(&batch, &keep)?)
 }
 
+/// The task of a view over another view: apply the rows the source view
+/// appends, then publish.
+async fn follow_view(view: std::sync::Weak<View>, mut compiled: CompiledView, upstream: Arc<View>) {
+    let mut changes = upstream.progress.subscribe();
+    let ctx = Arc::new(TaskContext::default());
+    let mut consumed = 0u64;
+    let mut first = true;
+    loop {
+        changes.borrow_and_update();
+        let batches = upstream.snapshot();
+        let total: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        if total > consumed || first {
+            let mut delta = Vec::new();
+            let mut skip = consumed as usize;
+            for b in batches {
+                if skip >= b.num_rows() {
+                    skip -= b.num_rows();
+                    continue;
+                }
+                delta.push(b.slice(skip, b.num_rows() - skip));
+                skip = 0;
+            }
+            let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+                compiled.apply(delta, ctx.clone(), None),
+            ))
+            .await
+            .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))
+            .and_then(|r| r)
+            .and_then(|_| compiled.snapshot());
+            let Some(view) = view.upgrade() else { return };
+            let batches = match result {
+                Ok(b) => b,
+                Err(e) => {
+                    error!(error = %e, "view stopped");
+                    *view.failure.lock() = Some(e.message());
+                    return;
+                }
+            };
+            consumed = total;
+            {
+                let mut p = view.published.write();
+                p.batches = batches;
+                p.consumed = vec![consumed];
+                p.state_rows = compiled.state_rows();
+            }
+            view.progress.send_replace(vec![consumed]);
+            first = false;
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// The view's task: apply each commit of the source table, then publish.
-async fn follow(view: std::sync::Weak<View>, mut compiled: CompiledView) {
-    let table = compiled.source.clone();
+async fn follow_table(
+    view: std::sync::Weak<View>,
+    mut compiled: CompiledView,
+    table: Arc<TableLog>,
+) {
     let mut commits = table.commits();
     let provider_schema =
         datafusion::datasource::TableProvider::schema(&LogTableProvider::new(table.clone()));
