@@ -432,3 +432,51 @@ async fn check_view_chain(c: &tokio_postgres::Client, round: &str) {
     .await;
     assert_eq!(per, want, "{round}: per_tenant");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_never_see_half_a_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(USAGE).await.unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW counts AS SELECT COUNT(*) AS n, SUM(tokens) AS s FROM usage",
+    )
+    .await
+    .unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW rows_seen AS SELECT event_id FROM usage WHERE tokens > 0",
+    )
+    .await
+    .unwrap();
+    // Each statement writes 400 rows across all four partitions.
+    let conn = server.conn_string();
+    let writer = tokio::spawn(async move {
+        let (w, conn) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for s in 0..40 {
+            let values: Vec<String> = (0..400)
+                .map(|i| format!("('s{s}-{i}', 't{}', 1, NULL)", i % 13))
+                .collect();
+            w.batch_execute(&format!("INSERT INTO usage VALUES {}", values.join(", ")))
+                .await
+                .unwrap();
+        }
+    });
+    let mut reads = 0;
+    while !writer.is_finished() {
+        let n: i64 = common::scalar(&c, "SELECT n FROM counts").await;
+        let s: i64 = common::scalar(&c, "SELECT COALESCE(s, 0) FROM counts").await;
+        let seen: i64 = common::scalar(&c, "SELECT COUNT(*) FROM rows_seen").await;
+        assert_eq!(n % 400, 0, "a read saw part of a statement: {n} rows");
+        assert_eq!(s % 400, 0, "a read saw part of a statement: sum {s}");
+        assert_eq!(seen % 400, 0, "a read saw part of a statement: {seen} rows");
+        reads += 1;
+    }
+    writer.await.unwrap();
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(common::scalar(&c, "SELECT n FROM counts").await, 16_000);
+    assert!(reads > 0);
+}
