@@ -372,6 +372,55 @@ fn split_late(
     Ok(filter_record_batch(&batch, &keep)?)
 }
 
+/// Runs a delta through the pipeline; a panic there stops this view, not
+/// the server.
+async fn apply_guarded(
+    compiled: &mut CompiledView,
+    delta: Vec<RecordBatch>,
+    ctx: Arc<TaskContext>,
+    watermark: Option<i64>,
+) -> Result<(), SluiceError> {
+    futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        compiled.apply(delta, ctx, watermark),
+    ))
+    .await
+    .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))?
+}
+
+impl View {
+    /// Publishes the view's new rows with the offsets they cover, or records
+    /// why the view stopped (then returns false).
+    fn publish(
+        &self,
+        snapshot: Result<Vec<RecordBatch>, SluiceError>,
+        consumed: &[u64],
+        compiled: &CompiledView,
+        watermark_us: Option<i64>,
+        late: Vec<LateRow>,
+    ) -> bool {
+        let batches = match snapshot {
+            Ok(b) => b,
+            Err(e) => {
+                error!(error = %e, "view stopped");
+                *self.failure.lock() = Some(e.message());
+                return false;
+            }
+        };
+        {
+            let mut p = self.published.write();
+            p.batches = batches;
+            p.consumed = consumed.to_vec();
+            p.state_rows = compiled.state_rows();
+            p.watermark_us = watermark_us;
+            p.late_count += late.len() as u64;
+            let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
+            p.late.extend(late.into_iter().take(room));
+        }
+        self.progress.send_replace(consumed.to_vec());
+        true
+    }
+}
+
 /// The task of a view over another view: apply the rows the source view
 /// appends, then publish.
 async fn follow_view(view: std::sync::Weak<View>, mut compiled: CompiledView, upstream: Arc<View>) {
@@ -394,30 +443,14 @@ async fn follow_view(view: std::sync::Weak<View>, mut compiled: CompiledView, up
                 delta.push(b.slice(skip, b.num_rows() - skip));
                 skip = 0;
             }
-            let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-                compiled.apply(delta, ctx.clone(), None),
-            ))
-            .await
-            .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))
-            .and_then(|r| r)
-            .and_then(|_| compiled.snapshot());
+            let result = apply_guarded(&mut compiled, delta, ctx.clone(), None)
+                .await
+                .and_then(|_| compiled.snapshot());
             let Some(view) = view.upgrade() else { return };
-            let batches = match result {
-                Ok(b) => b,
-                Err(e) => {
-                    error!(error = %e, "view stopped");
-                    *view.failure.lock() = Some(e.message());
-                    return;
-                }
-            };
             consumed = total;
-            {
-                let mut p = view.published.write();
-                p.batches = batches;
-                p.consumed = vec![consumed];
-                p.state_rows = compiled.state_rows();
+            if !view.publish(result, &[consumed], &compiled, None, Vec::new()) {
+                return;
             }
-            view.progress.send_replace(vec![consumed]);
             first = false;
         }
         if changes.changed().await.is_err() {
@@ -480,14 +513,7 @@ async fn follow_table(
                                 _ => rows,
                             });
                         }
-                        // A panic in a pipeline stops this view, not the server.
-                        futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-                            compiled.apply(delta, ctx.clone(), watermark),
-                        ))
-                        .await
-                        .map_err(|_| {
-                            SluiceError::Internal("the view's pipeline panicked".into())
-                        })??;
+                        apply_guarded(&mut compiled, delta, ctx.clone(), watermark).await?;
                     }
                     clock.advance(commit[0].0, commit);
                     if let Some(w) = clock.watermark {
@@ -498,27 +524,11 @@ async fn follow_table(
             }
             .await;
             let Some(view) = view.upgrade() else { return };
-            let batches = result.and_then(|_| compiled.snapshot());
-            let batches = match batches {
-                Ok(b) => b,
-                Err(e) => {
-                    error!(error = %e, "view stopped");
-                    *view.failure.lock() = Some(e.message());
-                    return;
-                }
-            };
+            let snapshot = result.and_then(|_| compiled.snapshot());
             consumed = ends;
-            {
-                let mut p = view.published.write();
-                p.batches = batches;
-                p.consumed = consumed.clone();
-                p.state_rows = compiled.state_rows();
-                p.watermark_us = clock.watermark;
-                p.late_count += late.len() as u64;
-                let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
-                p.late.extend(late.into_iter().take(room));
+            if !view.publish(snapshot, &consumed, &compiled, clock.watermark, late) {
+                return;
             }
-            view.progress.send_replace(consumed.clone());
             if first {
                 info!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
