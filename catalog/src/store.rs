@@ -36,6 +36,27 @@ struct CatalogDocument {
     views: Vec<ViewDef>,
 }
 
+impl CatalogDocument {
+    /// Tables and views share one id sequence; ids are never reused.
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_table_id;
+        self.next_table_id += 1;
+        id
+    }
+}
+
+fn remove_named<T>(
+    items: &mut Vec<T>,
+    name: &str,
+    name_of: impl Fn(&T) -> &String,
+) -> Result<T, CatalogError> {
+    let pos = items
+        .iter()
+        .position(|item| name_of(item) == name)
+        .ok_or_else(|| CatalogError::UndefinedTable(name.to_string()))?;
+    Ok(items.remove(pos))
+}
+
 /// The durable catalog. Every change is written to disk before it returns.
 #[derive(Debug)]
 pub struct Catalog {
@@ -87,27 +108,16 @@ impl Catalog {
         if self.name_taken(&view.name) {
             return Err(CatalogError::DuplicateTable(view.name));
         }
-        let mut doc = self.doc.clone();
-        view.id = doc.next_table_id;
-        doc.next_table_id += 1;
-        doc.views.push(view.clone());
-        self.persist(&doc)?;
-        self.doc = doc;
-        Ok(view)
+        self.update(|doc| {
+            view.id = doc.take_id();
+            doc.views.push(view.clone());
+            Ok(view)
+        })
     }
 
     /// Removes a materialized view and persists the catalog.
     pub fn drop_view(&mut self, name: &str) -> Result<ViewDef, CatalogError> {
-        let mut doc = self.doc.clone();
-        let pos = doc
-            .views
-            .iter()
-            .position(|v| v.name == name)
-            .ok_or_else(|| CatalogError::UndefinedTable(name.to_string()))?;
-        let removed = doc.views.remove(pos);
-        self.persist(&doc)?;
-        self.doc = doc;
-        Ok(removed)
+        self.update(|doc| remove_named(&mut doc.views, name, |v| &v.name))
     }
 
     /// Adds a table, assigning its id, and persists the catalog.
@@ -115,27 +125,29 @@ impl Catalog {
         if self.name_taken(&table.name) {
             return Err(CatalogError::DuplicateTable(table.name));
         }
-        let mut doc = self.doc.clone();
-        table.id = doc.next_table_id;
-        doc.next_table_id += 1;
-        doc.tables.push(table.clone());
-        self.persist(&doc)?;
-        self.doc = doc;
-        Ok(table)
+        self.update(|doc| {
+            table.id = doc.take_id();
+            doc.tables.push(table.clone());
+            Ok(table)
+        })
     }
 
     /// Removes a table and persists the catalog; returns the removed definition.
     pub fn drop_table(&mut self, name: &str) -> Result<TableDef, CatalogError> {
+        self.update(|doc| remove_named(&mut doc.tables, name, |t| &t.name))
+    }
+
+    /// Applies a change to a copy of the document and persists it; the
+    /// catalog in memory changes only once the new document is on disk.
+    fn update<T>(
+        &mut self,
+        change: impl FnOnce(&mut CatalogDocument) -> Result<T, CatalogError>,
+    ) -> Result<T, CatalogError> {
         let mut doc = self.doc.clone();
-        let pos = doc
-            .tables
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| CatalogError::UndefinedTable(name.to_string()))?;
-        let removed = doc.tables.remove(pos);
+        let out = change(&mut doc)?;
         self.persist(&doc)?;
         self.doc = doc;
-        Ok(removed)
+        Ok(out)
     }
 
     fn persist(&self, doc: &CatalogDocument) -> Result<(), CatalogError> {
@@ -217,6 +229,39 @@ mod tests {
         let c = Catalog::open(dir.path()).unwrap();
         assert_eq!(c.tables().len(), 1);
         assert_eq!(c.table("t2").unwrap().id, t2.id);
+    }
+
+    #[test]
+    fn views_share_names_and_ids_with_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Catalog::open(dir.path()).unwrap();
+        let t = c.create_table(table("t")).unwrap();
+        let view = |name: &str| ViewDef {
+            id: 0,
+            name: name.into(),
+            query: "SELECT 1".into(),
+            emit_on_window_close: false,
+            allowed_lateness_us: 0,
+        };
+        assert!(matches!(
+            c.create_view(view("t")),
+            Err(CatalogError::DuplicateTable(_))
+        ));
+        let v = c.create_view(view("v")).unwrap();
+        assert!(v.id > t.id);
+        assert!(matches!(
+            c.create_table(table("v")),
+            Err(CatalogError::DuplicateTable(_))
+        ));
+        let c2 = Catalog::open(dir.path()).unwrap();
+        assert_eq!(c2.view("v").unwrap().id, v.id);
+        let mut c = c2;
+        c.drop_view("v").unwrap();
+        assert!(matches!(
+            c.drop_view("v"),
+            Err(CatalogError::UndefinedTable(_))
+        ));
+        assert!(Catalog::open(dir.path()).unwrap().views().is_empty());
     }
 
     #[test]
