@@ -353,24 +353,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn text_format_in_chunks() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN"), u64::MAX).unwrap();
-        let data = b"1\thello\\tworld\n2\t\\N\n3\tlast";
-        for chunk in data.chunks(3) {
-            p.feed(chunk).unwrap();
+    fn parser(sql: &str) -> CopyParser {
+        CopyParser::new(&table(), opts(sql), u64::MAX).unwrap()
+    }
+
+    /// Feeds `data` in chunks of `chunk` bytes and returns the first batch.
+    fn parse_in_chunks(sql: &str, data: &[u8], chunk: usize) -> RecordBatch {
+        let mut p = parser(sql);
+        for piece in data.chunks(chunk) {
+            p.feed(piece).unwrap();
         }
-        let b = p.finish().unwrap();
-        let a = b[0]
-            .column(0)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap();
-        let s = b[0]
+        p.finish().unwrap().remove(0)
+    }
+
+    fn texts(batch: &RecordBatch) -> &StringArray {
+        batch
             .column(1)
             .as_any()
             .downcast_ref::<StringArray>()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn text_format_in_chunks() {
+        let b = parse_in_chunks("COPY t FROM STDIN", b"1\thello\\tworld\n2\t\\N\n3\tlast", 3);
+        let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let s = texts(&b);
         assert_eq!(a.values(), &[1, 2, 3]);
         assert_eq!(s.value(0), "hello\tworld");
         assert!(s.is_null(1));
@@ -379,22 +387,12 @@ mod tests {
 
     #[test]
     fn csv_with_header_quotes_and_newlines() {
-        let mut p = CopyParser::new(
-            &table(),
-            opts("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)"),
-            u64::MAX,
-        )
-        .unwrap();
-        let data = b"a,b\r\n1,\"x,\"\"y\"\"\nz\"\r\n2,\n3,\"\"\n";
-        for chunk in data.chunks(2) {
-            p.feed(chunk).unwrap();
-        }
-        let b = p.finish().unwrap();
-        let s = b[0]
-            .column(1)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap();
+        let b = parse_in_chunks(
+            "COPY t FROM STDIN WITH (FORMAT csv, HEADER true)",
+            b"a,b\r\n1,\"x,\"\"y\"\"\nz\"\r\n2,\n3,\"\"\n",
+            2,
+        );
+        let s = texts(&b);
         assert_eq!(s.value(0), "x,\"y\"\nz");
         assert!(s.is_null(1));
         assert_eq!(s.value(2), "");
@@ -402,29 +400,21 @@ mod tests {
 
     #[test]
     fn utf8_split_across_chunks_and_invalid_bytes() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
-        let data = "1,é\n2,ü\n".as_bytes();
-        for chunk in data.chunks(1) {
-            p.feed(chunk).unwrap();
-        }
-        let b = p.finish().unwrap();
-        let s = b[0]
-            .column(1)
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap();
+        let b = parse_in_chunks("COPY t FROM STDIN csv", "1,é\n2,ü\n".as_bytes(), 1);
+        let s = texts(&b);
         assert_eq!((s.value(0), s.value(1)), ("é", "ü"));
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
-        p.feed(b"1,a\n2,\xff\n").unwrap_err();
+        parser("COPY t FROM STDIN csv")
+            .feed(b"1,a\n2,\xff\n")
+            .unwrap_err();
     }
 
     #[test]
     fn errors_name_the_line() {
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
+        let mut p = parser("COPY t FROM STDIN csv");
         p.feed(b"1,a\n2,b\nxx,c\n").unwrap();
         let e = p.finish().unwrap_err();
         assert!(e.to_string().contains("line 3, column a"), "{e}");
-        let mut p = CopyParser::new(&table(), opts("COPY t FROM STDIN csv"), u64::MAX).unwrap();
+        let mut p = parser("COPY t FROM STDIN csv");
         assert!(matches!(
             p.feed(b"1,a,b\n"),
             Err(IngestError::ExtraColumns {
