@@ -18,6 +18,8 @@ pub enum SluiceError {
     Log(#[from] LogError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     DataFusion(#[from] DataFusionError),
     #[error("{0}")]
@@ -47,6 +49,7 @@ impl SluiceError {
             SluiceError::Ingest(e) => e.sqlstate(),
             SluiceError::Log(e) => log_sqlstate(e),
             SluiceError::Catalog(e) => catalog_sqlstate(e),
+            SluiceError::Store(e) => e.sqlstate(),
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
             SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",

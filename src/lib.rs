@@ -5,9 +5,11 @@
 //! ([`ingest`]), appends them to the partitioned log ([`log`]), and answers
 //! queries through DataFusion over that log ([`query`]).
 
+pub mod checkpoint;
 pub mod error;
 pub mod ingest;
 pub mod log;
 pub mod query;
 pub mod server;
+pub mod store;
 pub mod stream;

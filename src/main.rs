@@ -32,6 +32,14 @@ enum Command {
         /// it is appended; a larger statement fails with SQLSTATE 54000.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
         max_statement_bytes: u64,
+        /// Where closed segments and view checkpoints are kept:
+        /// `s3://bucket/prefix` (configured by the AWS_* environment
+        /// variables) or a directory. Default: `<data-dir>/objects`.
+        #[arg(long)]
+        object_store: Option<String>,
+        /// How often each view commits a checkpoint, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        checkpoint_interval_ms: u64,
     },
 }
 
@@ -50,6 +58,8 @@ fn main() -> std::process::ExitCode {
             data_dir,
             segment_bytes,
             max_statement_bytes,
+            object_store,
+            checkpoint_interval_ms,
         } => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -68,6 +78,10 @@ fn main() -> std::process::ExitCode {
                     segment_max_bytes: segment_bytes,
                     max_statement_bytes,
                 },
+                object_store,
+                checkpoint_interval: std::time::Duration::from_millis(
+                    checkpoint_interval_ms.max(1),
+                ),
             };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

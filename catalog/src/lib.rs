@@ -4,10 +4,12 @@
 //! rename, fsync of the directory) and guarded by a CRC32C so that a torn or
 //! corrupted write is detected instead of half-read.
 
+mod manifest;
 mod store;
 mod types;
 
-pub use store::{write_atomically, Catalog, CatalogError};
+pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState};
+pub use store::{checked_body, with_checksum, write_atomically, Catalog, CatalogError};
 pub use types::{
     ColumnDef, SqlType, TableDef, TableOptions, ViewDef, WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS,
     HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,

@@ -155,9 +155,7 @@ impl Catalog {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
-        bytes.extend_from_slice(&json);
-        write_atomically(&self.path, &bytes)
+        write_atomically(&self.path, &with_checksum(&json))
     }
 }
 
@@ -166,16 +164,30 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<CatalogDocument, CatalogError> {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     };
-    if bytes.len() < 9 || bytes[8] != b'\n' {
-        return Err(corrupt("missing checksum header"));
-    }
-    let header = std::str::from_utf8(&bytes[..8]).map_err(|_| corrupt("bad checksum header"))?;
-    let expected = u32::from_str_radix(header, 16).map_err(|_| corrupt("bad checksum header"))?;
-    let json = &bytes[9..];
-    if crc32c::crc32c(json) != expected {
-        return Err(corrupt("checksum mismatch"));
-    }
+    let json = checked_body(bytes).map_err(corrupt)?;
     serde_json::from_slice(json).map_err(|e| corrupt(&e.to_string()))
+}
+
+/// Prefixes a document with its CRC32C as a hex line, so that a torn or
+/// corrupted copy is detected when read.
+pub fn with_checksum(body: &[u8]) -> Vec<u8> {
+    let mut bytes = format!("{:08x}\n", crc32c::crc32c(body)).into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// The body of a document written by [`with_checksum`], if its CRC holds.
+pub fn checked_body(bytes: &[u8]) -> Result<&[u8], &'static str> {
+    if bytes.len() < 9 || bytes[8] != b'\n' {
+        return Err("missing checksum header");
+    }
+    let header = std::str::from_utf8(&bytes[..8]).map_err(|_| "bad checksum header")?;
+    let expected = u32::from_str_radix(header, 16).map_err(|_| "bad checksum header")?;
+    let body = &bytes[9..];
+    if crc32c::crc32c(body) != expected {
+        return Err("checksum mismatch");
+    }
+    Ok(body)
 }
 
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new

@@ -88,9 +88,8 @@ impl LogStore {
         Ok(self.catalog.lock().create_view(def)?)
     }
 
-    pub fn drop_view_def(&self, name: &str) -> Result<(), LogError> {
-        self.catalog.lock().drop_view(name)?;
-        Ok(())
+    pub fn drop_view_def(&self, name: &str) -> Result<ViewDef, LogError> {
+        Ok(self.catalog.lock().drop_view(name)?)
     }
 
     /// Creates a table durably. `Ok(None)` when it exists and `if_not_exists`.

@@ -45,6 +45,11 @@ impl WatermarkTracker {
         }
     }
 
+    /// Continues from a watermark handed out before (by a checkpoint).
+    pub fn resume_from(&self, watermark_us: i64) {
+        self.high.fetch_max(watermark_us, Ordering::AcqRel);
+    }
+
     /// Computes the watermarks from each partition's progress.
     pub fn compute(&self, progress: &[EventTimeProgress]) -> TableWatermark {
         let partitions: Vec<PartitionWatermark> = progress

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
     TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -72,7 +72,14 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 5] = ["late_rows", "partitions", "tables", "views", "watermarks"];
+const SYSTEM_TABLES: [&str; 6] = [
+    "checkpoints",
+    "late_rows",
+    "partitions",
+    "tables",
+    "views",
+    "watermarks",
+];
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
@@ -87,6 +94,13 @@ impl SchemaProvider for SystemSchema {
                 store: self.store.clone(),
                 build: partitions_batch,
             })),
+            "checkpoints" => {
+                let batch = checkpoints_batch(&self.views)?;
+                Some(Arc::new(MemTable::try_new(
+                    batch.schema(),
+                    vec![vec![batch]],
+                )?))
+            }
             "late_rows" => {
                 let batch = late_rows_batch(&self.views)?;
                 Some(Arc::new(MemTable::try_new(
@@ -295,14 +309,20 @@ fn watermarks_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
 }
 
 /// One row per materialized view: its source, progress and state size.
-fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
-    let views = views.views();
+fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
+    let views = manager.views();
     let mut consumed = vec![];
     let mut behind = vec![];
     let mut state = vec![];
     let mut marks = vec![];
     let mut late = vec![];
+    let mut epochs = vec![];
+    let mut ages = vec![];
+    let now = crate::checkpoint::now_us();
     for v in &views {
+        let last = manager.checkpoints().last_committed(v.def.id);
+        epochs.push(last.map(|(e, _)| e as i64));
+        ages.push(last.map(|(_, at)| (now - at).max(0) as f64 / 1e6));
         let (mark, late_count, _) = v.lateness();
         marks.push(mark);
         late.push(late_count as i64);
@@ -331,6 +351,8 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
         ),
         Field::new("late_rows", DataType::Int64, false),
         Field::new("error", DataType::Utf8, true),
+        Field::new("last_checkpoint_epoch", DataType::Int64, true),
+        Field::new("checkpoint_age_seconds", DataType::Float64, true),
     ]));
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
@@ -349,6 +371,66 @@ fn views_batch(views: &ViewManager) -> Result<RecordBatch> {
         Arc::new(Int64Array::from(late)),
         Arc::new(StringArray::from(
             views.iter().map(|v| v.failure()).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(epochs)),
+        Arc::new(Float64Array::from(ages)),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// Recent checkpoint attempts of every view, failed ones included.
+fn checkpoints_batch(views: &ViewManager) -> Result<RecordBatch> {
+    let records = views.checkpoints().records();
+    let ts = |n: &str, null| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, None), null);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("view_name", DataType::Utf8, false),
+        Field::new("epoch", DataType::Int64, false),
+        Field::new("attempt", DataType::Int32, false),
+        ts("started", false),
+        ts("completed", true),
+        Field::new("duration_ms", DataType::Int64, false),
+        Field::new("bytes", DataType::Int64, false),
+        Field::new("source_offsets", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let offsets = |o: &[u64]| {
+        let parts: Vec<String> = o
+            .iter()
+            .enumerate()
+            .map(|(p, o)| format!("{p}=>{o}"))
+            .collect();
+        format!("({})", parts.join(", "))
+    };
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            records.iter().map(|r| r.view.clone()),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            records.iter().map(|r| r.epoch as i64),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            records.iter().map(|r| r.attempt as i32),
+        )),
+        Arc::new(TimestampMicrosecondArray::from_iter_values(
+            records.iter().map(|r| r.started_at_us),
+        )),
+        Arc::new(TimestampMicrosecondArray::from(
+            records
+                .iter()
+                .map(|r| r.completed_at_us)
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            records.iter().map(|r| r.duration_ms as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            records.iter().map(|r| r.bytes as i64),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            records.iter().map(|r| offsets(&r.source_offsets)),
+        )),
+        Arc::new(StringArray::from(
+            records.iter().map(|r| r.error.clone()).collect::<Vec<_>>(),
         )),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)

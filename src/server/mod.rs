@@ -13,8 +13,10 @@ use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
+use crate::checkpoint::Checkpoints;
 use crate::log::{LogConfig, LogStore};
 use crate::query::{build_context, session_config};
+use crate::store::DurableStore;
 use crate::stream::ViewManager;
 
 pub use handler::Handlers;
@@ -25,17 +27,26 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub log: LogConfig,
+    /// `s3://bucket/prefix`; `None` keeps objects under `<data_dir>/objects`.
+    pub object_store: Option<String>,
+    pub checkpoint_interval: std::time::Duration,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
 /// until the process ends.
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let objects = Arc::new(DurableStore::open(
+        config.object_store.as_deref(),
+        &config.data_dir.join("objects"),
+    )?);
     let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
-    let views = ViewManager::start(store.clone(), session_config()).await?;
+    let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
+    let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
     let ctx = Arc::new(build_context(store.clone(), views.clone())?);
     let handlers = Arc::new(Handlers::new(store, views, ctx));
     let listener = TcpListener::bind(config.listen).await?;
-    info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(), "sluice is ready");
+    info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
+          object_store = objects.url(), "sluice is ready");
     loop {
         let (socket, addr) = match listener.accept().await {
             Ok(s) => s,

@@ -616,6 +616,97 @@ impl AggregatePipeline {
     pub fn groups(&self) -> usize {
         self.accumulators.len()
     }
+
+    /// The open groups as one batch for a checkpoint: the view's current
+    /// rows of those groups (readable by any Parquet reader), then the group
+    /// keys and every accumulator's `state()`, from which
+    /// [`AggregatePipeline::restore`] rebuilds the accumulators.
+    fn state_batch(&mut self, schema: &SchemaRef) -> Result<Option<RecordBatch>, SluiceError> {
+        let n = self.accumulators.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let all: Vec<usize> = (0..n).collect();
+        let current = self.rows_of(schema, &all)?;
+        let mut fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let mut columns: Vec<ArrayRef> = current.columns().to_vec();
+        if !self.group_exprs.is_empty() {
+            let keys = self
+                .converter
+                .convert_rows(self.keys.iter().map(|k| k.row()))?;
+            for (i, k) in keys.into_iter().enumerate() {
+                fields.push(Field::new(
+                    format!("__key_{i}"),
+                    k.data_type().clone(),
+                    true,
+                ));
+                columns.push(k);
+            }
+        }
+        for a in 0..self.aggs.len() {
+            let states = self
+                .accumulators
+                .iter_mut()
+                .map(|accs| accs[a].state())
+                .collect::<Result<Vec<Vec<ScalarValue>>, _>>()?;
+            let width = states.first().map(|s| s.len()).unwrap_or(0);
+            for j in 0..width {
+                let column = ScalarValue::iter_to_array(states.iter().map(|s| s[j].clone()))?;
+                fields.push(Field::new(
+                    format!("__state_{a}_{j}"),
+                    column.data_type().clone(),
+                    true,
+                ));
+                columns.push(column);
+            }
+        }
+        Ok(Some(RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns,
+        )?))
+    }
+
+    /// Rebuilds the open groups from a batch written by `state_batch`.
+    fn restore(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| SluiceError::Internal(format!("checkpoint lacks column {name}")))
+        };
+        let keys = (0..self.group_exprs.len())
+            .map(|i| column(&format!("__key_{i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut states: Vec<Vec<ArrayRef>> = Vec::new();
+        for a in 0..self.aggs.len() {
+            let width = self.aggs[a].state_fields()?.len();
+            states.push(
+                (0..width)
+                    .map(|j| column(&format!("__state_{a}_{j}")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+        }
+        let rows = if keys.is_empty() {
+            None
+        } else {
+            Some(self.converter.convert_columns(&keys)?)
+        };
+        for i in 0..batch.num_rows() {
+            let g = match &rows {
+                Some(rows) => self.group_for(rows.row(i).owned())?,
+                None => 0,
+            };
+            for (a, acc) in self.accumulators[g].iter_mut().enumerate() {
+                let slices: Vec<ArrayRef> = states[a].iter().map(|c| c.slice(i, 1)).collect();
+                acc.merge_batch(&slices)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CompiledView {
@@ -698,6 +789,61 @@ impl CompiledView {
             Pipeline::Rows { .. } => true,
             Pipeline::Aggregate(_) => self.closing.is_some_and(|c| c.emit_on_close),
         }
+    }
+
+    /// Rows the view has appended for good, oldest first: a filter's rows,
+    /// or the final rows of closed windows, from batch `from` on. A
+    /// checkpoint writes each once.
+    pub fn appended_since(&self, from: usize) -> Result<Vec<RecordBatch>, SluiceError> {
+        let batches = match &self.pipeline {
+            Pipeline::Rows { rows, .. } => rows,
+            Pipeline::Aggregate(_) => &self.closed,
+        };
+        batches
+            .iter()
+            .skip(from)
+            .map(|b| {
+                Ok(RecordBatch::try_new(
+                    self.schema.clone(),
+                    b.columns().to_vec(),
+                )?)
+            })
+            .collect()
+    }
+
+    /// How many batches [`CompiledView::appended_since`] counts from.
+    pub fn appended_batches(&self) -> usize {
+        match &self.pipeline {
+            Pipeline::Rows { rows, .. } => rows.len(),
+            Pipeline::Aggregate(_) => self.closed.len(),
+        }
+    }
+
+    /// Open aggregate state for a checkpoint (None for a filter view).
+    pub fn state_batch(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
+        match &mut self.pipeline {
+            Pipeline::Rows { .. } => Ok(None),
+            Pipeline::Aggregate(agg) => agg.state_batch(&self.schema),
+        }
+    }
+
+    /// Puts back what a checkpoint held: appended rows and open groups.
+    pub fn restore(
+        &mut self,
+        appended: Vec<RecordBatch>,
+        groups: Vec<RecordBatch>,
+    ) -> Result<(), SluiceError> {
+        let appended = appended.into_iter().filter(|b| b.num_rows() > 0);
+        match &mut self.pipeline {
+            Pipeline::Rows { rows, .. } => rows.extend(appended),
+            Pipeline::Aggregate(agg) => {
+                self.closed.extend(appended);
+                for g in &groups {
+                    agg.restore(g)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Rows of state held: groups for an aggregate, rows for a filter.

@@ -1,24 +1,28 @@
 //! Running views: one task per view follows its source table's commits.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use arrow::array::{Array, BooleanArray, TimestampMicrosecondArray};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, TimestampMicrosecondArray, UInt32Array, UInt64Array,
+};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionConfig;
 use parking_lot::{Mutex, RwLock};
-use sluice_catalog::ViewDef;
+use sluice_catalog::{CheckpointManifest, ViewClockState, ViewDef};
 use sluice_sql::sqlparser::ast;
 use sluice_sql::sqlparser::dialect::PostgreSqlDialect;
 use sluice_sql::sqlparser::parser::Parser;
-use tokio::sync::watch;
-use tracing::{error, info, info_span, Instrument};
+use tokio::sync::{watch, Notify};
+use tracing::{error, info, info_span, warn, Instrument};
 
+use crate::checkpoint::{Capture, Checkpoints, RestoredCheckpoint, ViewCheckpointer};
 use crate::error::SluiceError;
 use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTracker};
 use crate::query::{project_frame, LogTableProvider};
@@ -60,6 +64,11 @@ pub struct View {
     pub append_only: bool,
     published: RwLock<Published>,
     progress: watch::Sender<Vec<u64>>,
+    /// Source offsets covered by the last committed checkpoint.
+    checkpointed: watch::Sender<Vec<u64>>,
+    /// A FLUSH wants a checkpoint now; `wake` tells the view's task.
+    checkpoint_asked: AtomicBool,
+    wake: Arc<Notify>,
     failure: Mutex<Option<String>>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -107,7 +116,22 @@ impl View {
 
     /// Waits until the view has consumed `target` (per partition).
     async fn wait_for(&self, target: &[u64]) -> Result<(), SluiceError> {
-        let mut rx = self.progress.subscribe();
+        self.wait_until(&self.progress, target).await
+    }
+
+    /// Asks for a checkpoint and waits until one covers `target`.
+    async fn wait_checkpointed(&self, target: &[u64]) -> Result<(), SluiceError> {
+        self.checkpoint_asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.wait_until(&self.checkpointed, target).await
+    }
+
+    async fn wait_until(
+        &self,
+        progress: &watch::Sender<Vec<u64>>,
+        target: &[u64],
+    ) -> Result<(), SluiceError> {
+        let mut rx = progress.subscribe();
         loop {
             if let Some(f) = self.failure() {
                 return Err(SluiceError::Internal(format!(
@@ -146,6 +170,7 @@ impl Drop for View {
 /// All running views.
 pub struct ViewManager {
     store: Arc<LogStore>,
+    checkpoints: Arc<Checkpoints>,
     config: SessionConfig,
     views: RwLock<HashMap<String, Arc<View>>>,
 }
@@ -159,13 +184,16 @@ fn parse_query(sql: &str) -> Result<ast::Query, SluiceError> {
 }
 
 impl ViewManager {
-    /// Starts every view in the catalog; each backfills from the log.
+    /// Starts every view in the catalog from its newest checkpoint (or
+    /// from the start of the log when it has none).
     pub async fn start(
         store: Arc<LogStore>,
+        checkpoints: Arc<Checkpoints>,
         config: SessionConfig,
     ) -> Result<Arc<ViewManager>, SluiceError> {
         let manager = Arc::new(ViewManager {
             store: store.clone(),
+            checkpoints,
             config,
             views: RwLock::new(HashMap::new()),
         });
@@ -176,9 +204,40 @@ impl ViewManager {
                 allowed_lateness_us: def.allowed_lateness_us,
             };
             let compiled = compile(&query, &store, &manager, manager.config.clone(), emit).await?;
-            manager.launch(def, compiled);
+            let restored = manager.load_checkpoint(&def, &compiled).await?;
+            manager.launch(def, compiled, restored)?;
         }
         Ok(manager)
+    }
+
+    pub fn checkpoints(&self) -> &Arc<Checkpoints> {
+        &self.checkpoints
+    }
+
+    /// The view's newest usable checkpoint. One that covers more than the
+    /// source holds (the log lost committed data) is set aside and the view
+    /// rebuilt from the log.
+    async fn load_checkpoint(
+        &self,
+        def: &ViewDef,
+        compiled: &CompiledView,
+    ) -> Result<Option<RestoredCheckpoint>, SluiceError> {
+        let started = std::time::Instant::now();
+        let Some(restored) = self.checkpoints.load_latest(def.id, &def.name).await? else {
+            return Ok(None);
+        };
+        let ends = match &compiled.source {
+            ViewSource::Table(t) => t.commits().borrow().clone(),
+            ViewSource::View(v) => vec![u64::MAX; v.progress().0.len()],
+        };
+        let offsets = &restored.manifest.source_offsets;
+        if offsets.len() != ends.len() || offsets.iter().zip(&ends).any(|(o, e)| o > e) {
+            warn!(view = %def.name, ?offsets, ?ends, "checkpoint is ahead of the log; rebuilding the view from the log");
+            return Ok(None);
+        }
+        info!(view = %def.name, epoch = restored.manifest.epoch, ?offsets,
+              elapsed_ms = started.elapsed().as_millis() as u64, "restored view from checkpoint");
+        Ok(Some(restored))
     }
 
     pub fn view(&self, name: &str) -> Option<Arc<View>> {
@@ -216,7 +275,7 @@ impl ViewManager {
             emit_on_window_close: emit.emit_on_window_close,
             allowed_lateness_us: emit.allowed_lateness_us,
         })?;
-        self.launch(def, compiled);
+        self.launch(def, compiled, None)?;
         Ok(true)
     }
 
@@ -228,8 +287,9 @@ impl ViewManager {
                 view,
             });
         }
-        self.store.drop_view_def(name)?;
+        let def = self.store.drop_view_def(name)?;
         self.views.write().remove(name);
+        self.checkpoints.forget(def.id);
         Ok(())
     }
 
@@ -242,47 +302,257 @@ impl ViewManager {
             .collect()
     }
 
-    /// Returns once every view reflects every row committed before the call.
-    /// Views are flushed in creation order, so a view's source view is
-    /// flushed before it.
+    /// Returns once every view reflects every row committed before the call
+    /// and a checkpoint holds that state. Views are flushed in creation
+    /// order, so a view's source view is flushed before it.
     pub async fn flush(&self) -> Result<(), SluiceError> {
         let mut views = self.views();
         views.sort_by_key(|v| v.def.id);
         for view in views {
             let target = view.source_end();
             view.wait_for(&target).await?;
+            view.wait_checkpointed(&target).await?;
         }
         Ok(())
     }
 
-    fn launch(&self, def: ViewDef, compiled: CompiledView) {
+    fn launch(
+        &self,
+        def: ViewDef,
+        mut compiled: CompiledView,
+        restored: Option<RestoredCheckpoint>,
+    ) -> Result<(), SluiceError> {
         let partitions = match &compiled.source {
             ViewSource::Table(t) => t.partitions().len(),
             ViewSource::View(_) => 1,
         };
-        let (progress, _) = watch::channel(vec![0; partitions]);
+        let mut start = TaskStart {
+            consumed: vec![0; partitions],
+            clock: ViewClockState::default(),
+            late_count: 0,
+            late: Vec::new(),
+        };
+        let manifest = match restored {
+            Some(r) => {
+                compiled.restore(r.appended, r.groups)?;
+                start.consumed = r.manifest.source_offsets.clone();
+                start.clock = r.manifest.clock.clone();
+                start.late_count = r.manifest.late_count;
+                start.late = late_rows_from(&r.late);
+                Some(r.manifest)
+            }
+            None => None,
+        };
+        // Readers see the restored state at once.
+        let published = Published {
+            batches: compiled.snapshot()?,
+            consumed: start.consumed.clone(),
+            state_rows: compiled.state_rows(),
+            watermark_us: start.clock.watermark_us,
+            late_count: start.late_count,
+            late: start.late.clone(),
+        };
+        let (progress, _) = watch::channel(start.consumed.clone());
+        let (checkpointed, _) = watch::channel(start.consumed.clone());
         let view = Arc::new(View {
             schema: compiled.schema.clone(),
             source: compiled.source.clone(),
             append_only: compiled.append_only(),
-            published: RwLock::new(Published {
-                consumed: vec![0; partitions],
-                ..Default::default()
-            }),
+            published: RwLock::new(published),
             progress,
+            checkpointed,
+            checkpoint_asked: AtomicBool::new(false),
+            wake: Arc::new(Notify::new()),
             failure: Mutex::new(None),
             task: Mutex::new(None),
             def,
         });
-        let span = info_span!("view", name = %view.def.name);
         let weak = Arc::downgrade(&view);
-        let handle = match compiled.source.clone() {
-            ViewSource::Table(t) => tokio::spawn(follow_table(weak, compiled, t).instrument(span)),
-            ViewSource::View(v) => tokio::spawn(follow_view(weak, compiled, v).instrument(span)),
+        let on_commit = {
+            let weak = weak.clone();
+            Arc::new(move |m: &CheckpointManifest| {
+                if let Some(v) = weak.upgrade() {
+                    v.checkpointed.send_replace(m.source_offsets.clone());
+                    v.wake.notify_one();
+                }
+            })
+        };
+        let checkpointer = ViewCheckpointer::new(
+            self.checkpoints.clone(),
+            view.def.id,
+            &view.def.name,
+            manifest.as_ref(),
+            compiled.appended_batches(),
+            on_commit,
+        );
+        let task = ViewTask {
+            view: weak,
+            wake: view.wake.clone(),
+            interval: self.checkpoints.interval,
+            compiled,
+            checkpointer,
+            consumed: start.consumed,
+            late_count: start.late_count,
+            late_kept: start.late.len(),
+            late_unsaved: Vec::new(),
+        };
+        let span = info_span!("view", name = %view.def.name);
+        let handle = match task.compiled.source.clone() {
+            ViewSource::Table(t) => {
+                tokio::spawn(follow_table(task, t, start.clock).instrument(span))
+            }
+            ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
         };
         *view.task.lock() = Some(handle.abort_handle());
         self.views.write().insert(view.def.name.clone(), view);
+        Ok(())
     }
+}
+
+/// Where a view's task starts: from a checkpoint or from nothing.
+struct TaskStart {
+    consumed: Vec<u64>,
+    clock: ViewClockState,
+    late_count: u64,
+    late: Vec<LateRow>,
+}
+
+/// What a view's task owns: the compiled pipeline, the offsets it has
+/// consumed, and its checkpointing.
+struct ViewTask {
+    view: std::sync::Weak<View>,
+    wake: Arc<Notify>,
+    interval: Duration,
+    compiled: CompiledView,
+    checkpointer: ViewCheckpointer,
+    consumed: Vec<u64>,
+    late_count: u64,
+    late_kept: usize,
+    /// Late rows kept since the last checkpoint capture.
+    late_unsaved: Vec<LateRow>,
+}
+
+impl ViewTask {
+    /// Publishes the view's rows as of `consumed`; false when the view is
+    /// gone or stopped.
+    fn publish(
+        &mut self,
+        result: Result<(), SluiceError>,
+        watermark_us: Option<i64>,
+        late: Vec<LateRow>,
+    ) -> bool {
+        let Some(view) = self.view.upgrade() else {
+            return false;
+        };
+        let snapshot = result.and_then(|_| self.compiled.snapshot());
+        self.late_count += late.len() as u64;
+        let room = LATE_ROWS_KEPT.saturating_sub(self.late_kept);
+        let kept: Vec<LateRow> = late.iter().take(room).copied().collect();
+        self.late_kept += kept.len();
+        self.late_unsaved.extend(kept);
+        view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late)
+    }
+
+    /// Starts a checkpoint epoch when one is due (see
+    /// [`ViewCheckpointer::due`]).
+    fn checkpoint_if_due(&mut self, clock: ViewClockState) {
+        let Some(view) = self.view.upgrade() else {
+            return;
+        };
+        let asked = view.checkpoint_asked.load(Ordering::Acquire);
+        if !self
+            .checkpointer
+            .due(&self.consumed, self.late_count, asked)
+        {
+            return;
+        }
+        let appended = self
+            .compiled
+            .appended_since(self.checkpointer.appended_done);
+        let groups = self.compiled.state_batch();
+        let (appended, groups) = match (appended, groups) {
+            (Ok(a), Ok(g)) => (a, g),
+            (Err(e), _) | (_, Err(e)) => {
+                warn!(error = %e, "could not capture the view's state for a checkpoint");
+                return;
+            }
+        };
+        let capture = Capture {
+            source_offsets: self.consumed.clone(),
+            clock,
+            late_count: self.late_count,
+            appended,
+            groups,
+            late: late_rows_batch(&std::mem::take(&mut self.late_unsaved)),
+        };
+        view.checkpoint_asked.store(false, Ordering::Release);
+        self.checkpointer
+            .start(capture, self.compiled.appended_batches());
+    }
+
+    /// Waits for the source to move, a FLUSH, or the next checkpoint time.
+    /// False when the source is gone.
+    async fn wait<T>(&self, changes: &mut watch::Receiver<T>) -> bool {
+        tokio::select! {
+            r = changes.changed() => r.is_ok(),
+            _ = self.wake.notified() => true,
+            _ = tokio::time::sleep(self.interval) => true,
+        }
+    }
+}
+
+/// Late rows as a batch for a checkpoint.
+fn late_rows_batch(rows: &[LateRow]) -> Option<RecordBatch> {
+    if rows.is_empty() {
+        return None;
+    }
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        (
+            "partition",
+            Arc::new(rows.iter().map(|r| r.partition).collect::<UInt32Array>()),
+        ),
+        (
+            "offset",
+            Arc::new(rows.iter().map(|r| r.offset).collect::<UInt64Array>()),
+        ),
+        (
+            "event_time_us",
+            Arc::new(rows.iter().map(|r| r.event_time_us).collect::<Int64Array>()),
+        ),
+        (
+            "watermark_us",
+            Arc::new(rows.iter().map(|r| r.watermark_us).collect::<Int64Array>()),
+        ),
+    ];
+    RecordBatch::try_from_iter(columns).ok()
+}
+
+/// Late rows back from a checkpoint's batches.
+fn late_rows_from(batches: &[RecordBatch]) -> Vec<LateRow> {
+    let mut out = Vec::new();
+    for b in batches {
+        let col = |i: usize| b.columns().get(i).cloned();
+        let (Some(p), Some(o), Some(e), Some(w)) = (col(0), col(1), col(2), col(3)) else {
+            continue;
+        };
+        let (Some(p), Some(o), Some(e), Some(w)) = (
+            p.as_any().downcast_ref::<UInt32Array>(),
+            o.as_any().downcast_ref::<UInt64Array>(),
+            e.as_any().downcast_ref::<Int64Array>(),
+            w.as_any().downcast_ref::<Int64Array>(),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            out.push(LateRow {
+                partition: p.value(i),
+                offset: o.value(i),
+                event_time_us: e.value(i),
+                watermark_us: w.value(i),
+            });
+        }
+    }
+    out
 }
 
 /// The view's clock: its watermark, computed from the rows it has applied,
@@ -310,6 +580,31 @@ impl ViewClock {
             last_commit: vec![None; n],
             first_commit: None,
             watermark: None,
+        }
+    }
+
+    /// What a checkpoint records of the clock.
+    fn state(&self) -> ViewClockState {
+        ViewClockState {
+            max_event_us: self.max_event.clone(),
+            last_commit_us: self.last_commit.clone(),
+            first_commit_us: self.first_commit,
+            watermark_us: self.watermark,
+        }
+    }
+
+    /// Continues from a checkpoint's clock.
+    fn resume(&mut self, s: &ViewClockState) {
+        if s.max_event_us.len() == self.max_event.len() {
+            self.max_event = s.max_event_us.clone();
+        }
+        if s.last_commit_us.len() == self.last_commit.len() {
+            self.last_commit = s.last_commit_us.clone();
+        }
+        self.first_commit = s.first_commit_us;
+        self.watermark = s.watermark_us;
+        if let (Some(t), Some(w)) = (&self.tracker, s.watermark_us) {
+            t.resume_from(w);
         }
     }
 
@@ -423,15 +718,15 @@ impl View {
 
 /// The task of a view over another view: apply the rows the source view
 /// appends, then publish.
-async fn follow_view(view: std::sync::Weak<View>, mut compiled: CompiledView, upstream: Arc<View>) {
+async fn follow_view(mut task: ViewTask, upstream: Arc<View>) {
     let mut changes = upstream.progress.subscribe();
     let ctx = Arc::new(TaskContext::default());
-    let mut consumed = 0u64;
     let mut first = true;
     loop {
         changes.borrow_and_update();
         let batches = upstream.snapshot();
         let total: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let consumed = task.consumed[0];
         if total > consumed || first {
             let mut delta = Vec::new();
             let mut skip = consumed as usize;
@@ -443,44 +738,40 @@ async fn follow_view(view: std::sync::Weak<View>, mut compiled: CompiledView, up
                 delta.push(b.slice(skip, b.num_rows() - skip));
                 skip = 0;
             }
-            let result = apply_guarded(&mut compiled, delta, ctx.clone(), None)
-                .await
-                .and_then(|_| compiled.snapshot());
-            let Some(view) = view.upgrade() else { return };
-            consumed = total;
-            if !view.publish(result, &[consumed], &compiled, None, Vec::new()) {
+            let result = apply_guarded(&mut task.compiled, delta, ctx.clone(), None).await;
+            task.consumed = vec![total.max(consumed)];
+            if !task.publish(result, None, Vec::new()) {
                 return;
             }
             first = false;
         }
-        if changes.changed().await.is_err() {
+        task.checkpoint_if_due(ViewClockState::default());
+        if !task.wait(&mut changes).await {
             return;
         }
     }
 }
 
 /// The view's task: apply each commit of the source table, then publish.
-async fn follow_table(
-    view: std::sync::Weak<View>,
-    mut compiled: CompiledView,
-    table: Arc<TableLog>,
-) {
+async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: ViewClockState) {
     let mut commits = table.commits();
     let provider_schema =
         datafusion::datasource::TableProvider::schema(&LogTableProvider::new(table.clone()));
     let projection: Vec<usize> = (0..provider_schema.fields().len()).collect();
     let data_columns = table.def.columns.len();
     let ctx = Arc::new(TaskContext::default());
-    let mut consumed = vec![0u64; table.partitions().len()];
     let mut clock = ViewClock::new(&table);
-    let closing = compiled.closing;
+    clock.resume(&clock_state);
+    let closing = task.compiled.closing;
     let mut first = true;
     loop {
         let ends = commits.borrow_and_update().clone();
-        let behind = ends.iter().zip(&consumed).any(|(e, c)| e > c);
+        let behind = ends.iter().zip(&task.consumed).any(|(e, c)| e > c);
         if behind || first {
             let started = std::time::Instant::now();
             let mut late = Vec::new();
+            let consumed = &task.consumed;
+            let compiled = &mut task.compiled;
             let result: Result<(), SluiceError> = async {
                 // Frames in commit order: a group commit stamps all of its
                 // frames with the same ingest time.
@@ -506,14 +797,21 @@ async fn follow_table(
                                 data_columns,
                                 &provider_schema,
                             )?;
+                            // Rows of a frame the checkpoint already covers
+                            // are skipped.
+                            let skip =
+                                consumed[*k].saturating_sub(meta.header.base_offset) as usize;
+                            let rows = rows.slice(
+                                skip.min(rows.num_rows()),
+                                rows.num_rows().saturating_sub(skip),
+                            );
+                            let base = meta.header.base_offset + skip as u64;
                             delta.push(match (&closing, watermark) {
-                                (Some(c), Some(w)) => {
-                                    split_late(rows, c, w, *k, meta.header.base_offset, &mut late)?
-                                }
+                                (Some(c), Some(w)) => split_late(rows, c, w, *k, base, &mut late)?,
                                 _ => rows,
                             });
                         }
-                        apply_guarded(&mut compiled, delta, ctx.clone(), watermark).await?;
+                        apply_guarded(compiled, delta, ctx.clone(), watermark).await?;
                     }
                     clock.advance(commit[0].0, commit);
                     if let Some(w) = clock.watermark {
@@ -523,10 +821,8 @@ async fn follow_table(
                 Ok(())
             }
             .await;
-            let Some(view) = view.upgrade() else { return };
-            let snapshot = result.and_then(|_| compiled.snapshot());
-            consumed = ends;
-            if !view.publish(snapshot, &consumed, &compiled, clock.watermark, late) {
+            task.consumed = ends;
+            if !task.publish(result, clock.watermark, late) {
                 return;
             }
             if first {
@@ -537,7 +833,8 @@ async fn follow_table(
             }
             first = false;
         }
-        if commits.changed().await.is_err() {
+        task.checkpoint_if_due(clock.state());
+        if !task.wait(&mut commits).await {
             return;
         }
     }

@@ -5,11 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod s3;
+
 pub struct Server {
     pub port: u16,
     pub data_dir: PathBuf,
     child: Option<Child>,
     log: PathBuf,
+    /// Flags and environment every (re)start gets.
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -19,20 +24,28 @@ impl Server {
     }
 
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
+        Server::start_env(dir, extra, &[])
+    }
+
+    /// Starts a server with extra flags and environment variables, which
+    /// restarts keep.
+    pub fn start_env(dir: &Path, extra: &[&str], env: &[(String, String)]) -> Server {
         let mut s = Server {
             port: 0,
             data_dir: dir.join("data"),
             child: None,
             log: dir.join("server.log"),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            env: env.to_vec(),
         };
-        s.spawn(extra);
+        s.spawn();
         s
     }
 
     /// Starts the server on a port it picks itself (`127.0.0.1:0`) and reads
     /// the port from its start-up line, so that parallel tests can never
     /// race for the same port.
-    fn spawn(&mut self, extra: &[&str]) {
+    fn spawn(&mut self) {
         let ready_before = self.log_text().matches("sluice is ready").count();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -45,7 +58,8 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(extra)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -99,7 +113,7 @@ impl Server {
     /// Kills the server and starts it again on the same data directory.
     pub fn restart(&mut self) {
         self.kill9();
-        self.spawn(&[]);
+        self.spawn();
     }
 
     pub fn conn_string(&self) -> String {

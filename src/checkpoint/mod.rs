@@ -1,0 +1,455 @@
+//! View checkpoints: each view's state, its rows and the source offsets they
+//! cover, committed together by one manifest in the object store.
+//!
+//! An epoch writes its data files first (Parquet: rows appended since the
+//! last epoch, the open groups' accumulator states, new late rows), then the
+//! manifest naming every file of the view's state. Recovery takes the newest
+//! manifest whose files are all present and intact; files of any other epoch
+//! are garbage. Uploads run beside the view's task, retrying with backoff,
+//! so a slow or absent store delays checkpoints, never the view.
+
+mod format;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use sluice_catalog::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState};
+use tokio::task::AbortHandle;
+use tracing::{info, info_span, warn, Instrument};
+
+use crate::store::{DurableStore, StoreError};
+
+pub use format::{decode_parquet, encode_parquet};
+
+/// Attempts kept for `sluice_catalog.checkpoints`.
+const RECORDS_KEPT: usize = 2_000;
+/// Longest wait between two attempts of a failing checkpoint.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// One checkpoint attempt, as `sluice_catalog.checkpoints` shows it.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    pub view: String,
+    pub epoch: u64,
+    pub attempt: u32,
+    pub started_at_us: i64,
+    pub completed_at_us: Option<i64>,
+    pub duration_ms: u64,
+    pub bytes: u64,
+    pub source_offsets: Vec<u64>,
+    pub error: Option<String>,
+}
+
+/// The checkpoint subsystem shared by all views: where to write, how often,
+/// and what happened.
+pub struct Checkpoints {
+    pub store: Arc<DurableStore>,
+    pub interval: Duration,
+    records: Mutex<VecDeque<CheckpointRecord>>,
+    /// Last committed epoch and its completion time, per view id.
+    committed: Mutex<HashMap<u64, (u64, i64)>>,
+}
+
+pub fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+impl Checkpoints {
+    pub fn new(store: Arc<DurableStore>, interval: Duration) -> Arc<Checkpoints> {
+        Arc::new(Checkpoints {
+            store,
+            interval,
+            records: Mutex::new(VecDeque::new()),
+            committed: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn records(&self) -> Vec<CheckpointRecord> {
+        self.records.lock().iter().cloned().collect()
+    }
+
+    /// The view's last committed epoch and when it completed.
+    pub fn last_committed(&self, view_id: u64) -> Option<(u64, i64)> {
+        self.committed.lock().get(&view_id).copied()
+    }
+
+    fn record(&self, r: CheckpointRecord) {
+        let mut records = self.records.lock();
+        if records.len() >= RECORDS_KEPT {
+            records.pop_front();
+        }
+        records.push_back(r);
+    }
+
+    /// Deletes a dropped view's checkpoints (in the background).
+    pub fn forget(self: &Arc<Self>, view_id: u64) {
+        self.committed.lock().remove(&view_id);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let prefix = CheckpointManifest::view_prefix(view_id);
+            if let Err(e) = this.store.delete_prefix(&prefix).await {
+                warn!(view_id, error = %e, "could not delete a dropped view's checkpoints");
+            }
+        });
+    }
+
+    /// Loads a view's newest complete checkpoint and deletes the files of
+    /// every other epoch (incomplete or superseded).
+    pub async fn load_latest(
+        &self,
+        view_id: u64,
+        view: &str,
+    ) -> Result<Option<RestoredCheckpoint>, StoreError> {
+        let prefix = CheckpointManifest::view_prefix(view_id);
+        let objects = self.store.list(&prefix).await?;
+        let mut manifests: Vec<(u64, String)> = objects
+            .iter()
+            .filter_map(|o| CheckpointManifest::epoch_of_key(&o.key).map(|e| (e, o.key.clone())))
+            .collect();
+        manifests.sort();
+        let mut restored = None;
+        for (epoch, key) in manifests.iter().rev() {
+            match self.load_epoch(key).await {
+                Ok(r) => {
+                    restored = Some(r);
+                    break;
+                }
+                Err(e) => {
+                    warn!(view, epoch, error = %e, "checkpoint is unusable; trying an older one")
+                }
+            }
+        }
+        let keep: Vec<String> = match &restored {
+            Some(r) => {
+                let m: &CheckpointManifest = &r.manifest;
+                let mut keep: Vec<String> = m.files.iter().map(|f| f.key.clone()).collect();
+                keep.push(CheckpointManifest::key(view_id, m.epoch));
+                keep
+            }
+            None => Vec::new(),
+        };
+        for o in objects.iter().filter(|o| !keep.contains(&o.key)) {
+            if let Err(e) = self.store.delete(&o.key).await {
+                warn!(key = %o.key, error = %e, "could not delete a stale checkpoint file");
+            }
+        }
+        if let Some(r) = &restored {
+            self.committed
+                .lock()
+                .insert(view_id, (r.manifest.epoch, r.manifest.completed_at_us));
+        }
+        Ok(restored)
+    }
+
+    async fn load_epoch(&self, key: &str) -> Result<RestoredCheckpoint, StoreError> {
+        let corrupt = |key: &str, reason: String| StoreError::Corrupt {
+            key: key.to_string(),
+            reason,
+        };
+        let bytes = self.store.get(key).await?;
+        let manifest = CheckpointManifest::decode(&bytes).map_err(|r| corrupt(key, r))?;
+        let mut restored = RestoredCheckpoint {
+            manifest: manifest.clone(),
+            appended: Vec::new(),
+            groups: Vec::new(),
+            late: Vec::new(),
+        };
+        for file in &manifest.files {
+            let data = self.store.get(&file.key).await?;
+            if data.len() as u64 != file.bytes || crc32c::crc32c(&data) != file.crc32c {
+                return Err(corrupt(&file.key, "size or checksum mismatch".into()));
+            }
+            let batches = decode_parquet(data).map_err(|e| corrupt(&file.key, e.to_string()))?;
+            match file.kind {
+                FileKind::Rows => restored.appended.extend(batches),
+                FileKind::Groups => restored.groups.extend(batches),
+                FileKind::Late => restored.late.extend(batches),
+            }
+        }
+        Ok(restored)
+    }
+}
+
+/// What a view gets back from its newest checkpoint.
+pub struct RestoredCheckpoint {
+    pub manifest: CheckpointManifest,
+    pub appended: Vec<RecordBatch>,
+    pub groups: Vec<RecordBatch>,
+    pub late: Vec<RecordBatch>,
+}
+
+/// The view's state at one point, taken by the view's task between deltas.
+pub struct Capture {
+    pub source_offsets: Vec<u64>,
+    pub clock: ViewClockState,
+    pub late_count: u64,
+    /// Rows appended since the previous capture.
+    pub appended: Vec<RecordBatch>,
+    /// Open groups, rewritten each epoch.
+    pub groups: Option<RecordBatch>,
+    /// Late rows kept since the previous capture.
+    pub late: Option<RecordBatch>,
+}
+
+/// Called with each committed manifest.
+pub type OnCommit = Arc<dyn Fn(&CheckpointManifest) + Send + Sync>;
+
+/// A view's checkpointing, owned by the view's task.
+pub struct ViewCheckpointer {
+    shared: Arc<Checkpoints>,
+    view_id: u64,
+    view: String,
+    /// The last committed manifest: its append-only files carry over.
+    last: Arc<Mutex<Option<CheckpointManifest>>>,
+    next_epoch: u64,
+    in_flight: Option<tokio::task::JoinHandle<()>>,
+    abort: Option<AbortHandle>,
+    captured_offsets: Option<Vec<u64>>,
+    captured_late: u64,
+    last_capture: Instant,
+    on_commit: OnCommit,
+    /// Batches of the view's appended rows already captured.
+    pub appended_done: usize,
+}
+
+impl Drop for ViewCheckpointer {
+    fn drop(&mut self) {
+        if let Some(a) = self.abort.take() {
+            a.abort();
+        }
+    }
+}
+
+impl ViewCheckpointer {
+    pub fn new(
+        shared: Arc<Checkpoints>,
+        view_id: u64,
+        view: &str,
+        restored: Option<&CheckpointManifest>,
+        appended_done: usize,
+        on_commit: OnCommit,
+    ) -> ViewCheckpointer {
+        ViewCheckpointer {
+            shared,
+            view_id,
+            view: view.to_string(),
+            last: Arc::new(Mutex::new(restored.cloned())),
+            next_epoch: restored.map(|m| m.epoch + 1).unwrap_or(1),
+            in_flight: None,
+            abort: None,
+            captured_offsets: restored.map(|m| m.source_offsets.clone()),
+            captured_late: restored.map(|m| m.late_count).unwrap_or(0),
+            last_capture: Instant::now(),
+            on_commit,
+            appended_done,
+        }
+    }
+
+    /// True when a new epoch should be captured now: nothing is uploading,
+    /// the view moved since the last capture, and the interval passed (or a
+    /// FLUSH asked).
+    pub fn due(&mut self, offsets: &[u64], late_count: u64, asked: bool) -> bool {
+        if self.in_flight.as_ref().is_some_and(|h| !h.is_finished()) {
+            return false;
+        }
+        self.in_flight = None;
+        let moved =
+            self.captured_offsets.as_deref() != Some(offsets) || late_count != self.captured_late;
+        moved && (asked || self.last_capture.elapsed() >= self.shared.interval)
+    }
+
+    /// True while an epoch is being written.
+    pub fn uploading(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Starts writing an epoch; retries until it commits.
+    pub fn start(&mut self, capture: Capture, appended_done: usize) {
+        self.captured_offsets = Some(capture.source_offsets.clone());
+        self.captured_late = capture.late_count;
+        self.last_capture = Instant::now();
+        self.appended_done = appended_done;
+        let epoch = self.next_epoch;
+        self.next_epoch += 1;
+        let shared = self.shared.clone();
+        let last = self.last.clone();
+        let view_id = self.view_id;
+        let view = self.view.clone();
+        let on_commit = self.on_commit.clone();
+        let span = info_span!("checkpoint", view = %view, epoch);
+        let handle = tokio::spawn(
+            async move {
+                let mut attempt = 0u32;
+                loop {
+                    attempt += 1;
+                    let started = now_us();
+                    let clock = Instant::now();
+                    let previous = last.lock().clone();
+                    let result = write_epoch(
+                        &shared.store,
+                        view_id,
+                        &view,
+                        epoch,
+                        previous.as_ref(),
+                        &capture,
+                        started,
+                    )
+                    .await;
+                    let duration_ms = clock.elapsed().as_millis() as u64;
+                    match result {
+                        Ok(manifest) => {
+                            shared.record(CheckpointRecord {
+                                view: view.clone(),
+                                epoch,
+                                attempt,
+                                started_at_us: started,
+                                completed_at_us: Some(manifest.completed_at_us),
+                                duration_ms,
+                                bytes: manifest.bytes(),
+                                source_offsets: manifest.source_offsets.clone(),
+                                error: None,
+                            });
+                            shared
+                                .committed
+                                .lock()
+                                .insert(view_id, (epoch, manifest.completed_at_us));
+                            on_commit(&manifest);
+                            if attempt > 1 {
+                                info!(attempt, "checkpoint committed after retries");
+                            }
+                            collect_garbage(&shared.store, previous.as_ref(), &manifest).await;
+                            *last.lock() = Some(manifest);
+                            return;
+                        }
+                        Err(e) => {
+                            warn!(attempt, error = %e, "checkpoint failed; retrying");
+                            shared.record(CheckpointRecord {
+                                view: view.clone(),
+                                epoch,
+                                attempt,
+                                started_at_us: started,
+                                completed_at_us: None,
+                                duration_ms,
+                                bytes: 0,
+                                source_offsets: capture.source_offsets.clone(),
+                                error: Some(e.to_string()),
+                            });
+                            let backoff = Duration::from_millis(100u64 << attempt.min(6));
+                            tokio::time::sleep(backoff.min(MAX_BACKOFF)).await;
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        self.abort = Some(handle.abort_handle());
+        self.in_flight = Some(handle);
+    }
+}
+
+/// Writes one epoch: data files, then the manifest that commits them.
+async fn write_epoch(
+    store: &DurableStore,
+    view_id: u64,
+    view: &str,
+    epoch: u64,
+    previous: Option<&CheckpointManifest>,
+    capture: &Capture,
+    started_at_us: i64,
+) -> Result<CheckpointManifest, StoreError> {
+    // Append-only files of earlier epochs stay part of the state.
+    let mut files: Vec<CheckpointFile> = previous
+        .map(|m| {
+            m.files
+                .iter()
+                .filter(|f| f.kind != FileKind::Groups)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut new_files: Vec<(FileKind, &str, Vec<RecordBatch>)> = Vec::new();
+    if capture.appended.iter().any(|b| b.num_rows() > 0) {
+        new_files.push((FileKind::Rows, "rows.parquet", capture.appended.clone()));
+    }
+    if let Some(g) = &capture.groups {
+        new_files.push((FileKind::Groups, "groups.parquet", vec![g.clone()]));
+    }
+    if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
+        new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));
+    }
+    for (kind, name, batches) in new_files {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let data: Bytes = tokio::task::spawn_blocking(move || encode_parquet(&batches))
+            .await
+            .map_err(|e| StoreError::Corrupt {
+                key: name.to_string(),
+                reason: e.to_string(),
+            })?
+            .map_err(|e| StoreError::Corrupt {
+                key: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        let key = CheckpointManifest::data_key(view_id, epoch, name);
+        let file = CheckpointFile {
+            key: key.clone(),
+            kind,
+            rows,
+            bytes: data.len() as u64,
+            crc32c: crc32c::crc32c(&data),
+        };
+        store.put(&key, data).await?;
+        files.push(file);
+    }
+    let manifest = CheckpointManifest {
+        view_id,
+        view: view.to_string(),
+        epoch,
+        started_at_us,
+        completed_at_us: now_us(),
+        source_offsets: capture.source_offsets.clone(),
+        clock: capture.clock.clone(),
+        late_count: capture.late_count,
+        files,
+    };
+    store
+        .put(
+            &CheckpointManifest::key(view_id, epoch),
+            Bytes::from(manifest.encode()),
+        )
+        .await?;
+    Ok(manifest)
+}
+
+/// After epoch n commits, epoch n-1 stays as a fallback; what only epochs
+/// before it named is deleted.
+async fn collect_garbage(
+    store: &DurableStore,
+    previous: Option<&CheckpointManifest>,
+    current: &CheckpointManifest,
+) {
+    let Some(previous) = previous else { return };
+    let listed = store
+        .list(&CheckpointManifest::view_prefix(current.view_id))
+        .await;
+    let Ok(objects) = listed else { return };
+    let keep = |key: &str| {
+        key == CheckpointManifest::key(current.view_id, current.epoch)
+            || key == CheckpointManifest::key(previous.view_id, previous.epoch)
+            || current
+                .files
+                .iter()
+                .chain(&previous.files)
+                .any(|f| f.key == key)
+    };
+    for o in objects.iter().filter(|o| !keep(&o.key)) {
+        // Files of the epoch being written next are not listed yet: this
+        // runs before the next epoch starts.
+        if let Err(e) = store.delete(&o.key).await {
+            warn!(key = %o.key, error = %e, "could not delete an old checkpoint file");
+        }
+    }
+}

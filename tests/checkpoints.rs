@@ -1,0 +1,373 @@
+//! Checkpoints: views stay exact through SIGKILL at random moments, on the
+//! local file system and on S3; the object store may vanish for a while and
+//! the data disk may fill up.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime};
+use common::s3::S3Server;
+use common::{scalar, Server};
+use futures::SinkExt;
+use rand::{Rng, SeedableRng};
+
+const TENANTS: usize = 50;
+const EVENTS: usize = 20_000;
+const BATCH: usize = 25;
+
+const SETUP: &str = "
+CREATE TABLE usage (event_id TEXT NOT NULL, tenant TEXT NOT NULL, tokens BIGINT NOT NULL,
+                    event_time TIMESTAMP NOT NULL,
+                    WATERMARK FOR event_time AS event_time - INTERVAL '10 minutes')
+  APPEND ONLY WITH (partitions = 4, partition_key = 'tenant');
+CREATE MATERIALIZED VIEW by_tenant AS
+  SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS events FROM usage GROUP BY tenant;
+CREATE MATERIALIZED VIEW per_minute AS
+  SELECT tenant, window_start, SUM(tokens) AS tokens, COUNT(*) AS events
+  FROM TUMBLE(usage, event_time, INTERVAL '1 minute')
+  GROUP BY tenant, window_start, window_end;";
+
+#[derive(Clone)]
+struct Event {
+    id: String,
+    tenant: String,
+    tokens: i64,
+    time_us: i64,
+}
+
+/// The workload: 20,000 usage events of 50 tenants, tokens 50..4000, one
+/// every 100 ms of event time, up to 3 s out of order.
+fn workload(seed: u64) -> Vec<Event> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let base = 1_767_225_600_000_000i64; // 2026-01-01
+    (0..EVENTS)
+        .map(|i| Event {
+            id: format!("e{i:05}"),
+            tenant: format!("tenant{:02}", rng.random_range(0..TENANTS)),
+            tokens: rng.random_range(50..=4000),
+            time_us: base + i as i64 * 100_000 + rng.random_range(-3_000_000..3_000_000),
+        })
+        .collect()
+}
+
+fn timestamp(us: i64) -> String {
+    DateTime::from_timestamp_micros(us)
+        .map(|t| t.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string())
+        .unwrap_or_default()
+}
+
+/// What the writers did: batches still to send, events known to be in the
+/// log, and batches sent without an answer.
+struct Ledger {
+    pending: VecDeque<Vec<usize>>,
+    landed: HashSet<usize>,
+    in_doubt: Vec<Vec<usize>>,
+}
+
+async fn writer(port: u16, use_copy: bool, events: Arc<Vec<Event>>, ledger: Arc<Mutex<Ledger>>) {
+    let Ok((client, conn)) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=w dbname=w"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    else {
+        return;
+    };
+    tokio::spawn(conn);
+    loop {
+        let Some(batch) = ledger.lock().unwrap().pending.pop_front() else {
+            return;
+        };
+        let result = if use_copy {
+            let mut data = String::new();
+            for &i in &batch {
+                let e = &events[i];
+                data.push_str(&format!(
+                    "{}\t{}\t{}\t{}\n",
+                    e.id,
+                    e.tenant,
+                    e.tokens,
+                    timestamp(e.time_us)
+                ));
+            }
+            async {
+                let sink = client.copy_in("COPY usage FROM STDIN").await?;
+                futures::pin_mut!(sink);
+                sink.send(bytes::Bytes::from(data)).await?;
+                sink.finish().await
+            }
+            .await
+            .map(|_| ())
+        } else {
+            let values: Vec<String> = batch
+                .iter()
+                .map(|&i| {
+                    let e = &events[i];
+                    format!(
+                        "('{}', '{}', {}, '{}')",
+                        e.id,
+                        e.tenant,
+                        e.tokens,
+                        timestamp(e.time_us)
+                    )
+                })
+                .collect();
+            client
+                .batch_execute(&format!("INSERT INTO usage VALUES {}", values.join(", ")))
+                .await
+        };
+        {
+            let mut l = ledger.lock().unwrap();
+            match result {
+                Ok(()) => l.landed.extend(batch),
+                Err(_) => {
+                    l.in_doubt.push(batch);
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
+/// Asks the log which events of unanswered batches landed; the rest are
+/// sent again (only the missing ones).
+async fn resolve_in_doubt(server: &Server, events: &[Event], ledger: &Mutex<Ledger>) {
+    let doubtful = std::mem::take(&mut ledger.lock().unwrap().in_doubt);
+    let c = server.connect().await;
+    for batch in doubtful {
+        let ids: Vec<String> = batch
+            .iter()
+            .map(|&i| format!("'{}'", events[i].id))
+            .collect();
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT event_id FROM usage WHERE event_id IN ({})",
+                    ids.join(", ")
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let found: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        let mut l = ledger.lock().unwrap();
+        let missing: Vec<usize> = batch
+            .into_iter()
+            .filter(|&i| {
+                let there = found.contains(&events[i].id);
+                if there {
+                    l.landed.insert(i);
+                }
+                !there
+            })
+            .collect();
+        if !missing.is_empty() {
+            l.pending.push_front(missing);
+        }
+    }
+}
+
+/// Checks the log holds every landed event once and that both views equal
+/// the truth computed here; returns the tenants with any wrong number.
+async fn verify(server: &Server, events: &[Event], ledger: &Mutex<Ledger>) -> usize {
+    let c = server.connect().await;
+    c.batch_execute("FLUSH")
+        .await
+        .unwrap_or_else(|e| panic!("FLUSH: {e}\n{}", server.log_text()));
+    let landed = ledger.lock().unwrap().landed.clone();
+
+    let rows = c.query("SELECT event_id FROM usage", &[]).await.unwrap();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for r in &rows {
+        *seen.entry(r.get(0)).or_default() += 1;
+    }
+    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(dup.is_empty(), "events in the log twice: {dup:?}");
+    let expected: HashSet<String> = landed.iter().map(|&i| events[i].id.clone()).collect();
+    let got: HashSet<String> = seen.into_keys().collect();
+    assert_eq!(
+        got, expected,
+        "the log holds exactly the acknowledged events"
+    );
+
+    let mut by_tenant: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut per_minute: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for &i in &landed {
+        let e = &events[i];
+        let t = by_tenant.entry(e.tenant.clone()).or_default();
+        t.0 += e.tokens;
+        t.1 += 1;
+        let minute = e.time_us - e.time_us.rem_euclid(60_000_000);
+        let w = per_minute.entry((e.tenant.clone(), minute)).or_default();
+        w.0 += e.tokens;
+        w.1 += 1;
+    }
+    let mut wrong: HashSet<String> = HashSet::new();
+    let view: BTreeMap<String, (i64, i64)> = c
+        .query("SELECT tenant, tokens, events FROM by_tenant", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    for t in view.keys().chain(by_tenant.keys()) {
+        if view.get(t) != by_tenant.get(t) {
+            wrong.insert(t.clone());
+        }
+    }
+    let view: BTreeMap<(String, i64), (i64, i64)> = c
+        .query(
+            "SELECT tenant, window_start, tokens, events FROM per_minute",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let start: NaiveDateTime = r.get(1);
+            (
+                (r.get(0), start.and_utc().timestamp_micros()),
+                (r.get(2), r.get(3)),
+            )
+        })
+        .collect();
+    for k in view.keys().chain(per_minute.keys()) {
+        if view.get(k) != per_minute.get(k) {
+            wrong.insert(k.0.clone());
+        }
+    }
+    let late = scalar(
+        &c,
+        "SELECT CAST(SUM(late_rows) AS BIGINT) FROM sluice_catalog.views",
+    )
+    .await;
+    assert_eq!(
+        late, 0,
+        "no event is late by design (3 s disorder, 10 min delay)"
+    );
+    wrong.len()
+}
+
+/// Ingests the workload with four writers (two INSERT, two COPY), killing
+/// the server with SIGKILL at `runs` seeded random moments; after each
+/// restart the log and both views are checked against the truth.
+async fn crash_runs(
+    dir: &std::path::Path,
+    extra: &[&str],
+    env: &[(String, String)],
+    runs: usize,
+    seed: u64,
+) {
+    let events = Arc::new(workload(seed));
+    let mut flags = vec!["--checkpoint-interval-ms", "200"];
+    flags.extend_from_slice(extra);
+    let mut server = Server::start_env(dir, &flags, env);
+    server.connect().await.batch_execute(SETUP).await.unwrap();
+    let ledger = Arc::new(Mutex::new(Ledger {
+        pending: (0..EVENTS)
+            .collect::<Vec<_>>()
+            .chunks(BATCH)
+            .map(|c| c.to_vec())
+            .collect(),
+        landed: HashSet::new(),
+        in_doubt: Vec::new(),
+    }));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x00c0_ffee);
+    let mut exact = 0;
+    let mut tenants_wrong = 0;
+    for _ in 0..runs {
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                tokio::spawn(writer(
+                    server.port,
+                    w % 2 == 1,
+                    events.clone(),
+                    ledger.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..900))).await;
+        server.kill9();
+        for w in writers {
+            w.await.unwrap();
+        }
+        server.restart();
+        resolve_in_doubt(&server, &events, &ledger).await;
+        let wrong = verify(&server, &events, &ledger).await;
+        tenants_wrong += wrong;
+        if wrong == 0 {
+            exact += 1;
+        }
+    }
+    let during_kills = ledger.lock().unwrap().landed.len();
+    // The rest of the workload without kills, then the final check.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            tokio::spawn(writer(
+                server.port,
+                w % 2 == 1,
+                events.clone(),
+                ledger.clone(),
+            ))
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert!(ledger.lock().unwrap().in_doubt.is_empty());
+    assert_eq!(ledger.lock().unwrap().landed.len(), EVENTS);
+    let final_wrong = verify(&server, &events, &ledger).await;
+    let restored = server
+        .log_text()
+        .matches("restored view from checkpoint")
+        .count();
+    println!(
+        "crash runs: {exact}/{runs} exact, tenants wrong: {tenants_wrong} (final: {final_wrong} of {TENANTS}); \
+         views restored from checkpoints: {restored}, events landed while killing: {during_kills}"
+    );
+    assert_eq!(exact, runs, "every run exact");
+    assert_eq!(final_wrong, 0);
+    // Every restart after the first FLUSH restores both views from a
+    // checkpoint instead of replaying the log.
+    assert!(
+        restored >= 2 * (runs - 1),
+        "views restored from checkpoints: {restored}"
+    );
+}
+
+fn runs() -> usize {
+    std::env::var("SLUICE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn views_stay_exact_through_sigkill_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    crash_runs(dir.path(), &[], &[], runs(), 0x51u64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn views_stay_exact_through_sigkill_s3_store() {
+    let s3 = S3Server::start("sluice-crash");
+    let dir = tempfile::tempdir().unwrap();
+    let url = s3.url("crash");
+    crash_runs(
+        dir.path(),
+        &["--object-store", &url],
+        &s3.env(),
+        runs(),
+        0x53u64,
+    )
+    .await;
+    let keys = s3.keys("crash/views/");
+    assert!(
+        keys.iter().any(|k| k.contains("manifest-")),
+        "checkpoints are in the bucket: {keys:?}"
+    );
+}
