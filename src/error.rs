@@ -32,6 +32,8 @@ pub enum SluiceError {
     Protocol(String),
     #[error("{0}")]
     Internal(String),
+    #[error("the checkpoint of materialized view \"{view}\" is not committed yet: {reason}")]
+    CheckpointPending { view: String, reason: String },
     #[error("\"{0}\" is not a {1}")]
     WrongObjectType(String, &'static str),
     #[error("cannot drop {kind} {name} because materialized view {view} depends on it")]
@@ -58,6 +60,7 @@ impl SluiceError {
             SluiceError::Internal(_) => "XX000",
             SluiceError::DependentObjects { .. } => "2BP01",
             SluiceError::WrongObjectType(..) => "42809",
+            SluiceError::CheckpointPending { .. } => "58030",
         }
     }
 

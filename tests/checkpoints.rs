@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime};
 use common::s3::S3Server;
-use common::{scalar, Server};
+use common::{scalar, sqlstate, Server};
 use futures::SinkExt;
 use rand::{Rng, SeedableRng};
 
@@ -370,4 +370,147 @@ async fn views_stay_exact_through_sigkill_s3_store() {
         keys.iter().any(|k| k.contains("manifest-")),
         "checkpoints are in the bucket: {keys:?}"
     );
+}
+
+/// The S3 server stops answering for 30 seconds: ingest keeps being
+/// acknowledged from the local log, checkpoint attempts fail and are shown,
+/// and once the store is back the view's checkpoint catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn object_store_outage_delays_checkpoints_but_not_ingest() {
+    let s3 = S3Server::start("sluice-outage");
+    let dir = tempfile::tempdir().unwrap();
+    let url = s3.url("outage");
+    let mut server = Server::start_env(
+        dir.path(),
+        &["--object-store", &url, "--checkpoint-interval-ms", "200"],
+        &s3.env(),
+    );
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k TEXT, n BIGINT) APPEND ONLY WITH (partitions = 2, partition_key = 'k');
+         CREATE MATERIALIZED VIEW totals AS SELECT k, SUM(n) AS n, COUNT(*) AS c FROM t GROUP BY k;
+         INSERT INTO t VALUES ('a', 1), ('b', 2);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+
+    s3.pause();
+    let paused_at = std::time::Instant::now();
+    let mut acked = 2i64;
+    while paused_at.elapsed() < Duration::from_secs(30) {
+        c.batch_execute("INSERT INTO t VALUES ('a', 10), ('b', 20), ('c', 30)")
+            .await
+            .expect("ingest is acknowledged while the object store is away");
+        acked += 3;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let failed = scalar(
+        &c,
+        "SELECT COUNT(*) FROM sluice_catalog.checkpoints WHERE view_name = 'totals' AND error IS NOT NULL",
+    )
+    .await;
+    assert!(failed >= 1, "failing checkpoint attempts are shown");
+    // The view itself kept up; only its checkpoint is behind.
+    let rows = scalar(&c, "SELECT CAST(SUM(c) AS BIGINT) FROM totals").await;
+    assert_eq!(rows, acked);
+    s3.resume();
+
+    // Caught up: FLUSH commits a checkpoint covering every row.
+    c.batch_execute("FLUSH").await.unwrap();
+    let r = c
+        .query_one(
+            "SELECT last_checkpoint_epoch, checkpoint_age_seconds FROM sluice_catalog.views WHERE view_name = 'totals'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(r.get::<_, Option<i64>>(0).is_some());
+    assert!(r.get::<_, Option<f64>>(1).unwrap() < 30.0);
+    let retried = scalar(
+        &c,
+        "SELECT COUNT(*) FROM sluice_catalog.checkpoints WHERE view_name = 'totals' AND attempt > 1 AND error IS NULL",
+    )
+    .await;
+    assert!(
+        retried >= 1,
+        "the failing epoch committed on a later attempt"
+    );
+
+    // Nothing was lost: after SIGKILL the view comes back from the new
+    // checkpoint with every row.
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(
+        scalar(&c, "SELECT CAST(SUM(c) AS BIGINT) FROM totals").await,
+        acked
+    );
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM t").await, acked);
+    assert!(server.log_text().contains("restored view from checkpoint"));
+}
+
+/// A data directory on a small tmpfs: once it is full, writes fail with
+/// 53100 and the server keeps answering reads; freeing space lets writes
+/// continue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_fails_writes_with_53100_and_keeps_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let server = Server::start(&mnt);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (n BIGINT, pad TEXT) APPEND ONLY;
+         CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS c FROM t;
+         INSERT INTO t SELECT value, 'x' FROM generate_series(1, 1000);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    // Fill the file system.
+    let filler = mnt.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let err = c
+        .batch_execute(
+            "INSERT INTO t SELECT value, repeat('y', 100) FROM generate_series(1, 50000)",
+        )
+        .await
+        .expect_err("the disk is full");
+    assert_eq!(sqlstate(&err), "53100", "{err:?}");
+    // Reads go on, from the log and from the view.
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM t").await, 1000);
+    assert_eq!(scalar(&c, "SELECT c FROM v").await, 1000);
+    // Space comes back: writes continue and nothing half-written shows.
+    std::fs::remove_file(&filler).unwrap();
+    c.batch_execute("INSERT INTO t VALUES (1, 'z'); FLUSH;")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM t").await, 1001);
+    assert_eq!(scalar(&c, "SELECT c FROM v").await, 1001);
 }

@@ -31,6 +31,9 @@ impl LogError {
 
     /// True when the error is the disk running out of space.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, LogError::Io { source, .. } if source.raw_os_error() == Some(28))
+        // A group commit's error reaches each waiter as a copy that keeps
+        // the kind but not the OS code.
+        matches!(self, LogError::Io { source, .. }
+            if source.raw_os_error() == Some(28) || source.kind() == std::io::ErrorKind::StorageFull)
     }
 }

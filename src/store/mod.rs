@@ -117,7 +117,7 @@ impl DurableStore {
         };
         let client = ClientOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(30));
+            .with_timeout(Duration::from_secs(10));
         // As `AmazonS3Builder::from_env`, but on top of our client options
         // (which `with_client_options` would otherwise replace).
         let mut builder = AmazonS3Builder::new()

@@ -30,6 +30,10 @@ use crate::query::{project_frame, LogTableProvider};
 pub use super::pipeline::EmitOptions;
 use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
 
+/// How long FLUSH waits for a view's checkpoint before it reports that the
+/// object store is not taking it.
+const FLUSH_CHECKPOINT_WAIT: Duration = Duration::from_secs(60);
+
 /// Frames read from the log per pipeline run.
 const FRAMES_PER_DELTA: usize = 16;
 
@@ -311,7 +315,24 @@ impl ViewManager {
         for view in views {
             let target = view.source_end();
             view.wait_for(&target).await?;
-            view.wait_checkpointed(&target).await?;
+            let wait = view.wait_checkpointed(&target);
+            if tokio::time::timeout(FLUSH_CHECKPOINT_WAIT, wait)
+                .await
+                .is_err()
+            {
+                let reason = self
+                    .checkpoints
+                    .records()
+                    .iter()
+                    .rev()
+                    .find(|r| r.view == view.def.name)
+                    .and_then(|r| r.error.clone())
+                    .unwrap_or_else(|| "still writing".into());
+                return Err(SluiceError::CheckpointPending {
+                    view: view.def.name.clone(),
+                    reason,
+                });
+            }
         }
         Ok(())
     }
