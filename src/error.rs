@@ -100,7 +100,8 @@ fn log_sqlstate(e: &LogError) -> &'static str {
     match e {
         LogError::CorruptFrame { .. } => "XX001",
         LogError::Catalog(c) => catalog_sqlstate(c),
-        LogError::Io { .. } => "58030",
+        LogError::Io { .. } | LogError::Remote { .. } => "58030",
+        LogError::Store(s) => s.sqlstate(),
         _ => "XX000",
     }
 }

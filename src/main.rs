@@ -28,6 +28,14 @@ enum Command {
         /// once it reaches this many bytes.
         #[arg(long, default_value_t = 128 * 1024 * 1024)]
         segment_bytes: u64,
+        /// ... or once it has been open this many seconds (checked at the
+        /// next write). Closed segments move to the object store.
+        #[arg(long, default_value_t = 600)]
+        segment_max_age_secs: u64,
+        /// How often closed segments are moved to the object store and
+        /// retention applied, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        tiering_interval_ms: u64,
         /// The most memory (Arrow bytes) one INSERT or COPY may stage before
         /// it is appended; a larger statement fails with SQLSTATE 54000.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
@@ -57,6 +65,8 @@ fn main() -> std::process::ExitCode {
             listen,
             data_dir,
             segment_bytes,
+            segment_max_age_secs,
+            tiering_interval_ms,
             max_statement_bytes,
             object_store,
             checkpoint_interval_ms,
@@ -76,12 +86,14 @@ fn main() -> std::process::ExitCode {
                 data_dir,
                 log: LogConfig {
                     segment_max_bytes: segment_bytes,
+                    segment_max_age: std::time::Duration::from_secs(segment_max_age_secs),
                     max_statement_bytes,
                 },
                 object_store,
                 checkpoint_interval: std::time::Duration::from_millis(
                     checkpoint_interval_ms.max(1),
                 ),
+                tiering_interval: std::time::Duration::from_millis(tiering_interval_ms.max(1)),
             };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

@@ -132,6 +132,9 @@ pub struct TableOptions {
     pub partition_key: Option<String>,
     /// Retention in seconds; `None` keeps records forever.
     pub retention_secs: Option<u64>,
+    /// Size bound per partition in bytes; `None` has no bound.
+    #[serde(default)]
+    pub retention_bytes: Option<u64>,
     #[serde(default)]
     pub watermark: Option<WatermarkDef>,
     #[serde(default = "default_idle_timeout_ms")]
@@ -144,6 +147,7 @@ impl Default for TableOptions {
             partitions: 1,
             partition_key: None,
             retention_secs: None,
+            retention_bytes: None,
             watermark: None,
             watermark_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
         }

@@ -142,17 +142,43 @@ fn table_options(
                 options.partition_key = Some(col);
             }
             "retention" => options.retention_secs = Some(parse_duration_secs(&text)?),
+            "retention_bytes" => options.retention_bytes = Some(parse_bytes(&text)?),
             "watermark_idle_timeout" => {
                 options.watermark_idle_timeout_ms = (parse_duration_us(&text)? / 1000) as u64
             }
             other => {
                 return Err(SqlError::InvalidOption(format!(
-                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, watermark_idle_timeout)"
+                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, retention_bytes, watermark_idle_timeout)"
                 )))
             }
         }
     }
     Ok(options)
+}
+
+/// A size such as `1048576`, `64 MB` or `2GB` (units of 1024).
+pub fn parse_bytes(text: &str) -> Result<u64, SqlError> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| SqlError::InvalidOption(format!("invalid size \"{text}\"")))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" | "bytes" => 1,
+        "kb" | "k" => 1 << 10,
+        "mb" | "m" => 1 << 20,
+        "gb" | "g" => 1 << 30,
+        "tb" | "t" => 1 << 40,
+        other => {
+            return Err(SqlError::InvalidOption(format!(
+                "invalid size unit \"{other}\" (use bytes, kB, MB, GB or TB)"
+            )))
+        }
+    };
+    n.checked_mul(mult)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| SqlError::InvalidOption(format!("invalid size \"{text}\"")))
 }
 
 fn option_text(value: &ast::Expr) -> String {

@@ -21,6 +21,12 @@ pub enum LogError {
     WriterStopped(String),
     #[error(transparent)]
     Catalog(#[from] sluice_catalog::CatalogError),
+    #[error("segment {key} in the object store: {reason}")]
+    Remote { key: String, reason: String },
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 impl LogError {

@@ -10,14 +10,18 @@ mod commit;
 mod error;
 mod frame;
 mod partition;
+mod remote;
 mod store;
 mod table;
+mod tiering;
 mod watermark;
 
 pub use error::LogError;
-pub use partition::{EventTimeProgress, FrameMeta, PartitionStats};
+pub use partition::{EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
+pub use remote::RemoteSegment;
 pub use store::LogStore;
 pub use table::{OffsetRange, RoutedRows, TableLog};
+pub use tiering::{attach_remote_segments, spawn_tiering};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.
@@ -25,6 +29,8 @@ pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 pub struct LogConfig {
     /// A partition's active segment is closed once it reaches this size.
     pub segment_max_bytes: u64,
+    /// ... or once it has been open this long (checked at the next write).
+    pub segment_max_age: std::time::Duration,
     /// The most Arrow memory one statement (an INSERT or a COPY) may stage
     /// before it is appended; beyond it the statement fails with 54000.
     pub max_statement_bytes: u64,
@@ -34,6 +40,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             segment_max_bytes: 128 << 20,
+            segment_max_age: std::time::Duration::from_secs(600),
             max_statement_bytes: 4 << 30,
         }
     }

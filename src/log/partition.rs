@@ -16,6 +16,7 @@ use tracing::warn;
 
 use super::error::LogError;
 use super::frame::{self, FrameHeader, HEADER_LEN};
+use super::remote::RemoteSegment;
 
 /// A segment file, open for positioned reads.
 #[derive(Debug)]
@@ -25,12 +26,19 @@ pub struct SegmentFile {
     file: File,
 }
 
+/// Where a committed frame lives.
+#[derive(Debug, Clone)]
+pub enum FrameLocation {
+    /// In a local segment file, its header at byte `pos`.
+    Local { segment: Arc<SegmentFile>, pos: u64 },
+    /// In a segment that moved to the object store.
+    Remote(Arc<RemoteSegment>),
+}
+
 /// Where a committed frame lives and what it holds.
 #[derive(Debug, Clone)]
 pub struct FrameMeta {
-    pub segment: Arc<SegmentFile>,
-    /// Byte position of the frame header in the segment file.
-    pub pos: u64,
+    pub location: FrameLocation,
     pub header: FrameHeader,
 }
 
@@ -42,6 +50,9 @@ impl FrameMeta {
 
 #[derive(Debug, Default)]
 struct Visible {
+    /// Segments in the object store, oldest first; all before `segments`.
+    remote: Vec<Arc<RemoteSegment>>,
+    /// Local segment files; the last is the active one.
     segments: Vec<Arc<SegmentFile>>,
     frames: Vec<FrameMeta>,
     end_offset: u64,
@@ -68,6 +79,11 @@ pub struct PartitionStats {
     pub segments: u64,
     pub torn_frames_dropped: u64,
     pub frames_read: u64,
+    pub remote_segments: u64,
+    pub remote_bytes: u64,
+    /// Reads that asked for offsets retention had already deleted.
+    pub reads_below_start: u64,
+    pub deleted_segments: u64,
 }
 
 #[derive(Debug)]
@@ -76,6 +92,8 @@ pub struct PartitionLog {
     visible: RwLock<Visible>,
     torn_frames: AtomicU64,
     frames_read: AtomicU64,
+    reads_below_start: AtomicU64,
+    deleted_segments: AtomicU64,
 }
 
 /// The append side of a partition, owned by the table's writer thread.
@@ -93,6 +111,9 @@ pub struct PartitionWriter {
     new_segments: Vec<Arc<SegmentFile>>,
     needs_sync: Vec<File>,
     segment_max_bytes: u64,
+    segment_max_age: Duration,
+    /// When the active segment got its first frame.
+    active_since: Option<Instant>,
 }
 
 fn segment_path(dir: &Path, base: u64) -> PathBuf {
@@ -119,6 +140,7 @@ impl PartitionLog {
         index: u32,
         committed_end: u64,
         segment_max_bytes: u64,
+        segment_max_age: Duration,
     ) -> Result<(PartitionLog, PartitionWriter), LogError> {
         fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let mut bases: Vec<u64> = fs::read_dir(dir)
@@ -205,12 +227,16 @@ impl PartitionLog {
             new_segments: vec![],
             needs_sync: vec![],
             segment_max_bytes,
+            segment_max_age,
+            active_since: (active_len > 0).then(Instant::now),
         };
         let log = PartitionLog {
             index,
             visible: RwLock::new(visible),
             torn_frames: AtomicU64::new(dropped),
             frames_read: AtomicU64::new(0),
+            reads_below_start: AtomicU64::new(0),
+            deleted_segments: AtomicU64::new(0),
         };
         Ok((log, writer))
     }
@@ -229,10 +255,30 @@ impl PartitionLog {
                 .unwrap_or(v.end_offset),
             end_offset: v.end_offset,
             bytes: v.bytes,
-            segments: v.segments.len() as u64,
+            segments: (v.segments.len() + v.remote.len()) as u64,
             torn_frames_dropped: self.torn_frames.load(Ordering::Relaxed),
             frames_read: self.frames_read.load(Ordering::Relaxed),
+            remote_segments: v.remote.len() as u64,
+            remote_bytes: v.remote.iter().map(|r| r.bytes).sum(),
+            reads_below_start: self.reads_below_start.load(Ordering::Relaxed),
+            deleted_segments: self.deleted_segments.load(Ordering::Relaxed),
         }
+    }
+
+    /// The first offset still in the log (retention deletes older ones).
+    pub fn start_offset(&self) -> u64 {
+        let v = self.visible.read();
+        v.frames
+            .first()
+            .map(|f| f.header.base_offset)
+            .unwrap_or(v.end_offset)
+    }
+
+    /// Counts a read that asked for offsets below the start; returns the
+    /// start it begins at instead.
+    pub fn note_read_below_start(&self) -> u64 {
+        self.reads_below_start.fetch_add(1, Ordering::Relaxed);
+        self.start_offset()
     }
 
     /// The committed frames that hold any offset in `[lo, hi)`.
@@ -246,13 +292,17 @@ impl PartitionLog {
             .collect()
     }
 
-    /// Reads and checks one frame.
-    pub fn read_frame(&self, meta: &FrameMeta) -> Result<RecordBatch, LogError> {
+    /// Reads and checks one frame, from its local segment or the object
+    /// store.
+    pub async fn read_frame(&self, meta: &FrameMeta) -> Result<RecordBatch, LogError> {
         self.frames_read.fetch_add(1, Ordering::Relaxed);
-        let seg = &meta.segment;
+        let (seg, pos) = match &meta.location {
+            FrameLocation::Local { segment, pos } => (segment, *pos),
+            FrameLocation::Remote(remote) => return remote.read_frame(&meta.header).await,
+        };
         let mut buf = vec![0u8; HEADER_LEN + meta.header.payload_len as usize];
         seg.file
-            .read_exact_at(&mut buf, meta.pos)
+            .read_exact_at(&mut buf, pos)
             .map_err(LogError::io(&seg.path))?;
         let header: [u8; HEADER_LEN] = buf[..HEADER_LEN]
             .try_into()
@@ -262,6 +312,140 @@ impl PartitionLog {
             return Err(corrupt(meta, "checksum mismatch"));
         }
         Ok(frame::decode_payload(&buf[HEADER_LEN..])?)
+    }
+
+    /// Closed local segments (every one but the active, last one) with their
+    /// frames: what may move to the object store.
+    pub fn closed_local_segments(&self) -> Vec<(Arc<SegmentFile>, Vec<FrameMeta>)> {
+        let v = self.visible.read();
+        let closed = v.segments.len().saturating_sub(1);
+        v.segments[..closed]
+            .iter()
+            .map(|s| {
+                let frames = v.frames.iter().filter(|f| is_in(f, s)).cloned().collect();
+                (s.clone(), frames)
+            })
+            .collect()
+    }
+
+    /// Points a local segment's frames at the same frames in the object
+    /// store. False (and nothing changed) when the two do not match.
+    pub fn swap_to_remote(
+        &self,
+        local: &Arc<SegmentFile>,
+        remote: Arc<RemoteSegment>,
+        headers: &[FrameHeader],
+    ) -> bool {
+        let mut v = self.visible.write();
+        let Some(i) = v.segments.iter().position(|s| Arc::ptr_eq(s, local)) else {
+            return false;
+        };
+        let idx: Vec<usize> = (0..v.frames.len())
+            .filter(|&j| is_in(&v.frames[j], local))
+            .collect();
+        let same = idx.len() == headers.len()
+            && idx.iter().zip(headers).all(|(&j, h)| {
+                v.frames[j].header.base_offset == h.base_offset && v.frames[j].header.rows == h.rows
+            });
+        if !same {
+            return false;
+        }
+        let mut freed = 0u64;
+        for &j in &idx {
+            freed += HEADER_LEN as u64 + v.frames[j].header.payload_len as u64;
+            v.frames[j].location = FrameLocation::Remote(remote.clone());
+        }
+        v.bytes = v.bytes.saturating_sub(freed);
+        v.segments.remove(i);
+        v.remote.push(remote);
+        v.remote.sort_by_key(|r| r.base_offset);
+        true
+    }
+
+    /// Adds the segments found in the object store at start-up. Local
+    /// segments they already cover (a crash came between upload and local
+    /// delete) leave the index; their paths are returned for deletion.
+    pub fn attach_remote(
+        &self,
+        found: Vec<(Arc<RemoteSegment>, Vec<FrameHeader>)>,
+    ) -> Vec<PathBuf> {
+        let mut v = self.visible.write();
+        let remote_end = found.iter().map(|(r, _)| r.end_offset).max().unwrap_or(0);
+        let mut duplicates = Vec::new();
+        let last = v.segments.len().saturating_sub(1);
+        let mut keep_segments = Vec::new();
+        for (i, s) in std::mem::take(&mut v.segments).into_iter().enumerate() {
+            let covered = i < last
+                && v.frames
+                    .iter()
+                    .filter(|f| is_in(f, &s))
+                    .all(|f| f.end_offset() <= remote_end);
+            if covered {
+                duplicates.push(s.path.clone());
+            } else {
+                keep_segments.push(s);
+            }
+        }
+        v.segments = keep_segments;
+        let mut frames: Vec<FrameMeta> = Vec::new();
+        for (remote, headers) in &found {
+            for h in headers {
+                frames.push(FrameMeta {
+                    location: FrameLocation::Remote(remote.clone()),
+                    header: *h,
+                });
+            }
+        }
+        let mut dropped_bytes = 0u64;
+        for f in std::mem::take(&mut v.frames) {
+            if f.header.base_offset >= remote_end {
+                frames.push(f);
+            } else {
+                dropped_bytes += HEADER_LEN as u64 + f.header.payload_len as u64;
+            }
+        }
+        frames.sort_by_key(|f| f.header.base_offset);
+        v.bytes = v.bytes.saturating_sub(dropped_bytes);
+        v.max_event_us = v
+            .max_event_us
+            .max(frames.iter().filter_map(frame_max_event).max());
+        v.end_offset = v.end_offset.max(remote_end);
+        v.frames = frames;
+        v.remote = found.into_iter().map(|(r, _)| r).collect();
+        v.remote.sort_by_key(|r| r.base_offset);
+        duplicates
+    }
+
+    /// Removes the oldest segments in the object store that retention no
+    /// longer keeps: those whose newest row was ingested before
+    /// `min_ingested_us`, and then the oldest while the partition holds
+    /// more than `max_bytes`. Returns them for deletion from the store.
+    pub fn expire(
+        &self,
+        min_ingested_us: Option<i64>,
+        max_bytes: Option<u64>,
+    ) -> Vec<Arc<RemoteSegment>> {
+        let mut v = self.visible.write();
+        let mut total: u64 = v.bytes + v.remote.iter().map(|r| r.bytes).sum::<u64>();
+        let mut expired = 0;
+        for r in &v.remote {
+            let too_old = min_ingested_us.is_some_and(|m| r.max_ingested_us < m);
+            let too_big = max_bytes.is_some_and(|m| total > m);
+            if !(too_old || too_big) {
+                break;
+            }
+            total = total.saturating_sub(r.bytes);
+            expired += 1;
+        }
+        if expired == 0 {
+            return Vec::new();
+        }
+        let gone: Vec<Arc<RemoteSegment>> = v.remote.drain(..expired).collect();
+        let start = gone.last().map(|r| r.end_offset).unwrap_or(0);
+        v.frames.retain(|f| f.header.base_offset >= start);
+        self.deleted_segments
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        gone
     }
 
     /// Makes a committed group of frames visible to readers.
@@ -291,15 +475,24 @@ impl PartitionLog {
     }
 }
 
+/// True when a frame lives in the given local segment.
+fn is_in(f: &FrameMeta, s: &Arc<SegmentFile>) -> bool {
+    matches!(&f.location, FrameLocation::Local { segment, .. } if Arc::ptr_eq(segment, s))
+}
+
 /// A frame's largest event time, if its rows had any.
 fn frame_max_event(f: &FrameMeta) -> Option<i64> {
     (f.header.max_event_us != i64::MIN).then_some(f.header.max_event_us)
 }
 
 fn corrupt(meta: &FrameMeta, reason: &str) -> LogError {
+    let (path, pos) = match &meta.location {
+        FrameLocation::Local { segment, pos } => (segment.path.clone(), *pos),
+        FrameLocation::Remote(r) => (PathBuf::from(&r.key), 0),
+    };
     LogError::CorruptFrame {
-        path: meta.segment.path.clone(),
-        pos: meta.pos,
+        path,
+        pos,
         reason: reason.into(),
     }
 }
@@ -341,8 +534,10 @@ fn scan_segment(
             break;
         }
         frames.push(FrameMeta {
-            segment: seg.clone(),
-            pos,
+            location: FrameLocation::Local {
+                segment: seg.clone(),
+                pos,
+            },
             header: h,
         });
         expected = h.base_offset + h.rows as u64;
@@ -391,9 +586,13 @@ impl PartitionWriter {
         ingested_at_us: i64,
         event_range: (i64, i64),
     ) -> Result<(), LogError> {
-        if self.active_len >= self.segment_max_bytes {
+        let old = self
+            .active_since
+            .is_some_and(|t| t.elapsed() >= self.segment_max_age);
+        if self.active_len > 0 && (self.active_len >= self.segment_max_bytes || old) {
             self.roll()?;
         }
+        self.active_since.get_or_insert_with(Instant::now);
         let bytes = frame::encode(batch, self.next_offset, ingested_at_us, event_range)?;
         self.active
             .write_all(&bytes)
@@ -405,8 +604,10 @@ impl PartitionWriter {
             LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into()))
         })?;
         self.pending.push(FrameMeta {
-            segment: self.active_segment.clone(),
-            pos: self.active_len,
+            location: FrameLocation::Local {
+                segment: self.active_segment.clone(),
+                pos: self.active_len,
+            },
             header: h,
         });
         self.active_len += bytes.len() as u64;
@@ -429,6 +630,7 @@ impl PartitionWriter {
         self.active_segment = seg;
         self.active_len = 0;
         self.group_start_len = 0;
+        self.active_since = None;
         Ok(())
     }
 

@@ -88,6 +88,7 @@ impl TableLog {
                 k as u32,
                 *end,
                 config.segment_max_bytes,
+                config.segment_max_age,
             )?;
             partitions.push(Arc::new(log));
             writers.push(writer);

@@ -9,4 +9,4 @@ mod system;
 
 pub use context::{build_context, session_config};
 pub(crate) use provider::project_frame;
-pub use provider::LogTableProvider;
+pub use provider::{LogTableProvider, SCAN_NOTICES};

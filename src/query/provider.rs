@@ -58,6 +58,14 @@ struct ScanBounds {
     partitions: Option<Vec<u32>>,
     lo: u64,
     hi: u64,
+    /// A predicate on `_offset` set `lo`.
+    lo_asked: bool,
+}
+
+tokio::task_local! {
+    /// Notices a query's scans raise (reads below the retained start),
+    /// sent to the client before the query's rows.
+    pub static SCAN_NOTICES: Arc<parking_lot::Mutex<Vec<String>>>;
 }
 
 impl ScanBounds {
@@ -66,6 +74,7 @@ impl ScanBounds {
             partitions: None,
             lo: 0,
             hi: u64::MAX,
+            lo_asked: false,
         };
         for f in filters {
             b.apply(f);
@@ -106,33 +115,43 @@ impl ScanBounds {
                             _ => vec![],
                         });
                     }
-                    ("_offset", Operator::Eq) => {
-                        let v = value.max(0) as u64;
-                        self.lo = self.lo.max(v);
-                        self.hi = self.hi.min(v.saturating_add(1));
+                    ("_offset", Operator::Eq | Operator::GtEq | Operator::Gt) => {
+                        self.lo_asked = true;
+                        self.apply_offset(op, value);
                     }
-                    ("_offset", Operator::GtEq) => self.lo = self.lo.max(value.max(0) as u64),
-                    ("_offset", Operator::Gt) => {
-                        self.lo = self.lo.max(value.saturating_add(1).max(0) as u64)
-                    }
-                    ("_offset", Operator::Lt) => self.hi = self.hi.min(value.max(0) as u64),
-                    ("_offset", Operator::LtEq) => {
-                        self.hi = self.hi.min(value.saturating_add(1).max(0) as u64)
-                    }
+                    ("_offset", _) => self.apply_offset(op, value),
                     _ => {}
                 }
             }
             Expr::Between(between)
                 if !between.negated && column_name(&between.expr).as_deref() == Some("_offset") =>
             {
-                if let (Some(lo), Some(hi)) =
-                    (literal_i64(&between.low), literal_i64(&between.high))
-                {
-                    self.lo = self.lo.max(lo.max(0) as u64);
-                    self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
-                }
+                self.lo_asked = true;
+                self.apply_between(between);
             }
             _ => {}
+        }
+    }
+
+    fn apply_offset(&mut self, op: Operator, value: i64) {
+        match op {
+            Operator::Eq => {
+                let v = value.max(0) as u64;
+                self.lo = self.lo.max(v);
+                self.hi = self.hi.min(v.saturating_add(1));
+            }
+            Operator::GtEq => self.lo = self.lo.max(value.max(0) as u64),
+            Operator::Gt => self.lo = self.lo.max(value.saturating_add(1).max(0) as u64),
+            Operator::Lt => self.hi = self.hi.min(value.max(0) as u64),
+            Operator::LtEq => self.hi = self.hi.min(value.saturating_add(1).max(0) as u64),
+            _ => {}
+        }
+    }
+
+    fn apply_between(&mut self, between: &datafusion::logical_expr::Between) {
+        if let (Some(lo), Some(hi)) = (literal_i64(&between.low), literal_i64(&between.high)) {
+            self.lo = self.lo.max(lo.max(0) as u64);
+            self.hi = self.hi.min(hi.saturating_add(1).max(0) as u64);
         }
     }
 }
@@ -163,13 +182,8 @@ fn literal_i64(e: &Expr) -> Option<i64> {
 }
 
 fn is_seekable(e: &Expr) -> bool {
-    let mut b = ScanBounds {
-        partitions: None,
-        lo: 0,
-        hi: u64::MAX,
-    };
-    b.apply(e);
-    b.partitions.is_some() || b.lo > 0 || b.hi < u64::MAX
+    let b = ScanBounds::from_filters(std::slice::from_ref(e));
+    b.partitions.is_some() || b.lo_asked || b.hi < u64::MAX
 }
 
 #[async_trait]
@@ -218,6 +232,15 @@ impl TableProvider for LogTableProvider {
                 if !ps.contains(&(k as u32)) {
                     continue;
                 }
+            }
+            let start = part.start_offset();
+            if bounds.lo_asked && bounds.lo < start {
+                part.note_read_below_start();
+                let notice = format!(
+                    "partition {k} of \"{}\": offsets below {start} were deleted by retention; reading from {start}",
+                    self.table.def.name
+                );
+                let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
             }
             let frames = part.frames_in_range(bounds.lo, bounds.hi);
             streams.push(Arc::new(FrameStream {
@@ -303,19 +326,24 @@ impl PartitionStream for FrameStream {
         let data_columns = self.data_columns;
         let frames = self.frames.clone();
         let out_schema = schema.clone();
-        let s = stream::iter(frames).map(move |meta| {
-            let part = &table.partitions()[partition];
-            let batch = part
-                .read_frame(&meta)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            project_frame(
-                &batch,
-                &meta,
-                partition as i32,
-                &projection,
-                data_columns,
-                &out_schema,
-            )
+        let s = stream::iter(frames).then(move |meta| {
+            let part = table.partitions()[partition].clone();
+            let projection = projection.clone();
+            let out_schema = out_schema.clone();
+            async move {
+                let batch = part
+                    .read_frame(&meta)
+                    .await
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                project_frame(
+                    &batch,
+                    &meta,
+                    partition as i32,
+                    &projection,
+                    data_columns,
+                    &out_schema,
+                )
+            }
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
     }

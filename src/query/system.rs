@@ -182,13 +182,17 @@ fn partitions_schema() -> SchemaRef {
         i64f("segments"),
         i64f("torn_frames_dropped"),
         i64f("frames_read"),
+        i64f("remote_segments"),
+        i64f("remote_bytes"),
+        i64f("deleted_segments"),
+        i64f("reads_below_start"),
     ]))
 }
 
 fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut names = vec![];
     let mut parts = vec![];
-    let mut cols: [Vec<i64>; 7] = Default::default();
+    let mut cols: [Vec<i64>; 11] = Default::default();
     for t in store.tables() {
         for p in t.partitions() {
             let s = p.stats();
@@ -202,6 +206,10 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
                 s.segments,
                 s.torn_frames_dropped,
                 s.frames_read,
+                s.remote_segments,
+                s.remote_bytes,
+                s.deleted_segments,
+                s.reads_below_start,
             ];
             for (c, v) in cols.iter_mut().zip(values) {
                 c.push(v as i64);

@@ -13,7 +13,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use futures::Sink;
+use futures::{Sink, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
@@ -36,6 +36,7 @@ use tracing::{debug, info_span, Instrument};
 use crate::error::SluiceError;
 use crate::ingest::{CopyParser, RowStager};
 use crate::log::LogStore;
+use crate::query::SCAN_NOTICES;
 use crate::stream::{EmitOptions, ViewManager};
 
 use super::copy::CopyState;
@@ -585,7 +586,15 @@ impl SimpleQueryHandler for Handlers {
         let mut out = Vec::with_capacity(pieces.len());
         for piece in pieces {
             let span = info_span!("statement", sql = %truncate(&piece));
-            match self.execute(client, &piece).instrument(span).await {
+            let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let result = SCAN_NOTICES
+                .scope(
+                    notices.clone(),
+                    self.execute(client, &piece).instrument(span),
+                )
+                .await;
+            send_notices(client, &notices).await?;
+            match result {
                 Ok(resp) => {
                     let is_copy = matches!(resp, Response::CopyIn(_));
                     out.push(resp);
@@ -605,6 +614,25 @@ impl SimpleQueryHandler for Handlers {
         }
         Ok(out)
     }
+}
+
+/// Sends the NOTICE messages a statement raised, before its results.
+async fn send_notices<C>(
+    client: &mut C,
+    notices: &parking_lot::Mutex<Vec<String>>,
+) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let pending: Vec<String> = std::mem::take(&mut *notices.lock());
+    for message in pending {
+        let info = pgwire::error::ErrorInfo::new("NOTICE".into(), "01000".into(), message);
+        client
+            .send(PgWireBackendMessage::NoticeResponse(info.into()))
+            .await?;
+    }
+    Ok(())
 }
 
 fn pg_error_info(e: SluiceError) -> pgwire::error::ErrorInfo {
@@ -648,6 +676,33 @@ impl ExtendedQueryHandler for Handlers {
                     .await
                     .map_err(SluiceError::into_pg)
             }
+            Prepared::Plan { .. } => {
+                let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
+                let result = SCAN_NOTICES
+                    .scope(notices.clone(), self.run_portal(client, portal))
+                    .await;
+                send_notices(client, &notices).await?;
+                result
+            }
+        }
+    }
+}
+
+impl Handlers {
+    /// Binds a prepared plan's parameters and runs it.
+    async fn run_portal<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match &portal.statement.statement {
+            Prepared::Empty | Prepared::Direct(_) => Ok(Response::EmptyQuery),
             Prepared::Plan { plan, is_insert } => {
                 let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
                 let wire = wire_types(&types)?;

@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::checkpoint::Checkpoints;
-use crate::log::{LogConfig, LogStore};
+use crate::log::{attach_remote_segments, spawn_tiering, LogConfig, LogStore};
 use crate::query::{build_context, session_config};
 use crate::store::DurableStore;
 use crate::stream::ViewManager;
@@ -30,6 +30,7 @@ pub struct ServerConfig {
     /// `s3://bucket/prefix`; `None` keeps objects under `<data_dir>/objects`.
     pub object_store: Option<String>,
     pub checkpoint_interval: std::time::Duration,
+    pub tiering_interval: std::time::Duration,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
@@ -40,6 +41,8 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         &config.data_dir.join("objects"),
     )?);
     let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
+    attach_remote_segments(&store, &objects).await?;
+    spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
     let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
     let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
     let ctx = Arc::new(build_context(store.clone(), views.clone())?);

@@ -152,6 +152,17 @@ impl DurableStore {
         &self.url
     }
 
+    /// The underlying store, for readers that fetch byte ranges themselves
+    /// (Parquet footers and row groups).
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.inner.clone()
+    }
+
+    /// Where `key` lives in [`DurableStore::object_store`].
+    pub fn object_path(&self, key: &str) -> ObjectPath {
+        self.path(key)
+    }
+
     fn path(&self, key: &str) -> ObjectPath {
         let mut p = self.prefix.clone();
         for part in key.split('/').filter(|s| !s.is_empty()) {

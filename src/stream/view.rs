@@ -798,6 +798,12 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                 // frames with the same ingest time.
                 let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
                 for (k, part) in table.partitions().iter().enumerate() {
+                    let start = part.start_offset();
+                    if consumed[k] < start && ends[k] > consumed[k] {
+                        part.note_read_below_start();
+                        warn!(partition = k, from = consumed[k], start,
+                              "offsets were deleted by retention before the view read them; continuing at the start");
+                    }
                     for meta in part.frames_in_range(consumed[k], ends[k]) {
                         frames.push((meta.header.ingested_at_us, k, meta));
                     }
@@ -809,7 +815,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                         let mut delta = Vec::with_capacity(chunk.len());
                         for (_, k, meta) in chunk {
                             let part = &table.partitions()[*k];
-                            let raw = part.read_frame(meta)?;
+                            let raw = part.read_frame(meta).await?;
                             let rows = project_frame(
                                 &raw,
                                 meta,

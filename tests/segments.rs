@@ -1,0 +1,221 @@
+//! Closed segments move to the object store as Parquet; reads, views and
+//! backfills span local and remote segments; retention deletes whole
+//! segments and a read below the start says so.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::s3::S3Server;
+use common::{scalar, Server};
+
+const FLAGS: [&str; 4] = ["--segment-bytes", "20000", "--tiering-interval-ms", "100"];
+
+async fn wait_for(c: &tokio_postgres::Client, sql: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while scalar(c, sql).await == 0 {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn local_segment_files(server: &Server) -> usize {
+    let mut n = 0;
+    for t in std::fs::read_dir(server.data_dir.join("tables"))
+        .unwrap()
+        .flatten()
+    {
+        for p in std::fs::read_dir(t.path()).unwrap().flatten() {
+            if p.path().is_dir() {
+                n += std::fs::read_dir(p.path())
+                    .unwrap()
+                    .flatten()
+                    .filter(|f| f.path().extension().is_some_and(|e| e == "seg"))
+                    .count();
+            }
+        }
+    }
+    n
+}
+
+async fn check_contents(c: &tokio_postgres::Client) {
+    let r = c
+        .query_one("SELECT COUNT(*), SUM(id), COUNT(DISTINCT id) FROM t", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i64>(0), 10_000);
+    assert_eq!(r.get::<_, i64>(2), 10_000);
+    let r = c.query_one("SELECT n, s FROM v", &[]).await.unwrap();
+    assert_eq!(r.get::<_, i64>(0), 10_000);
+}
+
+async fn reads_span_local_and_remote_segments(mut server: Server) {
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 2);
+         CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS n, SUM(id) AS s FROM t;",
+    )
+    .await
+    .unwrap();
+    for i in 0..10 {
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+        ))
+        .await
+        .unwrap();
+    }
+    wait_for(
+        &c,
+        "SELECT CAST(MIN(remote_segments) >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 't'",
+        "segments to move",
+    )
+    .await;
+    // Only the active segment of each partition (plus at most one closed
+    // one still moving) stays local.
+    assert!(
+        local_segment_files(&server) <= 4,
+        "local copies are dropped"
+    );
+    check_contents(&c).await;
+    // Offset pruning reaches into remote segments: one partition's tail
+    // reads a handful of the partition's 10 frames.
+    let before = scalar(
+        &c,
+        "SELECT frames_read FROM sluice_catalog.partitions WHERE partition = 1",
+    )
+    .await;
+    let n = scalar(
+        &c,
+        "SELECT COUNT(*) FROM t WHERE _partition = 1 AND _offset >= 1000 AND _offset < 2000",
+    )
+    .await;
+    assert_eq!(n, 1000);
+    let read = scalar(
+        &c,
+        "SELECT frames_read FROM sluice_catalog.partitions WHERE partition = 1",
+    )
+    .await
+        - before;
+    assert!(read <= 3, "read {read} frames for one frame's offsets");
+    drop(c);
+
+    // After SIGKILL: segments are found in the store, a new view backfills
+    // across remote and local segments.
+    server.restart();
+    let c = server.connect().await;
+    check_contents(&c).await;
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW per_partition AS
+           SELECT _partition AS p, COUNT(*) AS n, MIN(_offset) AS lo, MAX(_offset) AS hi FROM t GROUP BY _partition;
+         INSERT INTO t VALUES (-1, 'late');
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    let rows = c
+        .query("SELECT p, n, lo, hi FROM per_partition ORDER BY p", &[])
+        .await
+        .unwrap();
+    let got: Vec<(i32, i64, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let want = c
+        .query(
+            "SELECT _partition, COUNT(*), MIN(_offset), MAX(_offset) FROM t GROUP BY _partition ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let want: Vec<(i32, i64, i64, i64)> = want
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.iter().map(|g| g.1).sum::<i64>(), 10_001);
+    assert!(server
+        .log_text()
+        .contains("attached segments in the object store"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_move_to_the_local_object_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &FLAGS);
+    reads_span_local_and_remote_segments(server).await;
+    let objects = dir.path().join("data/objects/tables");
+    let parquet = std::fs::read_dir(objects.join("1/p0")).unwrap().count();
+    assert!(parquet >= 2, "Parquet segments under objects/tables/1/p0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_move_to_s3() {
+    let s3 = S3Server::start("sluice-segments");
+    let dir = tempfile::tempdir().unwrap();
+    let url = s3.url("seg");
+    let mut flags: Vec<&str> = FLAGS.to_vec();
+    flags.extend(["--object-store", &url]);
+    let server = Server::start_env(dir.path(), &flags, &s3.env());
+    reads_span_local_and_remote_segments(server).await;
+    let keys = s3.keys("seg/tables/1/p0/");
+    assert!(
+        keys.len() >= 2 && keys.iter().all(|k| k.ends_with(".parquet")),
+        "{keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_whole_segments_and_reads_below_the_start_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &FLAGS);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY WITH (retention_bytes = '40kB');
+         CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS n FROM t;",
+    )
+    .await
+    .unwrap();
+    for i in 0..20 {
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+        ))
+        .await
+        .unwrap();
+    }
+    wait_for(
+        &c,
+        "SELECT deleted_segments FROM sluice_catalog.partitions WHERE table_name = 't'",
+        "retention",
+    )
+    .await;
+    let start = scalar(&c, "SELECT start_offset FROM sluice_catalog.partitions").await;
+    assert!(
+        start > 0 && start % 1000 == 0,
+        "whole segments go: start {start}"
+    );
+    let n = scalar(&c, "SELECT COUNT(*) FROM t").await;
+    assert_eq!(n, 20_000 - start);
+    assert_eq!(scalar(&c, "SELECT MIN(_offset) FROM t").await, start);
+    // The view counted every row before retention ran.
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT n FROM v").await, 20_000);
+
+    // Asking for offsets below the start: rows from the start, a NOTICE.
+    let (ok, out, err) = server.psql("SELECT COUNT(*) FROM t WHERE _offset >= 0;\n");
+    assert!(ok, "{err}");
+    assert!(out.contains(&(20_000 - start).to_string()), "{out}");
+    assert!(
+        err.contains("NOTICE")
+            && err.contains("deleted by retention")
+            && err.contains(&format!("reading from {start}")),
+        "psql shows the notice: {err}"
+    );
+    assert!(
+        scalar(
+            &c,
+            "SELECT reads_below_start FROM sluice_catalog.partitions"
+        )
+        .await
+            >= 1
+    );
+}
