@@ -381,6 +381,7 @@ async fn write_epoch(
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
         new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));
     }
+    let mut puts: Vec<(String, Bytes)> = Vec::new();
     for (kind, name, batches) in new_files {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         let data: Bytes = tokio::task::spawn_blocking(move || encode_parquet(&batches))
@@ -401,9 +402,10 @@ async fn write_epoch(
             bytes: data.len() as u64,
             crc32c: crc32c::crc32c(&data),
         };
-        store.put(&key, data).await?;
+        puts.push((key, data));
         files.push(file);
     }
+    store.put_all(puts).await?;
     let manifest = CheckpointManifest {
         view_id,
         view: view.to_string(),

@@ -296,6 +296,11 @@ impl PartitionLog {
     /// store.
     pub async fn read_frame(&self, meta: &FrameMeta) -> Result<RecordBatch, LogError> {
         self.frames_read.fetch_add(1, Ordering::Relaxed);
+        self.fetch_frame(meta).await
+    }
+
+    /// Reads a frame without counting it as a client's read (segment moves).
+    pub(super) async fn fetch_frame(&self, meta: &FrameMeta) -> Result<RecordBatch, LogError> {
         let (seg, pos) = match &meta.location {
             FrameLocation::Local { segment, pos } => (segment, *pos),
             FrameLocation::Remote(remote) => return remote.read_frame(&meta.header).await,

@@ -81,7 +81,7 @@ async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result<(),
             }
             let mut rows: Vec<(FrameHeader, RecordBatch)> = Vec::with_capacity(frames.len());
             for f in &frames {
-                rows.push((f.header, part.read_frame(f).await?));
+                rows.push((f.header, part.fetch_frame(f).await?));
             }
             let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
                 .await

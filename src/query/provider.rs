@@ -36,6 +36,15 @@ impl fmt::Debug for LogTableProvider {
 }
 
 impl LogTableProvider {
+    /// The column whose bounds frame headers keep (the watermark column, or
+    /// the first timestamp column).
+    fn time_column(&self) -> Option<&str> {
+        let def = &self.table.def;
+        def.event_time_index()
+            .and_then(|i| def.columns.get(i))
+            .map(|c| c.name.as_str())
+    }
+
     pub fn new(table: Arc<TableLog>) -> Self {
         // Every column is nullable to DataFusion: NOT NULL is enforced by the
         // sink with PostgreSQL's error, not by the planner.
@@ -60,6 +69,11 @@ struct ScanBounds {
     hi: u64,
     /// A predicate on `_offset` set `lo`.
     lo_asked: bool,
+    /// The column frame headers keep event-time bounds of, and the range
+    /// (inclusive, microseconds) predicates on it allow.
+    time_column: Option<String>,
+    time_lo: i64,
+    time_hi: i64,
 }
 
 tokio::task_local! {
@@ -69,12 +83,15 @@ tokio::task_local! {
 }
 
 impl ScanBounds {
-    fn from_filters(filters: &[Expr]) -> ScanBounds {
+    fn from_filters(filters: &[Expr], time_column: Option<&str>) -> ScanBounds {
         let mut b = ScanBounds {
             partitions: None,
             lo: 0,
             hi: u64::MAX,
             lo_asked: false,
+            time_column: time_column.map(str::to_string),
+            time_lo: i64::MIN,
+            time_hi: i64::MAX,
         };
         for f in filters {
             b.apply(f);
@@ -91,6 +108,34 @@ impl ScanBounds {
             }) => {
                 self.apply(left);
                 self.apply(right);
+            }
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) if self.is_time_bound(left, right) => {
+                let (col, ns, op) = match (column_name(left), literal_time_ns(right)) {
+                    (Some(_), Some(v)) => (true, v, *op),
+                    _ => match (literal_time_ns(left), op.swap()) {
+                        (Some(v), Some(op)) => (true, v, op),
+                        _ => (false, 0, *op),
+                    },
+                };
+                // Stored times are whole microseconds: bounds round inward.
+                let floor = i64::try_from(ns.div_euclid(1_000)).unwrap_or(i64::MAX);
+                let ceil = i64::try_from(-(-ns).div_euclid(1_000)).unwrap_or(i64::MAX);
+                if col {
+                    let (lo, hi) = match op {
+                        Operator::Eq => (Some(ceil), Some(floor)),
+                        Operator::Gt => (Some(floor.saturating_add(1)), None),
+                        Operator::GtEq => (Some(ceil), None),
+                        Operator::Lt => (None, Some(ceil.saturating_sub(1))),
+                        Operator::LtEq => (None, Some(floor)),
+                        _ => (None, None),
+                    };
+                    if let Some(lo) = lo {
+                        self.time_lo = self.time_lo.max(lo);
+                    }
+                    if let Some(hi) = hi {
+                        self.time_hi = self.time_hi.min(hi);
+                    }
+                }
             }
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
                 let (col, op, value) = match (
@@ -131,6 +176,26 @@ impl ScanBounds {
             }
             _ => {}
         }
+    }
+
+    /// True for a comparison of the event-time column with a timestamp.
+    fn is_time_bound(&self, left: &Expr, right: &Expr) -> bool {
+        let Some(time) = &self.time_column else {
+            return false;
+        };
+        match (column_name(left), column_name(right)) {
+            (Some(c), None) => &c == time && literal_time_ns(right).is_some(),
+            (None, Some(c)) => &c == time && literal_time_ns(left).is_some(),
+            _ => false,
+        }
+    }
+
+    /// Frames whose event-time bounds can hold rows the predicates allow.
+    fn may_hold(&self, meta: &FrameMeta) -> bool {
+        if self.time_lo == i64::MIN && self.time_hi == i64::MAX {
+            return true;
+        }
+        meta.header.max_event_us >= self.time_lo && meta.header.min_event_us <= self.time_hi
     }
 
     fn apply_offset(&mut self, op: Operator, value: i64) {
@@ -181,9 +246,28 @@ fn literal_i64(e: &Expr) -> Option<i64> {
     }
 }
 
-fn is_seekable(e: &Expr) -> bool {
-    let b = ScanBounds::from_filters(std::slice::from_ref(e));
-    b.partitions.is_some() || b.lo_asked || b.hi < u64::MAX
+/// A timestamp literal in nanoseconds.
+fn literal_time_ns(e: &Expr) -> Option<i128> {
+    match e {
+        Expr::Literal(v, _) => match v {
+            ScalarValue::TimestampSecond(Some(x), _) => Some(*x as i128 * 1_000_000_000),
+            ScalarValue::TimestampMillisecond(Some(x), _) => Some(*x as i128 * 1_000_000),
+            ScalarValue::TimestampMicrosecond(Some(x), _) => Some(*x as i128 * 1_000),
+            ScalarValue::TimestampNanosecond(Some(x), _) => Some(*x as i128),
+            _ => None,
+        },
+        Expr::Cast(c) => literal_time_ns(&c.expr),
+        _ => None,
+    }
+}
+
+fn is_seekable(e: &Expr, time_column: Option<&str>) -> bool {
+    let b = ScanBounds::from_filters(std::slice::from_ref(e), time_column);
+    b.partitions.is_some()
+        || b.lo_asked
+        || b.hi < u64::MAX
+        || b.time_lo > i64::MIN
+        || b.time_hi < i64::MAX
 }
 
 #[async_trait]
@@ -205,7 +289,7 @@ impl TableProvider for LogTableProvider {
         Ok(filters
             .iter()
             .map(|f| {
-                if is_seekable(f) {
+                if is_seekable(f, self.time_column()) {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -221,7 +305,7 @@ impl TableProvider for LogTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let bounds = ScanBounds::from_filters(filters);
+        let bounds = ScanBounds::from_filters(filters, self.time_column());
         let projection: Vec<usize> = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
@@ -242,7 +326,8 @@ impl TableProvider for LogTableProvider {
                 );
                 let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
             }
-            let frames = part.frames_in_range(bounds.lo, bounds.hi);
+            let mut frames = part.frames_in_range(bounds.lo, bounds.hi);
+            frames.retain(|f| bounds.may_hold(f));
             streams.push(Arc::new(FrameStream {
                 table: self.table.clone(),
                 partition: k,

@@ -183,18 +183,27 @@ impl DurableStore {
 
     /// Stores `bytes` under `key` atomically and durably.
     pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), StoreError> {
+        self.put_all(vec![(key.to_string(), bytes)]).await
+    }
+
+    /// Stores several objects, each atomically; all are durable when this
+    /// returns. Locally each directory is fsynced once for all of them.
+    pub async fn put_all(&self, objects: Vec<(String, Bytes)>) -> Result<(), StoreError> {
         match &self.local_root {
             Some(root) => {
-                let path = root.join(key);
-                tokio::task::spawn_blocking(move || write_durably(&path, &bytes))
+                let root = root.clone();
+                let at = root.clone();
+                tokio::task::spawn_blocking(move || write_durably(&root, &objects))
                     .await
                     .map_err(|e| StoreError::Io {
-                        path: root.join(key),
+                        path: at,
                         source: std::io::Error::other(e.to_string()),
                     })?
             }
             None => {
-                self.inner.put(&self.path(key), bytes.into()).await?;
+                for (key, bytes) in objects {
+                    self.inner.put(&self.path(&key), bytes.into()).await?;
+                }
                 Ok(())
             }
         }
@@ -243,32 +252,43 @@ impl DurableStore {
     }
 }
 
-/// Write, fsync, rename, fsync the directory: a crash leaves the old state
-/// or the whole new object, never a part.
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+/// Write each object to a temporary name, fsync, rename; then fsync each
+/// directory once: a crash leaves the old state or a whole new object,
+/// never a part.
+fn write_durably(root: &Path, objects: &[(String, Bytes)]) -> Result<(), StoreError> {
     use std::io::Write;
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| StoreError::Io { path: p, source }
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(TEMP_SUFFIX);
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (key, bytes) in objects {
+        let path = root.join(key);
+        let dir = path.parent().unwrap_or(root).to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(TEMP_SUFFIX);
+        let tmp = PathBuf::from(tmp);
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+            f.write_all(bytes).map_err(io(&tmp))?;
+            f.sync_all().map_err(io(&tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io(&path))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result?;
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
     }
-    result
+    for dir in dirs {
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&dir))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
