@@ -274,3 +274,60 @@ async fn event_time_predicates_prune_frames() {
     assert_eq!(n, 399 + 1000);
     assert_eq!(frames_read(&c, "e").await - before, 2);
 }
+
+/// A segment larger than one S3 request's worth goes up as a multipart
+/// upload and reads back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_segment_goes_to_s3_in_parts() {
+    let s3 = S3Server::start("sluice-large");
+    let dir = tempfile::tempdir().unwrap();
+    let url = s3.url("big");
+    let server = Server::start_env(
+        dir.path(),
+        &[
+            "--segment-bytes",
+            "40000000",
+            "--tiering-interval-ms",
+            "100",
+            "--object-store",
+            &url,
+        ],
+        &s3.env(),
+    );
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE big (id BIGINT, body TEXT) APPEND ONLY")
+        .await
+        .unwrap();
+    for i in 0..6 {
+        c.batch_execute(&format!(
+            "INSERT INTO big SELECT {i} * 100000 + value, concat(md5(CAST(value AS TEXT)), md5(CAST({i} + value AS TEXT)))
+             FROM generate_series(0, 99999)"
+        ))
+        .await
+        .unwrap();
+    }
+    // The next write closes the full segment.
+    c.batch_execute("INSERT INTO big VALUES (-1, 'last')")
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "SELECT remote_segments FROM sluice_catalog.partitions WHERE table_name = 'big'",
+        "the upload",
+    )
+    .await;
+    let remote_bytes = scalar(&c, "SELECT remote_bytes FROM sluice_catalog.partitions").await;
+    assert!(
+        remote_bytes > 16 << 20,
+        "the segment is over the multipart threshold: {remote_bytes}"
+    );
+    let r = c
+        .query_one(
+            "SELECT COUNT(*), SUM(id), COUNT(DISTINCT body) FROM big",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i64>(0), 600_001);
+    assert_eq!(r.get::<_, i64>(1), (0..600_000i64).sum::<i64>() - 1);
+}

@@ -97,6 +97,17 @@ impl Checkpoints {
         });
     }
 
+    /// Deletes the checkpoints of every view id not in `known`.
+    pub async fn forget_all_but(&self, known: &[u64]) -> Result<(), StoreError> {
+        for o in self.store.list("views").await? {
+            let id = o.key.split('/').nth(1).and_then(|s| s.parse::<u64>().ok());
+            if id.is_some_and(|id| !known.contains(&id)) {
+                self.store.delete(&o.key).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Loads a view's newest complete checkpoint and deletes the files of
     /// every other epoch (incomplete or superseded).
     pub async fn load_latest(

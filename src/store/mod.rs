@@ -16,7 +16,7 @@ use futures::TryStreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, WriteMultipart};
 
 /// Errors of the object store layer.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,9 @@ pub struct DurableStore {
 
 /// Suffix of a local object being written; never listed.
 const TEMP_SUFFIX: &str = ".tmp";
+/// Objects larger than this go to S3 as multipart uploads of `PART_SIZE`.
+const MULTIPART_THRESHOLD: usize = 16 << 20;
+const PART_SIZE: usize = 8 << 20;
 
 impl DurableStore {
     /// The local file system under `root`.
@@ -202,7 +205,18 @@ impl DurableStore {
             }
             None => {
                 for (key, bytes) in objects {
-                    self.inner.put(&self.path(&key), bytes.into()).await?;
+                    let path = self.path(&key);
+                    if bytes.len() > MULTIPART_THRESHOLD {
+                        // Parts of a few MB each finish well inside the
+                        // request timeout; the object appears only when
+                        // the upload completes.
+                        let upload = self.inner.put_multipart(&path).await?;
+                        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+                        writer.put(bytes);
+                        writer.finish().await?;
+                    } else {
+                        self.inner.put(&path, bytes.into()).await?;
+                    }
                 }
                 Ok(())
             }

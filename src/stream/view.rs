@@ -211,6 +211,9 @@ impl ViewManager {
             let restored = manager.load_checkpoint(&def, &compiled).await?;
             manager.launch(def, compiled, restored)?;
         }
+        // Checkpoints of views that were dropped while an upload ran.
+        let known: Vec<u64> = store.view_defs().iter().map(|d| d.id).collect();
+        manager.checkpoints.forget_all_but(&known).await?;
         Ok(manager)
     }
 
