@@ -16,7 +16,8 @@ pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{
-    parse_sql, split_statements, CopyFormat, CopyFrom, CreateView, Statement, TransactionOp,
+    parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView, ExportFormat,
+    ExportTarget, Statement, TransactionOp,
 };
 pub use sqlparser;
 pub use windows::{rewrite_window_functions, WindowSpec};

@@ -19,6 +19,7 @@ pub enum Statement {
     ShowTables,
     /// `COPY t [(cols)] FROM STDIN ...`
     CopyFrom(CopyFrom),
+    CopyTo(CopyTo),
     /// `INSERT INTO t ...`; `literal_rows` is set when every value is a plain
     /// literal, so the server can convert it without planning a query.
     Insert {
@@ -82,6 +83,31 @@ pub struct CopyFrom {
     pub null: String,
     pub quote: char,
     pub escape: char,
+}
+
+/// Where `COPY ... TO` writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportTarget {
+    Stdout,
+    /// A file path on the server, or an `s3://bucket/key` URL.
+    Location(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Text,
+    Csv,
+    Parquet,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyTo {
+    pub query: Box<ast::Query>,
+    pub target: ExportTarget,
+    pub format: ExportFormat,
+    pub header: bool,
+    pub delimiter: char,
+    pub null: String,
 }
 
 /// Splits a query string into its statements at top-level semicolons,
@@ -363,7 +389,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             options,
             legacy_options,
             ..
-        } => copy_from(source, to, target, options, legacy_options),
+        } => copy_statement(source, to, target, options, legacy_options),
         ast::Statement::Insert(insert) => {
             let table = match &insert.table {
                 ast::TableObject::TableName(name) => object_name(name),
@@ -497,21 +523,89 @@ fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
     }
 }
 
-fn copy_from(
+/// What COPY's options say, before the direction is known.
+struct CopyOptions {
+    format: String,
+    header: bool,
+    delimiter: Option<char>,
+    null: Option<String>,
+    quote: char,
+    escape: Option<char>,
+}
+
+fn copy_options(
+    options: Vec<CopyOption>,
+    legacy_options: Vec<CopyLegacyOption>,
+) -> Result<CopyOptions, SqlError> {
+    let unsupported = |o: &dyn std::fmt::Display| {
+        SqlError::Unsupported(format!("COPY option {o} is not supported"))
+    };
+    let mut out = CopyOptions {
+        format: "text".into(),
+        header: false,
+        delimiter: None,
+        null: None,
+        quote: '"',
+        escape: None,
+    };
+    for option in options {
+        match option {
+            CopyOption::Format(f) => out.format = f.value.to_lowercase(),
+            CopyOption::Header(h) => out.header = h,
+            CopyOption::Delimiter(d) => out.delimiter = Some(d),
+            CopyOption::Null(n) => out.null = Some(n),
+            CopyOption::Quote(q) => out.quote = q,
+            CopyOption::Escape(e) => out.escape = Some(e),
+            CopyOption::Freeze(_) | CopyOption::Encoding(_) => {}
+            other => return Err(unsupported(&other)),
+        }
+    }
+    for option in legacy_options {
+        match option {
+            CopyLegacyOption::Csv(csv) => {
+                out.format = "csv".into();
+                for o in csv {
+                    match o {
+                        CopyLegacyCsvOption::Header => out.header = true,
+                        CopyLegacyCsvOption::Quote(q) => out.quote = q,
+                        CopyLegacyCsvOption::Escape(e) => out.escape = Some(e),
+                        other => return Err(unsupported(&other)),
+                    }
+                }
+            }
+            CopyLegacyOption::Delimiter(d) => out.delimiter = Some(d),
+            CopyLegacyOption::Null(n) => out.null = Some(n),
+            CopyLegacyOption::Header => out.header = true,
+            other => return Err(unsupported(&other)),
+        }
+    }
+    if out.header && out.format == "text" {
+        return Err(SqlError::Unsupported(
+            "COPY HEADER is available only in CSV mode".into(),
+        ));
+    }
+    Ok(out)
+}
+
+fn copy_statement(
     source: CopySource,
     to: bool,
     target: CopyTarget,
     options: Vec<CopyOption>,
     legacy_options: Vec<CopyLegacyOption>,
 ) -> Result<Statement, SqlError> {
+    let opts = copy_options(options, legacy_options)?;
+    if to {
+        return copy_to(source, target, opts);
+    }
     let (table_name, columns) = match source {
         CopySource::Table {
             table_name,
             columns,
-        } if !to => (table_name, columns),
-        _ => {
-            return Err(SqlError::Unsupported(
-                "only COPY table [(columns)] FROM STDIN is supported".into(),
+        } => (table_name, columns),
+        CopySource::Query(_) => {
+            return Err(SqlError::Syntax(
+                "COPY (query) is only allowed with TO".into(),
             ))
         }
     };
@@ -520,86 +614,106 @@ fn copy_from(
             "COPY FROM a file is not supported; use COPY ... FROM STDIN (psql's \\copy)".into(),
         ));
     }
-    let mut copy = CopyFrom {
+    let format = match opts.format.as_str() {
+        "text" => CopyFormat::Text,
+        "csv" => CopyFormat::Csv,
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "COPY FROM format \"{other}\" is not supported (text, csv)"
+            )))
+        }
+    };
+    let csv = format == CopyFormat::Csv;
+    let copy = CopyFrom {
         table: object_name(&table_name),
         columns: columns.iter().map(ident_name).collect(),
-        format: CopyFormat::Text,
-        header: false,
-        delimiter: '\t',
-        null: "\\N".into(),
-        quote: '"',
-        escape: '"',
+        format,
+        header: opts.header,
+        delimiter: opts.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
+        null: opts
+            .null
+            .unwrap_or_else(|| if csv { String::new() } else { "\\N".into() }),
+        quote: opts.quote,
+        escape: if csv {
+            opts.escape.unwrap_or(opts.quote)
+        } else {
+            '"'
+        },
     };
-    let mut delimiter = None;
-    let mut null = None;
-    let mut escape = None;
-    for option in options {
-        match option {
-            CopyOption::Format(f) => {
-                copy.format = match f.value.to_lowercase().as_str() {
-                    "text" => CopyFormat::Text,
-                    "csv" => CopyFormat::Csv,
-                    other => {
-                        return Err(SqlError::Unsupported(format!(
-                            "COPY format \"{other}\" is not supported"
-                        )))
-                    }
-                }
-            }
-            CopyOption::Header(h) => copy.header = h,
-            CopyOption::Delimiter(d) => delimiter = Some(d),
-            CopyOption::Null(n) => null = Some(n),
-            CopyOption::Quote(q) => copy.quote = q,
-            CopyOption::Escape(e) => escape = Some(e),
-            CopyOption::Freeze(_) | CopyOption::Encoding(_) => {}
-            other => {
-                return Err(SqlError::Unsupported(format!(
-                    "COPY option {other} is not supported"
-                )))
-            }
-        }
-    }
-    for option in legacy_options {
-        match option {
-            CopyLegacyOption::Csv(csv) => {
-                copy.format = CopyFormat::Csv;
-                for o in csv {
-                    match o {
-                        CopyLegacyCsvOption::Header => copy.header = true,
-                        CopyLegacyCsvOption::Quote(q) => copy.quote = q,
-                        CopyLegacyCsvOption::Escape(e) => escape = Some(e),
-                        other => {
-                            return Err(SqlError::Unsupported(format!(
-                                "COPY option {other} is not supported"
-                            )))
-                        }
-                    }
-                }
-            }
-            CopyLegacyOption::Delimiter(d) => delimiter = Some(d),
-            CopyLegacyOption::Null(n) => null = Some(n),
-            CopyLegacyOption::Header => copy.header = true,
-            other => {
-                return Err(SqlError::Unsupported(format!(
-                    "COPY option {other} is not supported"
-                )))
-            }
-        }
-    }
-    if copy.format == CopyFormat::Csv {
-        copy.delimiter = delimiter.unwrap_or(',');
-        copy.null = null.unwrap_or_default();
-        copy.escape = escape.unwrap_or(copy.quote);
-    } else {
-        if copy.header {
-            return Err(SqlError::Unsupported(
-                "COPY HEADER is available only in CSV mode".into(),
-            ));
-        }
-        copy.delimiter = delimiter.unwrap_or('\t');
-        copy.null = null.unwrap_or_else(|| "\\N".into());
-    }
     Ok(Statement::CopyFrom(copy))
+}
+
+/// `COPY (query) TO STDOUT | 'path' | 's3://...'` and `COPY t [(cols)] TO ...`.
+fn copy_to(
+    source: CopySource,
+    target: CopyTarget,
+    opts: CopyOptions,
+) -> Result<Statement, SqlError> {
+    let query = match source {
+        CopySource::Query(q) => q,
+        CopySource::Table {
+            table_name,
+            columns,
+        } => {
+            let cols = if columns.is_empty() {
+                "*".to_string()
+            } else {
+                columns
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let sql = format!("SELECT {cols} FROM {table_name}");
+            Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&sql)
+                .and_then(|mut p| p.parse_query())
+                .map_err(|e| SqlError::Syntax(e.to_string()))?
+        }
+    };
+    let target = match target {
+        CopyTarget::Stdout => ExportTarget::Stdout,
+        CopyTarget::File { filename } => ExportTarget::Location(filename),
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "COPY TO {other} is not supported (STDOUT, a file path or an s3:// URL)"
+            )))
+        }
+    };
+    let format = match opts.format.as_str() {
+        "text" => ExportFormat::Text,
+        "csv" => ExportFormat::Csv,
+        "parquet" => ExportFormat::Parquet,
+        other => {
+            return Err(SqlError::Unsupported(format!(
+                "COPY TO format \"{other}\" is not supported (text, csv, parquet)"
+            )))
+        }
+    };
+    match (&target, format) {
+        (ExportTarget::Stdout, ExportFormat::Parquet) => {
+            return Err(SqlError::Unsupported(
+                "COPY TO STDOUT writes text or csv; write Parquet to a path or an s3:// URL".into(),
+            ))
+        }
+        (ExportTarget::Location(_), ExportFormat::Text | ExportFormat::Csv) => {
+            return Err(SqlError::Unsupported(
+                "COPY TO a path or URL writes Parquet (WITH (FORMAT parquet)); use TO STDOUT for text or csv".into(),
+            ))
+        }
+        _ => {}
+    }
+    let csv = format == ExportFormat::Csv;
+    Ok(Statement::CopyTo(CopyTo {
+        query,
+        target,
+        format,
+        header: opts.header,
+        delimiter: opts.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
+        null: opts
+            .null
+            .unwrap_or_else(|| if csv { String::new() } else { "\\N".into() }),
+    }))
 }
 
 /// The rows of `VALUES (...), (...)` as text, when every value is a literal.

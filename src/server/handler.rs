@@ -28,11 +28,12 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
-    hide_system_columns, parse_sql, rewrite_window_functions, split_statements, Statement,
-    TransactionOp,
+    hide_system_columns, parse_sql, rewrite_window_functions, split_statements, ExportTarget,
+    Statement, TransactionOp,
 };
 use tracing::{debug, info_span, Instrument};
 
+use super::export;
 use crate::error::SluiceError;
 use crate::ingest::{CopyParser, RowStager};
 use crate::log::LogStore;
@@ -441,6 +442,17 @@ impl Handlers {
                     }
                 }
                 Ok(Response::Execution(Tag::new("DROP TABLE")))
+            }
+            Statement::CopyTo(copy) => {
+                let plan = self
+                    .parser
+                    .plan(ast::Statement::Query(copy.query.clone()))
+                    .await?;
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                match &copy.target {
+                    ExportTarget::Stdout => export::to_stdout(df, &copy).await,
+                    ExportTarget::Location(location) => export::to_location(df, location).await,
+                }
             }
             Statement::CopyFrom(copy) => {
                 let table = self

@@ -1,0 +1,133 @@
+//! `COPY (query) TO STDOUT` as text or CSV, and `COPY (query) TO 'path' |
+//! 's3://bucket/key' WITH (FORMAT parquet)`.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use arrow_pg::datatypes::arrow_schema_to_pg_fields;
+use arrow_pg::encoder::encode_value;
+use bytes::Bytes;
+use datafusion::prelude::DataFrame;
+use futures::StreamExt;
+use pgwire::api::portal::Format;
+use pgwire::api::results::{
+    CopyCsvOptions, CopyEncoder, CopyResponse, CopyTextOptions, FieldInfo, Response, Tag,
+};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::CopyData;
+use sluice_sql::{CopyTo, ExportFormat};
+
+use crate::error::SluiceError;
+use crate::store::DurableStore;
+
+/// Streams the query's rows to the client as COPY data.
+pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<Response, SluiceError> {
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    let fields = Arc::new(
+        arrow_schema_to_pg_fields(&schema, &Format::UnifiedText, None)
+            .map_err(|e| SluiceError::Protocol(e.to_string()))?,
+    );
+    let columns = fields.len();
+    let delimiter = copy.delimiter.to_string();
+    let encoder = match copy.format {
+        ExportFormat::Csv => CopyEncoder::new_csv(
+            fields.clone(),
+            CopyCsvOptions {
+                delimiter: delimiter.clone().into(),
+                null_string: copy.null.clone().into(),
+                ..Default::default()
+            },
+        ),
+        _ => CopyEncoder::new_text(
+            fields.clone(),
+            CopyTextOptions {
+                delimiter: delimiter.clone().into(),
+                null_string: copy.null.clone().into(),
+            },
+        ),
+    };
+    let header = copy.header.then(|| {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        CopyData::new(Bytes::from(format!("{}\n", names.join(&delimiter))))
+    });
+    let batches = df.execute_stream().await?;
+    let rows = batches
+        .scan(encoder, move |encoder, batch| {
+            let out: Vec<PgWireResult<CopyData>> = match batch {
+                Ok(b) => encode_rows(encoder, &b, &fields),
+                Err(e) => vec![Err(PgWireError::ApiError(Box::new(e)))],
+            };
+            futures::future::ready(Some(futures::stream::iter(out)))
+        })
+        .flatten();
+    let stream = futures::stream::iter(header.map(Ok)).chain(rows);
+    Ok(Response::CopyOut(CopyResponse::new(0, columns, stream)))
+}
+
+fn encode_rows(
+    encoder: &mut CopyEncoder,
+    batch: &RecordBatch,
+    fields: &[FieldInfo],
+) -> Vec<PgWireResult<CopyData>> {
+    let schema = batch.schema();
+    let mut out = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        for (col, field) in fields.iter().enumerate() {
+            if let Err(e) = encode_value(encoder, batch.column(col), row, schema.field(col), field)
+            {
+                out.push(Err(e));
+                return out;
+            }
+        }
+        out.push(Ok(encoder.take_copy()));
+    }
+    out
+}
+
+/// Writes the query's rows as one Parquet file to a server path or an
+/// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
+pub async fn to_location(df: DataFrame, location: &str) -> Result<Response, SluiceError> {
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    let mut batches = df.collect().await?;
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let data = tokio::task::spawn_blocking(move || crate::checkpoint::encode_parquet(&batches))
+        .await
+        .map_err(|e| SluiceError::Internal(e.to_string()))?
+        .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+    let (store, key) = match location.strip_prefix("s3://") {
+        Some(rest) => {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if key.is_empty() {
+                return Err(SluiceError::Unsupported(format!(
+                    "COPY TO needs an object key after the bucket: {location}"
+                )));
+            }
+            (
+                DurableStore::s3(&format!("s3://{bucket}"))?,
+                key.to_string(),
+            )
+        }
+        None => {
+            let path = std::path::Path::new(location);
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(SluiceError::Unsupported(format!(
+                    "COPY TO needs a file path: {location}"
+                )));
+            };
+            let dir = if dir.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                dir
+            };
+            (
+                DurableStore::local(dir)?,
+                name.to_string_lossy().into_owned(),
+            )
+        }
+    };
+    store.put(&key, data).await?;
+    Ok(Response::Execution(Tag::new("COPY").with_rows(rows)))
+}
