@@ -274,6 +274,17 @@ impl PartitionLog {
             .unwrap_or(v.end_offset)
     }
 
+    /// When the record at `offset` was ingested (None past the end or below
+    /// the start).
+    pub fn ingested_at(&self, offset: u64) -> Option<i64> {
+        let v = self.visible.read();
+        let i = v.frames.partition_point(|f| f.end_offset() <= offset);
+        v.frames
+            .get(i)
+            .filter(|f| f.header.base_offset <= offset)
+            .map(|f| f.header.ingested_at_us)
+    }
+
     /// Counts a read that asked for offsets below the start; returns the
     /// start it begins at instead.
     pub fn note_read_below_start(&self) -> u64 {

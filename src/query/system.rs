@@ -72,8 +72,9 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 6] = [
+const SYSTEM_TABLES: [&str; 7] = [
     "checkpoints",
+    "lag",
     "late_rows",
     "partitions",
     "tables",
@@ -96,6 +97,13 @@ impl SchemaProvider for SystemSchema {
             })),
             "checkpoints" => {
                 let batch = checkpoints_batch(&self.views)?;
+                Some(Arc::new(MemTable::try_new(
+                    batch.schema(),
+                    vec![vec![batch]],
+                )?))
+            }
+            "lag" => {
+                let batch = lag_batch(&self.views)?;
                 Some(Arc::new(MemTable::try_new(
                     batch.schema(),
                     vec![vec![batch]],
@@ -382,6 +390,68 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
         )),
         Arc::new(Int64Array::from(epochs)),
         Arc::new(Float64Array::from(ages)),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// How far each consumer (each view, for now) is behind its source, per
+/// source partition: in records, and in seconds (the age of the oldest
+/// record it has not processed).
+fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
+    let now = crate::checkpoint::now_us();
+    let mut consumer = vec![];
+    let mut kind = vec![];
+    let mut source = vec![];
+    let mut partition = vec![];
+    let mut committed = vec![];
+    let mut processed = vec![];
+    let mut end = vec![];
+    let mut lag = vec![];
+    let mut lag_seconds = vec![];
+    for v in views.views() {
+        let (done, _) = v.progress();
+        let ends = v.source_end();
+        let saved = v.checkpointed_offsets();
+        for (k, (&d, &e)) in done.iter().zip(&ends).enumerate() {
+            consumer.push(v.def.name.clone());
+            kind.push("view");
+            source.push(v.source.name().to_string());
+            partition.push(k as i32);
+            committed.push(saved.get(k).map(|&c| c as i64));
+            processed.push(d as i64);
+            end.push(e as i64);
+            lag.push(e.saturating_sub(d) as i64);
+            let oldest = match &v.source {
+                crate::stream::ViewSource::Table(t) if e > d => {
+                    t.partitions().get(k).and_then(|p| p.ingested_at(d))
+                }
+                crate::stream::ViewSource::Table(_) => Some(now),
+                crate::stream::ViewSource::View(_) => None,
+            };
+            lag_seconds.push(oldest.map(|t| (now - t).max(0) as f64 / 1e6));
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("consumer", DataType::Utf8, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("committed_offset", DataType::Int64, true),
+        Field::new("processed_offset", DataType::Int64, false),
+        Field::new("end_offset", DataType::Int64, false),
+        Field::new("lag_records", DataType::Int64, false),
+        Field::new("lag_seconds", DataType::Float64, true),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(consumer)),
+        Arc::new(StringArray::from(kind)),
+        Arc::new(StringArray::from(source)),
+        Arc::new(Int32Array::from(partition)),
+        Arc::new(Int64Array::from(committed)),
+        Arc::new(Int64Array::from(processed)),
+        Arc::new(Int64Array::from(end)),
+        Arc::new(Int64Array::from(lag)),
+        Arc::new(Float64Array::from(lag_seconds)),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)
 }

@@ -11,4 +11,5 @@ mod delta;
 mod pipeline;
 mod view;
 
+pub use pipeline::ViewSource;
 pub use view::{EmitOptions, LateRow, View, ViewManager};

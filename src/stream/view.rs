@@ -102,6 +102,11 @@ impl View {
         }
     }
 
+    /// Source offsets the last committed checkpoint covers.
+    pub fn checkpointed_offsets(&self) -> Vec<u64> {
+        self.checkpointed.borrow().clone()
+    }
+
     /// Offsets consumed per source partition, and rows of state held.
     pub fn progress(&self) -> (Vec<u64>, u64) {
         let p = self.published.read();
