@@ -331,3 +331,63 @@ async fn large_segment_goes_to_s3_in_parts() {
     assert_eq!(r.get::<_, i64>(0), 600_001);
     assert_eq!(r.get::<_, i64>(1), (0..600_000i64).sum::<i64>() - 1);
 }
+
+/// A segment object that cannot be read at start-up does not keep the
+/// server down: the rest is served, reads of that partition say what is
+/// missing, and the partition counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_segment_object_is_reported_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &FLAGS);
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY")
+        .await
+        .unwrap();
+    for i in 0..10 {
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+        ))
+        .await
+        .unwrap();
+    }
+    wait_for(
+        &c,
+        "SELECT CAST(remote_segments >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 't'",
+        "segments to move",
+    )
+    .await;
+    drop(c);
+    server.kill9();
+    let p0 = dir.path().join("data/objects/tables/1/p0");
+    let mut objects: Vec<_> = std::fs::read_dir(&p0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    objects.sort();
+    let lost = objects[0].clone();
+    std::fs::write(&lost, b"not parquet at all").unwrap();
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT unreadable_segments FROM sluice_catalog.partitions"
+        )
+        .await,
+        1
+    );
+    let remaining = scalar(&c, "SELECT COUNT(*) FROM t").await;
+    assert!(remaining < 10_000 && remaining > 0, "{remaining}");
+    let (ok, _, err) = server.psql("SELECT COUNT(*) FROM t;\n");
+    assert!(ok);
+    assert!(
+        err.contains("unreadable") && err.contains(lost.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
+    // Writes go on.
+    c.batch_execute("INSERT INTO t VALUES (1, 'after')")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM t").await, remaining + 1);
+}

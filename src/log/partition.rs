@@ -84,6 +84,7 @@ pub struct PartitionStats {
     /// Reads that asked for offsets retention had already deleted.
     pub reads_below_start: u64,
     pub deleted_segments: u64,
+    pub unreadable_segments: u64,
 }
 
 #[derive(Debug)]
@@ -94,6 +95,8 @@ pub struct PartitionLog {
     frames_read: AtomicU64,
     reads_below_start: AtomicU64,
     deleted_segments: AtomicU64,
+    /// Objects of this partition found unreadable at start-up.
+    unreadable: parking_lot::Mutex<Vec<String>>,
 }
 
 /// The append side of a partition, owned by the table's writer thread.
@@ -237,6 +240,7 @@ impl PartitionLog {
             frames_read: AtomicU64::new(0),
             reads_below_start: AtomicU64::new(0),
             deleted_segments: AtomicU64::new(0),
+            unreadable: parking_lot::Mutex::new(Vec::new()),
         };
         Ok((log, writer))
     }
@@ -262,6 +266,7 @@ impl PartitionLog {
             remote_bytes: v.remote.iter().map(|r| r.bytes).sum(),
             reads_below_start: self.reads_below_start.load(Ordering::Relaxed),
             deleted_segments: self.deleted_segments.load(Ordering::Relaxed),
+            unreadable_segments: self.unreadable.lock().len() as u64,
         }
     }
 
@@ -272,6 +277,15 @@ impl PartitionLog {
             .first()
             .map(|f| f.header.base_offset)
             .unwrap_or(v.end_offset)
+    }
+
+    pub fn note_unreadable_segment(&self, key: &str) {
+        self.unreadable.lock().push(key.to_string());
+    }
+
+    /// Keys of this partition's segments that could not be read.
+    pub fn unreadable_segments(&self) -> Vec<String> {
+        self.unreadable.lock().clone()
     }
 
     /// When the record at `offset` was ingested (None past the end or below

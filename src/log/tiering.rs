@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{error, info, info_span, warn, Instrument};
 
 use super::error::LogError;
 use super::frame::FrameHeader;
@@ -33,7 +33,17 @@ pub async fn attach_remote_segments(
                 .await?;
             let mut found = Vec::new();
             for o in listed.iter().filter(|o| o.key.ends_with(".parquet")) {
-                found.push(RemoteSegment::open(objects.clone(), &o.key, o.size).await?);
+                match RemoteSegment::open(objects.clone(), &o.key, o.size).await {
+                    Ok(segment) => found.push(segment),
+                    // Serving the rest beats refusing to start; reads of
+                    // the partition say what is missing. A local copy, if
+                    // an interrupted move left one, stays and is moved again.
+                    Err(e) => {
+                        error!(table = %table.def.name, partition = k, key = %o.key, error = %e,
+                               "segment in the object store is unreadable; its rows are missing");
+                        part.note_unreadable_segment(&o.key);
+                    }
+                }
             }
             if found.is_empty() {
                 continue;

@@ -317,8 +317,16 @@ impl TableProvider for LogTableProvider {
                     continue;
                 }
             }
+            let unreadable = part.unreadable_segments();
+            for key in &unreadable {
+                let notice = format!(
+                    "partition {k} of \"{}\": segment {key} in the object store is unreadable; its rows are missing",
+                    self.table.def.name
+                );
+                let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
+            }
             let start = part.start_offset();
-            if bounds.lo_asked && bounds.lo < start {
+            if unreadable.is_empty() && bounds.lo_asked && bounds.lo < start {
                 part.note_read_below_start();
                 let notice = format!(
                     "partition {k} of \"{}\": offsets below {start} were deleted by retention; reading from {start}",

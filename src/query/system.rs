@@ -194,13 +194,14 @@ fn partitions_schema() -> SchemaRef {
         i64f("remote_bytes"),
         i64f("deleted_segments"),
         i64f("reads_below_start"),
+        i64f("unreadable_segments"),
     ]))
 }
 
 fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut names = vec![];
     let mut parts = vec![];
-    let mut cols: [Vec<i64>; 11] = Default::default();
+    let mut cols: [Vec<i64>; 12] = Default::default();
     for t in store.tables() {
         for p in t.partitions() {
             let s = p.stats();
@@ -218,6 +219,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
                 s.remote_bytes,
                 s.deleted_segments,
                 s.reads_below_start,
+                s.unreadable_segments,
             ];
             for (c, v) in cols.iter_mut().zip(values) {
                 c.push(v as i64);
