@@ -533,6 +533,20 @@ struct CopyOptions {
     escape: Option<char>,
 }
 
+impl CopyOptions {
+    /// Tab for text, comma for CSV, unless DELIMITER says otherwise.
+    fn delimiter_or_default(&self, csv: bool) -> char {
+        self.delimiter.unwrap_or(if csv { ',' } else { '\t' })
+    }
+
+    /// `\N` for text, the empty string for CSV, unless NULL says otherwise.
+    fn null_or_default(&self, csv: bool) -> String {
+        self.null
+            .clone()
+            .unwrap_or_else(|| if csv { String::new() } else { "\\N".into() })
+    }
+}
+
 fn copy_options(
     options: Vec<CopyOption>,
     legacy_options: Vec<CopyLegacyOption>,
@@ -629,10 +643,8 @@ fn copy_statement(
         columns: columns.iter().map(ident_name).collect(),
         format,
         header: opts.header,
-        delimiter: opts.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
-        null: opts
-            .null
-            .unwrap_or_else(|| if csv { String::new() } else { "\\N".into() }),
+        delimiter: opts.delimiter_or_default(csv),
+        null: opts.null_or_default(csv),
         quote: opts.quote,
         escape: if csv {
             opts.escape.unwrap_or(opts.quote)
@@ -709,10 +721,8 @@ fn copy_to(
         target,
         format,
         header: opts.header,
-        delimiter: opts.delimiter.unwrap_or(if csv { ',' } else { '\t' }),
-        null: opts
-            .null
-            .unwrap_or_else(|| if csv { String::new() } else { "\\N".into() }),
+        delimiter: opts.delimiter_or_default(csv),
+        null: opts.null_or_default(csv),
     }))
 }
 

@@ -679,29 +679,18 @@ impl ExtendedQueryHandler for Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        match &portal.statement.statement {
-            Prepared::Empty => Ok(Response::EmptyQuery),
-            Prepared::Direct(sql) => {
-                let span = info_span!("statement", sql = %truncate(sql));
-                self.execute(client, sql)
-                    .instrument(span)
-                    .await
-                    .map_err(SluiceError::into_pg)
-            }
-            Prepared::Plan { .. } => {
-                let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
-                let result = SCAN_NOTICES
-                    .scope(notices.clone(), self.run_portal(client, portal))
-                    .await;
-                send_notices(client, &notices).await?;
-                result
-            }
-        }
+        let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let result = SCAN_NOTICES
+            .scope(notices.clone(), self.run_portal(client, portal))
+            .await;
+        send_notices(client, &notices).await?;
+        result
     }
 }
 
 impl Handlers {
-    /// Binds a prepared plan's parameters and runs it.
+    /// Runs a bound portal: a statement handled directly, or a prepared
+    /// plan with its parameters bound.
     async fn run_portal<C>(
         &self,
         client: &mut C,
@@ -714,7 +703,14 @@ impl Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match &portal.statement.statement {
-            Prepared::Empty | Prepared::Direct(_) => Ok(Response::EmptyQuery),
+            Prepared::Empty => Ok(Response::EmptyQuery),
+            Prepared::Direct(sql) => {
+                let span = info_span!("statement", sql = %truncate(sql));
+                self.execute(client, sql)
+                    .instrument(span)
+                    .await
+                    .map_err(SluiceError::into_pg)
+            }
             Prepared::Plan { plan, is_insert } => {
                 let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
                 let wire = wire_types(&types)?;
