@@ -19,6 +19,19 @@ async fn wait_for(c: &tokio_postgres::Client, sql: &str, what: &str) {
     }
 }
 
+/// Waits until every partition of `table` has at least two segments in the
+/// object store.
+async fn wait_moved(c: &tokio_postgres::Client, table: &str) {
+    wait_for(
+        c,
+        &format!(
+            "SELECT CAST(MIN(remote_segments) >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = '{table}'"
+        ),
+        "segments to move",
+    )
+    .await;
+}
+
 fn local_segment_files(server: &Server) -> usize {
     let mut n = 0;
     for t in std::fs::read_dir(server.data_dir.join("tables"))
@@ -36,6 +49,17 @@ fn local_segment_files(server: &Server) -> usize {
         }
     }
     n
+}
+
+/// `statements` INSERTs of 1,000 rows each into `t (id, body)`, ids 0 up.
+async fn insert_thousands(c: &tokio_postgres::Client, statements: i64) {
+    for i in 0..statements {
+        c.batch_execute(&format!(
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+        ))
+        .await
+        .unwrap();
+    }
 }
 
 async fn frames_read(c: &tokio_postgres::Client, table: &str) -> i64 {
@@ -65,19 +89,8 @@ async fn reads_span_local_and_remote_segments(mut server: Server) {
     )
     .await
     .unwrap();
-    for i in 0..10 {
-        c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
-        ))
-        .await
-        .unwrap();
-    }
-    wait_for(
-        &c,
-        "SELECT CAST(MIN(remote_segments) >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 't'",
-        "segments to move",
-    )
-    .await;
+    insert_thousands(&c, 10).await;
+    wait_moved(&c, "t").await;
     // Only the active segment of each partition (plus at most one closed
     // one still moving) stays local.
     assert!(
@@ -185,13 +198,7 @@ async fn retention_deletes_whole_segments_and_reads_below_the_start_say_so() {
     )
     .await
     .unwrap();
-    for i in 0..20 {
-        c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
-        ))
-        .await
-        .unwrap();
-    }
+    insert_thousands(&c, 20).await;
     wait_for(
         &c,
         "SELECT deleted_segments FROM sluice_catalog.partitions WHERE table_name = 't'",
@@ -250,12 +257,7 @@ async fn event_time_predicates_prune_frames() {
         .await
         .unwrap();
     }
-    wait_for(
-        &c,
-        "SELECT CAST(remote_segments >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'e'",
-        "segments to move",
-    )
-    .await;
+    wait_moved(&c, "e").await;
     let before = frames_read(&c, "e").await;
     let n = scalar(
         &c,
@@ -343,19 +345,8 @@ async fn unreadable_segment_object_is_reported_not_fatal() {
     c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY")
         .await
         .unwrap();
-    for i in 0..10 {
-        c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
-        ))
-        .await
-        .unwrap();
-    }
-    wait_for(
-        &c,
-        "SELECT CAST(remote_segments >= 2 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 't'",
-        "segments to move",
-    )
-    .await;
+    insert_thousands(&c, 10).await;
+    wait_moved(&c, "t").await;
     drop(c);
     server.kill9();
     let p0 = dir.path().join("data/objects/tables/1/p0");
