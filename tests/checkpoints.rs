@@ -133,6 +133,17 @@ async fn writer(port: u16, use_copy: bool, events: Arc<Vec<Event>>, ledger: Arc<
     }
 }
 
+/// Four writers: two send INSERTs, two COPY.
+fn start_writers(
+    port: u16,
+    events: &Arc<Vec<Event>>,
+    ledger: &Arc<Mutex<Ledger>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|w| tokio::spawn(writer(port, w % 2 == 1, events.clone(), ledger.clone())))
+        .collect()
+}
+
 /// Asks the log which events of unanswered batches landed; the rest are
 /// sent again (only the missing ones).
 async fn resolve_in_doubt(server: &Server, events: &[Event], ledger: &Mutex<Ledger>) {
@@ -280,16 +291,7 @@ async fn crash_runs(
     let mut exact = 0;
     let mut tenants_wrong = 0;
     for _ in 0..runs {
-        let writers: Vec<_> = (0..4)
-            .map(|w| {
-                tokio::spawn(writer(
-                    server.port,
-                    w % 2 == 1,
-                    events.clone(),
-                    ledger.clone(),
-                ))
-            })
-            .collect();
+        let writers = start_writers(server.port, &events, &ledger);
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..900))).await;
         server.kill9();
         for w in writers {
@@ -305,16 +307,7 @@ async fn crash_runs(
     }
     let during_kills = ledger.lock().unwrap().landed.len();
     // The rest of the workload without kills, then the final check.
-    let writers: Vec<_> = (0..4)
-        .map(|w| {
-            tokio::spawn(writer(
-                server.port,
-                w % 2 == 1,
-                events.clone(),
-                ledger.clone(),
-            ))
-        })
-        .collect();
+    let writers = start_writers(server.port, &events, &ledger);
     for w in writers {
         w.await.unwrap();
     }
@@ -557,4 +550,75 @@ async fn lag_shows_processed_and_checkpointed_offsets() {
     for r in c.query(lag_sql, &[]).await.unwrap() {
         assert_eq!(r.get::<_, Option<i64>>(1), Some(r.get::<_, i64>(3)));
     }
+}
+
+/// Recovery takes the newest manifest whose files are intact: an epoch
+/// without a manifest (cut short by a crash) and a torn manifest are
+/// ignored, the view falls back to the epoch before and replays the rest of
+/// the log, and the stray files are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incomplete_epochs_and_torn_manifests_are_ignored_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "3600000"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (k TEXT, n BIGINT) APPEND ONLY WITH (partitions = 2, partition_key = 'k');
+         CREATE MATERIALIZED VIEW v AS SELECT k, COUNT(*) AS c, SUM(n) AS s FROM t GROUP BY k;
+         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(1, 100);
+         FLUSH;
+         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(101, 200);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.kill9();
+    let views = dir.path().join("data/objects/views/2");
+    let mut manifests: Vec<_> = std::fs::read_dir(&views)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("manifest-")
+        })
+        .collect();
+    manifests.sort();
+    assert_eq!(manifests.len(), 2, "the newest epoch and the one before");
+    let newest = manifests[1].clone();
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+    let stray = views.join("epoch-00000000000000000099");
+    std::fs::create_dir_all(&stray).unwrap();
+    std::fs::write(stray.join("groups.parquet"), b"half an epoch").unwrap();
+
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    let r = c
+        .query_one(
+            "SELECT CAST(SUM(c) AS BIGINT), CAST(SUM(s) AS BIGINT) FROM v",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i64>(0), 200);
+    assert_eq!(r.get::<_, i64>(1), (1..=200i64).sum::<i64>());
+    let log = server.log_text();
+    assert!(
+        log.contains("checkpoint is unusable; trying an older one"),
+        "{log}"
+    );
+    assert!(log.contains("restored view from checkpoint"));
+    assert!(
+        !stray.exists() || std::fs::read_dir(&stray).unwrap().next().is_none(),
+        "stray epoch files deleted"
+    );
+    assert!(
+        !newest.exists() || std::fs::read(&newest).unwrap() != bytes[..bytes.len() / 2],
+        "torn manifest deleted"
+    );
 }
