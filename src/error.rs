@@ -20,6 +20,10 @@ pub enum SluiceError {
     Catalog(#[from] CatalogError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Subscription(#[from] crate::subscribe::SubscriptionError),
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    TransactionAborted,
     #[error("{0}")]
     DataFusion(#[from] DataFusionError),
     #[error("{0}")]
@@ -34,13 +38,16 @@ pub enum SluiceError {
     Internal(String),
     #[error("the checkpoint of materialized view \"{view}\" is not committed yet: {reason}")]
     CheckpointPending { view: String, reason: String },
+    #[error("{0}")]
+    ObjectInUse(String),
     #[error("\"{0}\" is not a {1}")]
     WrongObjectType(String, &'static str),
-    #[error("cannot drop {kind} {name} because materialized view {view} depends on it")]
+    /// `dependent` names the kind and the name ("materialized view v").
+    #[error("cannot drop {kind} {name} because {dependent} depends on it")]
     DependentObjects {
         kind: &'static str,
         name: String,
-        view: String,
+        dependent: String,
     },
 }
 
@@ -52,6 +59,8 @@ impl SluiceError {
             SluiceError::Log(e) => log_sqlstate(e),
             SluiceError::Catalog(e) => catalog_sqlstate(e),
             SluiceError::Store(e) => e.sqlstate(),
+            SluiceError::Subscription(e) => e.sqlstate(),
+            SluiceError::TransactionAborted => "25P02",
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
             SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",
@@ -60,6 +69,7 @@ impl SluiceError {
             SluiceError::Internal(_) => "XX000",
             SluiceError::DependentObjects { .. } => "2BP01",
             SluiceError::WrongObjectType(..) => "42809",
+            SluiceError::ObjectInUse(_) => "55006",
             SluiceError::CheckpointPending { .. } => "58030",
         }
     }
@@ -112,6 +122,8 @@ fn catalog_sqlstate(e: &CatalogError) -> &'static str {
         CatalogError::UndefinedTable(_) => "42P01",
         CatalogError::Corrupt { .. } => "XX001",
         CatalogError::Io { .. } => "58030",
+        CatalogError::DuplicateSubscription(_) => "42710",
+        CatalogError::UndefinedSubscription(_) => "42704",
     }
 }
 

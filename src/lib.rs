@@ -13,3 +13,4 @@ pub mod query;
 pub mod server;
 pub mod store;
 pub mod stream;
+pub mod subscribe;

@@ -11,6 +11,6 @@ mod types;
 pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState};
 pub use store::{checked_body, with_checksum, write_atomically, Catalog, CatalogError};
 pub use types::{
-    ColumnDef, SqlType, TableDef, TableOptions, ViewDef, WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS,
-    HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,
+    ColumnDef, SqlType, SubscriptionDef, SubscriptionStart, TableDef, TableOptions, ViewDef,
+    WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS, HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,
 };

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{TableDef, ViewDef};
+use crate::types::{SubscriptionDef, TableDef, ViewDef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -19,6 +19,10 @@ pub enum CatalogError {
     DuplicateTable(String),
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
+    #[error("subscription \"{0}\" already exists")]
+    DuplicateSubscription(String),
+    #[error("subscription \"{0}\" does not exist")]
+    UndefinedSubscription(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CatalogError + '_ {
@@ -34,6 +38,8 @@ struct CatalogDocument {
     tables: Vec<TableDef>,
     #[serde(default)]
     views: Vec<ViewDef>,
+    #[serde(default)]
+    subscriptions: Vec<SubscriptionDef>,
 }
 
 impl CatalogDocument {
@@ -77,6 +83,7 @@ impl Catalog {
                 next_table_id: 1,
                 tables: vec![],
                 views: vec![],
+                subscriptions: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -115,9 +122,54 @@ impl Catalog {
         })
     }
 
+    /// Takes a fresh id (persisted, so it is never handed out again).
+    pub fn reserve_id(&mut self) -> Result<u64, CatalogError> {
+        self.update(|doc| Ok(doc.take_id()))
+    }
+
+    /// Replaces the view of the same name by `view` (a rebuild), in one
+    /// durable change; returns the definition replaced.
+    pub fn replace_view(&mut self, view: ViewDef) -> Result<ViewDef, CatalogError> {
+        self.update(|doc| {
+            let slot = doc
+                .views
+                .iter_mut()
+                .find(|v| v.name == view.name)
+                .ok_or_else(|| CatalogError::UndefinedTable(view.name.clone()))?;
+            Ok(std::mem::replace(slot, view))
+        })
+    }
+
     /// Removes a materialized view and persists the catalog.
     pub fn drop_view(&mut self, name: &str) -> Result<ViewDef, CatalogError> {
         self.update(|doc| remove_named(&mut doc.views, name, |v| &v.name))
+    }
+
+    pub fn subscriptions(&self) -> &[SubscriptionDef] {
+        &self.doc.subscriptions
+    }
+
+    /// Adds a subscription, assigning its id, and persists the catalog.
+    /// Subscriptions have their own namespace, as in PostgreSQL.
+    pub fn create_subscription(
+        &mut self,
+        mut sub: SubscriptionDef,
+    ) -> Result<SubscriptionDef, CatalogError> {
+        if self.doc.subscriptions.iter().any(|s| s.name == sub.name) {
+            return Err(CatalogError::DuplicateSubscription(sub.name));
+        }
+        self.update(|doc| {
+            sub.id = doc.take_id();
+            doc.subscriptions.push(sub.clone());
+            Ok(sub)
+        })
+    }
+
+    pub fn drop_subscription(&mut self, name: &str) -> Result<SubscriptionDef, CatalogError> {
+        self.update(|doc| {
+            remove_named(&mut doc.subscriptions, name, |s| &s.name)
+                .map_err(|_| CatalogError::UndefinedSubscription(name.to_string()))
+        })
     }
 
     /// Adds a table, assigning its id, and persists the catalog.
@@ -254,6 +306,7 @@ mod tests {
             query: "SELECT 1".into(),
             emit_on_window_close: false,
             allowed_lateness_us: 0,
+            start_offsets: None,
         };
         assert!(matches!(
             c.create_view(view("t")),

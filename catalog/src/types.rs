@@ -225,6 +225,29 @@ pub struct ViewDef {
     /// `WITH (allowed_lateness = '...')`, in microseconds.
     #[serde(default)]
     pub allowed_lateness_us: i64,
+    /// Where the view starts reading its source when it has no checkpoint:
+    /// offset 0 of every partition unless a rebuild chose a later start.
+    #[serde(default)]
+    pub start_offsets: Option<Vec<u64>>,
+}
+
+/// Where a subscription (consumer group) starts reading when it is
+/// created or reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubscriptionStart {
+    Earliest,
+    Latest,
+}
+
+/// A subscription: a named consumer group over a table or a view. Its
+/// committed offsets are kept next to the catalog, one file per group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionDef {
+    pub id: u64,
+    pub name: String,
+    /// The table or materialized view it reads.
+    pub source: String,
+    pub start: SubscriptionStart,
 }
 
 #[cfg(test)]

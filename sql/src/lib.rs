@@ -10,6 +10,7 @@ mod ddl;
 mod error;
 mod hidden;
 mod parse;
+mod subscription;
 mod windows;
 
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
@@ -20,4 +21,5 @@ pub use parse::{
     ExportTarget, Statement, TransactionOp,
 };
 pub use sqlparser;
+pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};
 pub use windows::{rewrite_window_functions, WindowSpec};

@@ -7,6 +7,7 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::ddl::{self, CreateTable};
 use crate::error::SqlError;
+use crate::subscription::{parse_subscription_statement, CreateSubscription, Fetch, StartAt};
 
 /// One statement, classified by who executes it.
 #[derive(Debug, Clone)]
@@ -44,6 +45,32 @@ pub enum Statement {
     Set {
         name: String,
         value: String,
+    },
+    CreateSubscription(CreateSubscription),
+    DropSubscription {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `ALTER SUBSCRIPTION s RESET TO ...`
+    ResetSubscription {
+        name: String,
+        to: StartAt,
+    },
+    /// `DECLARE c SUBSCRIPTION CURSOR FOR s [SINCE ...]`
+    DeclareCursor {
+        name: String,
+        subscription: String,
+        since: Option<StartAt>,
+    },
+    Fetch(Fetch),
+    /// `CLOSE c`, or `CLOSE ALL` (`name` is none).
+    CloseCursor {
+        name: Option<String>,
+    },
+    /// `ALTER MATERIALIZED VIEW v REBUILD [FROM EARLIEST | FROM TIMESTAMP '...']`
+    RebuildView {
+        name: String,
+        from: StartAt,
     },
     /// Anything else: handed to DataFusion.
     Query(Box<ast::Statement>),
@@ -184,6 +211,9 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         ["flush"] => return Ok(Statement::Flush),
         ["show", "materialized", "views"] => return Ok(Statement::ShowViews),
         _ => {}
+    }
+    if let Some(statement) = parse_subscription_statement(sql)? {
+        return Ok(statement);
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)

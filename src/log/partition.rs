@@ -299,6 +299,19 @@ impl PartitionLog {
             .map(|f| f.header.ingested_at_us)
     }
 
+    /// The first offset ingested at or after `ts_us` (the end offset when
+    /// nothing is that recent).
+    pub fn offset_at_time(&self, ts_us: i64) -> u64 {
+        let v = self.visible.read();
+        let i = v
+            .frames
+            .partition_point(|f| f.header.ingested_at_us < ts_us);
+        v.frames
+            .get(i)
+            .map(|f| f.header.base_offset)
+            .unwrap_or(v.end_offset)
+    }
+
     /// Counts a read that asked for offsets below the start; returns the
     /// start it begins at instead.
     pub fn note_read_below_start(&self) -> u64 {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use sluice_catalog::{Catalog, CatalogError, TableDef, ViewDef};
+use sluice_catalog::{Catalog, CatalogError, SubscriptionDef, TableDef, ViewDef};
 use tracing::{info, warn};
 
 use super::error::LogError;
@@ -88,8 +88,37 @@ impl LogStore {
         Ok(self.catalog.lock().create_view(def)?)
     }
 
+    pub fn reserve_id(&self) -> Result<u64, LogError> {
+        Ok(self.catalog.lock().reserve_id()?)
+    }
+
+    /// Swaps in a rebuilt view's definition; returns the old one.
+    pub fn replace_view_def(&self, def: ViewDef) -> Result<ViewDef, LogError> {
+        Ok(self.catalog.lock().replace_view(def)?)
+    }
+
     pub fn drop_view_def(&self, name: &str) -> Result<ViewDef, LogError> {
         Ok(self.catalog.lock().drop_view(name)?)
+    }
+
+    pub fn subscription_defs(&self) -> Vec<SubscriptionDef> {
+        self.catalog.lock().subscriptions().to_vec()
+    }
+
+    /// Records a subscription durably, assigning its id.
+    pub fn create_subscription_def(
+        &self,
+        def: SubscriptionDef,
+    ) -> Result<SubscriptionDef, LogError> {
+        Ok(self.catalog.lock().create_subscription(def)?)
+    }
+
+    pub fn drop_subscription_def(&self, name: &str) -> Result<SubscriptionDef, LogError> {
+        Ok(self.catalog.lock().drop_subscription(name)?)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     /// Creates a table durably. `Ok(None)` when it exists and `if_not_exists`.

@@ -7,6 +7,7 @@ use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 
 use crate::log::LogStore;
 use crate::stream::ViewManager;
+use crate::subscribe::SubscriptionManager;
 
 use super::system::{PublicSchema, SystemSchema};
 
@@ -27,6 +28,7 @@ pub fn session_config() -> SessionConfig {
 pub fn build_context(
     store: Arc<LogStore>,
     views: Arc<ViewManager>,
+    subs: Arc<SubscriptionManager>,
 ) -> Result<SessionContext, datafusion::error::DataFusionError> {
     let ctx = SessionContext::new_with_config(session_config());
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
@@ -39,7 +41,10 @@ pub fn build_context(
             views: views.clone(),
         }),
     )?;
-    catalog.register_schema("sluice_catalog", Arc::new(SystemSchema { store, views }))?;
+    catalog.register_schema(
+        "sluice_catalog",
+        Arc::new(SystemSchema { store, views, subs }),
+    )?;
     setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
     Ok(ctx)
 }

@@ -18,6 +18,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::log::LogStore;
 use crate::stream::ViewManager;
+use crate::subscribe::SubscriptionManager;
 
 use super::provider::LogTableProvider;
 
@@ -64,6 +65,7 @@ impl SchemaProvider for PublicSchema {
 pub struct SystemSchema {
     pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
+    pub subs: Arc<SubscriptionManager>,
 }
 
 impl fmt::Debug for SystemSchema {
@@ -72,11 +74,12 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 7] = [
+const SYSTEM_TABLES: [&str; 8] = [
     "checkpoints",
     "lag",
     "late_rows",
     "partitions",
+    "subscriptions",
     "tables",
     "views",
     "watermarks",
@@ -103,7 +106,14 @@ impl SchemaProvider for SystemSchema {
                 )?))
             }
             "lag" => {
-                let batch = lag_batch(&self.views)?;
+                let batch = lag_batch(&self.views, &self.subs)?;
+                Some(Arc::new(MemTable::try_new(
+                    batch.schema(),
+                    vec![vec![batch]],
+                )?))
+            }
+            "subscriptions" => {
+                let batch = subscriptions_batch(&self.subs)?;
                 Some(Arc::new(MemTable::try_new(
                     batch.schema(),
                     vec![vec![batch]],
@@ -336,8 +346,10 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
     let mut late = vec![];
     let mut epochs = vec![];
     let mut ages = vec![];
+    let mut progress = vec![];
     let now = crate::checkpoint::now_us();
     for v in &views {
+        progress.push(manager.progress(&v.def.name));
         let last = manager.checkpoints().last_committed(v.def.id);
         epochs.push(last.map(|(e, _)| e as i64));
         ages.push(last.map(|(_, at)| (now - at).max(0) as f64 / 1e6));
@@ -371,6 +383,11 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
         Field::new("error", DataType::Utf8, true),
         Field::new("last_checkpoint_epoch", DataType::Int64, true),
         Field::new("checkpoint_age_seconds", DataType::Float64, true),
+        Field::new("backfill", DataType::Utf8, true),
+        Field::new("backfill_done_rows", DataType::Int64, true),
+        Field::new("backfill_total_rows", DataType::Int64, true),
+        Field::new("backfill_rows_per_second", DataType::Float64, true),
+        Field::new("backfill_eta_seconds", DataType::Float64, true),
     ]));
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
@@ -392,14 +409,96 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
         )),
         Arc::new(Int64Array::from(epochs)),
         Arc::new(Float64Array::from(ages)),
+        Arc::new(StringArray::from(
+            progress
+                .iter()
+                .map(|p| p.as_ref().map(|p| p.kind))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            progress
+                .iter()
+                .map(|p| p.as_ref().map(|p| p.done_rows as i64))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            progress
+                .iter()
+                .map(|p| p.as_ref().map(|p| p.total_rows as i64))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Float64Array::from(
+            progress
+                .iter()
+                .map(|p| p.as_ref().map(|p| p.rows_per_second))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Float64Array::from(
+            progress
+                .iter()
+                .map(|p| p.as_ref().and_then(|p| p.eta_seconds))
+                .collect::<Vec<_>>(),
+        )),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)
 }
 
-/// How far each consumer (each view, for now) is behind its source, per
-/// source partition: in records, and in seconds (the age of the oldest
-/// record it has not processed).
-fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
+/// Every subscription: its source, where it started, when it last
+/// committed and how many records retention took before it read them.
+fn subscriptions_batch(subs: &SubscriptionManager) -> Result<RecordBatch> {
+    let mut name = vec![];
+    let mut source = vec![];
+    let mut start = vec![];
+    let mut committed_at = vec![];
+    let mut skipped = vec![];
+    let mut error = vec![];
+    for s in subs.subscriptions() {
+        name.push(s.def.name.clone());
+        source.push(s.def.source.clone());
+        start.push(match s.def.start {
+            sluice_catalog::SubscriptionStart::Earliest => "earliest",
+            sluice_catalog::SubscriptionStart::Latest => "latest",
+        });
+        match s.committed() {
+            Some((_, sk, at)) => {
+                committed_at.push(Some(at));
+                skipped.push(Some(sk.iter().sum::<u64>() as i64));
+                error.push(None);
+            }
+            None => {
+                committed_at.push(None);
+                skipped.push(None);
+                error.push(Some("committed offsets cannot be read".to_string()));
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("subscription_name", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("start", DataType::Utf8, false),
+        Field::new(
+            "committed_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            true,
+        ),
+        Field::new("skipped_records", DataType::Int64, true),
+        Field::new("error", DataType::Utf8, true),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(name)),
+        Arc::new(StringArray::from(source)),
+        Arc::new(StringArray::from(start)),
+        Arc::new(TimestampMicrosecondArray::from(committed_at).with_timezone("+00:00")),
+        Arc::new(Int64Array::from(skipped)),
+        Arc::new(StringArray::from(error)),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// How far each consumer (views and subscriptions) is behind its source,
+/// per source partition: in records, and in seconds (the age of the oldest
+/// record it has not processed, or for a group not committed).
+fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBatch> {
     let now = crate::checkpoint::now_us();
     let mut consumer = vec![];
     let mut kind = vec![];
@@ -410,6 +509,7 @@ fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
     let mut end = vec![];
     let mut lag = vec![];
     let mut lag_seconds = vec![];
+    let mut skipped = vec![];
     for v in views.views() {
         let (done, _) = v.progress();
         let ends = v.source_end();
@@ -420,7 +520,7 @@ fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
             source.push(v.source.name().to_string());
             partition.push(k as i32);
             committed.push(saved.get(k).map(|&c| c as i64));
-            processed.push(d as i64);
+            processed.push(Some(d as i64));
             end.push(e as i64);
             lag.push(e.saturating_sub(d) as i64);
             let oldest = match &v.source {
@@ -431,7 +531,20 @@ fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
                 crate::stream::ViewSource::View(_) => None,
             };
             lag_seconds.push(oldest.map(|t| (now - t).max(0) as f64 / 1e6));
+            skipped.push(0i64);
         }
+    }
+    for g in subs.lag() {
+        consumer.push(g.name);
+        kind.push("subscription");
+        source.push(g.source);
+        partition.push(g.partition as i32);
+        committed.push(Some(g.committed as i64));
+        processed.push(None);
+        end.push(g.end as i64);
+        lag.push(g.end.saturating_sub(g.committed) as i64);
+        lag_seconds.push(g.oldest_unread_us.map(|t| (now - t).max(0) as f64 / 1e6));
+        skipped.push(g.skipped as i64);
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("consumer", DataType::Utf8, false),
@@ -439,10 +552,11 @@ fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
         Field::new("source", DataType::Utf8, false),
         Field::new("partition", DataType::Int32, false),
         Field::new("committed_offset", DataType::Int64, true),
-        Field::new("processed_offset", DataType::Int64, false),
+        Field::new("processed_offset", DataType::Int64, true),
         Field::new("end_offset", DataType::Int64, false),
         Field::new("lag_records", DataType::Int64, false),
         Field::new("lag_seconds", DataType::Float64, true),
+        Field::new("skipped_records", DataType::Int64, false),
     ]));
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(consumer)),
@@ -454,6 +568,7 @@ fn lag_batch(views: &ViewManager) -> Result<RecordBatch> {
         Arc::new(Int64Array::from(end)),
         Arc::new(Int64Array::from(lag)),
         Arc::new(Float64Array::from(lag_seconds)),
+        Arc::new(Int64Array::from(skipped)),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)
 }

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use arrow::array::UInt64Array;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow_pg::datatypes::df::{deserialize_parameters_with_server_types, encode_dataframe};
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
 use async_trait::async_trait;
@@ -29,7 +29,7 @@ use pgwire::types::format::FormatOptions;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
     hide_system_columns, parse_sql, rewrite_window_functions, split_statements, ExportTarget,
-    Statement, TransactionOp,
+    StartAt, Statement, TransactionOp,
 };
 use tracing::{debug, info_span, Instrument};
 
@@ -38,15 +38,17 @@ use crate::error::SluiceError;
 use crate::ingest::{CopyParser, RowStager};
 use crate::log::LogStore;
 use crate::query::SCAN_NOTICES;
-use crate::stream::{EmitOptions, ViewManager};
+use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
-use super::session::Session;
+use super::session::{Session, TransactionState};
+use crate::subscribe::{timestamp_us, SubscriptionError, SubscriptionManager};
 
 /// The connection handlers: one instance serves every connection.
 pub struct Handlers {
     store: Arc<LogStore>,
     views: Arc<ViewManager>,
+    subs: Arc<SubscriptionManager>,
     ctx: Arc<SessionContext>,
     compat: Arc<PostgresCompatibilityParser>,
     parser: Arc<SluiceQueryParser>,
@@ -56,6 +58,7 @@ impl Handlers {
     pub fn new(
         store: Arc<LogStore>,
         views: Arc<ViewManager>,
+        subs: Arc<SubscriptionManager>,
         ctx: Arc<SessionContext>,
     ) -> Handlers {
         let compat = Arc::new(PostgresCompatibilityParser::new());
@@ -67,6 +70,7 @@ impl Handlers {
             }),
             store,
             views,
+            subs,
             ctx,
             compat,
         }
@@ -106,6 +110,7 @@ impl Handlers {
         Handlers {
             store: self.store.clone(),
             views: self.views.clone(),
+            subs: self.subs.clone(),
             ctx: self.ctx.clone(),
             compat: self.compat.clone(),
             parser: self.parser.clone(),
@@ -125,6 +130,12 @@ pub enum Prepared {
     /// Executed as in the simple protocol when the portal runs (no
     /// parameters, no result rows).
     Direct(String),
+    /// Executed as in the simple protocol, returning rows of a schema
+    /// known when it was prepared (FETCH from a subscription cursor).
+    Rows {
+        sql: String,
+        schema: SchemaRef,
+    },
 }
 
 pub struct SluiceQueryParser {
@@ -344,6 +355,9 @@ impl QueryParser for SluiceQueryParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         debug!(sql, "parse");
+        if let Some(prepared) = prepared_fetch(_client, sql).map_err(SluiceError::into_pg)? {
+            return Ok(Some(prepared));
+        }
         self.prepare(sql)
             .await
             .map(Some)
@@ -373,9 +387,35 @@ impl QueryParser for SluiceQueryParser {
                 format.unwrap_or(&Format::UnifiedText),
                 None,
             ),
+            Prepared::Rows { schema, .. } => {
+                arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
+            }
             _ => Ok(vec![]),
         }
     }
+}
+
+/// A FETCH prepared with Parse: its rows have the cursor's schema.
+fn prepared_fetch<C: ClientInfo>(client: &C, sql: &str) -> Result<Option<Prepared>, SluiceError> {
+    let Ok(pieces) = split_statements(sql) else {
+        return Ok(None);
+    };
+    let [piece] = pieces.as_slice() else {
+        return Ok(None);
+    };
+    let Ok(Statement::Fetch(fetch)) = parse_sql(piece) else {
+        return Ok(None);
+    };
+    let schema = session(client)
+        .cursors
+        .lock()
+        .get(&fetch.cursor)
+        .map(|c| c.schema.clone())
+        .ok_or(SubscriptionError::UndefinedCursor(fetch.cursor))?;
+    Ok(Some(Prepared::Rows {
+        sql: piece.clone(),
+        schema,
+    }))
 }
 
 async fn insert_count(df: DataFrame) -> Result<Response, SluiceError> {
@@ -393,11 +433,21 @@ async fn insert_count(df: DataFrame) -> Result<Response, SluiceError> {
 impl Handlers {
     /// Runs one statement of a simple query (or a prepared statement that
     /// takes no parameters and returns no rows).
-    async fn execute<C>(&self, client: &mut C, sql: &str) -> Result<Response, SluiceError>
+    async fn execute<C>(
+        &self,
+        client: &mut C,
+        sql: &str,
+        format: &Format,
+    ) -> Result<Response, SluiceError>
     where
-        C: ClientInfo + Unpin + Send + Sync,
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = parse_sql(sql)?;
+        if session(client).transaction.lock().failed && !matches!(stmt, Statement::Transaction(_)) {
+            return Err(SluiceError::TransactionAborted);
+        }
         if let Some(q) = self.parser.query_for(&stmt) {
             let s = self.parser.compat_statement(
                 &q,
@@ -428,13 +478,7 @@ impl Handlers {
                         }
                         return Err(SluiceError::UndefinedTable(name.clone()));
                     }
-                    if let Some(view) = self.views.dependents(name).into_iter().next() {
-                        return Err(SluiceError::DependentObjects {
-                            kind: "table",
-                            name: name.clone(),
-                            view,
-                        });
-                    }
+                    self.check_dependents("table", name)?;
                 }
                 for name in &names {
                     if self.store.table(name).is_some() {
@@ -531,21 +575,74 @@ impl Handlers {
                 }
                 for name in &names {
                     if self.views.view(name).is_some() {
+                        self.check_dependents("materialized view", name)?;
+                    }
+                }
+                for name in &names {
+                    if self.views.view(name).is_some() {
                         self.views.drop_view(name)?;
                     }
                 }
                 Ok(Response::Execution(Tag::new("DROP MATERIALIZED VIEW")))
             }
             Statement::Flush => {
-                self.views.flush().await?;
+                let views = self.views.clone();
+                let flush = async move { views.flush().await };
+                self.with_progress_notices(client, flush, |views| {
+                    views
+                        .views()
+                        .iter()
+                        .filter_map(|v| v.backfill_progress().map(|p| (v.def.name.clone(), p)))
+                        .collect()
+                })
+                .await?;
                 Ok(Response::Execution(Tag::new("FLUSH")))
             }
             Statement::ShowViews => Err(SluiceError::Unsupported("SHOW MATERIALIZED VIEWS".into())),
-            Statement::Transaction(op) => Ok(match op {
-                TransactionOp::Begin => Response::TransactionStart(Tag::new("BEGIN")),
-                TransactionOp::Commit => Response::TransactionEnd(Tag::new("COMMIT")),
-                TransactionOp::Rollback => Response::TransactionEnd(Tag::new("ROLLBACK")),
-            }),
+            Statement::Transaction(op) => self.transaction(client, op).await,
+            Statement::CreateSubscription(c) => {
+                self.subs.create(&c).await?;
+                Ok(Response::Execution(Tag::new("CREATE SUBSCRIPTION")))
+            }
+            Statement::DropSubscription { names, if_exists } => {
+                self.subs.drop_subscriptions(&names, if_exists)?;
+                Ok(Response::Execution(Tag::new("DROP SUBSCRIPTION")))
+            }
+            Statement::ResetSubscription { name, to } => {
+                self.subs.reset(&name, &to).await?;
+                Ok(Response::Execution(Tag::new("ALTER SUBSCRIPTION")))
+            }
+            Statement::DeclareCursor {
+                name,
+                subscription,
+                since,
+            } => {
+                let s = session(client);
+                if s.cursors.lock().contains_key(&name) {
+                    return Err(SubscriptionError::DuplicateCursor(name).into());
+                }
+                let in_transaction = s.transaction.lock().open;
+                let cursor =
+                    self.subs
+                        .declare(&name, &subscription, since.as_ref(), in_transaction)?;
+                s.cursors.lock().insert(name, cursor);
+                Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
+            }
+            Statement::Fetch(fetch) => self.fetch(client, fetch, format).await,
+            Statement::CloseCursor { name } => {
+                let s = session(client);
+                let mut cursors = s.cursors.lock();
+                match name {
+                    Some(name) => {
+                        cursors
+                            .remove(&name)
+                            .ok_or(SubscriptionError::UndefinedCursor(name))?;
+                    }
+                    None => cursors.clear(),
+                }
+                Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
+            }
+            Statement::RebuildView { name, from } => self.rebuild(client, &name, &from).await,
             Statement::Set { .. } => Ok(Response::Execution(Tag::new("SET"))),
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
@@ -555,6 +652,185 @@ impl Handlers {
                     .await
             }
         }
+    }
+
+    /// `ALTER MATERIALIZED VIEW v REBUILD [FROM ...]`, reporting progress
+    /// as NOTICEs while it runs.
+    async fn rebuild<C>(
+        &self,
+        client: &mut C,
+        name: &str,
+        from: &StartAt,
+    ) -> Result<Response, SluiceError>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let from_us = match from {
+            StartAt::Timestamp(text) => Some(timestamp_us(text)?),
+            _ => None,
+        };
+        let views = self.views.clone();
+        let view = name.to_string();
+        let rebuild = async move { views.rebuild(&view, from_us).await };
+        let view = name.to_string();
+        self.with_progress_notices(client, rebuild, move |views| {
+            views
+                .progress(&view)
+                .map(|p| vec![(view.clone(), p)])
+                .unwrap_or_default()
+        })
+        .await?;
+        Ok(Response::Execution(Tag::new("ALTER MATERIALIZED VIEW")))
+    }
+
+    /// Runs `work` on its own task (it finishes even if the client goes
+    /// away) and sends a NOTICE with each backfill's progress every second
+    /// (the first after 250 ms) until it is done.
+    async fn with_progress_notices<C, F>(
+        &self,
+        client: &mut C,
+        work: F,
+        progress: impl Fn(&ViewManager) -> Vec<(String, BackfillProgress)>,
+    ) -> Result<(), SluiceError>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+        F: std::future::Future<Output = Result<(), SluiceError>> + Send + 'static,
+    {
+        let mut task = tokio::spawn(work.in_current_span());
+        // The first report early (a short rebuild still shows one), then
+        // one a second.
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + std::time::Duration::from_millis(250),
+            std::time::Duration::from_secs(1),
+        );
+        loop {
+            tokio::select! {
+                done = &mut task => {
+                    return done.map_err(|e| SluiceError::Internal(e.to_string()))?;
+                }
+                _ = tick.tick() => {
+                    for (name, p) in progress(&self.views) {
+                        let message = progress_message(&name, &p);
+                        let info = pgwire::error::ErrorInfo::new("NOTICE".into(), "00000".into(), message);
+                        client
+                            .send(PgWireBackendMessage::NoticeResponse(info.into()))
+                            .await
+                            .map_err(|e| SluiceError::Protocol(PgWireError::from(e).to_string()))?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Refuses to drop a relation something still reads.
+    fn check_dependents(&self, kind: &'static str, name: &str) -> Result<(), SluiceError> {
+        let dependent = match self.views.dependents(name).into_iter().next() {
+            Some(view) => format!("materialized view {view}"),
+            None => match self.subs.dependents(name).into_iter().next() {
+                Some(sub) => format!("subscription {sub}"),
+                None => return Ok(()),
+            },
+        };
+        Err(SluiceError::DependentObjects {
+            kind,
+            name: name.to_string(),
+            dependent,
+        })
+    }
+
+    /// BEGIN, COMMIT, ROLLBACK. COMMIT makes the positions of the
+    /// subscription cursors that fetched in the block their groups'
+    /// committed offsets; ROLLBACK (or COMMIT of a failed block) rewinds
+    /// them. Cursors declared in the block close with it.
+    async fn transaction<C: ClientInfo>(
+        &self,
+        client: &C,
+        op: TransactionOp,
+    ) -> Result<Response, SluiceError> {
+        let s = session(client);
+        let state = *s.transaction.lock();
+        if op == TransactionOp::Begin {
+            if !state.open {
+                *s.transaction.lock() = TransactionState {
+                    open: true,
+                    failed: false,
+                };
+            }
+            return Ok(Response::TransactionStart(Tag::new("BEGIN")));
+        }
+        let commit = op == TransactionOp::Commit && !state.failed;
+        let mut cursors = std::mem::take(&mut *s.cursors.lock());
+        let mut result = Ok(());
+        for cursor in cursors.values_mut() {
+            if !cursor.fetched_in_transaction() {
+                continue;
+            }
+            if commit && result.is_ok() {
+                result = self.subs.commit(cursor).await;
+            }
+            cursor.rollback();
+        }
+        cursors.retain(|_, c| !c.declared_in_transaction);
+        s.cursors.lock().extend(cursors);
+        *s.transaction.lock() = TransactionState::default();
+        result?;
+        Ok(Response::TransactionEnd(Tag::new(if commit {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        })))
+    }
+
+    /// FETCH from a subscription cursor. Outside a transaction block the
+    /// new position is committed before the rows are sent.
+    async fn fetch<C: ClientInfo>(
+        &self,
+        client: &C,
+        fetch: sluice_sql::Fetch,
+        format: &Format,
+    ) -> Result<Response, SluiceError> {
+        let s = session(client);
+        let in_transaction = s.transaction.lock().open;
+        let mut cursor = s
+            .cursors
+            .lock()
+            .remove(&fetch.cursor)
+            .ok_or_else(|| SubscriptionError::UndefinedCursor(fetch.cursor.clone()))?;
+        cursor.begin_fetch_in_transaction();
+        let timeout = fetch
+            .timeout_us
+            .map(|us| std::time::Duration::from_micros(us.max(0) as u64));
+        let mut notices = Vec::new();
+        let result = async {
+            let batches = self
+                .subs
+                .fetch(&mut cursor, fetch.count, timeout, &mut notices)
+                .await?;
+            if !in_transaction {
+                self.subs.commit(&mut cursor).await?;
+            }
+            Ok::<_, SluiceError>(batches)
+        }
+        .await;
+        if result.is_err() && !in_transaction {
+            cursor.rollback();
+        }
+        let schema = cursor.schema.clone();
+        s.cursors.lock().insert(cursor.name.clone(), cursor);
+        let _ = SCAN_NOTICES.try_with(|n| n.lock().extend(notices));
+        let batches = result?;
+        let table = datafusion::datasource::MemTable::try_new(schema, vec![batches])?;
+        let df = self.ctx.read_table(Arc::new(table))?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let mut resp = encode_dataframe(df, format, Some(options))
+            .await
+            .map_err(|e| SluiceError::Protocol(e.to_string()))?;
+        resp.set_command_tag("FETCH");
+        Ok(Response::Query(resp))
     }
 
     async fn run_plan<C>(
@@ -602,7 +878,8 @@ impl SimpleQueryHandler for Handlers {
             let result = SCAN_NOTICES
                 .scope(
                     notices.clone(),
-                    self.execute(client, &piece).instrument(span),
+                    self.execute(client, &piece, &Format::UnifiedText)
+                        .instrument(span),
                 )
                 .await;
             send_notices(client, &notices).await?;
@@ -616,6 +893,7 @@ impl SimpleQueryHandler for Handlers {
                 }
                 Err(e) => {
                     debug!(error = %e, "statement failed");
+                    note_failure(client);
                     if out.is_empty() {
                         return Err(e.into_pg());
                     }
@@ -625,6 +903,35 @@ impl SimpleQueryHandler for Handlers {
             }
         }
         Ok(out)
+    }
+}
+
+/// "rebuild of \"v\": 4200000 of 10000000 rows (42.0%), 2100000 rows/s, about 3 s left"
+fn progress_message(view: &str, p: &BackfillProgress) -> String {
+    let percent = if p.total_rows > 0 {
+        p.done_rows as f64 * 100.0 / p.total_rows as f64
+    } else {
+        0.0
+    };
+    let eta = match p.eta_seconds {
+        Some(s) => format!(", about {} s left", s.ceil() as u64),
+        None => String::new(),
+    };
+    format!(
+        "{} of \"{view}\": {} of {} rows ({percent:.1}%), {} rows/s{eta}",
+        p.kind,
+        p.done_rows,
+        p.total_rows,
+        p.rows_per_second.round() as u64
+    )
+}
+
+/// A statement failed: an open transaction block is now aborted.
+fn note_failure<C: ClientInfo>(client: &C) {
+    let s = session(client);
+    let mut t = s.transaction.lock();
+    if t.open {
+        t.failed = true;
     }
 }
 
@@ -684,6 +991,9 @@ impl ExtendedQueryHandler for Handlers {
             .scope(notices.clone(), self.run_portal(client, portal))
             .await;
         send_notices(client, &notices).await?;
+        if result.is_err() {
+            note_failure(client);
+        }
         result
     }
 }
@@ -704,12 +1014,15 @@ impl Handlers {
     {
         match &portal.statement.statement {
             Prepared::Empty => Ok(Response::EmptyQuery),
-            Prepared::Direct(sql) => {
+            Prepared::Direct(sql) | Prepared::Rows { sql, .. } => {
                 let span = info_span!("statement", sql = %truncate(sql));
-                self.execute(client, sql)
+                self.execute(client, sql, &portal.result_column_format)
                     .instrument(span)
                     .await
                     .map_err(SluiceError::into_pg)
+            }
+            Prepared::Plan { .. } if session(client).transaction.lock().failed => {
+                Err(SluiceError::TransactionAborted.into_pg())
             }
             Prepared::Plan { plan, is_insert } => {
                 let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;

@@ -19,6 +19,7 @@ use crate::log::{attach_remote_segments, spawn_tiering, LogConfig, LogStore};
 use crate::query::{build_context, session_config};
 use crate::store::DurableStore;
 use crate::stream::ViewManager;
+use crate::subscribe::SubscriptionManager;
 
 pub use handler::Handlers;
 
@@ -46,8 +47,9 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
     let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
     let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
-    let ctx = Arc::new(build_context(store.clone(), views.clone())?);
-    let handlers = Arc::new(Handlers::new(store, views, ctx));
+    let subs = SubscriptionManager::open(store.clone(), views.clone())?;
+    let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
+    let handlers = Arc::new(Handlers::new(store, views, subs, ctx));
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");

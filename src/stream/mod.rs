@@ -12,4 +12,4 @@ mod pipeline;
 mod view;
 
 pub use pipeline::ViewSource;
-pub use view::{EmitOptions, LateRow, View, ViewManager};
+pub use view::{BackfillProgress, EmitOptions, LateRow, View, ViewManager};

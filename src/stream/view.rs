@@ -1,7 +1,7 @@
 //! Running views: one task per view follows its source table's commits.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionConfig;
 use parking_lot::{Mutex, RwLock};
-use sluice_catalog::{CheckpointManifest, ViewClockState, ViewDef};
+use sluice_catalog::{CheckpointManifest, FileKind, ViewClockState, ViewDef};
 use sluice_sql::sqlparser::ast;
 use sluice_sql::sqlparser::dialect::PostgreSqlDialect;
 use sluice_sql::sqlparser::parser::Parser;
@@ -70,11 +70,37 @@ pub struct View {
     progress: watch::Sender<Vec<u64>>,
     /// Source offsets covered by the last committed checkpoint.
     checkpointed: watch::Sender<Vec<u64>>,
+    /// Appended rows (of an append-only view) the last committed checkpoint
+    /// holds: what a subscription to the view may read, since rows past it
+    /// could come out in another order after a crash.
+    durable_rows: watch::Sender<u64>,
     /// A FLUSH wants a checkpoint now; `wake` tells the view's task.
     checkpoint_asked: AtomicBool,
     wake: Arc<Notify>,
     failure: Mutex<Option<String>>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Source rows the task has applied since it started.
+    applied_rows: Arc<AtomicU64>,
+    /// The catch-up the task started with, while it lasts.
+    backfill: Option<BackfillStart>,
+}
+
+/// What a view's task had to read when it started.
+struct BackfillStart {
+    kind: &'static str,
+    started: std::time::Instant,
+    total_rows: u64,
+}
+
+/// How far a backfill, a catch-up after restart or a rebuild has come.
+#[derive(Debug, Clone)]
+pub struct BackfillProgress {
+    /// "backfill" (a new view), "catch-up" (after a restart) or "rebuild".
+    pub kind: &'static str,
+    pub done_rows: u64,
+    pub total_rows: u64,
+    pub rows_per_second: f64,
+    pub eta_seconds: Option<f64>,
 }
 
 impl View {
@@ -107,6 +133,16 @@ impl View {
         self.checkpointed.borrow().clone()
     }
 
+    /// Rows of an append-only view that a committed checkpoint holds.
+    pub fn durable_rows(&self) -> u64 {
+        *self.durable_rows.borrow()
+    }
+
+    /// Changes whenever a checkpoint commits more rows.
+    pub fn watch_durable_rows(&self) -> watch::Receiver<u64> {
+        self.durable_rows.subscribe()
+    }
+
     /// Offsets consumed per source partition, and rows of state held.
     pub fn progress(&self) -> (Vec<u64>, u64) {
         let p = self.published.read();
@@ -117,6 +153,24 @@ impl View {
     pub fn lateness(&self) -> (Option<i64>, u64, Vec<LateRow>) {
         let p = self.published.read();
         (p.watermark_us, p.late_count, p.late.clone())
+    }
+
+    /// Progress of the catch-up the view started with; None once done.
+    pub fn backfill_progress(&self) -> Option<BackfillProgress> {
+        let b = self.backfill.as_ref()?;
+        let done = self.applied_rows.load(Ordering::Relaxed).min(b.total_rows);
+        if done >= b.total_rows {
+            return None;
+        }
+        let secs = b.started.elapsed().as_secs_f64();
+        let rate = if secs > 0.0 { done as f64 / secs } else { 0.0 };
+        Some(BackfillProgress {
+            kind: b.kind,
+            done_rows: done,
+            total_rows: b.total_rows,
+            rows_per_second: rate,
+            eta_seconds: (rate > 0.0).then(|| (b.total_rows - done) as f64 / rate),
+        })
     }
 
     pub fn failure(&self) -> Option<String> {
@@ -182,6 +236,9 @@ pub struct ViewManager {
     checkpoints: Arc<Checkpoints>,
     config: SessionConfig,
     views: RwLock<HashMap<String, Arc<View>>>,
+    /// Rebuilds under way: the new view, by name, until it replaces the
+    /// old one.
+    rebuilding: RwLock<HashMap<String, Arc<View>>>,
 }
 
 fn parse_query(sql: &str) -> Result<ast::Query, SluiceError> {
@@ -205,6 +262,7 @@ impl ViewManager {
             checkpoints,
             config,
             views: RwLock::new(HashMap::new()),
+            rebuilding: RwLock::new(HashMap::new()),
         });
         for def in store.view_defs() {
             let query = parse_query(&def.query)?;
@@ -286,6 +344,7 @@ impl ViewManager {
             query: query.to_string(),
             emit_on_window_close: emit.emit_on_window_close,
             allowed_lateness_us: emit.allowed_lateness_us,
+            start_offsets: None,
         })?;
         self.launch(def, compiled, None)?;
         Ok(true)
@@ -296,12 +355,116 @@ impl ViewManager {
             return Err(SluiceError::DependentObjects {
                 kind: "materialized view",
                 name: name.to_string(),
-                view,
+                dependent: format!("materialized view {view}"),
             });
         }
         let def = self.store.drop_view_def(name)?;
         self.views.write().remove(name);
         self.checkpoints.forget(def.id);
+        Ok(())
+    }
+
+    /// Progress of a view's rebuild, or else of its own backfill.
+    pub fn progress(&self, name: &str) -> Option<BackfillProgress> {
+        if let Some(new) = self.rebuilding.read().get(name) {
+            return Some(new.backfill_progress().unwrap_or(BackfillProgress {
+                kind: "rebuild",
+                done_rows: 0,
+                total_rows: 0,
+                rows_per_second: 0.0,
+                eta_seconds: None,
+            }));
+        }
+        self.view(name).and_then(|v| v.backfill_progress())
+    }
+
+    /// `ALTER MATERIALIZED VIEW v REBUILD [FROM ...]`: computes the view
+    /// again from the retained log (from each partition's first retained
+    /// offset, or the first ingested at or after `from_us`) as a new view
+    /// nobody reads yet, while the old one keeps serving. Once the new one
+    /// has caught up with what was committed when the rebuild began and a
+    /// checkpoint holds it, the catalog switches to it in one durable
+    /// change and the next query reads it. A crash before the switch
+    /// leaves the old view in place.
+    pub async fn rebuild(&self, name: &str, from_us: Option<i64>) -> Result<(), SluiceError> {
+        let old = self.view(name).ok_or_else(|| {
+            if self.store.table(name).is_some() {
+                SluiceError::WrongObjectType(name.to_string(), "materialized view")
+            } else {
+                SluiceError::UndefinedTable(name.to_string())
+            }
+        })?;
+        if let Some(dependent) = self.dependents(name).into_iter().next() {
+            return Err(SluiceError::Unsupported(format!(
+                "materialized view \"{dependent}\" reads \"{name}\"; drop it before rebuilding \"{name}\""
+            )));
+        }
+        let start_offsets = match (&old.source, from_us) {
+            (ViewSource::Table(t), None) => t.partitions().iter().map(|p| p.start_offset()).collect(),
+            (ViewSource::Table(t), Some(ts)) => t.partitions().iter().map(|p| p.offset_at_time(ts)).collect(),
+            (ViewSource::View(_), None) => vec![0],
+            (ViewSource::View(_), Some(_)) => {
+                return Err(SluiceError::Unsupported(
+                    "a view over a view rebuilds from its source's rows only: use REBUILD or REBUILD FROM EARLIEST".into(),
+                ))
+            }
+        };
+        {
+            let mut rebuilding = self.rebuilding.write();
+            if rebuilding.contains_key(name) {
+                return Err(SluiceError::ObjectInUse(format!(
+                    "materialized view \"{name}\" is already being rebuilt"
+                )));
+            }
+            // Held by a placeholder until the new view exists.
+            rebuilding.insert(name.to_string(), old.clone());
+        }
+        let result = self.rebuild_into(&old, start_offsets).await;
+        self.rebuilding.write().remove(name);
+        result
+    }
+
+    async fn rebuild_into(
+        &self,
+        old: &Arc<View>,
+        start_offsets: Vec<u64>,
+    ) -> Result<(), SluiceError> {
+        let name = old.def.name.clone();
+        let query = parse_query(&old.def.query)?;
+        let emit = EmitOptions {
+            emit_on_window_close: old.def.emit_on_window_close,
+            allowed_lateness_us: old.def.allowed_lateness_us,
+        };
+        let compiled = compile(&query, &self.store, self, self.config.clone(), emit).await?;
+        let def = ViewDef {
+            id: self.store.reserve_id()?,
+            start_offsets: Some(start_offsets.clone()),
+            ..old.def.clone()
+        };
+        let new = self.start_view(def, compiled, None, "rebuild")?;
+        self.rebuilding.write().insert(name.clone(), new.clone());
+        info!(view = %name, ?start_offsets, "rebuilding view");
+        let caught_up = async {
+            let target = new.source_end();
+            new.wait_for(&target).await?;
+            match tokio::time::timeout(FLUSH_CHECKPOINT_WAIT, new.wait_checkpointed(&target)).await
+            {
+                Ok(r) => r,
+                Err(_) => Err(SluiceError::CheckpointPending {
+                    view: name.clone(),
+                    reason: "the rebuilt view's first checkpoint is not committed".into(),
+                }),
+            }
+        }
+        .await;
+        if let Err(e) = caught_up {
+            self.checkpoints.forget(new.def.id);
+            return Err(e);
+        }
+        let replaced = self.store.replace_view_def(new.def.clone())?;
+        self.views.write().insert(name.clone(), new);
+        self.checkpoints.forget(replaced.id);
+        info!(view = %name, "rebuilt view replaced the old one");
         Ok(())
     }
 
@@ -348,15 +511,38 @@ impl ViewManager {
     fn launch(
         &self,
         def: ViewDef,
-        mut compiled: CompiledView,
+        compiled: CompiledView,
         restored: Option<RestoredCheckpoint>,
     ) -> Result<(), SluiceError> {
+        let kind = if restored.is_some() {
+            "catch-up"
+        } else {
+            "backfill"
+        };
+        let view = self.start_view(def, compiled, restored, kind)?;
+        self.views.write().insert(view.def.name.clone(), view);
+        Ok(())
+    }
+
+    /// Builds a view and starts its task, without making it visible.
+    fn start_view(
+        &self,
+        def: ViewDef,
+        mut compiled: CompiledView,
+        restored: Option<RestoredCheckpoint>,
+        kind: &'static str,
+    ) -> Result<Arc<View>, SluiceError> {
         let partitions = match &compiled.source {
             ViewSource::Table(t) => t.partitions().len(),
             ViewSource::View(_) => 1,
         };
+        let first = def
+            .start_offsets
+            .clone()
+            .filter(|o| o.len() == partitions)
+            .unwrap_or_else(|| vec![0; partitions]);
         let mut start = TaskStart {
-            consumed: vec![0; partitions],
+            consumed: first,
             clock: ViewClockState::default(),
             late_count: 0,
             late: Vec::new(),
@@ -383,6 +569,24 @@ impl ViewManager {
         };
         let (progress, _) = watch::channel(start.consumed.clone());
         let (checkpointed, _) = watch::channel(start.consumed.clone());
+        let (durable_rows, _) = watch::channel(manifest.as_ref().map_or(0, appended_rows));
+        let backfill = match &compiled.source {
+            ViewSource::Table(t) => {
+                let ends = t.commits().borrow().clone();
+                let total: u64 = ends
+                    .iter()
+                    .zip(&start.consumed)
+                    .map(|(e, c)| e.saturating_sub(*c))
+                    .sum();
+                (total > 0).then(|| BackfillStart {
+                    kind,
+                    started: std::time::Instant::now(),
+                    total_rows: total,
+                })
+            }
+            ViewSource::View(_) => None,
+        };
+        let applied_rows = Arc::new(AtomicU64::new(0));
         let view = Arc::new(View {
             schema: compiled.schema.clone(),
             source: compiled.source.clone(),
@@ -390,10 +594,13 @@ impl ViewManager {
             published: RwLock::new(published),
             progress,
             checkpointed,
+            durable_rows,
             checkpoint_asked: AtomicBool::new(false),
             wake: Arc::new(Notify::new()),
             failure: Mutex::new(None),
             task: Mutex::new(None),
+            applied_rows: applied_rows.clone(),
+            backfill,
             def,
         });
         let weak = Arc::downgrade(&view);
@@ -402,6 +609,7 @@ impl ViewManager {
             Arc::new(move |m: &CheckpointManifest| {
                 if let Some(v) = weak.upgrade() {
                     v.checkpointed.send_replace(m.source_offsets.clone());
+                    v.durable_rows.send_replace(appended_rows(m));
                     v.wake.notify_one();
                 }
             })
@@ -424,6 +632,7 @@ impl ViewManager {
             late_count: start.late_count,
             late_kept: start.late.len(),
             late_unsaved: Vec::new(),
+            applied_rows,
         };
         let span = info_span!("view", name = %view.def.name);
         let handle = match task.compiled.source.clone() {
@@ -433,8 +642,7 @@ impl ViewManager {
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
         };
         *view.task.lock() = Some(handle.abort_handle());
-        self.views.write().insert(view.def.name.clone(), view);
-        Ok(())
+        Ok(view)
     }
 }
 
@@ -459,6 +667,8 @@ struct ViewTask {
     late_kept: usize,
     /// Late rows kept since the last checkpoint capture.
     late_unsaved: Vec<LateRow>,
+    /// Source rows applied, for backfill progress.
+    applied_rows: Arc<AtomicU64>,
 }
 
 impl ViewTask {
@@ -528,6 +738,15 @@ impl ViewTask {
             _ = tokio::time::sleep(self.interval) => true,
         }
     }
+}
+
+/// Rows a manifest holds in appended-rows files.
+fn appended_rows(m: &CheckpointManifest) -> u64 {
+    m.files
+        .iter()
+        .filter(|f| f.kind == FileKind::Rows)
+        .map(|f| f.rows)
+        .sum()
 }
 
 /// Late rows as a batch for a checkpoint.
@@ -801,6 +1020,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
             let mut late = Vec::new();
             let consumed = &task.consumed;
             let compiled = &mut task.compiled;
+            let applied_rows = task.applied_rows.clone();
             let result: Result<(), SluiceError> = async {
                 // Frames in commit order: a group commit stamps all of its
                 // frames with the same ingest time.
@@ -821,6 +1041,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                     let watermark = clock.watermark;
                     for chunk in commit.chunks(FRAMES_PER_DELTA) {
                         let mut delta = Vec::with_capacity(chunk.len());
+                        let mut chunk_rows = 0u64;
                         for (_, k, meta) in chunk {
                             let part = &table.partitions()[*k];
                             let raw = part.read_frame(meta).await?;
@@ -841,12 +1062,14 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                                 rows.num_rows().saturating_sub(skip),
                             );
                             let base = meta.header.base_offset + skip as u64;
+                            chunk_rows += rows.num_rows() as u64;
                             delta.push(match (&closing, watermark) {
                                 (Some(c), Some(w)) => split_late(rows, c, w, *k, base, &mut late)?,
                                 _ => rows,
                             });
                         }
                         apply_guarded(compiled, delta, ctx.clone(), watermark).await?;
+                        applied_rows.fetch_add(chunk_rows, Ordering::Relaxed);
                     }
                     clock.advance(commit[0].0, commit);
                     if let Some(w) = clock.watermark {

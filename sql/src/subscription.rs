@@ -1,0 +1,418 @@
+//! Statements of subscriptions (consumer groups), their cursors, and view
+//! rebuilds. None of them is PostgreSQL syntax that `sqlparser` knows, so
+//! they are read here from the token stream.
+
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::tokenizer::{Token, Tokenizer, Word};
+
+use crate::error::SqlError;
+use crate::parse::Statement;
+
+/// A position in a source: where a group starts, a cursor begins, or a
+/// rebuild replays from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    Earliest,
+    Latest,
+    /// The first records ingested at or after this time (the literal as
+    /// written; the server reads it as a timestamp).
+    Timestamp(String),
+    /// Explicit next offsets per partition.
+    Offsets(Vec<(u32, u64)>),
+}
+
+/// `CREATE SUBSCRIPTION s FROM t [WITH (start = 'earliest' | 'latest')]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSubscription {
+    pub name: String,
+    pub source: String,
+    pub start: StartAt,
+}
+
+/// How many rows `FETCH` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchCount {
+    Rows(u64),
+    All,
+}
+
+/// `FETCH [FORWARD] [n | ALL | NEXT] [FROM | IN] c [WITH (timeout = '5s')]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    pub cursor: String,
+    pub count: FetchCount,
+    /// How long to wait for a first row when none is there; none: answer
+    /// at once.
+    pub timeout_us: Option<i64>,
+}
+
+/// Reads the statements of this module; `None` when the text is something
+/// else.
+pub(crate) fn parse_subscription_statement(sql: &str) -> Result<Option<Statement>, SqlError> {
+    let tokens: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| SqlError::Syntax(e.to_string()))?
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF | Token::SemiColon))
+        .collect();
+    let mut p = Tokens { tokens, at: 0 };
+    let statement = if p.keywords(&["create", "subscription"]) {
+        create_subscription(&mut p)?
+    } else if p.keywords(&["drop", "subscription"]) {
+        let if_exists = p.keywords(&["if", "exists"]);
+        let mut names = vec![p.ident("subscription name")?];
+        while p.punct(&Token::Comma) {
+            names.push(p.ident("subscription name")?);
+        }
+        Statement::DropSubscription { names, if_exists }
+    } else if p.keywords(&["alter", "subscription"]) {
+        let name = p.ident("subscription name")?;
+        p.expect(&["reset", "to"])?;
+        let to = start_at(&mut p, true)?;
+        Statement::ResetSubscription { name, to }
+    } else if p.keyword("declare") {
+        let name = p.ident("cursor name")?;
+        if !p.keywords(&["subscription", "cursor", "for"]) {
+            return Err(SqlError::Unsupported(
+                "only subscription cursors are supported: DECLARE c SUBSCRIPTION CURSOR FOR s"
+                    .into(),
+            ));
+        }
+        let subscription = p.ident("subscription name")?;
+        let since = if p.keyword("since") {
+            Some(start_at(&mut p, true)?)
+        } else {
+            None
+        };
+        Statement::DeclareCursor {
+            name,
+            subscription,
+            since,
+        }
+    } else if p.keyword("fetch") {
+        Statement::Fetch(fetch(&mut p)?)
+    } else if p.keyword("close") {
+        let name = if p.keyword("all") {
+            None
+        } else {
+            Some(p.ident("cursor name")?)
+        };
+        Statement::CloseCursor { name }
+    } else if p.keywords(&["alter", "materialized", "view"]) {
+        let name = p.ident("view name")?;
+        p.expect(&["rebuild"])?;
+        let from = if p.keyword("from") {
+            match start_at(&mut p, false)? {
+                StartAt::Latest => {
+                    return Err(SqlError::Syntax(
+                        "REBUILD FROM takes EARLIEST or TIMESTAMP '...'".into(),
+                    ))
+                }
+                other => other,
+            }
+        } else {
+            StartAt::Earliest
+        };
+        Statement::RebuildView { name, from }
+    } else {
+        return Ok(None);
+    };
+    if let Some(t) = p.peek() {
+        return Err(SqlError::Syntax(format!("syntax error at or near \"{t}\"")));
+    }
+    Ok(Some(statement))
+}
+
+fn create_subscription(p: &mut Tokens) -> Result<Statement, SqlError> {
+    let name = p.ident("subscription name")?;
+    if !(p.keyword("from") || p.keyword("for")) {
+        return Err(p.unexpected("FROM"));
+    }
+    let source = p.ident("table or view name")?;
+    let mut start = StartAt::Earliest;
+    if p.keyword("with") {
+        p.require_punct(&Token::LParen, "(")?;
+        loop {
+            let key = p.ident("option name")?;
+            p.require_punct(&Token::Eq, "=")?;
+            let value = p.string_or_word("option value")?;
+            match (key.as_str(), value.to_lowercase().as_str()) {
+                ("start", "earliest") => start = StartAt::Earliest,
+                ("start", "latest") => start = StartAt::Latest,
+                ("start", other) => {
+                    return Err(SqlError::InvalidOption(format!(
+                        "invalid value for option \"start\": \"{other}\" (earliest or latest)"
+                    )))
+                }
+                (other, _) => {
+                    return Err(SqlError::InvalidOption(format!(
+                        "unrecognized subscription option \"{other}\" (known: start)"
+                    )))
+                }
+            }
+            if !p.punct(&Token::Comma) {
+                break;
+            }
+        }
+        p.require_punct(&Token::RParen, ")")?;
+    }
+    Ok(Statement::CreateSubscription(CreateSubscription {
+        name,
+        source,
+        start,
+    }))
+}
+
+fn start_at(p: &mut Tokens, offsets_allowed: bool) -> Result<StartAt, SqlError> {
+    if p.keyword("earliest") {
+        Ok(StartAt::Earliest)
+    } else if p.keyword("latest") {
+        Ok(StartAt::Latest)
+    } else if p.keyword("timestamp") {
+        Ok(StartAt::Timestamp(p.string("a timestamp literal")?))
+    } else if offsets_allowed && p.keyword("offsets") {
+        p.require_punct(&Token::LParen, "(")?;
+        let mut offsets = Vec::new();
+        loop {
+            let partition = p.number("a partition number")?;
+            // `=>` (or `=`) between a partition and its offset.
+            if !(p.punct(&Token::RArrow) || p.punct(&Token::Eq)) {
+                return Err(p.unexpected("=>"));
+            }
+            let offset = p.number("an offset")?;
+            let partition = u32::try_from(partition)
+                .map_err(|_| SqlError::InvalidOption(format!("no partition {partition}")))?;
+            offsets.push((partition, offset));
+            if !p.punct(&Token::Comma) {
+                break;
+            }
+        }
+        p.require_punct(&Token::RParen, ")")?;
+        Ok(StartAt::Offsets(offsets))
+    } else {
+        Err(p.unexpected(if offsets_allowed {
+            "EARLIEST, LATEST, TIMESTAMP or OFFSETS"
+        } else {
+            "EARLIEST, LATEST or TIMESTAMP"
+        }))
+    }
+}
+
+fn fetch(p: &mut Tokens) -> Result<Fetch, SqlError> {
+    p.keyword("forward");
+    let count = if p.keyword("all") {
+        FetchCount::All
+    } else if p.keyword("next") {
+        FetchCount::Rows(1)
+    } else if matches!(p.peek(), Some(Token::Number(..))) {
+        FetchCount::Rows(p.number("a row count")?)
+    } else {
+        FetchCount::Rows(1)
+    };
+    if !p.keyword("from") {
+        p.keyword("in");
+    }
+    let cursor = p.ident("cursor name")?;
+    let mut timeout_us = None;
+    if p.keyword("with") {
+        p.require_punct(&Token::LParen, "(")?;
+        let key = p.ident("option name")?;
+        p.require_punct(&Token::Eq, "=")?;
+        let value = p.string_or_word("option value")?;
+        if key != "timeout" {
+            return Err(SqlError::InvalidOption(format!(
+                "unrecognized FETCH option \"{key}\" (known: timeout)"
+            )));
+        }
+        timeout_us = Some(crate::ddl::parse_duration_us(&value)?);
+        p.require_punct(&Token::RParen, ")")?;
+    }
+    Ok(Fetch {
+        cursor,
+        count,
+        timeout_us,
+    })
+}
+
+struct Tokens {
+    tokens: Vec<Token>,
+    at: usize,
+}
+
+impl Tokens {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.at)
+    }
+
+    fn keyword(&mut self, kw: &str) -> bool {
+        let hit = matches!(self.peek(), Some(Token::Word(Word { value, quote_style: None, .. })) if value.eq_ignore_ascii_case(kw));
+        if hit {
+            self.at += 1;
+        }
+        hit
+    }
+
+    /// Consumes the keywords only when all of them follow.
+    fn keywords(&mut self, kws: &[&str]) -> bool {
+        let at = self.at;
+        if kws.iter().all(|k| self.keyword(k)) {
+            return true;
+        }
+        self.at = at;
+        false
+    }
+
+    fn expect(&mut self, kws: &[&str]) -> Result<(), SqlError> {
+        for k in kws {
+            if !self.keyword(k) {
+                return Err(self.unexpected(&k.to_uppercase()));
+            }
+        }
+        Ok(())
+    }
+
+    fn punct(&mut self, t: &Token) -> bool {
+        let hit = self.peek() == Some(t);
+        if hit {
+            self.at += 1;
+        }
+        hit
+    }
+
+    fn require_punct(&mut self, t: &Token, shown: &str) -> Result<(), SqlError> {
+        if self.punct(t) {
+            Ok(())
+        } else {
+            Err(self.unexpected(shown))
+        }
+    }
+
+    fn unexpected(&self, wanted: &str) -> SqlError {
+        match self.peek() {
+            Some(t) => SqlError::Syntax(format!("expected {wanted}, found \"{t}\"")),
+            None => SqlError::Syntax(format!("expected {wanted} at end of statement")),
+        }
+    }
+
+    /// An identifier; unquoted ones fold to lower case.
+    fn ident(&mut self, what: &str) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Word(w)) => {
+                let name = if w.quote_style.is_some() {
+                    w.value.clone()
+                } else {
+                    w.value.to_lowercase()
+                };
+                self.at += 1;
+                // `public.t`: the schema is accepted and dropped.
+                if self.punct(&Token::Period) {
+                    return self.ident(what);
+                }
+                Ok(name)
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::SingleQuotedString(s)) => {
+                let s = s.clone();
+                self.at += 1;
+                Ok(s)
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+
+    fn string_or_word(&mut self, what: &str) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Word(w)) => {
+                let v = w.value.clone();
+                self.at += 1;
+                Ok(v)
+            }
+            _ => self.string(what),
+        }
+    }
+
+    fn number(&mut self, what: &str) -> Result<u64, SqlError> {
+        match self.peek() {
+            Some(Token::Number(n, _)) => {
+                let v = n
+                    .parse::<u64>()
+                    .map_err(|_| SqlError::Syntax(format!("invalid {what}: {n}")))?;
+                self.at += 1;
+                Ok(v)
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse_sql;
+
+    #[test]
+    fn subscription_statements() {
+        match parse_sql("CREATE SUBSCRIPTION billing FROM usage WITH (start = 'latest')").unwrap() {
+            Statement::CreateSubscription(c) => {
+                assert_eq!(c.name, "billing");
+                assert_eq!(c.source, "usage");
+                assert_eq!(c.start, StartAt::Latest);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("ALTER SUBSCRIPTION s RESET TO OFFSETS (0 => 8800, 1 => 9040)").unwrap() {
+            Statement::ResetSubscription { name, to } => {
+                assert_eq!(name, "s");
+                assert_eq!(to, StartAt::Offsets(vec![(0, 8800), (1, 9040)]));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("DECLARE c SUBSCRIPTION CURSOR FOR s SINCE TIMESTAMP '2026-01-01 00:00:00'")
+            .unwrap()
+        {
+            Statement::DeclareCursor { name, since, .. } => {
+                assert_eq!(name, "c");
+                assert_eq!(
+                    since,
+                    Some(StartAt::Timestamp("2026-01-01 00:00:00".into()))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("FETCH 100 FROM c WITH (timeout = '5s')").unwrap() {
+            Statement::Fetch(f) => {
+                assert_eq!(f.count, FetchCount::Rows(100));
+                assert_eq!(f.timeout_us, Some(5_000_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("FETCH ALL IN c").unwrap() {
+            Statement::Fetch(f) => assert_eq!(f.count, FetchCount::All),
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("ALTER MATERIALIZED VIEW v REBUILD FROM TIMESTAMP '2026-01-01'").unwrap() {
+            Statement::RebuildView { name, from } => {
+                assert_eq!(name, "v");
+                assert_eq!(from, StartAt::Timestamp("2026-01-01".into()));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_sql("DECLARE c CURSOR FOR SELECT 1"),
+            Err(SqlError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse_sql("CREATE SUBSCRIPTION s FROM t WITH (start = 'soon')"),
+            Err(SqlError::InvalidOption(_))
+        ));
+        assert!(matches!(
+            parse_sql("FETCH 10 FROM c extra"),
+            Err(SqlError::Syntax(_))
+        ));
+    }
+}

@@ -1,0 +1,61 @@
+use std::path::PathBuf;
+
+/// Errors of subscriptions and their cursors.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriptionError {
+    #[error("cursor \"{0}\" does not exist")]
+    UndefinedCursor(String),
+    #[error("cursor \"{0}\" already exists")]
+    DuplicateCursor(String),
+    #[error("relation \"{0}\" does not exist")]
+    UndefinedSource(String),
+    #[error("subscription \"{0}\" does not exist")]
+    UndefinedSubscription(String),
+    #[error("{0}")]
+    InvalidPosition(String),
+    #[error("invalid input syntax for type timestamp: \"{0}\"")]
+    BadTimestamp(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("subscription \"{subscription}\" was reset after cursor \"{cursor}\" was declared; its position was not committed, declare the cursor again")]
+    ResetSinceDeclare {
+        subscription: String,
+        cursor: String,
+    },
+    #[error("the committed offsets of subscription \"{name}\" in {path} cannot be read ({reason}); ALTER SUBSCRIPTION {name} RESET TO ... sets them again")]
+    Damaged {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("could not write the committed offsets of subscription \"{name}\": {source}")]
+    Write {
+        name: String,
+        source: sluice_catalog::CatalogError,
+    },
+}
+
+impl SubscriptionError {
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            SubscriptionError::UndefinedCursor(_) => "34000",
+            SubscriptionError::DuplicateCursor(_) => "42P03",
+            SubscriptionError::UndefinedSource(_) => "42P01",
+            SubscriptionError::UndefinedSubscription(_) => "42704",
+            SubscriptionError::InvalidPosition(_) => "22023",
+            SubscriptionError::BadTimestamp(_) => "22007",
+            SubscriptionError::Unsupported(_) => "0A000",
+            SubscriptionError::ResetSinceDeclare { .. } => "55000",
+            SubscriptionError::Damaged { .. } => "XX001",
+            SubscriptionError::Write { source, .. } => match source {
+                sluice_catalog::CatalogError::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::StorageFull
+                        || source.raw_os_error() == Some(28) =>
+                {
+                    "53100"
+                }
+                _ => "58030",
+            },
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! Subscriptions: named consumer groups over a table or an append-only
+//! view, with durable committed offsets per partition.
+//!
+//! A cursor (`DECLARE c SUBSCRIPTION CURSOR FOR s`) starts at the group's
+//! committed offsets (or where `SINCE` says) and `FETCH` moves it. The
+//! group's offsets are committed when the transaction that fetched commits,
+//! or by each FETCH itself outside a transaction block. Offsets live in one
+//! small file per group (`<data-dir>/subscriptions/<id>.offsets`), written
+//! atomically and guarded by a CRC.
+
+mod error;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use sluice_catalog::{
+    checked_body, with_checksum, write_atomically, SubscriptionDef, SubscriptionStart,
+};
+use sluice_sql::{CreateSubscription, FetchCount, StartAt};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::checkpoint::now_us;
+use crate::error::SluiceError;
+use crate::log::{LogStore, TableLog};
+use crate::query::project_frame;
+use crate::stream::{View, ViewManager};
+
+pub use error::SubscriptionError;
+
+/// What a group has committed, as stored in its offsets file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct GroupOffsets {
+    /// Next offset to read, per partition.
+    offsets: Vec<u64>,
+    /// Records skipped per partition because retention deleted them first.
+    skipped: Vec<u64>,
+    /// Raised by every RESET, so that cursors declared before it cannot
+    /// commit over it.
+    generation: u64,
+    committed_at_us: i64,
+}
+
+/// One consumer group.
+pub struct Subscription {
+    pub def: SubscriptionDef,
+    path: PathBuf,
+    committed: Mutex<Result<GroupOffsets, String>>,
+    /// Serializes writes of the offsets file.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Subscription {
+    fn offsets(&self) -> Result<GroupOffsets, SubscriptionError> {
+        self.committed
+            .lock()
+            .clone()
+            .map_err(|reason| SubscriptionError::Damaged {
+                name: self.def.name.clone(),
+                path: self.path.clone(),
+                reason,
+            })
+    }
+
+    /// Committed offsets per partition and records skipped (for lag).
+    pub fn committed(&self) -> Option<(Vec<u64>, Vec<u64>, i64)> {
+        self.committed
+            .lock()
+            .as_ref()
+            .ok()
+            .map(|g| (g.offsets.clone(), g.skipped.clone(), g.committed_at_us))
+    }
+
+    /// Writes new offsets durably, then makes them the group's.
+    async fn store(&self, next: GroupOffsets) -> Result<(), SubscriptionError> {
+        let _guard = self.writing.lock().await;
+        let bytes = serde_json::to_vec(&next).map_err(|e| SubscriptionError::Damaged {
+            name: self.def.name.clone(),
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        let path = self.path.clone();
+        let written =
+            tokio::task::spawn_blocking(move || write_atomically(&path, &with_checksum(&bytes)))
+                .await
+                .map_err(|e| SubscriptionError::Write {
+                    name: self.def.name.clone(),
+                    source: sluice_catalog::CatalogError::Io {
+                        path: self.path.clone(),
+                        source: std::io::Error::other(e.to_string()),
+                    },
+                })?;
+        written.map_err(|source| SubscriptionError::Write {
+            name: self.def.name.clone(),
+            source,
+        })?;
+        *self.committed.lock() = Ok(next);
+        Ok(())
+    }
+
+    /// Commits a cursor's position for the group.
+    async fn commit(&self, cursor: &mut SubscriptionCursor) -> Result<(), SubscriptionError> {
+        let current = self.offsets()?;
+        if current.generation != cursor.generation {
+            return Err(SubscriptionError::ResetSinceDeclare {
+                subscription: self.def.name.clone(),
+                cursor: cursor.name.clone(),
+            });
+        }
+        let unchanged =
+            current.offsets == cursor.position && cursor.skipped.iter().all(|&s| s == 0);
+        if unchanged {
+            return Ok(());
+        }
+        let skipped = current
+            .skipped
+            .iter()
+            .zip(&cursor.skipped)
+            .map(|(a, b)| a + b)
+            .collect();
+        self.store(GroupOffsets {
+            offsets: cursor.position.clone(),
+            skipped,
+            generation: current.generation,
+            committed_at_us: now_us(),
+        })
+        .await?;
+        cursor.skipped.iter_mut().for_each(|s| *s = 0);
+        Ok(())
+    }
+}
+
+/// What a group reads.
+#[derive(Clone)]
+enum Source {
+    Table(Arc<TableLog>),
+    View(Arc<View>),
+}
+
+impl Source {
+    fn partitions(&self) -> usize {
+        match self {
+            Source::Table(t) => t.partitions().len(),
+            Source::View(_) => 1,
+        }
+    }
+
+    /// Rows a FETCH returns: the table's columns and `_partition`, `_offset`;
+    /// a view's columns, `_op`, `_partition` and `_offset`.
+    fn schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = match self {
+            Source::Table(t) => t
+                .def
+                .columns
+                .iter()
+                .map(|c| c.to_field().with_nullable(true))
+                .collect(),
+            Source::View(v) => {
+                let mut f: Vec<Field> = v
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone())
+                    .collect();
+                f.push(Field::new("_op", DataType::Utf8, false));
+                f
+            }
+        };
+        fields.push(Field::new("_partition", DataType::Int32, false));
+        fields.push(Field::new("_offset", DataType::Int64, false));
+        Arc::new(Schema::new(fields))
+    }
+
+    fn earliest(&self) -> Vec<u64> {
+        match self {
+            Source::Table(t) => t.partitions().iter().map(|p| p.start_offset()).collect(),
+            Source::View(_) => vec![0],
+        }
+    }
+
+    fn latest(&self) -> Vec<u64> {
+        match self {
+            Source::Table(t) => t.commits().borrow().clone(),
+            Source::View(v) => vec![v.durable_rows()],
+        }
+    }
+}
+
+/// An open `DECLARE ... SUBSCRIPTION CURSOR`: a group and where this
+/// reader is in it.
+pub struct SubscriptionCursor {
+    pub name: String,
+    pub group: Arc<Subscription>,
+    pub schema: SchemaRef,
+    position: Vec<u64>,
+    /// Records skipped (deleted by retention) since the last commit.
+    skipped: Vec<u64>,
+    /// Partition the next FETCH starts with (they take turns).
+    next_partition: usize,
+    generation: u64,
+    /// Declared inside a transaction block: closed when it ends.
+    pub declared_in_transaction: bool,
+    /// Position before the first FETCH of the open transaction.
+    at_begin: Option<(Vec<u64>, Vec<u64>)>,
+}
+
+impl SubscriptionCursor {
+    /// Remembers where a transaction's first FETCH started.
+    pub fn begin_fetch_in_transaction(&mut self) {
+        if self.at_begin.is_none() {
+            self.at_begin = Some((self.position.clone(), self.skipped.clone()));
+        }
+    }
+
+    /// True when a FETCH of the open transaction moved the cursor.
+    pub fn fetched_in_transaction(&self) -> bool {
+        self.at_begin.is_some()
+    }
+
+    /// Goes back to where the transaction's first FETCH started.
+    pub fn rollback(&mut self) {
+        if let Some((position, skipped)) = self.at_begin.take() {
+            self.position = position;
+            self.skipped = skipped;
+        }
+    }
+}
+
+/// All subscriptions.
+pub struct SubscriptionManager {
+    dir: PathBuf,
+    store: Arc<LogStore>,
+    views: Arc<ViewManager>,
+    groups: RwLock<HashMap<String, Arc<Subscription>>>,
+}
+
+fn offsets_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id}.offsets"))
+}
+
+fn read_offsets(path: &Path) -> Result<Option<GroupOffsets>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let body = checked_body(&bytes).map_err(str::to_string)?;
+            serde_json::from_slice(body)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A timestamp literal in microseconds since the epoch (UTC when no zone).
+pub fn timestamp_us(text: &str) -> Result<i64, SubscriptionError> {
+    arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(text.trim())
+        .map(|ns| ns / 1000)
+        .map_err(|_| SubscriptionError::BadTimestamp(text.to_string()))
+}
+
+impl SubscriptionManager {
+    /// Loads every subscription in the catalog with its committed offsets.
+    /// A group whose offsets file is missing (a crash right after CREATE)
+    /// starts where its definition says.
+    pub fn open(
+        store: Arc<LogStore>,
+        views: Arc<ViewManager>,
+    ) -> Result<Arc<SubscriptionManager>, SluiceError> {
+        let dir = store.data_dir().join("subscriptions");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| SluiceError::Internal(format!("cannot create {}: {e}", dir.display())))?;
+        let manager = Arc::new(SubscriptionManager {
+            dir,
+            store: store.clone(),
+            views,
+            groups: RwLock::new(HashMap::new()),
+        });
+        let mut known = Vec::new();
+        for def in store.subscription_defs() {
+            let path = offsets_path(&manager.dir, def.id);
+            known.push(path.clone());
+            let committed = match read_offsets(&path) {
+                Ok(Some(g)) => Ok(g),
+                Ok(None) => manager.initial_offsets(&def),
+                Err(reason) => {
+                    warn!(subscription = %def.name, path = %path.display(), %reason,
+                          "committed offsets cannot be read; the group needs ALTER SUBSCRIPTION ... RESET");
+                    Err(reason)
+                }
+            };
+            manager.groups.write().insert(
+                def.name.clone(),
+                Arc::new(Subscription {
+                    def,
+                    path,
+                    committed: Mutex::new(committed),
+                    writing: tokio::sync::Mutex::new(()),
+                }),
+            );
+        }
+        // Offsets files of dropped subscriptions (a crash between the
+        // catalog change and the removal).
+        if let Ok(entries) = std::fs::read_dir(&manager.dir) {
+            for entry in entries.flatten() {
+                if !known.contains(&entry.path()) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(manager)
+    }
+
+    fn initial_offsets(&self, def: &SubscriptionDef) -> Result<GroupOffsets, String> {
+        let source = self.source(&def.source).map_err(|e| e.to_string())?;
+        let offsets = match def.start {
+            SubscriptionStart::Earliest => source.earliest(),
+            SubscriptionStart::Latest => source.latest(),
+        };
+        Ok(GroupOffsets {
+            skipped: vec![0; offsets.len()],
+            offsets,
+            generation: 0,
+            committed_at_us: now_us(),
+        })
+    }
+
+    fn source(&self, name: &str) -> Result<Source, SubscriptionError> {
+        if let Some(t) = self.store.table(name) {
+            return Ok(Source::Table(t));
+        }
+        match self.views.view(name) {
+            Some(v) => Ok(Source::View(v)),
+            None => Err(SubscriptionError::UndefinedSource(name.to_string())),
+        }
+    }
+
+    pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
+        let mut v: Vec<_> = self.groups.read().values().cloned().collect();
+        v.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        v
+    }
+
+    fn group(&self, name: &str) -> Result<Arc<Subscription>, SubscriptionError> {
+        self.groups
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| SubscriptionError::UndefinedSubscription(name.to_string()))
+    }
+
+    /// Names of the subscriptions that read `relation`.
+    pub fn dependents(&self, relation: &str) -> Vec<String> {
+        self.subscriptions()
+            .iter()
+            .filter(|s| s.def.source == relation)
+            .map(|s| s.def.name.clone())
+            .collect()
+    }
+
+    /// Offsets for a position: per partition, given the group's current
+    /// ones (explicit offsets may name some partitions only).
+    fn resolve(
+        &self,
+        source: &Source,
+        at: &StartAt,
+        current: Option<&[u64]>,
+    ) -> Result<Vec<u64>, SubscriptionError> {
+        Ok(match at {
+            StartAt::Earliest => source.earliest(),
+            StartAt::Latest => source.latest(),
+            StartAt::Timestamp(text) => {
+                let ts = timestamp_us(text)?;
+                match source {
+                    Source::Table(t) => t
+                        .partitions()
+                        .iter()
+                        .map(|p| p.offset_at_time(ts))
+                        .collect(),
+                    Source::View(_) => {
+                        return Err(SubscriptionError::Unsupported(
+                            "a view's rows carry no ingest time; use EARLIEST, LATEST or OFFSETS"
+                                .into(),
+                        ))
+                    }
+                }
+            }
+            StartAt::Offsets(list) => {
+                let n = source.partitions();
+                let mut out = current
+                    .map(<[u64]>::to_vec)
+                    .unwrap_or_else(|| source.earliest());
+                for &(partition, offset) in list {
+                    let slot = out.get_mut(partition as usize).ok_or_else(|| {
+                        SubscriptionError::InvalidPosition(format!(
+                            "partition {partition} does not exist (the source has {n})"
+                        ))
+                    })?;
+                    *slot = offset;
+                }
+                let latest = source.latest();
+                if let Some((k, (o, e))) = out
+                    .iter()
+                    .zip(&latest)
+                    .enumerate()
+                    .find(|(_, (o, e))| o > e)
+                {
+                    return Err(SubscriptionError::InvalidPosition(format!(
+                        "offset {o} of partition {k} is past its end ({e})"
+                    )));
+                }
+                out
+            }
+        })
+    }
+
+    /// `CREATE SUBSCRIPTION`: the definition, then its first offsets.
+    pub async fn create(&self, c: &CreateSubscription) -> Result<(), SluiceError> {
+        let source = self.source(&c.source)?;
+        if let Source::View(v) = &source {
+            if !v.append_only {
+                return Err(SubscriptionError::Unsupported(format!(
+                    "materialized view \"{}\" updates its rows; subscriptions read views whose rows are only appended (filters, projections, EMIT ON WINDOW CLOSE)",
+                    v.def.name
+                ))
+                .into());
+            }
+        }
+        if self.groups.read().contains_key(&c.name) {
+            return Err(sluice_catalog::CatalogError::DuplicateSubscription(c.name.clone()).into());
+        }
+        let start = match c.start {
+            StartAt::Latest => SubscriptionStart::Latest,
+            _ => SubscriptionStart::Earliest,
+        };
+        let def = self.store.create_subscription_def(SubscriptionDef {
+            id: 0,
+            name: c.name.clone(),
+            source: c.source.clone(),
+            start,
+        })?;
+        let offsets = self.resolve(&source, &c.start, None)?;
+        let group = Arc::new(Subscription {
+            path: offsets_path(&self.dir, def.id),
+            committed: Mutex::new(Err("not written yet".into())),
+            writing: tokio::sync::Mutex::new(()),
+            def,
+        });
+        let first = GroupOffsets {
+            skipped: vec![0; offsets.len()],
+            offsets,
+            generation: 0,
+            committed_at_us: now_us(),
+        };
+        if let Err(e) = group.store(first).await {
+            let _ = self.store.drop_subscription_def(&c.name);
+            return Err(e.into());
+        }
+        info!(subscription = %c.name, source = %c.source, "created subscription");
+        self.groups.write().insert(c.name.clone(), group);
+        Ok(())
+    }
+
+    pub fn drop_subscriptions(&self, names: &[String], if_exists: bool) -> Result<(), SluiceError> {
+        for name in names {
+            if !if_exists && !self.groups.read().contains_key(name) {
+                return Err(SubscriptionError::UndefinedSubscription(name.clone()).into());
+            }
+        }
+        for name in names {
+            if let Some(group) = self.groups.write().remove(name) {
+                self.store.drop_subscription_def(name)?;
+                if let Err(e) = std::fs::remove_file(&group.path) {
+                    warn!(path = %group.path.display(), error = %e, "could not remove a dropped subscription's offsets");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ALTER SUBSCRIPTION s RESET TO ...`: new committed offsets; cursors
+    /// declared before it can no longer commit.
+    pub async fn reset(&self, name: &str, to: &StartAt) -> Result<(), SluiceError> {
+        let group = self.group(name)?;
+        let source = self.source(&group.def.source)?;
+        let current = group.committed();
+        let offsets = self.resolve(&source, to, current.as_ref().map(|c| c.0.as_slice()))?;
+        let generation = group.committed.lock().as_ref().map_or(0, |g| g.generation) + 1;
+        group
+            .store(GroupOffsets {
+                skipped: current
+                    .map(|c| c.1)
+                    .unwrap_or_else(|| vec![0; offsets.len()]),
+                offsets,
+                generation,
+                committed_at_us: now_us(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// `DECLARE c SUBSCRIPTION CURSOR FOR s [SINCE ...]`
+    pub fn declare(
+        &self,
+        cursor: &str,
+        subscription: &str,
+        since: Option<&StartAt>,
+        in_transaction: bool,
+    ) -> Result<SubscriptionCursor, SluiceError> {
+        let group = self.group(subscription)?;
+        let source = self.source(&group.def.source)?;
+        let committed = group.offsets()?;
+        // Partitions that `SINCE OFFSETS` does not name start at the
+        // earliest retained offset: the reader keeps its own offsets.
+        let position = match since {
+            Some(at) => self.resolve(&source, at, None)?,
+            None => committed.offsets.clone(),
+        };
+        Ok(SubscriptionCursor {
+            name: cursor.to_string(),
+            schema: source.schema(),
+            skipped: vec![0; position.len()],
+            position,
+            next_partition: 0,
+            generation: committed.generation,
+            declared_in_transaction: in_transaction,
+            at_begin: None,
+            group,
+        })
+    }
+
+    /// Commits a cursor's position as its group's offsets.
+    pub async fn commit(&self, cursor: &mut SubscriptionCursor) -> Result<(), SluiceError> {
+        let group = cursor.group.clone();
+        group.commit(cursor).await?;
+        cursor.at_begin = None;
+        Ok(())
+    }
+
+    /// `FETCH`: up to `count` rows from the cursor's position; with a
+    /// timeout, waits that long for a first row when none is there.
+    pub async fn fetch(
+        &self,
+        cursor: &mut SubscriptionCursor,
+        count: FetchCount,
+        timeout: Option<Duration>,
+        notices: &mut Vec<String>,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        if !self.groups.read().contains_key(&cursor.group.def.name) {
+            return Err(
+                SubscriptionError::UndefinedSubscription(cursor.group.def.name.clone()).into(),
+            );
+        }
+        let limit = match count {
+            FetchCount::Rows(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            FetchCount::All => usize::MAX,
+        };
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let source = self.source(&cursor.group.def.source)?;
+            // Subscribe before reading, so a commit in between still wakes us.
+            let mut changed = Changes::of(&source);
+            let batches = match &source {
+                Source::Table(t) => {
+                    read_table(t, cursor, limit, &cursor.group.def.name.clone(), notices).await?
+                }
+                Source::View(v) => read_view(v, cursor, limit)?,
+            };
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            let Some(deadline) = deadline else {
+                return Ok(batches);
+            };
+            if rows > 0 || limit == 0 || tokio::time::Instant::now() >= deadline {
+                return Ok(batches);
+            }
+            if tokio::time::timeout_at(deadline, changed.wait())
+                .await
+                .is_err()
+            {
+                return Ok(batches);
+            }
+        }
+    }
+}
+
+/// One group's standing in one partition, for `sluice_catalog.lag`.
+pub struct GroupLag {
+    pub name: String,
+    pub source: String,
+    pub partition: usize,
+    pub committed: u64,
+    pub end: u64,
+    /// Ingest time of the oldest record not committed (None when caught
+    /// up, or for a view, whose rows carry no ingest time).
+    pub oldest_unread_us: Option<i64>,
+    pub skipped: u64,
+}
+
+impl SubscriptionManager {
+    pub fn lag(&self) -> Vec<GroupLag> {
+        let mut out = Vec::new();
+        for g in self.subscriptions() {
+            let (Some((offsets, skipped, _)), Ok(source)) =
+                (g.committed(), self.source(&g.def.source))
+            else {
+                continue;
+            };
+            let ends = source.latest();
+            for (k, (&c, &e)) in offsets.iter().zip(&ends).enumerate() {
+                let oldest = match &source {
+                    Source::Table(t) if e > c => t
+                        .partitions()
+                        .get(k)
+                        .and_then(|p| p.ingested_at(c.max(p.start_offset()))),
+                    Source::Table(_) => Some(now_us()),
+                    Source::View(_) => None,
+                };
+                out.push(GroupLag {
+                    name: g.def.name.clone(),
+                    source: g.def.source.clone(),
+                    partition: k,
+                    committed: c,
+                    end: e,
+                    oldest_unread_us: oldest,
+                    skipped: skipped.get(k).copied().unwrap_or(0),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A watch of the source's durable end.
+enum Changes {
+    Table(watch::Receiver<Vec<u64>>),
+    View(watch::Receiver<u64>),
+}
+
+impl Changes {
+    fn of(source: &Source) -> Changes {
+        match source {
+            Source::Table(t) => {
+                let mut rx = t.commits();
+                rx.borrow_and_update();
+                Changes::Table(rx)
+            }
+            Source::View(v) => {
+                let mut rx = v.watch_durable_rows();
+                rx.borrow_and_update();
+                Changes::View(rx)
+            }
+        }
+    }
+
+    async fn wait(&mut self) {
+        let closed = match self {
+            Changes::Table(rx) => rx.changed().await.is_err(),
+            Changes::View(rx) => rx.changed().await.is_err(),
+        };
+        if closed {
+            // The source is gone; the next read reports it.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Reads up to `limit` committed records from the table, partitions taking
+/// turns. Records retention deleted before the group read them are
+/// skipped, counted and announced.
+async fn read_table(
+    table: &TableLog,
+    cursor: &mut SubscriptionCursor,
+    limit: usize,
+    group: &str,
+    notices: &mut Vec<String>,
+) -> Result<Vec<RecordBatch>, SluiceError> {
+    let ends = table.commits().borrow().clone();
+    let parts = table.partitions();
+    let data_columns = table.def.columns.len();
+    let projection: Vec<usize> = (0..data_columns + 2).collect();
+    let mut out = Vec::new();
+    let mut remaining = limit;
+    let n = parts.len();
+    for i in 0..n {
+        if remaining == 0 {
+            break;
+        }
+        let k = (cursor.next_partition + i) % n;
+        let part = &parts[k];
+        let start = part.start_offset();
+        if cursor.position[k] < start {
+            let skipped = start - cursor.position[k];
+            part.note_read_below_start();
+            notices.push(format!(
+                "subscription \"{group}\": partition {k} of \"{}\": offsets {} to {} were deleted by retention before the group read them; {skipped} records skipped, resuming at {start}",
+                table.def.name,
+                cursor.position[k],
+                start - 1
+            ));
+            cursor.skipped[k] += skipped;
+            cursor.position[k] = start;
+        }
+        let end = ends[k];
+        for meta in part.frames_in_range(cursor.position[k], end) {
+            if remaining == 0 {
+                break;
+            }
+            let raw = part.read_frame(&meta).await?;
+            let rows = project_frame(
+                &raw,
+                &meta,
+                k as i32,
+                &projection,
+                data_columns,
+                &cursor.schema,
+            )?;
+            let skip = cursor.position[k].saturating_sub(meta.header.base_offset) as usize;
+            let available = (rows.num_rows().saturating_sub(skip) as u64)
+                .min(end.saturating_sub(cursor.position[k])) as usize;
+            let take = available.min(remaining);
+            if take == 0 {
+                continue;
+            }
+            out.push(rows.slice(skip, take));
+            cursor.position[k] += take as u64;
+            remaining -= take;
+        }
+    }
+    cursor.next_partition = (cursor.next_partition + 1) % n.max(1);
+    Ok(out)
+}
+
+/// Reads up to `limit` rows of an append-only view that a checkpoint holds.
+fn read_view(
+    view: &View,
+    cursor: &mut SubscriptionCursor,
+    limit: usize,
+) -> Result<Vec<RecordBatch>, SluiceError> {
+    let durable = view.durable_rows();
+    let from = cursor.position[0];
+    if from >= durable || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let to = durable.min(from.saturating_add(limit as u64));
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for b in view.snapshot() {
+        let len = b.num_rows() as u64;
+        let (lo, hi) = (from.max(at), to.min(at + len));
+        if lo < hi {
+            let part = b.slice((lo - at) as usize, (hi - lo) as usize);
+            let n = part.num_rows();
+            let mut columns: Vec<ArrayRef> = part.columns().to_vec();
+            columns.push(Arc::new(StringArray::from(vec!["insert"; n])));
+            columns.push(Arc::new(Int32Array::from(vec![0; n])));
+            columns.push(Arc::new(Int64Array::from_iter_values(lo as i64..hi as i64)));
+            out.push(RecordBatch::try_new(cursor.schema.clone(), columns)?);
+        }
+        at += len;
+        if at >= to {
+            break;
+        }
+    }
+    cursor.position[0] = to;
+    Ok(out)
+}
