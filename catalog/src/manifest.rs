@@ -19,6 +19,10 @@ pub enum FileKind {
     Groups,
     /// Late rows kept for `sluice_catalog.late_rows`. Written once.
     Late,
+    /// Rows the change log of a view that updates rows in place gained
+    /// (its rows with `_op`). Written once, listed by every later manifest
+    /// while the log is kept.
+    Changes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +58,10 @@ pub struct CheckpointManifest {
     pub clock: ViewClockState,
     pub late_count: u64,
     pub files: Vec<CheckpointFile>,
+    /// The view keeps a change log (it has subscriptions): `Changes` files
+    /// hold it, and the view's rows at this epoch are its base.
+    #[serde(default)]
+    pub changes_kept: bool,
 }
 
 impl CheckpointManifest {
@@ -111,6 +119,7 @@ mod tests {
             started_at_us: 1,
             completed_at_us: 2,
             source_offsets: vec![10, 20],
+            changes_kept: false,
             clock: ViewClockState {
                 max_event_us: vec![Some(5), None],
                 last_commit_us: vec![Some(1), None],

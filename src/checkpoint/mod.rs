@@ -168,6 +168,7 @@ impl Checkpoints {
             appended: Vec::new(),
             groups: Vec::new(),
             late: Vec::new(),
+            changes: Vec::new(),
         };
         for file in &manifest.files {
             let data = self.store.get(&file.key).await?;
@@ -179,6 +180,7 @@ impl Checkpoints {
                 FileKind::Rows => restored.appended.extend(batches),
                 FileKind::Groups => restored.groups.extend(batches),
                 FileKind::Late => restored.late.extend(batches),
+                FileKind::Changes => restored.changes.extend(batches),
             }
         }
         Ok(restored)
@@ -191,6 +193,8 @@ pub struct RestoredCheckpoint {
     pub appended: Vec<RecordBatch>,
     pub groups: Vec<RecordBatch>,
     pub late: Vec<RecordBatch>,
+    /// The view's change log, when it keeps one.
+    pub changes: Vec<RecordBatch>,
 }
 
 /// The view's state at one point, taken by the view's task between deltas.
@@ -204,6 +208,10 @@ pub struct Capture {
     pub groups: Option<RecordBatch>,
     /// Late rows kept since the previous capture.
     pub late: Option<RecordBatch>,
+    /// Whether the view keeps a change log, and what it gained since the
+    /// previous capture.
+    pub changes_kept: bool,
+    pub changes: Option<RecordBatch>,
 }
 
 /// Called with each committed manifest.
@@ -263,14 +271,16 @@ impl ViewCheckpointer {
     /// True when a new epoch should be captured now: nothing is uploading,
     /// the view moved since the last capture, and the interval passed (or a
     /// FLUSH asked).
-    pub fn due(&mut self, offsets: &[u64], late_count: u64, asked: bool) -> bool {
+    /// `force`: capture even if the view has not moved (its change log
+    /// starts or stops).
+    pub fn due(&mut self, offsets: &[u64], late_count: u64, asked: bool, force: bool) -> bool {
         if self.in_flight.as_ref().is_some_and(|h| !h.is_finished()) {
             return false;
         }
         self.in_flight = None;
         let moved =
             self.captured_offsets.as_deref() != Some(offsets) || late_count != self.captured_late;
-        moved && (asked || self.last_capture.elapsed() >= self.shared.interval)
+        force || (moved && (asked || self.last_capture.elapsed() >= self.shared.interval))
     }
 
     /// True while an epoch is being written.
@@ -377,7 +387,12 @@ async fn write_epoch(
         .map(|m| {
             m.files
                 .iter()
-                .filter(|f| f.kind != FileKind::Groups)
+                .filter(|f| match f.kind {
+                    FileKind::Groups => false,
+                    // A log that is no longer kept is dropped whole.
+                    FileKind::Changes => capture.changes_kept,
+                    FileKind::Rows | FileKind::Late => true,
+                })
                 .cloned()
                 .collect()
         })
@@ -391,6 +406,9 @@ async fn write_epoch(
     }
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
         new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));
+    }
+    if let Some(c) = capture.changes.as_ref().filter(|c| c.num_rows() > 0) {
+        new_files.push((FileKind::Changes, "changes.parquet", vec![c.clone()]));
     }
     let mut puts: Vec<(String, Bytes)> = Vec::new();
     for (kind, name, batches) in new_files {
@@ -427,6 +445,7 @@ async fn write_epoch(
         clock: capture.clock.clone(),
         late_count: capture.late_count,
         files,
+        changes_kept: capture.changes_kept,
     };
     store
         .put(

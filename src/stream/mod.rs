@@ -7,9 +7,11 @@
 //! consumed. Readers see the last published snapshot: a consistent cut at a
 //! commit of the source table, never half a statement.
 
+mod changes;
 mod delta;
 mod pipeline;
 mod view;
 
+pub use changes::{change_schema, OP_COLUMN};
 pub use pipeline::ViewSource;
 pub use view::{BackfillProgress, EmitOptions, LateRow, View, ViewManager};

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Int64Array, TimestampMicrosecondArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, BooleanArray, Int64Array, StringArray, TimestampMicrosecondArray, UInt32Array,
+    UInt64Array,
 };
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
@@ -27,6 +28,7 @@ use crate::error::SluiceError;
 use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTracker};
 use crate::query::{project_frame, LogTableProvider};
 
+use super::changes::{change_schema, ChangeTracker};
 pub use super::pipeline::EmitOptions;
 use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
 
@@ -70,10 +72,18 @@ pub struct View {
     progress: watch::Sender<Vec<u64>>,
     /// Source offsets covered by the last committed checkpoint.
     checkpointed: watch::Sender<Vec<u64>>,
-    /// Appended rows (of an append-only view) the last committed checkpoint
-    /// holds: what a subscription to the view may read, since rows past it
-    /// could come out in another order after a crash.
+    /// Rows of the view's change stream the last committed checkpoint
+    /// holds: appended rows of an append-only view, or rows of the change
+    /// log of a view that updates rows. A subscription reads this far,
+    /// since rows past it could come out otherwise after a crash.
     durable_rows: watch::Sender<u64>,
+    /// Subscriptions read the view: keep a change log (for a view that
+    /// updates rows in place).
+    changes_wanted: AtomicBool,
+    /// The last committed checkpoint keeps the change log.
+    changes_durable: watch::Sender<bool>,
+    /// The change log (rows with `_op`), including rows not yet durable.
+    changelog: RwLock<Vec<RecordBatch>>,
     /// A FLUSH wants a checkpoint now; `wake` tells the view's task.
     checkpoint_asked: AtomicBool,
     wake: Arc<Notify>,
@@ -141,6 +151,73 @@ impl View {
     /// Changes whenever a checkpoint commits more rows.
     pub fn watch_durable_rows(&self) -> watch::Receiver<u64> {
         self.durable_rows.subscribe()
+    }
+
+    /// Starts or stops the change log of a view that updates rows in place
+    /// (subscriptions read it); the next checkpoint records the change.
+    pub fn want_changes(&self, wanted: bool) {
+        self.changes_wanted.store(wanted, Ordering::Release);
+        self.checkpoint_asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Waits until a committed checkpoint keeps the change log.
+    pub async fn wait_changes_durable(&self) -> Result<(), SluiceError> {
+        let mut rx = self.changes_durable.subscribe();
+        let wait = async {
+            loop {
+                if *rx.borrow_and_update() {
+                    return Ok(());
+                }
+                if let Some(f) = self.failure() {
+                    return Err(SluiceError::Internal(format!(
+                        "materialized view \"{}\" failed: {f}",
+                        self.def.name
+                    )));
+                }
+                self.checkpoint_asked.store(true, Ordering::Release);
+                self.wake.notify_one();
+                let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+            }
+        };
+        match tokio::time::timeout(FLUSH_CHECKPOINT_WAIT, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(SluiceError::CheckpointPending {
+                view: self.def.name.clone(),
+                reason: "the change log's first checkpoint is not committed".into(),
+            }),
+        }
+    }
+
+    /// Rows `[from, to)` of the view's change stream, with `_op`: the
+    /// appended rows of an append-only view (all inserts), or the change
+    /// log of a view that updates rows.
+    pub fn change_rows(&self, from: u64, to: u64) -> Result<Vec<RecordBatch>, SluiceError> {
+        let schema = change_schema(&self.schema);
+        let batches = if self.append_only {
+            self.snapshot()
+        } else {
+            self.changelog.read().clone()
+        };
+        let mut out = Vec::new();
+        let mut at = 0u64;
+        for b in batches {
+            let len = b.num_rows() as u64;
+            let (lo, hi) = (from.max(at), to.min(at + len));
+            if lo < hi {
+                let part = b.slice((lo - at) as usize, (hi - lo) as usize);
+                let mut columns: Vec<ArrayRef> = part.columns().to_vec();
+                if self.append_only {
+                    columns.push(Arc::new(StringArray::from(vec!["insert"; part.num_rows()])));
+                }
+                out.push(RecordBatch::try_new(schema.clone(), columns)?);
+            }
+            at += len;
+            if at >= to {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Offsets consumed per source partition, and rows of state held.
@@ -399,6 +476,19 @@ impl ViewManager {
                 "materialized view \"{dependent}\" reads \"{name}\"; drop it before rebuilding \"{name}\""
             )));
         }
+        // Subscriptions hold positions in the view's rows, which a rebuild
+        // computes afresh.
+        if let Some(sub) = self
+            .store
+            .subscription_defs()
+            .into_iter()
+            .find(|s| s.source == name)
+        {
+            return Err(SluiceError::Unsupported(format!(
+                "subscription \"{}\" reads \"{name}\"; drop it before rebuilding \"{name}\"",
+                sub.name
+            )));
+        }
         let start_offsets = match (&old.source, from_us) {
             (ViewSource::Table(t), None) => t.partitions().iter().map(|p| p.start_offset()).collect(),
             (ViewSource::Table(t), Some(ts)) => t.partitions().iter().map(|p| p.offset_at_time(ts)).collect(),
@@ -547,9 +637,11 @@ impl ViewManager {
             late_count: 0,
             late: Vec::new(),
         };
+        let mut restored_changes = Vec::new();
         let manifest = match restored {
             Some(r) => {
                 compiled.restore(r.appended, r.groups)?;
+                restored_changes = r.changes;
                 start.consumed = r.manifest.source_offsets.clone();
                 start.clock = r.manifest.clock.clone();
                 start.late_count = r.manifest.late_count;
@@ -569,7 +661,25 @@ impl ViewManager {
         };
         let (progress, _) = watch::channel(start.consumed.clone());
         let (checkpointed, _) = watch::channel(start.consumed.clone());
-        let (durable_rows, _) = watch::channel(manifest.as_ref().map_or(0, appended_rows));
+        let append_only = compiled.append_only();
+        let (durable_rows, _) = watch::channel(
+            manifest
+                .as_ref()
+                .map_or(0, |m| change_stream_rows(m, append_only)),
+        );
+        let changes_kept = manifest.as_ref().is_some_and(|m| m.changes_kept) && !append_only;
+        let (changes_durable, _) = watch::channel(changes_kept);
+        let tracker = if changes_kept {
+            let rows = compiled.snapshot()?;
+            Some(ChangeTracker::new(&compiled.schema, &rows)?)
+        } else {
+            None
+        };
+        let changes_wanted = self
+            .store
+            .subscription_defs()
+            .iter()
+            .any(|s| s.source == def.name);
         let backfill = match &compiled.source {
             ViewSource::Table(t) => {
                 let ends = t.commits().borrow().clone();
@@ -595,6 +705,13 @@ impl ViewManager {
             progress,
             checkpointed,
             durable_rows,
+            changes_wanted: AtomicBool::new(changes_wanted),
+            changes_durable,
+            changelog: RwLock::new(if changes_kept {
+                restored_changes
+            } else {
+                Vec::new()
+            }),
             checkpoint_asked: AtomicBool::new(false),
             wake: Arc::new(Notify::new()),
             failure: Mutex::new(None),
@@ -609,7 +726,9 @@ impl ViewManager {
             Arc::new(move |m: &CheckpointManifest| {
                 if let Some(v) = weak.upgrade() {
                     v.checkpointed.send_replace(m.source_offsets.clone());
-                    v.durable_rows.send_replace(appended_rows(m));
+                    v.durable_rows
+                        .send_replace(change_stream_rows(m, v.append_only));
+                    v.changes_durable.send_replace(m.changes_kept);
                     v.wake.notify_one();
                 }
             })
@@ -633,6 +752,7 @@ impl ViewManager {
             late_kept: start.late.len(),
             late_unsaved: Vec::new(),
             applied_rows,
+            tracker,
         };
         let span = info_span!("view", name = %view.def.name);
         let handle = match task.compiled.source.clone() {
@@ -669,6 +789,8 @@ struct ViewTask {
     late_unsaved: Vec<LateRow>,
     /// Source rows applied, for backfill progress.
     applied_rows: Arc<AtomicU64>,
+    /// The change log's base while the view keeps one.
+    tracker: Option<ChangeTracker>,
 }
 
 impl ViewTask {
@@ -699,12 +821,21 @@ impl ViewTask {
             return;
         };
         let asked = view.checkpoint_asked.load(Ordering::Acquire);
+        let wanted = !view.append_only && view.changes_wanted.load(Ordering::Acquire);
+        let toggle = wanted != self.tracker.is_some();
         if !self
             .checkpointer
-            .due(&self.consumed, self.late_count, asked)
+            .due(&self.consumed, self.late_count, asked, toggle)
         {
             return;
         }
+        let changes = match self.capture_changes(&view, wanted) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "could not capture the view's changes for a checkpoint");
+                return;
+            }
+        };
         let appended = self
             .compiled
             .appended_since(self.checkpointer.appended_done);
@@ -723,10 +854,38 @@ impl ViewTask {
             appended,
             groups,
             late: late_rows_batch(&std::mem::take(&mut self.late_unsaved)),
+            changes_kept: wanted,
+            changes,
         };
         view.checkpoint_asked.store(false, Ordering::Release);
         self.checkpointer
             .start(capture, self.compiled.appended_batches());
+    }
+
+    /// The change log's new rows since the last capture (starting the log
+    /// with every row as an insert), or stops the log when no longer
+    /// wanted.
+    fn capture_changes(
+        &mut self,
+        view: &View,
+        wanted: bool,
+    ) -> Result<Option<RecordBatch>, SluiceError> {
+        if !wanted {
+            if self.tracker.take().is_some() {
+                view.changelog.write().clear();
+            }
+            return Ok(None);
+        }
+        let rows = self.compiled.snapshot()?;
+        let tracker = match &mut self.tracker {
+            Some(t) => t,
+            None => self.tracker.insert(ChangeTracker::new(&view.schema, &[])?),
+        };
+        let changes = tracker.diff(&rows)?;
+        if let Some(c) = &changes {
+            view.changelog.write().push(c.clone());
+        }
+        Ok(changes)
     }
 
     /// Waits for the source to move, a FLUSH, or the next checkpoint time.
@@ -740,11 +899,17 @@ impl ViewTask {
     }
 }
 
-/// Rows a manifest holds in appended-rows files.
-fn appended_rows(m: &CheckpointManifest) -> u64 {
+/// Rows of the view's change stream a manifest holds: appended rows of an
+/// append-only view, else the change log.
+fn change_stream_rows(m: &CheckpointManifest, append_only: bool) -> u64 {
+    let kind = if append_only {
+        FileKind::Rows
+    } else {
+        FileKind::Changes
+    };
     m.files
         .iter()
-        .filter(|f| f.kind == FileKind::Rows)
+        .filter(|f| f.kind == kind)
         .map(|f| f.rows)
         .sum()
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Int32Array, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Int32Array, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parking_lot::{Mutex, RwLock};
@@ -31,7 +31,7 @@ use crate::checkpoint::now_us;
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
 use crate::query::project_frame;
-use crate::stream::{View, ViewManager};
+use crate::stream::{change_schema, View, ViewManager};
 
 pub use error::SubscriptionError;
 
@@ -162,16 +162,11 @@ impl Source {
                 .iter()
                 .map(|c| c.to_field().with_nullable(true))
                 .collect(),
-            Source::View(v) => {
-                let mut f: Vec<Field> = v
-                    .schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone())
-                    .collect();
-                f.push(Field::new("_op", DataType::Utf8, false));
-                f
-            }
+            Source::View(v) => change_schema(&v.schema)
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect(),
         };
         fields.push(Field::new("_partition", DataType::Int32, false));
         fields.push(Field::new("_offset", DataType::Int64, false));
@@ -423,15 +418,6 @@ impl SubscriptionManager {
     /// `CREATE SUBSCRIPTION`: the definition, then its first offsets.
     pub async fn create(&self, c: &CreateSubscription) -> Result<(), SluiceError> {
         let source = self.source(&c.source)?;
-        if let Source::View(v) = &source {
-            if !v.append_only {
-                return Err(SubscriptionError::Unsupported(format!(
-                    "materialized view \"{}\" updates its rows; subscriptions read views whose rows are only appended (filters, projections, EMIT ON WINDOW CLOSE)",
-                    v.def.name
-                ))
-                .into());
-            }
-        }
         if self.groups.read().contains_key(&c.name) {
             return Err(sluice_catalog::CatalogError::DuplicateSubscription(c.name.clone()).into());
         }
@@ -445,6 +431,19 @@ impl SubscriptionManager {
             source: c.source.clone(),
             start,
         })?;
+        // A view that updates rows in place starts its change log (its rows
+        // as inserts, then each epoch's deletes and inserts) and a
+        // checkpoint must hold it before offsets into it mean anything.
+        if let Source::View(v) = &source {
+            if !v.append_only {
+                v.want_changes(true);
+                if let Err(e) = v.wait_changes_durable().await {
+                    let _ = self.store.drop_subscription_def(&c.name);
+                    self.stop_changes_if_unread(&c.source);
+                    return Err(e);
+                }
+            }
+        }
         let offsets = self.resolve(&source, &c.start, None)?;
         let group = Arc::new(Subscription {
             path: offsets_path(&self.dir, def.id),
@@ -474,14 +473,31 @@ impl SubscriptionManager {
             }
         }
         for name in names {
-            if let Some(group) = self.groups.write().remove(name) {
-                self.store.drop_subscription_def(name)?;
-                if let Err(e) = std::fs::remove_file(&group.path) {
-                    warn!(path = %group.path.display(), error = %e, "could not remove a dropped subscription's offsets");
-                }
+            let Some(group) = self.groups.read().get(name).cloned() else {
+                continue;
+            };
+            self.store.drop_subscription_def(name)?;
+            self.groups.write().remove(name);
+            if let Err(e) = std::fs::remove_file(&group.path) {
+                warn!(path = %group.path.display(), error = %e, "could not remove a dropped subscription's offsets");
             }
+            self.stop_changes_if_unread(&group.def.source);
         }
         Ok(())
+    }
+
+    /// A view nobody subscribes to any more drops its change log.
+    fn stop_changes_if_unread(&self, source: &str) {
+        let read = self
+            .store
+            .subscription_defs()
+            .iter()
+            .any(|s| s.source == source);
+        if let (false, Some(v)) = (read, self.views.view(source)) {
+            if !v.append_only {
+                v.want_changes(false);
+            }
+        }
     }
 
     /// `ALTER SUBSCRIPTION s RESET TO ...`: new committed offsets; cursors
@@ -736,7 +752,8 @@ async fn read_table(
     Ok(out)
 }
 
-/// Reads up to `limit` rows of an append-only view that a checkpoint holds.
+/// Reads up to `limit` rows of a view's change stream that a checkpoint
+/// holds.
 fn read_view(
     view: &View,
     cursor: &mut SubscriptionCursor,
@@ -749,24 +766,17 @@ fn read_view(
     }
     let to = durable.min(from.saturating_add(limit as u64));
     let mut out = Vec::new();
-    let mut at = 0u64;
-    for b in view.snapshot() {
-        let len = b.num_rows() as u64;
-        let (lo, hi) = (from.max(at), to.min(at + len));
-        if lo < hi {
-            let part = b.slice((lo - at) as usize, (hi - lo) as usize);
-            let n = part.num_rows();
-            let mut columns: Vec<ArrayRef> = part.columns().to_vec();
-            columns.push(Arc::new(StringArray::from(vec!["insert"; n])));
-            columns.push(Arc::new(Int32Array::from(vec![0; n])));
-            columns.push(Arc::new(Int64Array::from_iter_values(lo as i64..hi as i64)));
-            out.push(RecordBatch::try_new(cursor.schema.clone(), columns)?);
-        }
-        at += len;
-        if at >= to {
-            break;
-        }
+    let mut at = from;
+    for part in view.change_rows(from, to)? {
+        let n = part.num_rows() as u64;
+        let mut columns: Vec<ArrayRef> = part.columns().to_vec();
+        columns.push(Arc::new(Int32Array::from(vec![0; n as usize])));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            at as i64..(at + n) as i64,
+        )));
+        out.push(RecordBatch::try_new(cursor.schema.clone(), columns)?);
+        at += n;
     }
-    cursor.position[0] = to;
+    cursor.position[0] = at;
     Ok(out)
 }
