@@ -661,6 +661,17 @@ async fn rebuild_swaps_atomically_and_reports_progress() {
         "psql prints progress: {err}"
     );
     assert_eq!(scalar(&c, total).await, 2_001_000);
+
+    // A new view's backfill: FLUSH prints its progress while it waits.
+    let (ok, _, err) = server.psql(
+        "CREATE MATERIALIZED VIEW per_tenant AS SELECT tenant, COUNT(*) AS n FROM usage GROUP BY tenant;
+         FLUSH;\n",
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("NOTICE") && err.contains("backfill of \"per_tenant\""),
+        "psql prints the backfill's progress: {err}"
+    );
     for (sql, state) in [
         ("ALTER MATERIALIZED VIEW usage REBUILD", "42809"),
         ("ALTER MATERIALIZED VIEW missing REBUILD", "42P01"),

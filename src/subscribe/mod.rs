@@ -204,6 +204,9 @@ pub struct SubscriptionCursor {
     pub declared_in_transaction: bool,
     /// Position before the first FETCH of the open transaction.
     at_begin: Option<(Vec<u64>, Vec<u64>)>,
+    /// The last frame read per partition (its base offset and rows), since
+    /// a frame usually holds more rows than one FETCH takes.
+    last_frame: Vec<Option<(u64, RecordBatch)>>,
 }
 
 impl SubscriptionCursor {
@@ -547,6 +550,7 @@ impl SubscriptionManager {
             generation: committed.generation,
             declared_in_transaction: in_transaction,
             at_begin: None,
+            last_frame: vec![None; source.partitions()],
             group,
         })
     }
@@ -727,15 +731,22 @@ async fn read_table(
             if remaining == 0 {
                 break;
             }
-            let raw = part.read_frame(&meta).await?;
-            let rows = project_frame(
-                &raw,
-                &meta,
-                k as i32,
-                &projection,
-                data_columns,
-                &cursor.schema,
-            )?;
+            let rows = match &cursor.last_frame[k] {
+                Some((base, rows)) if *base == meta.header.base_offset => rows.clone(),
+                _ => {
+                    let raw = part.read_frame(&meta).await?;
+                    let rows = project_frame(
+                        &raw,
+                        &meta,
+                        k as i32,
+                        &projection,
+                        data_columns,
+                        &cursor.schema,
+                    )?;
+                    cursor.last_frame[k] = Some((meta.header.base_offset, rows.clone()));
+                    rows
+                }
+            };
             let skip = cursor.position[k].saturating_sub(meta.header.base_offset) as usize;
             let available = (rows.num_rows().saturating_sub(skip) as u64)
                 .min(end.saturating_sub(cursor.position[k])) as usize;
