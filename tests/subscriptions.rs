@@ -19,6 +19,28 @@ async fn fetch(c: &tokio_postgres::Client, sql: &str) -> Vec<(i32, i64)> {
         .collect()
 }
 
+/// The server's clock as text, with commits before and after it kept apart.
+async fn time_between_commits(c: &tokio_postgres::Client) -> String {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now: String = c
+        .query_one("SELECT CAST(now() AS TEXT)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    now
+}
+
+/// A new connection in a transaction block with cursor `c` on group `g`.
+async fn reader_in_transaction(server: &Server) -> tokio_postgres::Client {
+    let reader = server.connect().await;
+    reader
+        .batch_execute("BEGIN; DECLARE c SUBSCRIPTION CURSOR FOR g")
+        .await
+        .unwrap();
+    reader
+}
+
 const SETUP: &str = "CREATE TABLE usage (tenant TEXT, tokens BIGINT) APPEND ONLY WITH (partitions = 4, partition_key = 'tenant');";
 
 async fn insert_usage(c: &tokio_postgres::Client, from: i64, n: i64) {
@@ -140,39 +162,23 @@ async fn offsets_commit_with_the_transaction_through_crashes() {
 
     // 1. The client goes away before COMMIT: the rows come again.
     let first = {
-        let reader = server.connect().await;
-        reader
-            .batch_execute("BEGIN; DECLARE c SUBSCRIPTION CURSOR FOR g")
-            .await
-            .unwrap();
+        let reader = reader_in_transaction(&server).await;
         fetch(&reader, "FETCH 100 FROM c").await
     };
     assert_eq!(first.len(), 100);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let reader = server.connect().await;
-    reader
-        .batch_execute("BEGIN; DECLARE c SUBSCRIPTION CURSOR FOR g")
-        .await
-        .unwrap();
+    let reader = reader_in_transaction(&server).await;
     assert_eq!(fetch(&reader, "FETCH 100 FROM c").await, first);
 
     // 2. The server is killed before COMMIT: the rows come again.
     server.kill9();
     server.restart();
-    let reader = server.connect().await;
-    reader
-        .batch_execute("BEGIN; DECLARE c SUBSCRIPTION CURSOR FOR g")
-        .await
-        .unwrap();
+    let reader = reader_in_transaction(&server).await;
     assert_eq!(fetch(&reader, "FETCH 100 FROM c").await, first);
     // 3. ...and once committed, never again, also after SIGKILL.
     reader.batch_execute("COMMIT").await.unwrap();
     server.restart();
-    let reader = server.connect().await;
-    reader
-        .batch_execute("BEGIN; DECLARE c SUBSCRIPTION CURSOR FOR g")
-        .await
-        .unwrap();
+    let reader = reader_in_transaction(&server).await;
     let second = fetch(&reader, "FETCH 100 FROM c").await;
     assert_eq!(second.len(), 100);
     assert!(
@@ -226,13 +232,7 @@ async fn groups_reset_drop_and_errors() {
     let c = server.connect().await;
     c.batch_execute(SETUP).await.unwrap();
     insert_usage(&c, 0, 100).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let middle: String = c
-        .query_one("SELECT CAST(now() AS TEXT)", &[])
-        .await
-        .unwrap()
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let middle = time_between_commits(&c).await;
     insert_usage(&c, 100, 100).await;
     c.batch_execute(
         "CREATE SUBSCRIPTION a FROM usage;
@@ -611,13 +611,7 @@ async fn rebuild_swaps_atomically_and_reports_progress() {
     for i in 0..4 {
         insert_usage(&c, i * 500_000, 500_000).await;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let cut: String = c
-        .query_one("SELECT CAST(now() AS TEXT)", &[])
-        .await
-        .unwrap()
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cut = time_between_commits(&c).await;
     insert_usage(&c, 2_000_000, 1000).await;
     c.batch_execute(
         "CREATE MATERIALIZED VIEW totals AS SELECT _partition AS p, COUNT(*) AS n FROM usage GROUP BY _partition; FLUSH",

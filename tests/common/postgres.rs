@@ -95,21 +95,22 @@ impl Postgres {
         self.data.to_str().expect("utf-8 path")
     }
 
-    fn run(&self, tool: &str, args: &[&str]) {
+    /// A PostgreSQL tool, run as user `postgres` when we are root.
+    fn tool(&self, tool: &str) -> Command {
         let exe = self.bin.join(tool);
-        let status = if self.as_postgres {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(&exe)
-                .args(args)
-                .stdout(std::process::Stdio::null())
-                .status()
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
         } else {
-            Command::new(&exe)
-                .args(args)
-                .stdout(std::process::Stdio::null())
-                .status()
+            Command::new(exe)
         };
+        cmd.stdout(std::process::Stdio::null());
+        cmd
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let status = self.tool(tool).args(args).status();
         assert!(status.expect(tool).success(), "{tool} failed");
     }
 
@@ -133,20 +134,10 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let exe = self.bin.join("pg_ctl");
-        let args = ["-D", self.data_str(), "-m", "immediate", "stop"];
-        let _ = if self.as_postgres {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(&exe)
-                .args(args)
-                .stdout(std::process::Stdio::null())
-                .status()
-        } else {
-            Command::new(&exe)
-                .args(args)
-                .stdout(std::process::Stdio::null())
-                .status()
-        };
+        let data = self.data_str().to_string();
+        let _ = self
+            .tool("pg_ctl")
+            .args(["-D", &data, "-m", "immediate", "stop"])
+            .status();
     }
 }
