@@ -36,6 +36,10 @@ enum Command {
         /// retention applied, in milliseconds.
         #[arg(long, default_value_t = 1000)]
         tiering_interval_ms: u64,
+        /// How often keyed tables with new records are compacted, in
+        /// milliseconds (VACUUM compacts at once).
+        #[arg(long, default_value_t = 30000)]
+        compaction_interval_ms: u64,
         /// The most memory (Arrow bytes) one INSERT or COPY may stage before
         /// it is appended; a larger statement fails with SQLSTATE 54000.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
@@ -67,6 +71,7 @@ fn main() -> std::process::ExitCode {
             segment_bytes,
             segment_max_age_secs,
             tiering_interval_ms,
+            compaction_interval_ms,
             max_statement_bytes,
             object_store,
             checkpoint_interval_ms,
@@ -94,6 +99,9 @@ fn main() -> std::process::ExitCode {
                     checkpoint_interval_ms.max(1),
                 ),
                 tiering_interval: std::time::Duration::from_millis(tiering_interval_ms.max(1)),
+                compaction_interval: std::time::Duration::from_millis(
+                    compaction_interval_ms.max(1),
+                ),
             };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

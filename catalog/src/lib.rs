@@ -12,5 +12,6 @@ pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState}
 pub use store::{checked_body, with_checksum, write_atomically, Catalog, CatalogError};
 pub use types::{
     ColumnDef, SqlType, SubscriptionDef, SubscriptionStart, TableDef, TableOptions, ViewDef,
-    WatermarkDef, DEFAULT_IDLE_TIMEOUT_MS, HIDDEN_COLUMNS, SQL_TYPE_METADATA_KEY,
+    WatermarkDef, DEFAULT_DELETE_RETENTION_SECS, DEFAULT_IDLE_TIMEOUT_MS, DELETED_COLUMN,
+    HIDDEN_COLUMNS, OP_COLUMN, SQL_TYPE_METADATA_KEY,
 };

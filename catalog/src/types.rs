@@ -139,7 +139,25 @@ pub struct TableOptions {
     pub watermark: Option<WatermarkDef>,
     #[serde(default = "default_idle_timeout_ms")]
     pub watermark_idle_timeout_ms: u64,
+    /// Columns of the primary key: non-empty makes the table keyed (a
+    /// compacted log where a record upserts its key).
+    #[serde(default)]
+    pub primary_key: Vec<String>,
+    /// How long compaction keeps a tombstone after it was written, in
+    /// seconds (keyed tables).
+    #[serde(default)]
+    pub delete_retention_secs: Option<u64>,
 }
+
+/// Default `delete_retention`: one day.
+pub const DEFAULT_DELETE_RETENTION_SECS: u64 = 86_400;
+
+/// The stored column of a keyed table that marks a tombstone (a key with
+/// no value). Not visible to queries; `changelog(t)` shows it as `_op`.
+pub const DELETED_COLUMN: &str = "_deleted";
+
+/// `changelog(t)`'s column saying what a record does: 'upsert' or 'delete'.
+pub const OP_COLUMN: &str = "_op";
 
 impl Default for TableOptions {
     fn default() -> Self {
@@ -150,6 +168,8 @@ impl Default for TableOptions {
             retention_bytes: None,
             watermark: None,
             watermark_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            primary_key: Vec::new(),
+            delete_retention_secs: None,
         }
     }
 }
@@ -186,6 +206,60 @@ impl TableDef {
             DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00"))),
             false,
         ));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// A keyed table (PRIMARY KEY): a compacted log.
+    pub fn is_keyed(&self) -> bool {
+        !self.options.primary_key.is_empty()
+    }
+
+    /// Indices of the primary key's columns.
+    pub fn primary_key_indices(&self) -> Vec<usize> {
+        self.options
+            .primary_key
+            .iter()
+            .filter_map(|k| self.column_index(k))
+            .collect()
+    }
+
+    /// Schema of the records in the log: the user columns, and for a keyed
+    /// table the tombstone flag (its value columns are nullable, since a
+    /// tombstone has only the key).
+    pub fn stored_schema(&self) -> SchemaRef {
+        let keyed = self.is_keyed();
+        let mut fields: Vec<Field> = self
+            .columns
+            .iter()
+            .map(|c| {
+                let f = c.to_field();
+                if keyed && !self.options.primary_key.contains(&c.name) {
+                    f.with_nullable(true)
+                } else {
+                    f
+                }
+            })
+            .collect();
+        if keyed {
+            fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Schema of `changelog(t)`: the user columns, `_op`, then the hidden
+    /// columns. Columns other than the key are NULL in a tombstone.
+    pub fn changelog_schema(&self) -> SchemaRef {
+        let q = self.query_schema();
+        let mut fields: Vec<Field> = q.fields()[..self.columns.len()]
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new(OP_COLUMN, DataType::Utf8, false));
+        fields.extend(
+            q.fields()[self.columns.len()..]
+                .iter()
+                .map(|f| f.as_ref().clone()),
+        );
         Arc::new(Schema::new(fields))
     }
 

@@ -1,4 +1,7 @@
-use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions, WatermarkDef, HIDDEN_COLUMNS};
+use sluice_catalog::{
+    ColumnDef, SqlType, TableDef, TableOptions, WatermarkDef, DELETED_COLUMN, HIDDEN_COLUMNS,
+    OP_COLUMN,
+};
 use sqlparser::ast::{self, CharacterLength, ColumnOption, DataType, ExactNumberInfo};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -37,14 +40,39 @@ pub(crate) fn create_table(
         return Err(SqlError::Syntax("a table needs at least one column".into()));
     }
     let mut columns: Vec<ColumnDef> = Vec::with_capacity(ct.columns.len());
-    let mut has_primary_key = !ct.constraints.is_empty()
-        && ct
-            .constraints
-            .iter()
-            .any(|c| matches!(c, ast::TableConstraint::PrimaryKey(_)));
+    let mut primary_key: Vec<String> = Vec::new();
+    for c in &ct.constraints {
+        match c {
+            ast::TableConstraint::PrimaryKey(pk) => {
+                if !primary_key.is_empty() {
+                    return Err(SqlError::Syntax(
+                        "multiple primary keys for a table are not allowed".into(),
+                    ));
+                }
+                primary_key = pk
+                    .columns
+                    .iter()
+                    .map(|c| match &c.column.expr {
+                        ast::Expr::Identifier(i) => Ok(ident_name(i)),
+                        other => Err(SqlError::Unsupported(format!(
+                            "primary key expression {other} is not supported"
+                        ))),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            other => {
+                return Err(SqlError::Unsupported(format!(
+                    "table constraint {other} is not supported"
+                )))
+            }
+        }
+    }
     for col in &ct.columns {
         let col_name = ident_name(&col.name);
-        if HIDDEN_COLUMNS.contains(&col_name.as_str()) {
+        if HIDDEN_COLUMNS.contains(&col_name.as_str())
+            || col_name == DELETED_COLUMN
+            || col_name == OP_COLUMN
+        {
             return Err(SqlError::InvalidOption(format!(
                 "column name \"{col_name}\" is reserved for a system column"
             )));
@@ -57,7 +85,14 @@ pub(crate) fn create_table(
             match &opt.option {
                 ColumnOption::NotNull => nullable = false,
                 ColumnOption::Null => nullable = true,
-                ColumnOption::PrimaryKey(_) => has_primary_key = true,
+                ColumnOption::PrimaryKey(_) => {
+                    if !primary_key.is_empty() {
+                        return Err(SqlError::Syntax(
+                            "multiple primary keys for a table are not allowed".into(),
+                        ));
+                    }
+                    primary_key.push(col_name.clone());
+                }
                 other => {
                     return Err(SqlError::Unsupported(format!(
                         "column option {other} is not supported"
@@ -71,20 +106,39 @@ pub(crate) fn create_table(
             nullable,
         });
     }
-    if has_primary_key {
-        return Err(SqlError::Unsupported(
-            "keyed tables (PRIMARY KEY) are not supported yet; declare the table APPEND ONLY"
+    if !primary_key.is_empty() && clauses.append_only {
+        return Err(SqlError::Syntax(
+            "an APPEND ONLY table has no primary key: leave out APPEND ONLY for a keyed table"
                 .into(),
         ));
     }
-    for c in &ct.constraints {
-        if !matches!(c, ast::TableConstraint::PrimaryKey(_)) {
-            return Err(SqlError::Unsupported(format!(
-                "table constraint {c} is not supported"
-            )));
+    for k in &primary_key {
+        // Key columns are NOT NULL, as in PostgreSQL.
+        match columns.iter_mut().find(|c| &c.name == k) {
+            Some(c) => c.nullable = false,
+            None => return Err(SqlError::UndefinedColumn(k.clone())),
         }
     }
     let mut options = table_options(&ct.table_options, &columns)?;
+    if primary_key.is_empty() {
+        if options.delete_retention_secs.is_some() {
+            return Err(SqlError::InvalidOption(
+                "delete_retention applies to keyed tables (with a PRIMARY KEY)".into(),
+            ));
+        }
+    } else {
+        // Every version of a key must land in the same partition.
+        match &options.partition_key {
+            Some(k) if !primary_key.contains(k) => {
+                return Err(SqlError::InvalidOption(format!(
+                    "the partition key of a keyed table must be a primary key column, not \"{k}\""
+                )))
+            }
+            Some(_) => {}
+            None => options.partition_key = Some(primary_key[0].clone()),
+        }
+        options.primary_key = primary_key;
+    }
     if let Some((column, expr)) = &clauses.watermark {
         options.watermark = Some(watermark(column, expr, &columns)?);
     }
@@ -143,12 +197,15 @@ fn table_options(
             }
             "retention" => options.retention_secs = Some(parse_duration_secs(&text)?),
             "retention_bytes" => options.retention_bytes = Some(parse_bytes(&text)?),
+            "delete_retention" => {
+                options.delete_retention_secs = Some(parse_duration_secs(&text)?)
+            }
             "watermark_idle_timeout" => {
                 options.watermark_idle_timeout_ms = (parse_duration_us(&text)? / 1000) as u64
             }
             other => {
                 return Err(SqlError::InvalidOption(format!(
-                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, retention_bytes, watermark_idle_timeout)"
+                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, retention_bytes, delete_retention, watermark_idle_timeout)"
                 )))
             }
         }

@@ -27,7 +27,26 @@ pub enum Statement {
         table: String,
         columns: Vec<String>,
         literal_rows: Option<Vec<Vec<Option<String>>>>,
+        /// `ON CONFLICT DO NOTHING` (keyed tables); the statement carries no
+        /// ON CONFLICT clause any more.
+        on_conflict_do_nothing: bool,
         statement: Box<ast::Statement>,
+    },
+    /// `UPDATE t SET col = expr, ... [WHERE cond]` (keyed tables): each
+    /// assignment's column and expression as SQL text.
+    Update {
+        table: String,
+        assignments: Vec<(String, String)>,
+        selection: Option<String>,
+    },
+    /// `DELETE FROM t [WHERE cond]` (keyed tables).
+    Delete {
+        table: String,
+        selection: Option<String>,
+    },
+    /// `VACUUM t` or `ALTER TABLE t COMPACT`: compact a keyed table now.
+    Compact {
+        table: String,
     },
     /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`
     CreateView(CreateView),
@@ -210,6 +229,11 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     {
         ["flush"] => return Ok(Statement::Flush),
         ["show", "materialized", "views"] => return Ok(Statement::ShowViews),
+        ["vacuum", table] | ["alter", "table", table, "compact"] => {
+            return Ok(Statement::Compact {
+                table: table.trim_matches('"').to_string(),
+            })
+        }
         _ => {}
     }
     if let Some(statement) = parse_subscription_statement(sql)? {
@@ -420,7 +444,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             legacy_options,
             ..
         } => copy_statement(source, to, target, options, legacy_options),
-        ast::Statement::Insert(insert) => {
+        ast::Statement::Insert(mut insert) => {
             let table = match &insert.table {
                 ast::TableObject::TableName(name) => object_name(name),
                 other => {
@@ -429,12 +453,23 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                     )))
                 }
             };
-            if insert.on.is_some() || insert.returning.is_some() {
+            if insert.returning.is_some() {
                 return Err(SqlError::Unsupported(
-                    "INSERT ... ON CONFLICT and RETURNING are not supported on append-only tables"
-                        .into(),
+                    "INSERT ... RETURNING is not supported".into(),
                 ));
             }
+            let on_conflict_do_nothing = match insert.on.take() {
+                None => false,
+                Some(ast::OnInsert::OnConflict(ast::OnConflict {
+                    action: ast::OnConflictAction::DoNothing,
+                    ..
+                })) => true,
+                Some(other) => {
+                    return Err(SqlError::Unsupported(format!(
+                        "{other} is not supported: an INSERT into a keyed table already replaces the row with the same key; ON CONFLICT DO NOTHING keeps the existing one"
+                    )))
+                }
+            };
             let columns = insert
                 .columns
                 .iter()
@@ -450,6 +485,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                 table,
                 columns,
                 literal_rows,
+                on_conflict_do_nothing,
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
         }
@@ -457,11 +493,12 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
         ast::Statement::Commit { .. } => Ok(Statement::Transaction(TransactionOp::Commit)),
         ast::Statement::Rollback { .. } => Ok(Statement::Transaction(TransactionOp::Rollback)),
         ast::Statement::Set(set) => set_statement(set),
-        ast::Statement::Update(_) | ast::Statement::Delete(_) | ast::Statement::Truncate(_) => {
-            Err(SqlError::Unsupported(
-                "UPDATE, DELETE and TRUNCATE are not supported on append-only tables".into(),
-            ))
-        }
+        ast::Statement::Update(update) => update_statement(update),
+        ast::Statement::Delete(delete) => delete_statement(delete),
+        ast::Statement::Truncate(_) => Err(SqlError::Unsupported(
+            "TRUNCATE is not supported: the log keeps every record until retention deletes it"
+                .into(),
+        )),
         ast::Statement::CreateView(_)
         | ast::Statement::CreateIndex(_)
         | ast::Statement::AlterTable(_)
@@ -472,6 +509,62 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
         ))),
         other => Ok(Statement::Query(Box::new(other))),
     }
+}
+
+/// The one plain table a DML statement names.
+fn single_table(tables: &[ast::TableWithJoins], what: &str) -> Result<String, SqlError> {
+    match tables {
+        [t] if t.joins.is_empty() => match &t.relation {
+            ast::TableFactor::Table { name, .. } => Ok(object_name(name)),
+            other => Err(SqlError::Unsupported(format!(
+                "{what} of {other} is not supported"
+            ))),
+        },
+        _ => Err(SqlError::Unsupported(format!(
+            "{what} names one table, without joins"
+        ))),
+    }
+}
+
+fn update_statement(update: ast::Update) -> Result<Statement, SqlError> {
+    if update.from.is_some() || update.returning.is_some() || update.limit.is_some() {
+        return Err(SqlError::Unsupported(
+            "UPDATE ... FROM, RETURNING and LIMIT are not supported".into(),
+        ));
+    }
+    let table = single_table(std::slice::from_ref(&update.table), "UPDATE")?;
+    let mut assignments = Vec::new();
+    for a in &update.assignments {
+        let column = match &a.target {
+            ast::AssignmentTarget::ColumnName(name) => object_name(name),
+            other => {
+                return Err(SqlError::Unsupported(format!(
+                    "assignment to {other} is not supported"
+                )))
+            }
+        };
+        assignments.push((column, a.value.to_string()));
+    }
+    Ok(Statement::Update {
+        table,
+        assignments,
+        selection: update.selection.map(|s| s.to_string()),
+    })
+}
+
+fn delete_statement(delete: ast::Delete) -> Result<Statement, SqlError> {
+    if delete.using.is_some() || delete.returning.is_some() || delete.limit.is_some() {
+        return Err(SqlError::Unsupported(
+            "DELETE ... USING, RETURNING and LIMIT are not supported".into(),
+        ));
+    }
+    let tables = match &delete.from {
+        ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+    };
+    Ok(Statement::Delete {
+        table: single_table(tables, "DELETE")?,
+        selection: delete.selection.map(|s| s.to_string()),
+    })
 }
 
 fn create_view(view: ast::CreateView, clauses: &StreamingClauses) -> Result<Statement, SqlError> {

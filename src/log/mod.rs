@@ -7,8 +7,10 @@
 //! then makes the frames visible to readers and acknowledges the statement.
 
 mod commit;
+mod compaction;
 mod error;
 mod frame;
+pub mod keyed;
 mod partition;
 mod remote;
 mod store;
@@ -16,12 +18,13 @@ mod table;
 mod tiering;
 mod watermark;
 
+pub use compaction::{compact_table, spawn_compaction, CompactionReport};
 pub use error::LogError;
-pub use partition::{EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
+pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
 pub use remote::RemoteSegment;
 pub use store::LogStore;
 pub use table::{OffsetRange, RoutedRows, TableLog};
-pub use tiering::{attach_remote_segments, spawn_tiering};
+pub use tiering::{attach_remote_segments, spawn_tiering, tier_table};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.

@@ -97,6 +97,26 @@ pub struct PartitionLog {
     deleted_segments: AtomicU64,
     /// Objects of this partition found unreadable at start-up.
     unreadable: parking_lot::Mutex<Vec<String>>,
+    /// What compaction did and found (keyed tables).
+    pub compaction: parking_lot::Mutex<CompactionStats>,
+}
+
+/// Compaction of one partition of a keyed table, for
+/// `sluice_catalog.partitions`.
+#[derive(Debug, Default, Clone)]
+pub struct CompactionStats {
+    /// Completed passes.
+    pub runs: u64,
+    /// Records compaction replaced by holes (superseded versions, expired
+    /// tombstones).
+    pub records_removed: u64,
+    /// Share of the partition's records that are not the latest live
+    /// version of their key (what compaction can remove), at the last pass.
+    pub dirty_ratio: Option<f64>,
+    /// Segments rewritten and to rewrite in the pass under way.
+    pub in_progress: Option<(u64, u64)>,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
 }
 
 /// The append side of a partition, owned by the table's writer thread.
@@ -240,6 +260,7 @@ impl PartitionLog {
             frames_read: AtomicU64::new(0),
             reads_below_start: AtomicU64::new(0),
             deleted_segments: AtomicU64::new(0),
+            compaction: parking_lot::Mutex::new(CompactionStats::default()),
             unreadable: parking_lot::Mutex::new(Vec::new()),
         };
         Ok((log, writer))
@@ -402,6 +423,27 @@ impl PartitionLog {
         v.segments.remove(i);
         v.remote.push(remote);
         v.remote.sort_by_key(|r| r.base_offset);
+        true
+    }
+
+    /// The partition's segments in the object store, oldest first.
+    pub fn remote_segments(&self) -> Vec<Arc<RemoteSegment>> {
+        self.visible.read().remote.clone()
+    }
+
+    /// Points the frames of a segment in the object store at its rewritten
+    /// copy. False when the segment is gone (retention deleted it).
+    pub fn replace_remote(&self, old: &Arc<RemoteSegment>, new: Arc<RemoteSegment>) -> bool {
+        let mut v = self.visible.write();
+        let Some(i) = v.remote.iter().position(|r| Arc::ptr_eq(r, old)) else {
+            return false;
+        };
+        for f in v.frames.iter_mut() {
+            if matches!(&f.location, FrameLocation::Remote(r) if Arc::ptr_eq(r, old)) {
+                f.location = FrameLocation::Remote(new.clone());
+            }
+        }
+        v.remote[i] = new;
         true
     }
 

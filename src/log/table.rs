@@ -16,6 +16,7 @@ use tracing::{error, info_span, warn};
 
 use super::commit::CommitLog;
 use super::error::LogError;
+use super::keyed::{as_stored, KeyCodec, KeyIndex};
 use super::partition::{PartitionLog, PartitionWriter};
 use super::watermark::{TableWatermark, WatermarkTracker};
 use super::LogConfig;
@@ -61,6 +62,19 @@ pub struct TableLog {
     /// End offsets of every partition after the newest group commit, all
     /// published together: a consistent cut for readers that follow the log.
     committed: tokio::sync::watch::Receiver<Vec<u64>>,
+    /// For a keyed table: its key codec, and the lock every write holds so
+    /// that checks of live keys and the log agree.
+    keyed: Option<KeyedWrites>,
+    /// Held by a compaction pass.
+    compaction: tokio::sync::Mutex<()>,
+    /// Held while closed segments move to the object store.
+    tiering: tokio::sync::Mutex<()>,
+}
+
+struct KeyedWrites {
+    codec: KeyCodec,
+    /// The live keys, once a statement needed them.
+    index: tokio::sync::Mutex<Option<KeyIndex>>,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -119,6 +133,8 @@ impl TableLog {
             .name(format!("log-writer-{}", def.id))
             .spawn(move || writer.run())
             .map_err(LogError::io(dir))?;
+        let def_keyed = def.is_keyed();
+        let def_for_keys = def.clone();
         let watermark = def.options.watermark.as_ref().map(|w| {
             WatermarkTracker::new(
                 w.delay_us,
@@ -136,7 +152,27 @@ impl TableLog {
             max_statement_bytes: config.max_statement_bytes,
             watermark,
             committed,
+            keyed: match def_keyed {
+                true => Some(KeyedWrites {
+                    codec: KeyCodec::new(&def_for_keys)?,
+                    index: tokio::sync::Mutex::new(None),
+                }),
+                false => None,
+            },
+            compaction: tokio::sync::Mutex::new(()),
+            tiering: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// One move of segments to the object store at a time per table (the
+    /// background task and VACUUM).
+    pub fn tiering_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.tiering
+    }
+
+    /// One compaction pass at a time per table.
+    pub fn compaction_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.compaction
     }
 
     /// Follows the table's commits: each value is every partition's end
@@ -172,11 +208,62 @@ impl TableLog {
     /// Appends a statement's rows atomically and durably: returns once every
     /// row is fsynced and committed, or an error with nothing appended.
     pub async fn append(&self, batches: Vec<RecordBatch>) -> Result<u64, LogError> {
+        self.append_keyed(batches, false).await
+    }
+
+    /// Appends a statement's records; for a keyed table with
+    /// `on_conflict_do_nothing`, records whose key is live (or repeats an
+    /// earlier record of the statement) are left out, as `INSERT ... ON
+    /// CONFLICT DO NOTHING` asks. Returns the records appended.
+    pub async fn append_keyed(
+        &self,
+        batches: Vec<RecordBatch>,
+        on_conflict_do_nothing: bool,
+    ) -> Result<u64, LogError> {
+        let Some(keyed) = &self.keyed else {
+            let mut parts = RoutedRows::default();
+            for batch in &batches {
+                parts.add(self.route(batch)?);
+            }
+            return self.commit_routed(parts).await;
+        };
+        let mut index = keyed.index.lock().await;
+        let mut batches: Vec<RecordBatch> = batches
+            .iter()
+            .map(|b| as_stored(&self.def, b))
+            .collect::<Result<_, _>>()?;
+        if on_conflict_do_nothing {
+            if index.is_none() {
+                *index = Some(KeyIndex::build(&self.def, &keyed.codec, &self.partitions).await?);
+            }
+            let live = index.as_ref().map(|i| i as &KeyIndex);
+            let mut seen = std::collections::HashSet::new();
+            let mut kept = Vec::with_capacity(batches.len());
+            for b in &batches {
+                let keys = keyed.codec.keys(b)?;
+                let keep: arrow::array::BooleanArray = keys
+                    .iter()
+                    .map(|k| {
+                        let k: Box<[u8]> = Box::from(k.as_ref());
+                        let new = !live.is_some_and(|l| l.is_live(&k)) && seen.insert(k);
+                        Some(new)
+                    })
+                    .collect();
+                kept.push(compute::filter_record_batch(b, &keep)?);
+            }
+            batches = kept;
+        }
         let mut parts = RoutedRows::default();
         for batch in &batches {
             parts.add(self.route(batch)?);
         }
-        self.append_routed(parts).await
+        let n = self.commit_routed(parts).await?;
+        if let Some(index) = index.as_mut() {
+            for b in &batches {
+                index.note(&self.def, &keyed.codec, b)?;
+            }
+        }
+        Ok(n)
     }
 
     /// Routes a batch of a statement still being received, so the statement
@@ -188,6 +275,21 @@ impl TableLog {
 
     /// Appends a statement's routed rows atomically and durably.
     pub async fn append_routed(&self, routed: RoutedRows) -> Result<u64, LogError> {
+        let Some(keyed) = &self.keyed else {
+            return self.commit_routed(routed).await;
+        };
+        let mut index = keyed.index.lock().await;
+        let batches: Vec<RecordBatch> = routed.parts.iter().map(|(_, b)| b.clone()).collect();
+        let n = self.commit_routed(routed).await?;
+        if let Some(index) = index.as_mut() {
+            for b in &batches {
+                index.note(&self.def, &keyed.codec, b)?;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn commit_routed(&self, routed: RoutedRows) -> Result<u64, LogError> {
         let rows = routed.rows;
         if rows == 0 {
             return Ok(0);
@@ -208,6 +310,7 @@ impl TableLog {
     /// Splits a batch by partition: `hash(key) % partitions`, or round-robin
     /// when the table has no partition key.
     fn route(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>, LogError> {
+        let batch = &as_stored(&self.def, batch)?;
         let n = self.partitions.len();
         if n == 1 {
             return Ok(vec![(0, batch.clone())]);

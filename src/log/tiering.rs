@@ -31,8 +31,32 @@ pub async fn attach_remote_segments(
             let listed = objects
                 .list(&partition_prefix(table.def.id, k as u32))
                 .await?;
-            let mut found = Vec::new();
+            // A compaction cut short leaves two generations of a segment:
+            // the newest stays, the others go.
+            let mut newest: std::collections::HashMap<u64, (u64, String)> = Default::default();
+            let mut stale = Vec::new();
             for o in listed.iter().filter(|o| o.key.ends_with(".parquet")) {
+                let Some((base, generation)) = super::compaction::segment_generation(&o.key) else {
+                    continue;
+                };
+                match newest.get(&base) {
+                    Some((g, _)) if *g >= generation => stale.push(o.key.clone()),
+                    _ => {
+                        if let Some((_, old)) = newest.insert(base, (generation, o.key.clone())) {
+                            stale.push(old);
+                        }
+                    }
+                }
+            }
+            for key in &stale {
+                warn!(key = %key, "removing a segment object a compaction replaced");
+                objects.delete(key).await?;
+            }
+            let mut found = Vec::new();
+            for o in listed
+                .iter()
+                .filter(|o| o.key.ends_with(".parquet") && !stale.contains(&o.key))
+            {
                 match RemoteSegment::open(objects.clone(), &o.key, o.size).await {
                     Ok(segment) => found.push(segment),
                     // Serving the rest beats refusing to start; reads of
@@ -83,7 +107,10 @@ pub fn spawn_tiering(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: D
     );
 }
 
-async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result<(), LogError> {
+/// Moves a table's closed local segments to the object store and applies
+/// retention.
+pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result<(), LogError> {
+    let _moving = table.tiering_lock().lock().await;
     for (k, part) in table.partitions().iter().enumerate() {
         for (segment, frames) in part.closed_local_segments() {
             if frames.is_empty() {

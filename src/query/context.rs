@@ -9,7 +9,10 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
+use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
+use datafusion::datasource::TableProvider;
 
 /// Name of the one catalog (database) the server shows.
 pub const CATALOG_NAME: &str = "sluice";
@@ -34,6 +37,7 @@ pub fn build_context(
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;
+    let store_for_udtf = store.clone();
     catalog.register_schema(
         "public",
         Arc::new(PublicSchema {
@@ -45,6 +49,51 @@ pub fn build_context(
         "sluice_catalog",
         Arc::new(SystemSchema { store, views, subs }),
     )?;
+    ctx.register_udtf(
+        "changelog",
+        Arc::new(ChangelogFunction {
+            store: store_for_udtf,
+        }),
+    );
     setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
     Ok(ctx)
+}
+
+/// `changelog(t)`: every record of keyed table `t`, upserts and tombstones,
+/// with `_op`, `_partition`, `_offset` and `_ingested_at`.
+struct ChangelogFunction {
+    store: Arc<LogStore>,
+}
+
+impl std::fmt::Debug for ChangelogFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("changelog()")
+    }
+}
+
+impl TableFunctionImpl for ChangelogFunction {
+    fn call_with_args(
+        &self,
+        args: TableFunctionArgs,
+    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
+        use datafusion::logical_expr::Expr;
+        let name = match args.exprs() {
+            [Expr::Column(c)] => c.name.clone(),
+            [Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(s)), _)] => s.clone(),
+            _ => {
+                return Err(datafusion::error::DataFusionError::Plan(
+                    "changelog() takes one table: changelog(t)".into(),
+                ))
+            }
+        };
+        let table = self.store.table(&name).ok_or_else(|| {
+            datafusion::error::DataFusionError::Plan(format!("table '{name}' not found"))
+        })?;
+        if !table.def.is_keyed() {
+            return Err(datafusion::error::DataFusionError::NotImplemented(format!(
+                "changelog() reads keyed tables; \"{name}\" is append-only, so its rows are its changes"
+            )));
+        }
+        Ok(Arc::new(LogTableProvider::changelog(table)))
+    }
 }

@@ -8,5 +8,5 @@ mod sink;
 mod system;
 
 pub use context::{build_context, session_config};
-pub(crate) use provider::project_frame;
-pub use provider::{LogTableProvider, SCAN_NOTICES};
+pub(crate) use provider::{changelog_frame, project_frame};
+pub use provider::{LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};

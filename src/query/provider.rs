@@ -20,6 +20,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::stream;
 
+use crate::log::keyed::{latest_records, KeyCodec};
 use crate::log::{FrameMeta, TableLog};
 
 use super::sink::LogSink;
@@ -27,6 +28,24 @@ use super::sink::LogSink;
 pub struct LogTableProvider {
     table: Arc<TableLog>,
     schema: SchemaRef,
+    mode: ScanMode,
+    /// Inserts leave out rows whose key is live (keyed tables).
+    on_conflict_do_nothing: bool,
+}
+
+/// Suffix of the name under which `INSERT ... ON CONFLICT DO NOTHING` into
+/// a keyed table finds the table (the handler rewrites the target).
+pub const ON_CONFLICT_DO_NOTHING: &str = "#on_conflict_do_nothing";
+
+/// What a scan of the log returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScanMode {
+    /// Every record (an append-only table).
+    Records,
+    /// The latest live record of each key (a keyed table).
+    Latest,
+    /// Every record with `_op` (`changelog(t)` of a keyed table).
+    Changelog,
 }
 
 impl fmt::Debug for LogTableProvider {
@@ -54,10 +73,65 @@ impl LogTableProvider {
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
+        let mode = if table.def.is_keyed() {
+            ScanMode::Latest
+        } else {
+            ScanMode::Records
+        };
         LogTableProvider {
             schema: Arc::new(Schema::new(fields)),
             table,
+            mode,
+            on_conflict_do_nothing: false,
         }
+    }
+
+    /// The table as the target of `INSERT ... ON CONFLICT DO NOTHING`.
+    pub fn on_conflict_do_nothing(mut self) -> Self {
+        self.on_conflict_do_nothing = true;
+        self
+    }
+
+    /// `changelog(t)`: every record of a keyed table with `_op`.
+    pub fn changelog(table: Arc<TableLog>) -> Self {
+        LogTableProvider {
+            schema: table.def.changelog_schema(),
+            table,
+            mode: ScanMode::Changelog,
+            on_conflict_do_nothing: false,
+        }
+    }
+
+    /// The latest live record of each key, from each partition's records
+    /// committed when the scan started.
+    fn scan_latest(
+        &self,
+        projection: &[usize],
+        projected: SchemaRef,
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let ends = self.table.commits().borrow().clone();
+        let streams: Vec<Arc<dyn PartitionStream>> = ends
+            .iter()
+            .enumerate()
+            .map(|(k, &end)| {
+                Arc::new(LatestStream {
+                    table: self.table.clone(),
+                    partition: k,
+                    end,
+                    projection: projection.to_vec(),
+                    schema: projected.clone(),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        Ok(Arc::new(StreamingTableExec::try_new(
+            projected,
+            streams,
+            None,
+            [],
+            false,
+            limit,
+        )?))
     }
 }
 
@@ -285,11 +359,11 @@ impl TableProvider for LogTableProvider {
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Inexact: the scan uses them to choose frames; DataFusion still
-        // filters the rows.
+        // filters the rows. The latest version of a key needs every frame.
         Ok(filters
             .iter()
             .map(|f| {
-                if is_seekable(f, self.time_column()) {
+                if self.mode != ScanMode::Latest && is_seekable(f, self.time_column()) {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -310,6 +384,9 @@ impl TableProvider for LogTableProvider {
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
         let projected = Arc::new(self.schema.project(&projection)?);
+        if self.mode == ScanMode::Latest {
+            return self.scan_latest(&projection, projected, limit);
+        }
         let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
         for (k, part) in self.table.partitions().iter().enumerate() {
             if let Some(ps) = &bounds.partitions {
@@ -343,6 +420,7 @@ impl TableProvider for LogTableProvider {
                 projection: projection.clone(),
                 schema: projected.clone(),
                 data_columns: self.table.def.columns.len(),
+                changelog: self.mode == ScanMode::Changelog,
             }));
         }
         if streams.is_empty() {
@@ -353,6 +431,7 @@ impl TableProvider for LogTableProvider {
                 projection: projection.clone(),
                 schema: projected.clone(),
                 data_columns: self.table.def.columns.len(),
+                changelog: false,
             }));
         }
         Ok(Arc::new(StreamingTableExec::try_new(
@@ -371,6 +450,11 @@ impl TableProvider for LogTableProvider {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.mode == ScanMode::Changelog {
+            return Err(DataFusionError::Plan(
+                "changelog() is read-only; write to the table".into(),
+            ));
+        }
         if insert_op != InsertOp::Append {
             return Err(DataFusionError::NotImplemented(format!(
                 "{insert_op} is not supported on append-only tables"
@@ -378,7 +462,11 @@ impl TableProvider for LogTableProvider {
         }
         Ok(Arc::new(DataSinkExec::new(
             input,
-            Arc::new(LogSink::new(self.table.clone(), self.schema.clone())),
+            Arc::new(LogSink::new(
+                self.table.clone(),
+                self.schema.clone(),
+                self.on_conflict_do_nothing,
+            )),
             None,
         )))
     }
@@ -392,6 +480,8 @@ struct FrameStream {
     projection: Vec<usize>,
     schema: SchemaRef,
     data_columns: usize,
+    /// Rows of `changelog(t)`: with `_op` after the table's columns.
+    changelog: bool,
 }
 
 impl fmt::Debug for FrameStream {
@@ -419,6 +509,7 @@ impl PartitionStream for FrameStream {
         let data_columns = self.data_columns;
         let frames = self.frames.clone();
         let out_schema = schema.clone();
+        let changelog = self.changelog;
         let s = stream::iter(frames).then(move |meta| {
             let part = table.partitions()[partition].clone();
             let projection = projection.clone();
@@ -428,6 +519,14 @@ impl PartitionStream for FrameStream {
                     .read_frame(&meta)
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                if changelog {
+                    return changelog_frame(&batch, &meta, partition as i32, data_columns, false)?
+                        .project(&projection)
+                        .and_then(|b| {
+                            RecordBatch::try_new(out_schema.clone(), b.columns().to_vec())
+                        })
+                        .map_err(DataFusionError::from);
+                }
                 project_frame(
                     &batch,
                     &meta,
@@ -443,6 +542,150 @@ impl PartitionStream for FrameStream {
 }
 
 use futures::StreamExt;
+
+/// A keyed table's records in `changelog(t)` form: the table's columns,
+/// `_op` ('upsert' or 'delete'), then the hidden columns.
+/// Holes compaction left are dropped, or with `keep_holes` kept as rows
+/// whose `_op` is NULL (for a reader that counts rows by offset).
+pub(crate) fn changelog_frame(
+    batch: &RecordBatch,
+    meta: &FrameMeta,
+    partition: i32,
+    data_columns: usize,
+    keep_holes: bool,
+) -> Result<RecordBatch> {
+    use arrow::array::Array;
+    let n = batch.num_rows();
+    let mut fields: Vec<Field> = batch.schema().fields()[..data_columns]
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let mut columns: Vec<ArrayRef> = batch.columns()[..data_columns].to_vec();
+    let deleted = batch
+        .columns()
+        .get(data_columns)
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::BooleanArray>());
+    let ops: arrow::array::StringArray = (0..n)
+        .map(|i| match deleted {
+            Some(d) if d.is_null(i) => None,
+            Some(d) if d.value(i) => Some("delete"),
+            _ => Some("upsert"),
+        })
+        .collect();
+    fields.push(Field::new(
+        sluice_catalog::OP_COLUMN,
+        arrow::datatypes::DataType::Utf8,
+        true,
+    ));
+    columns.push(Arc::new(ops));
+    let hidden_schema = Arc::new(Schema::new(vec![
+        Field::new("_partition", arrow::datatypes::DataType::Int32, false),
+        Field::new("_offset", arrow::datatypes::DataType::Int64, false),
+        Field::new(
+            "_ingested_at",
+            arrow::datatypes::DataType::Timestamp(
+                arrow::datatypes::TimeUnit::Microsecond,
+                Some("+00:00".into()),
+            ),
+            false,
+        ),
+    ]));
+    let hidden = project_frame(
+        batch,
+        meta,
+        partition,
+        &[data_columns, data_columns + 1, data_columns + 2],
+        data_columns,
+        &hidden_schema,
+    )?;
+    fields.extend(hidden_schema.fields().iter().map(|f| f.as_ref().clone()));
+    columns.extend(hidden.columns().iter().cloned());
+    let all = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+    // Holes compaction left are no records.
+    match deleted {
+        Some(d) if d.null_count() > 0 && !keep_holes => {
+            let present: arrow::array::BooleanArray = (0..n).map(|i| Some(d.is_valid(i))).collect();
+            Ok(arrow::compute::filter_record_batch(&all, &present)?)
+        }
+        _ => Ok(all),
+    }
+}
+
+/// One partition's latest live records of each key.
+struct LatestStream {
+    table: Arc<TableLog>,
+    partition: usize,
+    end: u64,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+}
+
+impl fmt::Debug for LatestStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LatestStream({} p{})",
+            self.table.def.name, self.partition
+        )
+    }
+}
+
+impl PartitionStream for LatestStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let table = self.table.clone();
+        let k = self.partition;
+        let end = self.end;
+        let projection = self.projection.clone();
+        let schema = self.schema.clone();
+        let out_schema = schema.clone();
+        let batches = async move {
+            let external = |e: crate::log::LogError| DataFusionError::External(Box::new(e));
+            let def = &table.def;
+            let codec = KeyCodec::new(def).map_err(external)?;
+            let part = &table.partitions()[k];
+            let latest = latest_records(def, &codec, part, end)
+                .await
+                .map_err(external)?;
+            let mut out = Vec::new();
+            for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
+                let (meta, batch) = &latest.frames[group[0].0];
+                let rows = project_frame(
+                    batch,
+                    meta,
+                    k as i32,
+                    &projection,
+                    def.columns.len(),
+                    &out_schema,
+                )?;
+                if rows.num_columns() == 0 {
+                    // COUNT(*): only how many rows.
+                    let options = arrow::record_batch::RecordBatchOptions::new()
+                        .with_row_count(Some(group.len()));
+                    out.push(RecordBatch::try_new_with_options(
+                        out_schema.clone(),
+                        vec![],
+                        &options,
+                    )?);
+                    continue;
+                }
+                let idx = arrow::array::UInt32Array::from_iter_values(
+                    group.iter().map(|(_, i)| *i as u32),
+                );
+                out.push(arrow::compute::take_record_batch(&rows, &idx)?);
+            }
+            Ok::<_, DataFusionError>(out)
+        };
+        let s = stream::once(batches).flat_map(|r| match r {
+            Ok(v) => stream::iter(v.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) => stream::iter(vec![Err(e)]),
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, s))
+    }
+}
 
 /// Builds the projected batch of a frame, materialising the hidden columns.
 pub(crate) fn project_frame(

@@ -17,11 +17,16 @@ use crate::log::TableLog;
 pub struct LogSink {
     table: Arc<TableLog>,
     schema: SchemaRef,
+    on_conflict_do_nothing: bool,
 }
 
 impl LogSink {
-    pub fn new(table: Arc<TableLog>, schema: SchemaRef) -> Self {
-        LogSink { table, schema }
+    pub fn new(table: Arc<TableLog>, schema: SchemaRef, on_conflict_do_nothing: bool) -> Self {
+        LogSink {
+            table,
+            schema,
+            on_conflict_do_nothing,
+        }
     }
 }
 
@@ -67,7 +72,7 @@ impl DataSink for LogSink {
             row += n;
         }
         self.table
-            .append(batches)
+            .append_keyed(batches, self.on_conflict_do_nothing)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))
     }

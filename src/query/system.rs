@@ -46,6 +46,14 @@ impl SchemaProvider for PublicSchema {
         if let Some(t) = self.store.table(name) {
             return Ok(Some(Arc::new(LogTableProvider::new(t))));
         }
+        if let Some(t) = name
+            .strip_suffix(super::provider::ON_CONFLICT_DO_NOTHING)
+            .and_then(|base| self.store.table(base))
+        {
+            return Ok(Some(Arc::new(
+                LogTableProvider::new(t).on_conflict_do_nothing(),
+            )));
+        }
         match self.views.view(name) {
             // A view reads as its last published snapshot.
             Some(v) => Ok(Some(Arc::new(MemTable::try_new(
@@ -205,6 +213,11 @@ fn partitions_schema() -> SchemaRef {
         i64f("deleted_segments"),
         i64f("reads_below_start"),
         i64f("unreadable_segments"),
+        // Keyed tables (NULL for append-only ones).
+        Field::new("dirty_ratio", DataType::Float64, true),
+        Field::new("compactions", DataType::Int64, true),
+        Field::new("compacted_records", DataType::Int64, true),
+        Field::new("compaction_progress", DataType::Utf8, true),
     ]))
 }
 
@@ -212,9 +225,22 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
     let mut names = vec![];
     let mut parts = vec![];
     let mut cols: [Vec<i64>; 12] = Default::default();
+    let mut dirty = vec![];
+    let mut runs = vec![];
+    let mut removed = vec![];
+    let mut progress = vec![];
     for t in store.tables() {
         for p in t.partitions() {
             let s = p.stats();
+            let keyed = t.def.is_keyed();
+            let c = p.compaction.lock().clone();
+            dirty.push(c.dirty_ratio.filter(|_| keyed));
+            runs.push(keyed.then_some(c.runs as i64));
+            removed.push(keyed.then_some(c.records_removed as i64));
+            progress.push(keyed.then(|| match c.in_progress {
+                Some((done, total)) => format!("{done} of {total} segments"),
+                None => "idle".to_string(),
+            }));
             names.push(t.def.name.clone());
             parts.push(p.index as i32);
             let values = [
@@ -244,6 +270,10 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
         cols.into_iter()
             .map(|c| Arc::new(Int64Array::from(c)) as ArrayRef),
     );
+    arrays.push(Arc::new(Float64Array::from(dirty)));
+    arrays.push(Arc::new(Int64Array::from(runs)));
+    arrays.push(Arc::new(Int64Array::from(removed)));
+    arrays.push(Arc::new(StringArray::from(progress)));
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
 

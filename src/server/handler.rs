@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow::array::UInt64Array;
+use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow_pg::datatypes::df::{deserialize_parameters_with_server_types, encode_dataframe};
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
@@ -35,9 +35,11 @@ use tracing::{debug, info_span, Instrument};
 
 use super::export;
 use crate::error::SluiceError;
+use crate::ingest::conform_batch;
 use crate::ingest::{CopyParser, RowStager};
-use crate::log::LogStore;
-use crate::query::SCAN_NOTICES;
+use crate::log::{LogStore, TableLog};
+use crate::query::{ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
+use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
@@ -47,6 +49,7 @@ use crate::subscribe::{timestamp_us, SubscriptionError, SubscriptionManager};
 /// The connection handlers: one instance serves every connection.
 pub struct Handlers {
     store: Arc<LogStore>,
+    objects: Arc<DurableStore>,
     views: Arc<ViewManager>,
     subs: Arc<SubscriptionManager>,
     ctx: Arc<SessionContext>,
@@ -60,6 +63,7 @@ impl Handlers {
         views: Arc<ViewManager>,
         subs: Arc<SubscriptionManager>,
         ctx: Arc<SessionContext>,
+        objects: Arc<DurableStore>,
     ) -> Handlers {
         let compat = Arc::new(PostgresCompatibilityParser::new());
         Handlers {
@@ -69,6 +73,7 @@ impl Handlers {
                 compat: compat.clone(),
             }),
             store,
+            objects,
             views,
             subs,
             ctx,
@@ -109,6 +114,7 @@ impl Handlers {
     fn clone_handle(&self) -> Handlers {
         Handlers {
             store: self.store.clone(),
+            objects: self.objects.clone(),
             views: self.views.clone(),
             subs: self.subs.clone(),
             ctx: self.ctx.clone(),
@@ -236,12 +242,24 @@ impl SluiceQueryParser {
         &self,
         table: &str,
         mut statement: ast::Statement,
+        on_conflict_do_nothing: bool,
     ) -> Result<ast::Statement, SluiceError> {
         let log = self
             .store
             .table(table)
             .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+        check_on_conflict(&log.def, on_conflict_do_nothing)?;
         if let ast::Statement::Insert(insert) = &mut statement {
+            if on_conflict_do_nothing {
+                // The target under the name that inserts with ON CONFLICT
+                // DO NOTHING semantics.
+                insert.table = ast::TableObject::TableName(ast::ObjectName(vec![
+                    ast::ObjectNamePart::Identifier(ast::Ident::with_quote(
+                        '"',
+                        format!("{table}{ON_CONFLICT_DO_NOTHING}"),
+                    )),
+                ]));
+            }
             if insert.columns.is_empty() {
                 insert.columns = log
                     .def
@@ -289,9 +307,11 @@ impl SluiceQueryParser {
                 literal_rows: None,
                 statement,
                 table,
+                on_conflict_do_nothing,
                 ..
             } => {
-                let statement = self.insert_with_columns(&table, *statement)?;
+                let statement =
+                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
                 Ok(Prepared::Plan {
                     plan: Box::new(self.plan(statement).await?),
                     is_insert: true,
@@ -393,6 +413,17 @@ impl QueryParser for SluiceQueryParser {
             _ => Ok(vec![]),
         }
     }
+}
+
+/// ON CONFLICT DO NOTHING needs a key to conflict on.
+fn check_on_conflict(def: &sluice_catalog::TableDef, on_conflict: bool) -> Result<(), SluiceError> {
+    if on_conflict && !def.is_keyed() {
+        return Err(SluiceError::Unsupported(format!(
+            "ON CONFLICT needs a keyed table (with a PRIMARY KEY); \"{}\" is append-only",
+            def.name
+        )));
+    }
+    Ok(())
 }
 
 /// A FETCH prepared with Parse: its rows have the cursor's schema.
@@ -525,26 +556,35 @@ impl Handlers {
                 table,
                 columns,
                 literal_rows: Some(rows),
+                on_conflict_do_nothing,
                 ..
             } => {
                 let log = self
                     .store
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                check_on_conflict(&log.def, on_conflict_do_nothing)?;
                 let mut stager = RowStager::new(&log.def, &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
                     stager.push_row(row, i as u64 + 1)?;
                 }
-                let n = log.append(stager.finish()?).await?;
+                let n = log
+                    .append_keyed(stager.finish()?, on_conflict_do_nothing)
+                    .await?;
                 Ok(Response::Execution(
                     Tag::new("INSERT").with_oid(0).with_rows(n as usize),
                 ))
             }
             Statement::Insert {
-                table, statement, ..
+                table,
+                statement,
+                on_conflict_do_nothing,
+                ..
             } => {
-                let statement = self.parser.insert_with_columns(&table, *statement)?;
+                let statement =
+                    self.parser
+                        .insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
                 let plan = self.parser.plan(statement).await?;
                 self.run_plan(client, plan, true, &Format::UnifiedText)
                     .await
@@ -643,6 +683,26 @@ impl Handlers {
                 Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
             }
             Statement::RebuildView { name, from } => self.rebuild(client, &name, &from).await,
+            Statement::Update {
+                table,
+                assignments,
+                selection,
+            } => {
+                self.update(&table, &assignments, selection.as_deref())
+                    .await
+            }
+            Statement::Delete { table, selection } => {
+                self.delete(&table, selection.as_deref()).await
+            }
+            Statement::Compact { table } => {
+                let log = self.keyed_table(&table, "VACUUM")?;
+                // Closed local segments go to the object store first, so
+                // that compaction reaches every closed segment.
+                crate::log::tier_table(&log, &self.objects).await?;
+                let report = crate::log::compact_table(&log, &self.objects).await?;
+                tracing::info!(table = %table, ?report, "compacted on request");
+                Ok(Response::Execution(Tag::new("VACUUM")))
+            }
             Statement::Set { .. } => Ok(Response::Execution(Tag::new("SET"))),
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
@@ -724,6 +784,108 @@ impl Handlers {
                 }
             }
         }
+    }
+
+    /// A keyed table by name, for statements only keyed tables take.
+    fn keyed_table(&self, table: &str, what: &str) -> Result<Arc<TableLog>, SluiceError> {
+        let log = self
+            .store
+            .table(table)
+            .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+        if !log.def.is_keyed() {
+            return Err(SluiceError::Unsupported(format!(
+                "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
+            )));
+        }
+        Ok(log)
+    }
+
+    /// Runs a query over the latest rows of a table and collects it.
+    async fn collect_sql(&self, sql: &str) -> Result<Vec<RecordBatch>, SluiceError> {
+        let stmt = match parse_sql(sql)? {
+            Statement::Query(q) => *q,
+            _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
+        };
+        let plan = self.parser.plan(stmt).await?;
+        Ok(self.ctx.execute_logical_plan(plan).await?.collect().await?)
+    }
+
+    /// `UPDATE t SET ... [WHERE ...]` on a keyed table: the matching latest
+    /// rows with the new values, appended as new versions in one statement.
+    async fn update(
+        &self,
+        table: &str,
+        assignments: &[(String, String)],
+        selection: Option<&str>,
+    ) -> Result<Response, SluiceError> {
+        let log = self.keyed_table(table, "UPDATE")?;
+        let def = &log.def;
+        for (column, _) in assignments {
+            if def.column_index(column).is_none() {
+                return Err(SluiceError::Sql(sluice_sql::SqlError::UndefinedColumn(
+                    column.clone(),
+                )));
+            }
+            if def.options.primary_key.contains(column) {
+                return Err(SluiceError::Unsupported(format!(
+                    "UPDATE cannot change primary key column \"{column}\": DELETE the row and INSERT it under the new key"
+                )));
+            }
+        }
+        let items: Vec<String> = def
+            .columns
+            .iter()
+            .map(
+                |c| match assignments.iter().rev().find(|(name, _)| name == &c.name) {
+                    Some((_, expr)) => format!("({expr}) AS \"{}\"", c.name),
+                    None => format!("\"{}\"", c.name),
+                },
+            )
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM \"{table}\"{}",
+            items.join(", "),
+            selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+        );
+        let mut row = 1;
+        let mut batches = Vec::new();
+        for b in self.collect_sql(&sql).await? {
+            batches.push(conform_batch(def, &b, row)?);
+            row += b.num_rows() as u64;
+        }
+        let n = log.append_keyed(batches, false).await?;
+        Ok(Response::Execution(
+            Tag::new("UPDATE").with_rows(n as usize),
+        ))
+    }
+
+    /// `DELETE FROM t [WHERE ...]` on a keyed table: a tombstone for the key
+    /// of each matching latest row, appended in one statement.
+    async fn delete(&self, table: &str, selection: Option<&str>) -> Result<Response, SluiceError> {
+        let log = self.keyed_table(table, "DELETE")?;
+        let keys: Vec<String> = log
+            .def
+            .options
+            .primary_key
+            .iter()
+            .map(|k| format!("\"{k}\""))
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM \"{table}\"{}",
+            keys.join(", "),
+            selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+        );
+        let tombstones: Vec<RecordBatch> = self
+            .collect_sql(&sql)
+            .await?
+            .iter()
+            .filter(|b| b.num_rows() > 0)
+            .map(|b| crate::log::keyed::tombstones(&log.def, b))
+            .collect::<Result<_, _>>()?;
+        let n = log.append_keyed(tombstones, false).await?;
+        Ok(Response::Execution(
+            Tag::new("DELETE").with_rows(n as usize),
+        ))
     }
 
     /// Refuses to drop a relation something still reads.

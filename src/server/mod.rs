@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::checkpoint::Checkpoints;
-use crate::log::{attach_remote_segments, spawn_tiering, LogConfig, LogStore};
+use crate::log::{attach_remote_segments, spawn_compaction, spawn_tiering, LogConfig, LogStore};
 use crate::query::{build_context, session_config};
 use crate::store::DurableStore;
 use crate::stream::ViewManager;
@@ -33,6 +33,7 @@ pub struct ServerConfig {
     pub object_store: Option<String>,
     pub checkpoint_interval: std::time::Duration,
     pub tiering_interval: std::time::Duration,
+    pub compaction_interval: std::time::Duration,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
@@ -45,11 +46,12 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
     attach_remote_segments(&store, &objects).await?;
     spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
+    spawn_compaction(store.clone(), objects.clone(), config.compaction_interval);
     let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
     let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
     let subs = SubscriptionManager::open(store.clone(), views.clone())?;
     let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
-    let handlers = Arc::new(Handlers::new(store, views, subs, ctx));
+    let handlers = Arc::new(Handlers::new(store, views, subs, ctx, objects.clone()));
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");

@@ -155,6 +155,9 @@ pub async fn compile(
     };
     let source =
         match (store.table(&source_name), views.view(&source_name)) {
+            (Some(t), _) if t.def.is_keyed() => return Err(unsupported(
+                "materialized views over keyed tables (with a PRIMARY KEY) need retractions, which are not supported yet",
+            )),
             (Some(t), _) => ViewSource::Table(t),
             (None, Some(v)) if v.append_only => ViewSource::View(v),
             (None, Some(_)) => return Err(unsupported(

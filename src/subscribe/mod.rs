@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use crate::checkpoint::now_us;
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
-use crate::query::project_frame;
+use crate::query::{changelog_frame, project_frame};
 use crate::stream::{change_schema, View, ViewManager};
 
 pub use error::SubscriptionError;
@@ -156,6 +156,17 @@ impl Source {
     /// a view's columns, `_op`, `_partition` and `_offset`.
     fn schema(&self) -> SchemaRef {
         let mut fields: Vec<Field> = match self {
+            // A keyed table's records say what they do, as in changelog(t).
+            Source::Table(t) if t.def.is_keyed() => {
+                let mut f: Vec<Field> = t
+                    .def
+                    .columns
+                    .iter()
+                    .map(|c| c.to_field().with_nullable(true))
+                    .collect();
+                f.push(Field::new(sluice_catalog::OP_COLUMN, DataType::Utf8, false));
+                f
+            }
             Source::Table(t) => t
                 .def
                 .columns
@@ -703,6 +714,7 @@ async fn read_table(
     let ends = table.commits().borrow().clone();
     let parts = table.partitions();
     let data_columns = table.def.columns.len();
+    let keyed = table.def.is_keyed();
     let projection: Vec<usize> = (0..data_columns + 2).collect();
     let mut out = Vec::new();
     let mut remaining = limit;
@@ -735,14 +747,21 @@ async fn read_table(
                 Some((base, rows)) if *base == meta.header.base_offset => rows.clone(),
                 _ => {
                     let raw = part.read_frame(&meta).await?;
-                    let rows = project_frame(
-                        &raw,
-                        &meta,
-                        k as i32,
-                        &projection,
-                        data_columns,
-                        &cursor.schema,
-                    )?;
+                    let rows = if keyed {
+                        let all = changelog_frame(&raw, &meta, k as i32, data_columns, true)?;
+                        let wanted: Vec<usize> = (0..data_columns + 3).collect();
+                        let b = all.project(&wanted)?;
+                        RecordBatch::try_new(cursor.schema.clone(), b.columns().to_vec())?
+                    } else {
+                        project_frame(
+                            &raw,
+                            &meta,
+                            k as i32,
+                            &projection,
+                            data_columns,
+                            &cursor.schema,
+                        )?
+                    };
                     cursor.last_frame[k] = Some((meta.header.base_offset, rows.clone()));
                     rows
                 }
@@ -754,7 +773,14 @@ async fn read_table(
             if take == 0 {
                 continue;
             }
-            out.push(rows.slice(skip, take));
+            let slice = rows.slice(skip, take);
+            out.push(if keyed {
+                // Holes compaction left take offsets but are no records.
+                let present = arrow::compute::is_not_null(slice.column(data_columns))?;
+                arrow::compute::filter_record_batch(&slice, &present)?
+            } else {
+                slice
+            });
             cursor.position[k] += take as u64;
             remaining -= take;
         }

@@ -177,6 +177,50 @@ impl Drop for Server {
     }
 }
 
+/// True when a file's bytes hold `needle`: as raw bytes, or in any text
+/// value of a Parquet file (whose pages are compressed).
+pub fn contains_text(bytes: &[u8], needle: &str) -> bool {
+    if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        return true;
+    }
+    if !bytes.starts_with(b"PAR1") {
+        return false;
+    }
+    let Ok(reader) = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        bytes::Bytes::copy_from_slice(bytes),
+    )
+    .and_then(|b| b.build()) else {
+        return true; // unreadable: count it as a hit rather than miss one
+    };
+    for batch in reader.flatten() {
+        for col in batch.columns() {
+            if let Some(s) = col.as_any().downcast_ref::<arrow::array::StringArray>() {
+                if s.iter().flatten().any(|v| v.contains(needle)) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Files under `dir` whose content holds `needle` (see [`contains_text`]).
+pub fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::read(&p).is_ok_and(|b| contains_text(&b, needle)) {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    out
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code()

@@ -83,6 +83,34 @@ impl S3Server {
         Some(out)
     }
 
+    /// An object's bytes.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(
+            s,
+            "GET /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.bucket, self.port
+        )
+        .ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).ok()?;
+        let body = out.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        Some(out[body..].to_vec())
+    }
+
+    /// Keys under `prefix` of the objects whose content holds `needle`
+    /// (Parquet objects are decoded first).
+    pub fn objects_containing(&self, prefix: &str, needle: &str) -> Vec<String> {
+        self.keys(prefix)
+            .into_iter()
+            .filter(|k| {
+                self.get(k)
+                    .is_some_and(|b| super::contains_text(&b, needle))
+            })
+            .collect()
+    }
+
     /// `--object-store` for a server under `prefix`.
     pub fn url(&self, prefix: &str) -> String {
         format!("s3://{}/{prefix}", self.bucket)

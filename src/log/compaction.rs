@@ -1,0 +1,214 @@
+//! Compaction of keyed tables: segments in the object store are rewritten
+//! so that only the latest record of each key remains, and tombstones
+//! older than `delete_retention` go too.
+//!
+//! A removed record leaves a hole: its row stays (every column NULL, the
+//! `_deleted` flag too), so offsets, frame boundaries and the `_offset`
+//! statistics of the Parquet row groups do not move, and readers skip
+//! holes. NULL columns cost next to nothing in Parquet, so the space goes.
+//! A rewrite is a new object (`<base>-c<generation>.parquet`) that the
+//! partition's index switches to before the old object is deleted; after a
+//! crash in between, start-up keeps the newest generation of each segment
+//! and deletes the rest. Either copy holds every record that must remain.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::datatypes::{Field, Schema};
+use tracing::{info, info_span, warn, Instrument};
+
+use super::error::LogError;
+use super::frame::FrameHeader;
+use super::keyed::{latest_records, KeyCodec};
+use super::partition::{FrameLocation, PartitionLog};
+use super::remote::{encode_segment, RemoteSegment};
+use super::store::LogStore;
+use super::table::{now_us, TableLog};
+use crate::store::DurableStore;
+use sluice_catalog::DEFAULT_DELETE_RETENTION_SECS;
+
+/// What one pass over a table did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CompactionReport {
+    pub segments_rewritten: u64,
+    pub records_removed: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// The key of generation `generation` of the segment at `base_offset`.
+pub fn compacted_key(table_id: u64, partition: u32, base_offset: u64, generation: u64) -> String {
+    format!("tables/{table_id}/p{partition}/{base_offset:020}-c{generation}.parquet")
+}
+
+/// Base offset and generation (0: as tiered) of a segment object's key.
+pub fn segment_generation(key: &str) -> Option<(u64, u64)> {
+    let name = key.rsplit('/').next()?.strip_suffix(".parquet")?;
+    match name.split_once("-c") {
+        Some((base, generation)) => Some((base.parse().ok()?, generation.parse().ok()?)),
+        None => Some((name.parse().ok()?, 0)),
+    }
+}
+
+/// Compacts every partition of a keyed table, one at a time.
+pub async fn compact_table(
+    table: &TableLog,
+    objects: &Arc<DurableStore>,
+) -> Result<CompactionReport, LogError> {
+    let _pass = table.compaction_lock().lock().await;
+    let mut report = CompactionReport::default();
+    for (k, part) in table.partitions().iter().enumerate() {
+        let r = compact_partition(table, k as u32, part, objects).await;
+        part.compaction.lock().in_progress = None;
+        let r = r?;
+        report.segments_rewritten += r.segments_rewritten;
+        report.records_removed += r.records_removed;
+        report.bytes_before += r.bytes_before;
+        report.bytes_after += r.bytes_after;
+    }
+    Ok(report)
+}
+
+async fn compact_partition(
+    table: &TableLog,
+    k: u32,
+    part: &PartitionLog,
+    objects: &Arc<DurableStore>,
+) -> Result<CompactionReport, LogError> {
+    let def = &table.def;
+    let codec = KeyCodec::new(def)?;
+    let end = part.end_offset();
+    let latest = latest_records(def, &codec, part, end).await?;
+    let retention_us = def
+        .options
+        .delete_retention_secs
+        .unwrap_or(DEFAULT_DELETE_RETENTION_SECS) as i64
+        * 1_000_000;
+    let cutoff = now_us().saturating_sub(retention_us);
+    // The records that stay: each key's latest live record, and its latest
+    // tombstone while younger than delete_retention.
+    let mut keep: HashSet<(usize, usize)> = latest.live.iter().copied().collect();
+    keep.extend(
+        latest
+            .tombstones_at
+            .iter()
+            .filter(|(f, _)| latest.frames[*f].0.header.ingested_at_us >= cutoff),
+    );
+    let records: u64 = latest.frames.iter().map(|(_, b)| b.num_rows() as u64).sum();
+    let holes = latest.holes;
+    let dirty = records.saturating_sub(holes + keep.len() as u64);
+    let remote = part.remote_segments();
+    {
+        let mut stats = part.compaction.lock();
+        stats.dirty_ratio = Some(if records > holes {
+            dirty as f64 / (records - holes) as f64
+        } else {
+            0.0
+        });
+        stats.in_progress = Some((0, remote.len() as u64));
+    }
+    let mut report = CompactionReport::default();
+    for (done, segment) in remote.iter().enumerate() {
+        let mut rows: Vec<(FrameHeader, RecordBatch)> = Vec::new();
+        let mut removed = 0u64;
+        for (f, (meta, batch)) in latest.frames.iter().enumerate() {
+            if !matches!(&meta.location, FrameLocation::Remote(r) if Arc::ptr_eq(r, segment)) {
+                continue;
+            }
+            let hole: BooleanArray = (0..batch.num_rows())
+                .map(|i| Some(!keep.contains(&(f, i))))
+                .collect();
+            let deleted = batch.column(def.columns.len());
+            removed += (0..batch.num_rows())
+                .filter(|&i| hole.value(i) && deleted.is_valid(i))
+                .count() as u64;
+            rows.push((meta.header, punch_holes(batch, &hole)?));
+        }
+        if removed == 0 || rows.is_empty() {
+            continue;
+        }
+        let (base, generation) =
+            segment_generation(&segment.key).unwrap_or((segment.base_offset, 0));
+        let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
+            .await
+            .map_err(|e| LogError::Remote {
+                key: segment.key.clone(),
+                reason: e.to_string(),
+            })??;
+        let key = compacted_key(def.id, k, base, generation + 1);
+        let size = data.len() as u64;
+        objects.put(&key, data).await?;
+        let (rewritten, _) = RemoteSegment::open(objects.clone(), &key, size).await?;
+        if part.replace_remote(segment, rewritten) {
+            objects.delete(&segment.key).await?;
+            info!(table = %def.name, partition = k, key = %key, removed, before = segment.bytes, after = size,
+                  "compacted a segment");
+            report.segments_rewritten += 1;
+            report.records_removed += removed;
+            report.bytes_before += segment.bytes;
+            report.bytes_after += size;
+        } else {
+            // Retention deleted the segment meanwhile.
+            objects.delete(&key).await?;
+        }
+        part.compaction.lock().in_progress = Some((done as u64 + 1, remote.len() as u64));
+    }
+    let mut stats = part.compaction.lock();
+    stats.runs += 1;
+    stats.records_removed += report.records_removed;
+    stats.bytes_before += report.bytes_before;
+    stats.bytes_after += report.bytes_after;
+    Ok(report)
+}
+
+/// The batch with every column NULL where `hole` is set.
+fn punch_holes(batch: &RecordBatch, hole: &BooleanArray) -> Result<RecordBatch, LogError> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| arrow::compute::nullif(c, hole))
+        .collect::<Result<_, _>>()?;
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(
+            fields,
+            batch.schema().metadata().clone(),
+        )),
+        columns,
+    )?)
+}
+
+/// Starts the task that compacts keyed tables every `interval` when they
+/// have new records.
+pub fn spawn_compaction(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: Duration) {
+    tokio::spawn(
+        async move {
+            let mut seen: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+            loop {
+                tokio::time::sleep(interval).await;
+                for table in log.tables().into_iter().filter(|t| t.def.is_keyed()) {
+                    let ends = table.commits().borrow().clone();
+                    if seen.get(&table.def.id) == Some(&ends) {
+                        continue;
+                    }
+                    match compact_table(&table, &objects).await {
+                        Ok(_) => {
+                            seen.insert(table.def.id, ends);
+                        }
+                        Err(e) => {
+                            warn!(table = %table.def.name, error = %e, "compaction failed; will retry")
+                        }
+                    }
+                }
+            }
+        }
+        .instrument(info_span!("compaction")),
+    );
+}

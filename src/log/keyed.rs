@@ -1,0 +1,197 @@
+//! Keyed tables: compacted logs where each record upserts its primary key
+//! and a tombstone (a key with `_deleted` set) deletes it. The latest
+//! record of a key decides; every version of a key is in one partition.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::compute;
+use arrow::row::{RowConverter, Rows, SortField};
+use sluice_catalog::TableDef;
+
+use super::error::LogError;
+use super::partition::{FrameMeta, PartitionLog};
+
+/// Turns the primary key columns of stored records into comparable bytes.
+pub struct KeyCodec {
+    indices: Vec<usize>,
+    converter: RowConverter,
+}
+
+impl KeyCodec {
+    pub fn new(def: &TableDef) -> Result<KeyCodec, LogError> {
+        let indices = def.primary_key_indices();
+        let fields = indices
+            .iter()
+            .map(|&i| SortField::new(def.columns[i].ty.to_arrow()))
+            .collect();
+        Ok(KeyCodec {
+            indices,
+            converter: RowConverter::new(fields)?,
+        })
+    }
+
+    /// The keys of a batch whose first columns are the table's columns.
+    pub fn keys(&self, batch: &RecordBatch) -> Result<Rows, LogError> {
+        let columns: Vec<ArrayRef> = self
+            .indices
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        Ok(self.converter.convert_columns(&columns)?)
+    }
+}
+
+/// The tombstone flags of stored records (the column after the table's).
+pub fn deleted_flags<'a>(def: &TableDef, batch: &'a RecordBatch) -> Option<&'a BooleanArray> {
+    batch
+        .columns()
+        .get(def.columns.len())
+        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
+}
+
+/// What the record at `i` is: `Some(true)` a tombstone, `Some(false)` an
+/// upsert, `None` a hole that compaction left in place of a record.
+pub fn record_kind(deleted: Option<&BooleanArray>, i: usize) -> Option<bool> {
+    match deleted {
+        Some(d) if d.is_null(i) => None,
+        Some(d) => Some(d.value(i)),
+        None => Some(false),
+    }
+}
+
+/// A partition's records read for their latest versions: each frame with
+/// its rows, and which row holds the latest record of each key.
+pub struct LatestRecords {
+    pub frames: Vec<(FrameMeta, RecordBatch)>,
+    /// `(frame, row)` of the latest live record of each key, in offset
+    /// order.
+    pub live: Vec<(usize, usize)>,
+    /// `(frame, row)` of the latest record of each key that is a
+    /// tombstone.
+    pub tombstones_at: Vec<(usize, usize)>,
+    /// Rows that are holes compaction left.
+    pub holes: u64,
+}
+
+/// Reads the committed records of a partition below `end` and picks the
+/// latest record of each key.
+pub async fn latest_records(
+    def: &TableDef,
+    codec: &KeyCodec,
+    part: &PartitionLog,
+    end: u64,
+) -> Result<LatestRecords, LogError> {
+    let mut frames = Vec::new();
+    let mut latest: HashMap<Box<[u8]>, (usize, usize, bool)> = HashMap::new();
+    let mut holes = 0u64;
+    for meta in part.frames_in_range(0, end) {
+        let batch = part.read_frame(&meta).await?;
+        let n = (end.saturating_sub(meta.header.base_offset) as usize).min(batch.num_rows());
+        let batch = batch.slice(0, n);
+        let keys = codec.keys(&batch)?;
+        let deleted = deleted_flags(def, &batch);
+        let f = frames.len();
+        for (i, key) in keys.iter().enumerate() {
+            // A NULL flag marks a hole compaction left: no record.
+            let Some(tomb) = record_kind(deleted, i) else {
+                holes += 1;
+                continue;
+            };
+            latest.insert(Box::from(key.as_ref()), (f, i, tomb));
+        }
+        frames.push((meta, batch));
+    }
+    let mut live = Vec::with_capacity(latest.len());
+    let mut tombstones_at = Vec::new();
+    for (f, i, tomb) in latest.into_values() {
+        if tomb {
+            tombstones_at.push((f, i));
+        } else {
+            live.push((f, i));
+        }
+    }
+    live.sort_unstable();
+    Ok(LatestRecords {
+        frames,
+        live,
+        tombstones_at,
+        holes,
+    })
+}
+
+/// Which keys of a keyed table are live, kept up to date by every append
+/// once built (for `INSERT ... ON CONFLICT DO NOTHING`).
+#[derive(Default)]
+pub struct KeyIndex {
+    live: HashMap<Box<[u8]>, bool>,
+}
+
+impl KeyIndex {
+    pub async fn build(
+        def: &TableDef,
+        codec: &KeyCodec,
+        parts: &[Arc<PartitionLog>],
+    ) -> Result<KeyIndex, LogError> {
+        let mut index = KeyIndex::default();
+        for part in parts {
+            let end = part.end_offset();
+            let latest = latest_records(def, codec, part, end).await?;
+            for &(f, i) in &latest.live {
+                let keys = codec.keys(&latest.frames[f].1.slice(i, 1))?;
+                index.live.insert(Box::from(keys.row(0).as_ref()), true);
+            }
+        }
+        Ok(index)
+    }
+
+    pub fn is_live(&self, key: &[u8]) -> bool {
+        self.live.get(key).copied().unwrap_or(false)
+    }
+
+    /// Takes in appended records, in log order.
+    pub fn note(
+        &mut self,
+        def: &TableDef,
+        codec: &KeyCodec,
+        batch: &RecordBatch,
+    ) -> Result<(), LogError> {
+        let keys = codec.keys(batch)?;
+        let deleted = deleted_flags(def, batch);
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(tomb) = record_kind(deleted, i) {
+                self.live.insert(Box::from(key.as_ref()), !tomb);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds the `_deleted` column (false: upserts) to batches of the table's
+/// columns; stored batches pass through.
+pub fn as_stored(def: &TableDef, batch: &RecordBatch) -> Result<RecordBatch, LogError> {
+    if !def.is_keyed() || batch.num_columns() > def.columns.len() {
+        return Ok(batch.clone());
+    }
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(BooleanArray::from(vec![false; batch.num_rows()])));
+    Ok(RecordBatch::try_new(def.stored_schema(), columns)?)
+}
+
+/// Tombstones for the keys in `keys` (a batch of the table's columns, or
+/// of its key columns by name): the key, NULL elsewhere, `_deleted` true.
+pub fn tombstones(def: &TableDef, keys: &RecordBatch) -> Result<RecordBatch, LogError> {
+    let n = keys.num_rows();
+    let schema = def.stored_schema();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(def.columns.len() + 1);
+    for c in &def.columns {
+        let ty = c.ty.to_arrow();
+        columns.push(match keys.column_by_name(&c.name) {
+            Some(a) if def.options.primary_key.contains(&c.name) => compute::cast(a, &ty)?,
+            _ => arrow::array::new_null_array(&ty, n),
+        });
+    }
+    columns.push(Arc::new(BooleanArray::from(vec![true; n])));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}

@@ -1,0 +1,428 @@
+//! Keyed tables: upserts, ON CONFLICT DO NOTHING, UPDATE and DELETE as new
+//! versions and tombstones, the latest version per key, changelog(t), and
+//! compaction that keeps offsets, survives SIGKILL and removes deleted data
+//! from every file.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::s3::S3Server;
+use common::{files_containing, scalar, sqlstate, Server};
+use rand::{Rng, SeedableRng};
+
+async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    c.simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upserts_updates_deletes_and_the_changelog() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE requests (request_id TEXT PRIMARY KEY, user_id TEXT, prompt TEXT, score INT NOT NULL)
+             WITH (partitions = 3, delete_retention = '1 hour');
+         INSERT INTO requests VALUES ('r1', 'u1', 'hello', 5), ('r2', 'u42', 'secret', 9), ('r3', 'u2', 'x', 2);
+         INSERT INTO requests VALUES ('r1', 'u1', 'hello again', 6);",
+    )
+    .await
+    .unwrap();
+    // ON CONFLICT DO NOTHING: literal rows, and a prepared statement with
+    // parameters (the driver's extended protocol); a key repeated within
+    // the statement keeps its first row.
+    let n = c
+        .execute(
+            "INSERT INTO requests VALUES ('r3', 'u9', 'ignored', 1), ('r4', 'u9', 'new', 1), ('r4', 'u9', 'dup', 2) ON CONFLICT DO NOTHING",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let insert = c
+        .prepare("INSERT INTO requests (request_id, user_id, prompt, score) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+        .await
+        .unwrap();
+    assert_eq!(
+        c.execute(&insert, &[&"r1", &"u0", &"no", &0i32])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        c.execute(&insert, &[&"r5", &"u5", &"five", &5i32])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT request_id, user_id, prompt, score FROM requests ORDER BY request_id"
+        )
+        .await,
+        [
+            "r1|u1|hello again|6",
+            "r2|u42|secret|9",
+            "r3|u2|x|2",
+            "r4|u9|new|1",
+            "r5|u5|five|5"
+        ]
+    );
+    assert_eq!(
+        c.execute(
+            "UPDATE requests SET score = score + 100, prompt = 'edited' WHERE user_id = 'u2'",
+            &[]
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    assert_eq!(
+        c.execute("DELETE FROM requests WHERE user_id = 'u42'", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        c.execute("DELETE FROM requests WHERE user_id = 'nobody'", &[])
+            .await
+            .unwrap(),
+        0
+    );
+    let latest = [
+        "r1|u1|hello again|6",
+        "r3|u2|edited|102",
+        "r4|u9|new|1",
+        "r5|u5|five|5",
+    ];
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT request_id, user_id, prompt, score FROM requests ORDER BY request_id"
+        )
+        .await,
+        latest
+    );
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM requests").await, 4);
+    // Every record, with what it did.
+    let log = rows(&c, "SELECT request_id, _op FROM changelog(requests) ORDER BY _ingested_at, _partition, _offset").await;
+    assert_eq!(log.len(), 8, "{log:?}");
+    assert_eq!(log.iter().filter(|r| r.ends_with("|delete")).count(), 1);
+    assert!(log.contains(&"r2|delete".to_string()));
+    let tomb = rows(
+        &c,
+        "SELECT user_id, prompt, score FROM changelog(requests) WHERE _op = 'delete'",
+    )
+    .await;
+    assert_eq!(tomb, ["NULL|NULL|NULL"], "a tombstone is the key alone");
+    // The same after SIGKILL.
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(
+        rows(
+            &c,
+            "SELECT request_id, user_id, prompt, score FROM requests ORDER BY request_id"
+        )
+        .await,
+        latest
+    );
+    // ON CONFLICT still sees the keys after a restart.
+    assert_eq!(
+        c.execute(
+            "INSERT INTO requests VALUES ('r5', 'x', 'x', 0) ON CONFLICT DO NOTHING",
+            &[]
+        )
+        .await
+        .unwrap(),
+        0
+    );
+    assert_eq!(
+        c.execute(
+            "INSERT INTO requests VALUES ('r2', 'u42', 'back', 1) ON CONFLICT DO NOTHING",
+            &[]
+        )
+        .await
+        .unwrap(),
+        1,
+        "a deleted key can come back"
+    );
+
+    for (sql, state) in [
+        ("UPDATE requests SET request_id = 'x'", "0A000"),
+        ("UPDATE requests SET nope = 1", "42703"),
+        ("UPDATE requests SET score = NULL", "23502"),
+        ("UPDATE requests SET score = 'abc'", "22P02"),
+        ("INSERT INTO requests (request_id, score) VALUES (NULL, 1)", "23502"),
+        ("DELETE FROM missing", "42P01"),
+        ("CREATE TABLE bad (a INT PRIMARY KEY) APPEND ONLY", "42601"),
+        ("CREATE TABLE bad (a INT PRIMARY KEY, b INT) WITH (partition_key = 'b')", "22023"),
+        ("CREATE TABLE bad (a INT) WITH (delete_retention = '1 day')", "22023"),
+        ("CREATE TABLE bad (a INT PRIMARY KEY, _op TEXT)", "22023"),
+        ("CREATE TABLE plain (a INT) APPEND ONLY", ""),
+        ("DELETE FROM plain", "0A000"),
+        ("UPDATE plain SET a = 1", "0A000"),
+        ("INSERT INTO plain VALUES (1) ON CONFLICT DO NOTHING", "0A000"),
+        ("SELECT * FROM changelog(plain)", "0A000"),
+        ("VACUUM plain", "0A000"),
+        ("INSERT INTO requests VALUES ('a', 'b', 'c', 1) ON CONFLICT (request_id) DO UPDATE SET score = 2", "0A000"),
+    ] {
+        match c.batch_execute(sql).await {
+            Ok(()) => assert_eq!(state, "", "{sql} should fail"),
+            Err(e) => assert_eq!(sqlstate(&e), state, "{sql}: {e}"),
+        }
+    }
+    // A subscription to a keyed table yields its records with _op.
+    c.batch_execute("CREATE SUBSCRIPTION s FROM requests; DECLARE k SUBSCRIPTION CURSOR FOR s")
+        .await
+        .unwrap();
+    let fetched = c.query("FETCH ALL FROM k", &[]).await.unwrap();
+    assert_eq!(fetched.len(), 9);
+    assert_eq!(
+        fetched
+            .iter()
+            .filter(|r| r.get::<_, String>("_op") == "delete")
+            .count(),
+        1
+    );
+}
+
+const REQUESTS: &str = "CREATE TABLE requests (request_id TEXT PRIMARY KEY, user_id TEXT, prompt TEXT, response TEXT, created_at TIMESTAMP)
+    WITH (partitions = 2, delete_retention = '0s')";
+
+/// Rows for users u0..u49, ten requests each; u42's prompts carry a marker.
+async fn load_requests(c: &tokio_postgres::Client) {
+    for u in 0..50 {
+        let values: Vec<String> = (0..10)
+            .map(|i| {
+                let prompt = if u == 42 {
+                    format!("PRIVATE-u42-{i}")
+                } else {
+                    format!("prompt {u}-{i}")
+                };
+                format!("('req-{u}-{i}', 'u{u}', '{prompt}', 'answer', '2026-11-29 10:00:00')")
+            })
+            .collect();
+        c.batch_execute(&format!(
+            "INSERT INTO requests VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+/// 300 rows of user u7, so that earlier rows end up in closed segments
+/// (compaction rewrites closed segments; the active one closes by size or
+/// age).
+async fn more_rows(c: &tokio_postgres::Client, tag: &str) {
+    for round in 0..3 {
+        let values: Vec<String> = (0..100)
+            .map(|i| {
+                format!("('later-{tag}-{round}-{i}', 'u7', 'later', 'x', '2026-11-29 11:00:00')")
+            })
+            .collect();
+        c.batch_execute(&format!(
+            "INSERT INTO requests VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+/// After DELETE and compaction with a zero grace period no stored file of
+/// the table holds the deleted user's text; offsets of other rows stay.
+async fn deletion_reaches_storage(server: &Server, scan: impl Fn() -> Vec<String>) {
+    let c = server.connect().await;
+    c.batch_execute(REQUESTS).await.unwrap();
+    load_requests(&c).await;
+    more_rows(&c, "a").await;
+    let before = rows(&c, "SELECT request_id, _partition, _offset FROM requests WHERE user_id <> 'u42' ORDER BY request_id").await;
+    assert!(!scan().is_empty(), "the marker is stored before the delete");
+    assert_eq!(
+        c.execute("DELETE FROM requests WHERE user_id = 'u42'", &[])
+            .await
+            .unwrap(),
+        10
+    );
+    assert_eq!(
+        scalar(&c, "SELECT COUNT(*) FROM requests WHERE user_id = 'u42'").await,
+        0
+    );
+    // The tombstones, too, end up in closed segments.
+    more_rows(&c, "b").await;
+    c.batch_execute("VACUUM requests").await.unwrap();
+    let left = scan();
+    assert!(
+        left.is_empty(),
+        "files still holding u42's prompts: {left:?}"
+    );
+    assert_eq!(
+        rows(&c, "SELECT request_id, _partition, _offset FROM requests WHERE user_id <> 'u42' AND request_id NOT LIKE 'later-b-%' ORDER BY request_id").await,
+        before,
+        "other rows keep their offsets"
+    );
+    let progress = rows(&c, "SELECT compactions, compacted_records, compaction_progress FROM sluice_catalog.partitions WHERE table_name = 'requests'").await;
+    assert!(
+        progress.iter().all(|p| p.ends_with("|idle")),
+        "{progress:?}"
+    );
+    let removed = scalar(&c, "SELECT CAST(SUM(compacted_records) AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'requests'").await;
+    assert!(
+        removed >= 10,
+        "u42's records and the tombstones went: {removed}"
+    );
+    // Tombstones older than the grace period went too.
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT COUNT(*) FROM changelog(requests) WHERE _op = 'delete'"
+        )
+        .await,
+        0
+    );
+}
+
+const SEGMENT_FLAGS: [&str; 4] = ["--segment-bytes", "4000", "--tiering-interval-ms", "100"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_rows_leave_every_local_file_after_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &SEGMENT_FLAGS);
+    let data = server.data_dir.clone();
+    deletion_reaches_storage(&server, || files_containing(&data, "PRIVATE-u42")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_rows_leave_every_s3_object_after_compaction() {
+    let s3 = S3Server::start("sluice-keyed");
+    let dir = tempfile::tempdir().unwrap();
+    let mut flags: Vec<String> = SEGMENT_FLAGS.iter().map(|s| s.to_string()).collect();
+    flags.push("--object-store".into());
+    flags.push(s3.url("db"));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = Server::start_env(dir.path(), &flags, &s3.env());
+    let data = server.data_dir.clone();
+    deletion_reaches_storage(&server, || {
+        let mut hits = files_containing(&data, "PRIVATE-u42");
+        hits.extend(s3.objects_containing("db/tables", "PRIVATE-u42"));
+        hits
+    })
+    .await;
+}
+
+/// SIGKILL while compaction rewrites segments: nothing is lost, nothing
+/// shows twice, and one copy of each segment remains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_is_crash_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &SEGMENT_FLAGS);
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE kv (k TEXT PRIMARY KEY, v BIGINT) WITH (partitions = 2, delete_retention = '0s')")
+        .await
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut truth: BTreeMap<String, i64> = BTreeMap::new();
+    let mut kills = 0;
+    let mut interrupted = 0;
+    for round in 0..8 {
+        let c = server.connect().await;
+        for _ in 0..10 {
+            // 50 distinct keys: most upserted, some deleted.
+            let mut keys: Vec<u32> = (0..300).collect();
+            let mut upserts = Vec::new();
+            let mut deletes = Vec::new();
+            for _ in 0..50 {
+                let k = keys.swap_remove(rng.random_range(0..keys.len()));
+                let k = format!("k{k}");
+                if rng.random_range(0..10) == 0 {
+                    deletes.push(format!("'{k}'"));
+                    truth.remove(&k);
+                } else {
+                    let v: i64 = rng.random_range(0..1_000_000);
+                    upserts.push(format!("('{k}', {v})"));
+                    truth.insert(k, v);
+                }
+            }
+            c.batch_execute(&format!("INSERT INTO kv VALUES {}", upserts.join(", ")))
+                .await
+                .unwrap();
+            if !deletes.is_empty() {
+                c.batch_execute(&format!(
+                    "DELETE FROM kv WHERE k IN ({})",
+                    deletes.join(", ")
+                ))
+                .await
+                .unwrap();
+            }
+        }
+        // Compaction under way, then SIGKILL at a random moment.
+        let vacuum = server.connect().await;
+        let task = tokio::spawn(async move { vacuum.batch_execute("VACUUM kv").await });
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..120))).await;
+        server.kill9();
+        if !matches!(task.await, Ok(Ok(()))) {
+            interrupted += 1;
+        }
+        kills += 1;
+        server.restart();
+        let c = server.connect().await;
+        let got: BTreeMap<String, i64> = c
+            .query("SELECT k, v FROM kv", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            got, truth,
+            "round {round}: the latest rows after SIGKILL during compaction"
+        );
+        let dup = scalar(&c, "SELECT COUNT(*) - COUNT(DISTINCT CAST(_partition AS BIGINT) * 1000000 + _offset) FROM changelog(kv)").await;
+        assert_eq!(dup, 0, "no record twice");
+    }
+    // One copy of each segment in the object store.
+    let objects = dir.path().join("data").join("objects").join("tables");
+    let mut bases = std::collections::HashMap::new();
+    for f in files_under(&objects) {
+        let name = f.rsplit('/').next().unwrap().to_string();
+        let base = name.split(['-', '.']).next().unwrap().to_string();
+        let part = f.rsplit('/').nth(1).unwrap().to_string();
+        *bases.entry((part, base)).or_insert(0) += 1;
+    }
+    assert!(bases.values().all(|&n| n == 1), "{bases:?}");
+    eprintln!(
+        "compaction crash test: {kills} kills ({interrupted} during VACUUM), {} keys exact",
+        truth.len()
+    );
+}
+
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e.path().extension().is_some_and(|x| x == "parquet") {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+    out
+}
