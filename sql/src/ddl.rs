@@ -448,9 +448,13 @@ mod tests {
             create("CREATE TABLE t (a INT) WITH (retention = 'soon')"),
             Err(SqlError::InvalidOption(_))
         ));
+        let keyed = create("CREATE TABLE t (a INT PRIMARY KEY, b TEXT)").unwrap();
+        assert_eq!(keyed.table.options.primary_key, ["a"]);
+        assert_eq!(keyed.table.options.partition_key.as_deref(), Some("a"));
+        assert!(!keyed.table.columns[0].nullable, "key columns are NOT NULL");
         assert!(matches!(
-            create("CREATE TABLE t (a INT PRIMARY KEY)"),
-            Err(SqlError::Unsupported(_))
+            create("CREATE TABLE t (a INT PRIMARY KEY) APPEND ONLY"),
+            Err(SqlError::Syntax(_))
         ));
         assert!(matches!(
             create("CREATE TABLE t (a INT, a INT)"),

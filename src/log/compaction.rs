@@ -52,15 +52,23 @@ pub fn segment_generation(key: &str) -> Option<(u64, u64)> {
     }
 }
 
-/// Compacts every partition of a keyed table, one at a time.
+/// Where compaction may work, per partition: only below these offsets, so
+/// that a view restoring from a checkpoint at or above them still finds
+/// the version of each key it had applied (views' checkpointed offsets).
+pub type Horizon = Arc<dyn Fn(&TableLog) -> Vec<u64> + Send + Sync>;
+
+/// Compacts every partition of a keyed table, one at a time, below
+/// `horizon` (per partition).
 pub async fn compact_table(
     table: &TableLog,
     objects: &Arc<DurableStore>,
+    horizon: &[u64],
 ) -> Result<CompactionReport, LogError> {
     let _pass = table.compaction_lock().lock().await;
     let mut report = CompactionReport::default();
     for (k, part) in table.partitions().iter().enumerate() {
-        let r = compact_partition(table, k as u32, part, objects).await;
+        let below = horizon.get(k).copied().unwrap_or(u64::MAX);
+        let r = compact_partition(table, k as u32, part, objects, below).await;
         part.compaction.lock().in_progress = None;
         let r = r?;
         report.segments_rewritten += r.segments_rewritten;
@@ -76,10 +84,11 @@ async fn compact_partition(
     k: u32,
     part: &PartitionLog,
     objects: &Arc<DurableStore>,
+    horizon: u64,
 ) -> Result<CompactionReport, LogError> {
     let def = &table.def;
     let codec = KeyCodec::new(def)?;
-    let end = part.end_offset();
+    let end = part.end_offset().min(horizon);
     let latest = latest_records(def, &codec, part, end).await?;
     let retention_us = def
         .options
@@ -111,6 +120,10 @@ async fn compact_partition(
     }
     let mut report = CompactionReport::default();
     for (done, segment) in remote.iter().enumerate() {
+        // Segments reaching past the horizon wait for a later pass.
+        if segment.end_offset > end {
+            continue;
+        }
         let mut rows: Vec<(FrameHeader, RecordBatch)> = Vec::new();
         let mut removed = 0u64;
         for (f, (meta, batch)) in latest.frames.iter().enumerate() {
@@ -187,18 +200,30 @@ fn punch_holes(batch: &RecordBatch, hole: &BooleanArray) -> Result<RecordBatch, 
 
 /// Starts the task that compacts keyed tables every `interval` when they
 /// have new records.
-pub fn spawn_compaction(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: Duration) {
+pub fn spawn_compaction(
+    log: Arc<LogStore>,
+    objects: Arc<DurableStore>,
+    interval: Duration,
+    horizon: Horizon,
+) {
     tokio::spawn(
         async move {
             let mut seen: std::collections::HashMap<u64, Vec<u64>> = Default::default();
             loop {
                 tokio::time::sleep(interval).await;
                 for table in log.tables().into_iter().filter(|t| t.def.is_keyed()) {
-                    let ends = table.commits().borrow().clone();
+                    let below = horizon(&table);
+                    let ends: Vec<u64> = table
+                        .commits()
+                        .borrow()
+                        .iter()
+                        .zip(&below)
+                        .map(|(e, h)| (*e).min(*h))
+                        .collect();
                     if seen.get(&table.def.id) == Some(&ends) {
                         continue;
                     }
-                    match compact_table(&table, &objects).await {
+                    match compact_table(&table, &objects, &below).await {
                         Ok(_) => {
                             seen.insert(table.def.id, ends);
                         }

@@ -18,7 +18,7 @@ mod table;
 mod tiering;
 mod watermark;
 
-pub use compaction::{compact_table, spawn_compaction, CompactionReport};
+pub use compaction::{compact_table, spawn_compaction, CompactionReport, Horizon};
 pub use error::LogError;
 pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
 pub use remote::RemoteSegment;

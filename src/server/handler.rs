@@ -699,7 +699,8 @@ impl Handlers {
                 // Closed local segments go to the object store first, so
                 // that compaction reaches every closed segment.
                 crate::log::tier_table(&log, &self.objects).await?;
-                let report = crate::log::compact_table(&log, &self.objects).await?;
+                let horizon = (self.views.compaction_horizon())(&log);
+                let report = crate::log::compact_table(&log, &self.objects, &horizon).await?;
                 tracing::info!(table = %table, ?report, "compacted on request");
                 Ok(Response::Execution(Tag::new("VACUUM")))
             }

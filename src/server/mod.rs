@@ -46,9 +46,15 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
     attach_remote_segments(&store, &objects).await?;
     spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
-    spawn_compaction(store.clone(), objects.clone(), config.compaction_interval);
+
     let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
     let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
+    spawn_compaction(
+        store.clone(),
+        objects.clone(),
+        config.compaction_interval,
+        views.compaction_horizon(),
+    );
     let subs = SubscriptionManager::open(store.clone(), views.clone())?;
     let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
     let handlers = Arc::new(Handlers::new(store, views, subs, ctx, objects.clone()));

@@ -10,6 +10,7 @@
 mod changes;
 mod delta;
 mod pipeline;
+mod retract;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    new_empty_array, Array, ArrayRef, RecordBatch, RecordBatchOptions, UInt32Array,
+    new_empty_array, Array, ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array,
 };
 use arrow::compute;
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, ScalarValue};
@@ -31,6 +31,7 @@ use sluice_sql::{hide_system_columns, rewrite_window_functions};
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
 
+use super::retract::RetractableMinMax;
 use super::view::{View, ViewManager};
 use crate::query::LogTableProvider;
 
@@ -66,6 +67,8 @@ pub struct CompiledView {
     pub closing: Option<WindowClosing>,
     /// Final rows of closed windows.
     closed: Vec<RecordBatch>,
+    /// The source takes rows back (a keyed table).
+    pub retracting: bool,
 }
 
 /// How a windowed aggregate view's windows close: a window is final once
@@ -153,19 +156,11 @@ pub async fn compile(
             ))
         }
     };
-    let source =
-        match (store.table(&source_name), views.view(&source_name)) {
-            (Some(t), _) if t.def.is_keyed() => return Err(unsupported(
-                "materialized views over keyed tables (with a PRIMARY KEY) need retractions, which are not supported yet",
-            )),
-            (Some(t), _) => ViewSource::Table(t),
-            (None, Some(v)) if v.append_only => ViewSource::View(v),
-            (None, Some(_)) => return Err(unsupported(
-                "a materialized view over a view that updates rows in place is not supported yet; \
-                 the source view must be a filter/projection or EMIT ON WINDOW CLOSE",
-            )),
-            (None, None) => return Err(SluiceError::UndefinedTable(source_name)),
-        };
+    let source = match (store.table(&source_name), views.view(&source_name)) {
+        (Some(t), _) => ViewSource::Table(t),
+        (None, Some(v)) => ViewSource::View(v),
+        (None, None) => return Err(SluiceError::UndefinedTable(source_name)),
+    };
     let source_schema = match &source {
         ViewSource::Table(t) => {
             hide_system_columns(&mut stmt, |t| t == source_name);
@@ -234,13 +229,24 @@ pub async fn compile(
              table's WATERMARK column with constant INTERVAL sizes",
         ));
     }
+    // A keyed table's new versions and tombstones, or a source view's rows
+    // changing in place, take earlier rows back.
+    let retracting = match &source {
+        ViewSource::Table(t) => t.def.is_keyed(),
+        ViewSource::View(v) => !v.append_only,
+    };
+    if retracting && closing.is_some() {
+        return Err(unsupported(
+            "windows that close by the watermark are not supported over keyed tables yet (a later version could reopen a final window); group by the window without a WATERMARK on the table",
+        ));
+    }
     let pipeline = match aggregate {
         None => Pipeline::Rows {
             plan: state.create_physical_plan(&plan).await?,
             rows: Vec::new(),
         },
         Some((aggregate, projection)) => Pipeline::Aggregate(Box::new(
-            AggregatePipeline::new(&ctx, aggregate, projection).await?,
+            AggregatePipeline::new(&ctx, aggregate, projection, retracting).await?,
         )),
     };
     Ok(CompiledView {
@@ -250,7 +256,52 @@ pub async fn compile(
         pipeline,
         closing,
         closed: Vec::new(),
+        retracting,
     })
+}
+
+/// Removes one row equal to each row of `gone` from `rows`.
+fn remove_rows(
+    schema: &SchemaRef,
+    rows: &mut Vec<RecordBatch>,
+    gone: &[RecordBatch],
+) -> Result<(), SluiceError> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let mut pending: HashMap<Vec<u8>, usize> = HashMap::new();
+    for b in gone {
+        let encoded = converter.convert_columns(b.columns())?;
+        for r in encoded.iter() {
+            *pending.entry(r.as_ref().to_vec()).or_insert(0) += 1;
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let mut kept = Vec::with_capacity(rows.len());
+    for b in rows.drain(..) {
+        let encoded = converter.convert_columns(b.columns())?;
+        let keep: arrow::array::BooleanArray = encoded
+            .iter()
+            .map(|r| match pending.get_mut(r.as_ref()) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    Some(false)
+                }
+                _ => Some(true),
+            })
+            .collect();
+        let b = compute::filter_record_batch(&b, &keep)?;
+        if b.num_rows() > 0 {
+            kept.push(b);
+        }
+    }
+    *rows = kept;
+    Ok(())
 }
 
 /// Refuses plan nodes the incremental pipeline cannot maintain.
@@ -339,6 +390,11 @@ pub struct AggregatePipeline {
     groups: HashMap<Vec<u8>, usize>,
     keys: Vec<OwnedRow>,
     accumulators: Vec<Vec<Box<dyn Accumulator>>>,
+    /// The source takes rows back (a keyed table): accumulators that can
+    /// retract, and rows per group, so that a group whose rows are all
+    /// gone leaves the view.
+    retracting: bool,
+    group_rows: Vec<i64>,
 }
 
 impl AggregatePipeline {
@@ -346,6 +402,7 @@ impl AggregatePipeline {
         ctx: &SessionContext,
         aggregate: &Aggregate,
         projection: Option<&LogicalPlan>,
+        retracting: bool,
     ) -> Result<AggregatePipeline, SluiceError> {
         let state = ctx.state();
         let input = state.create_physical_plan(&aggregate.input).await?;
@@ -397,17 +454,53 @@ impl AggregatePipeline {
             groups: HashMap::new(),
             keys: Vec::new(),
             accumulators: Vec::new(),
+            retracting,
+            group_rows: Vec::new(),
         };
+        if retracting {
+            for a in &pipeline.aggs {
+                let name = a.fun().name().to_lowercase();
+                if a.is_distinct()
+                    || !matches!(
+                        name.as_str(),
+                        "count" | "sum" | "avg" | "mean" | "min" | "max"
+                    )
+                {
+                    return Err(unsupported(format!(
+                        "{} over a keyed table is not supported: views over keyed tables retract rows, which COUNT, SUM, AVG, MIN and MAX (without DISTINCT) can",
+                        a.name()
+                    )));
+                }
+            }
+        }
         if pipeline.group_exprs.is_empty() {
             // A global aggregate has its one row even before any input.
-            let accs = pipeline
-                .aggs
-                .iter()
-                .map(|a| a.create_accumulator())
-                .collect::<Result<Vec<_>, _>>()?;
+            let accs = pipeline.new_accumulators()?;
             pipeline.accumulators.push(accs);
+            pipeline.group_rows.push(0);
         }
         Ok(pipeline)
+    }
+
+    /// One accumulator per aggregate for a new group.
+    fn new_accumulators(&self) -> Result<Vec<Box<dyn Accumulator>>, SluiceError> {
+        self.aggs.iter().map(|a| self.new_accumulator(a)).collect()
+    }
+
+    fn new_accumulator(
+        &self,
+        a: &AggregateFunctionExpr,
+    ) -> Result<Box<dyn Accumulator>, SluiceError> {
+        if !self.retracting {
+            return Ok(a.create_accumulator()?);
+        }
+        match a.fun().name().to_lowercase().as_str() {
+            name @ ("min" | "max") => Ok(Box::new(RetractableMinMax::new(
+                name == "max",
+                a.field().data_type().clone(),
+            )?)),
+            _ => Ok(a.create_sliding_accumulator()?),
+        }
     }
 
     fn group_for(&mut self, key: OwnedRow) -> Result<usize, SluiceError> {
@@ -415,12 +508,9 @@ impl AggregatePipeline {
             return Ok(*g);
         }
         let g = self.keys.len();
-        self.accumulators.push(
-            self.aggs
-                .iter()
-                .map(|a| a.create_accumulator())
-                .collect::<Result<Vec<_>, _>>()?,
-        );
+        let accs = self.new_accumulators()?;
+        self.accumulators.push(accs);
+        self.group_rows.push(0);
         self.keys.push(key.clone());
         self.groups.insert(key.row().as_ref().to_vec(), g);
         Ok(g)
@@ -428,6 +518,17 @@ impl AggregatePipeline {
 
     /// Feeds the pre-aggregation rows of one delta.
     fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+        self.feed(batch, false)
+    }
+
+    /// Takes back pre-aggregation rows fed before (earlier versions of
+    /// keys of a keyed table). Rows of groups no longer held (closed
+    /// windows) are ignored.
+    fn retract(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+        self.feed(batch, true)
+    }
+
+    fn feed(&mut self, batch: &RecordBatch, retract: bool) -> Result<(), SluiceError> {
         let n = batch.num_rows();
         if n == 0 {
             return Ok(());
@@ -457,6 +558,7 @@ impl AggregatePipeline {
                 let row = rows.row(i);
                 let g = match self.groups.get(row.as_ref()) {
                     Some(g) => *g,
+                    None if retract => continue,
                     None => self.group_for(row.owned())?,
                 };
                 let s = *slot_of.entry(g).or_insert_with(|| {
@@ -467,21 +569,31 @@ impl AggregatePipeline {
             }
         }
         for (g, idx) in rows_of {
+            let count = idx.len() as i64;
             let idx = UInt32Array::from(idx);
             for (a, acc) in self.accumulators[g].iter_mut().enumerate() {
                 let taken = args[a]
                     .iter()
                     .map(|c| compute::take(c.as_ref(), &idx, None))
                     .collect::<Result<Vec<_>, _>>()?;
-                acc.update_batch(&taken)?;
+                if retract {
+                    acc.retract_batch(&taken)?;
+                } else {
+                    acc.update_batch(&taken)?;
+                }
             }
+            self.group_rows[g] += if retract { -count } else { count };
         }
         Ok(())
     }
 
     /// The view's rows now: one per group.
     fn snapshot(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
-        let all: Vec<usize> = (0..self.accumulators.len()).collect();
+        // A group whose rows were all taken back is no row of the view
+        // (a global aggregate keeps its one row).
+        let all: Vec<usize> = (0..self.accumulators.len())
+            .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
+            .collect();
         self.rows_of(schema, &all)
     }
 
@@ -520,17 +632,21 @@ impl AggregatePipeline {
         }
         let mut keep_keys = Vec::new();
         let mut keep_accs = Vec::new();
-        for ((key, accs), gone) in self
+        let mut keep_rows = Vec::new();
+        for (((key, accs), rows), gone) in self
             .keys
             .drain(..)
             .zip(self.accumulators.drain(..))
+            .zip(self.group_rows.drain(..))
             .zip(is_closed)
         {
             if !gone {
                 keep_keys.push(key);
                 keep_accs.push(accs);
+                keep_rows.push(rows);
             }
         }
+        self.group_rows = keep_rows;
         self.groups = keep_keys
             .iter()
             .enumerate()
@@ -650,6 +766,10 @@ impl AggregatePipeline {
                 columns.push(k);
             }
         }
+        if self.retracting {
+            fields.push(Field::new("__rows", DataType::Int64, true));
+            columns.push(Arc::new(Int64Array::from(self.group_rows.clone())));
+        }
         for a in 0..self.aggs.len() {
             let states = self
                 .accumulators
@@ -686,7 +806,8 @@ impl AggregatePipeline {
             .collect::<Result<Vec<_>, _>>()?;
         let mut states: Vec<Vec<ArrayRef>> = Vec::new();
         for a in 0..self.aggs.len() {
-            let width = self.aggs[a].state_fields()?.len();
+            // As many state columns as this kind of accumulator has.
+            let width = self.new_accumulator(&self.aggs[a])?.state()?.len();
             states.push(
                 (0..width)
                     .map(|j| column(&format!("__state_{a}_{j}")))
@@ -698,6 +819,9 @@ impl AggregatePipeline {
         } else {
             Some(self.converter.convert_columns(&keys)?)
         };
+        let group_rows = batch
+            .column_by_name("__rows")
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
         for i in 0..batch.num_rows() {
             let g = match &rows {
                 Some(rows) => self.group_for(rows.row(i).owned())?,
@@ -706,6 +830,9 @@ impl AggregatePipeline {
             for (a, acc) in self.accumulators[g].iter_mut().enumerate() {
                 let slices: Vec<ArrayRef> = states[a].iter().map(|c| c.slice(i, 1)).collect();
                 acc.merge_batch(&slices)?;
+            }
+            if let Some(rows) = &group_rows {
+                self.group_rows[g] += rows.value(i);
             }
         }
         Ok(())
@@ -754,6 +881,32 @@ impl CompiledView {
         result
     }
 
+    /// Takes back rows applied before (earlier versions of keys of a keyed
+    /// table): a filter's rows they produced leave the view, an aggregate
+    /// retracts them from their groups.
+    pub async fn retract(
+        &mut self,
+        rows: Vec<RecordBatch>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        if rows.iter().all(|b| b.num_rows() == 0) {
+            return Ok(());
+        }
+        *self.slot.lock() = rows;
+        let result = match &mut self.pipeline {
+            Pipeline::Rows { plan, rows } => {
+                let gone = collect(plan.clone(), ctx).await?;
+                remove_rows(&self.schema, rows, &gone)
+            }
+            Pipeline::Aggregate(agg) => {
+                let out = collect(agg.input.clone(), ctx).await?;
+                out.iter().try_for_each(|b| agg.retract(b))
+            }
+        };
+        self.slot.lock().clear();
+        result
+    }
+
     /// Closes the windows the watermark has passed (see [`WindowClosing`]).
     pub fn close_windows(&mut self, watermark_us: i64) -> Result<(), SluiceError> {
         let (Some(closing), Pipeline::Aggregate(agg)) = (&self.closing, &mut self.pipeline) else {
@@ -789,7 +942,7 @@ impl CompiledView {
     /// True when published rows never change: new rows are only appended.
     pub fn append_only(&self) -> bool {
         match &self.pipeline {
-            Pipeline::Rows { .. } => true,
+            Pipeline::Rows { .. } => !self.retracting,
             Pipeline::Aggregate(_) => self.closing.is_some_and(|c| c.emit_on_close),
         }
     }
@@ -799,6 +952,8 @@ impl CompiledView {
     /// checkpoint writes each once.
     pub fn appended_since(&self, from: usize) -> Result<Vec<RecordBatch>, SluiceError> {
         let batches = match &self.pipeline {
+            // Rows that can be taken back are state, not appended for good.
+            Pipeline::Rows { .. } if self.retracting => return Ok(Vec::new()),
             Pipeline::Rows { rows, .. } => rows,
             Pipeline::Aggregate(_) => &self.closed,
         };
@@ -817,6 +972,7 @@ impl CompiledView {
     /// How many batches [`CompiledView::appended_since`] counts from.
     pub fn appended_batches(&self) -> usize {
         match &self.pipeline {
+            Pipeline::Rows { .. } if self.retracting => 0,
             Pipeline::Rows { rows, .. } => rows.len(),
             Pipeline::Aggregate(_) => self.closed.len(),
         }
@@ -825,6 +981,13 @@ impl CompiledView {
     /// Open aggregate state for a checkpoint (None for a filter view).
     pub fn state_batch(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
         match &mut self.pipeline {
+            // A filter over a keyed table rewrites its rows each epoch.
+            Pipeline::Rows { rows, .. } if self.retracting => {
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                Ok(Some(compute::concat_batches(&self.schema, rows.iter())?))
+            }
             Pipeline::Rows { .. } => Ok(None),
             Pipeline::Aggregate(agg) => agg.state_batch(&self.schema),
         }
@@ -838,7 +1001,12 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         let appended = appended.into_iter().filter(|b| b.num_rows() > 0);
         match &mut self.pipeline {
-            Pipeline::Rows { rows, .. } => rows.extend(appended),
+            Pipeline::Rows { rows, .. } => {
+                rows.extend(appended);
+                if self.retracting {
+                    rows.extend(groups.into_iter().filter(|b| b.num_rows() > 0));
+                }
+            }
             Pipeline::Aggregate(agg) => {
                 self.closed.extend(appended);
                 for g in &groups {

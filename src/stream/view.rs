@@ -31,6 +31,7 @@ use crate::query::{project_frame, LogTableProvider};
 use super::changes::{change_schema, ChangeTracker};
 pub use super::pipeline::EmitOptions;
 use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
+use super::retract::KeyedVersions;
 
 /// How long FLUSH waits for a view's checkpoint before it reports that the
 /// object store is not taking it.
@@ -43,6 +44,9 @@ const FRAMES_PER_DELTA: usize = 16;
 #[derive(Default)]
 struct Published {
     batches: Vec<RecordBatch>,
+    /// Counts publishes: how far a view over this one has read when its
+    /// rows change in place.
+    seq: u64,
     consumed: Vec<u64>,
     state_rows: u64,
     watermark_us: Option<i64>,
@@ -119,6 +123,12 @@ impl View {
         self.published.read().batches.clone()
     }
 
+    /// The last published rows and that publish's sequence number.
+    pub fn snapshot_with_seq(&self) -> (Vec<RecordBatch>, u64) {
+        let p = self.published.read();
+        (p.batches.clone(), p.seq)
+    }
+
     /// Rows in the last published snapshot.
     pub fn published_rows(&self) -> u64 {
         self.published
@@ -134,7 +144,8 @@ impl View {
     pub fn source_end(&self) -> Vec<u64> {
         match &self.source {
             ViewSource::Table(t) => t.commits().borrow().clone(),
-            ViewSource::View(v) => vec![v.published_rows()],
+            ViewSource::View(v) if v.append_only => vec![v.published_rows()],
+            ViewSource::View(v) => vec![v.published.read().seq],
         }
     }
 
@@ -348,7 +359,15 @@ impl ViewManager {
                 allowed_lateness_us: def.allowed_lateness_us,
             };
             let compiled = compile(&query, &store, &manager, manager.config.clone(), emit).await?;
-            let restored = manager.load_checkpoint(&def, &compiled).await?;
+            // A view over a view that changes rows in place starts again
+            // from that view's rows (restored already), not from its own
+            // checkpoint, which does not say which of those rows it saw.
+            let restored = if compiled.retracting && matches!(compiled.source, ViewSource::View(_))
+            {
+                None
+            } else {
+                manager.load_checkpoint(&def, &compiled).await?
+            };
             manager.launch(def, compiled, restored)?;
         }
         // Checkpoints of views that were dropped while an upload ran.
@@ -439,6 +458,30 @@ impl ViewManager {
         self.views.write().remove(name);
         self.checkpoints.forget(def.id);
         Ok(())
+    }
+
+    /// How far compaction may rewrite a keyed table: below the offsets
+    /// every view over it has checkpointed, so that a view restored from
+    /// its checkpoint still finds the versions it applied.
+    pub fn compaction_horizon(self: &Arc<Self>) -> crate::log::Horizon {
+        let weak = Arc::downgrade(self);
+        Arc::new(move |table: &TableLog| {
+            let mut horizon = vec![u64::MAX; table.partitions().len()];
+            let Some(manager) = weak.upgrade() else {
+                return horizon;
+            };
+            let mut views = manager.views();
+            views.extend(manager.rebuilding.read().values().cloned());
+            for v in views {
+                if v.source.name() != table.def.name {
+                    continue;
+                }
+                for (h, c) in horizon.iter_mut().zip(v.checkpointed_offsets()) {
+                    *h = (*h).min(c);
+                }
+            }
+            horizon
+        })
     }
 
     /// Progress of a view's rebuild, or else of its own backfill.
@@ -653,6 +696,7 @@ impl ViewManager {
         // Readers see the restored state at once.
         let published = Published {
             batches: compiled.snapshot()?,
+            seq: 0,
             consumed: start.consumed.clone(),
             state_rows: compiled.state_rows(),
             watermark_us: start.clock.watermark_us,
@@ -758,6 +802,9 @@ impl ViewManager {
         let handle = match task.compiled.source.clone() {
             ViewSource::Table(t) => {
                 tokio::spawn(follow_table(task, t, start.clock).instrument(span))
+            }
+            ViewSource::View(v) if !v.append_only => {
+                tokio::spawn(follow_changing_view(task, v).instrument(span))
             }
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
         };
@@ -1080,6 +1127,17 @@ fn split_late(
     Ok(filter_record_batch(&batch, &keep)?)
 }
 
+/// Takes rows back through the pipeline, guarded as [`apply_guarded`].
+async fn retract_guarded(
+    compiled: &mut CompiledView,
+    rows: Vec<RecordBatch>,
+    ctx: Arc<TaskContext>,
+) -> Result<(), SluiceError> {
+    futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(compiled.retract(rows, ctx)))
+        .await
+        .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))?
+}
+
 /// Runs a delta through the pipeline; a panic there stops this view, not
 /// the server.
 async fn apply_guarded(
@@ -1117,6 +1175,7 @@ impl View {
         {
             let mut p = self.published.write();
             p.batches = batches;
+            p.seq += 1;
             p.consumed = consumed.to_vec();
             p.state_rows = compiled.state_rows();
             p.watermark_us = watermark_us;
@@ -1127,6 +1186,71 @@ impl View {
         self.progress.send_replace(consumed.to_vec());
         true
     }
+}
+
+/// The task of a view over a view whose rows change in place: each publish
+/// of the source is compared with the one before (deletes and inserts),
+/// and the view applies the inserts and takes back the deletes.
+async fn follow_changing_view(mut task: ViewTask, upstream: Arc<View>) {
+    let mut changes = upstream.progress.subscribe();
+    let ctx = Arc::new(TaskContext::default());
+    let mut tracker = match ChangeTracker::new(&upstream.schema, &[]) {
+        Ok(t) => t,
+        Err(e) => {
+            task.publish(Err(e), None, Vec::new());
+            return;
+        }
+    };
+    let mut first = true;
+    loop {
+        changes.borrow_and_update();
+        let (batches, seq) = upstream.snapshot_with_seq();
+        if seq > task.consumed[0] || first {
+            let compiled = &mut task.compiled;
+            let schema = upstream.schema.clone();
+            let result: Result<(), SluiceError> = async {
+                if let Some(diff) = tracker.diff(&batches)? {
+                    let (inserts, deletes) = split_changes(&diff, &schema)?;
+                    apply_guarded(compiled, vec![inserts], ctx.clone(), None).await?;
+                    retract_guarded(compiled, vec![deletes], ctx.clone()).await?;
+                }
+                Ok(())
+            }
+            .await;
+            task.consumed = vec![seq];
+            if !task.publish(result, None, Vec::new()) {
+                return;
+            }
+            first = false;
+        }
+        task.checkpoint_if_due(ViewClockState::default());
+        if !task.wait(&mut changes).await {
+            return;
+        }
+    }
+}
+
+/// A change batch (the source's columns and `_op`) as its inserted rows
+/// and its deleted rows.
+fn split_changes(
+    diff: &RecordBatch,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<(RecordBatch, RecordBatch), SluiceError> {
+    let n = schema.fields().len();
+    let ops = diff
+        .column(n)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| SluiceError::Internal("change without _op".into()))?;
+    let is_insert: BooleanArray = (0..ops.len())
+        .map(|i| Some(ops.value(i) == "insert"))
+        .collect();
+    let is_delete = arrow::compute::not(&is_insert)?;
+    let rows = RecordBatch::try_new(schema.clone(), diff.columns()[..n].to_vec())?;
+    Ok((
+        filter_record_batch(&rows, &is_insert)?,
+        filter_record_batch(&rows, &is_delete)?,
+    ))
 }
 
 /// The task of a view over another view: apply the rows the source view
@@ -1176,6 +1300,17 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     let mut clock = ViewClock::new(&table);
     clock.resume(&clock_state);
     let closing = task.compiled.closing;
+    // A keyed table: the versions the view has applied, to take back.
+    let mut versions = None;
+    if table.def.is_keyed() {
+        match KeyedVersions::start(&table, &provider_schema, &projection, &task.consumed).await {
+            Ok(v) => versions = Some(v),
+            Err(e) => {
+                task.publish(Err(e), None, Vec::new());
+                return;
+            }
+        }
+    }
     let mut first = true;
     loop {
         let ends = commits.borrow_and_update().clone();
@@ -1186,6 +1321,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
             let consumed = &task.consumed;
             let compiled = &mut task.compiled;
             let applied_rows = task.applied_rows.clone();
+            let versions = &mut versions;
             let result: Result<(), SluiceError> = async {
                 // Frames in commit order: a group commit stamps all of its
                 // frames with the same ingest time.
@@ -1207,6 +1343,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                     for chunk in commit.chunks(FRAMES_PER_DELTA) {
                         let mut delta = Vec::with_capacity(chunk.len());
                         let mut chunk_rows = 0u64;
+                        let mut gone = Vec::new();
                         for (_, k, meta) in chunk {
                             let part = &table.partitions()[*k];
                             let raw = part.read_frame(meta).await?;
@@ -1228,12 +1365,30 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                             );
                             let base = meta.header.base_offset + skip as u64;
                             chunk_rows += rows.num_rows() as u64;
+                            if let Some(v) = versions.as_mut() {
+                                let full = project_frame(
+                                    &raw,
+                                    meta,
+                                    *k as i32,
+                                    &projection,
+                                    data_columns,
+                                    &provider_schema,
+                                )?;
+                                delta.push(v.split(&raw, &full, skip, &mut gone)?);
+                                continue;
+                            }
                             delta.push(match (&closing, watermark) {
                                 (Some(c), Some(w)) => split_late(rows, c, w, *k, base, &mut late)?,
                                 _ => rows,
                             });
                         }
                         apply_guarded(compiled, delta, ctx.clone(), watermark).await?;
+                        // Earlier versions go after the new rows, which may
+                        // hold some of them (a key written twice).
+                        if let (Some(v), false) = (versions.as_ref(), gone.is_empty()) {
+                            let old = v.rows(&provider_schema, &gone)?;
+                            retract_guarded(compiled, vec![old], ctx.clone()).await?;
+                        }
                         applied_rows.fetch_add(chunk_rows, Ordering::Relaxed);
                     }
                     clock.advance(commit[0].0, commit);
