@@ -226,6 +226,12 @@ pub struct ViewCheckpointer {
     last: Arc<Mutex<Option<CheckpointManifest>>>,
     next_epoch: u64,
     in_flight: Option<tokio::task::JoinHandle<()>>,
+    /// Set by the upload task when it is completely done (garbage
+    /// collected too), just before it wakes the view's task.
+    upload_done: Arc<std::sync::atomic::AtomicBool>,
+    /// The view's task, woken when an upload is done so that a checkpoint
+    /// asked for meanwhile starts at once.
+    wake: Arc<tokio::sync::Notify>,
     abort: Option<AbortHandle>,
     captured_offsets: Option<Vec<u64>>,
     captured_late: u64,
@@ -251,6 +257,7 @@ impl ViewCheckpointer {
         restored: Option<&CheckpointManifest>,
         appended_done: usize,
         on_commit: OnCommit,
+        wake: Arc<tokio::sync::Notify>,
     ) -> ViewCheckpointer {
         ViewCheckpointer {
             shared,
@@ -259,6 +266,8 @@ impl ViewCheckpointer {
             last: Arc::new(Mutex::new(restored.cloned())),
             next_epoch: restored.map(|m| m.epoch + 1).unwrap_or(1),
             in_flight: None,
+            upload_done: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            wake,
             abort: None,
             captured_offsets: restored.map(|m| m.source_offsets.clone()),
             captured_late: restored.map(|m| m.late_count).unwrap_or(0),
@@ -274,7 +283,7 @@ impl ViewCheckpointer {
     /// `force`: capture even if the view has not moved (its change log
     /// starts or stops).
     pub fn due(&mut self, offsets: &[u64], late_count: u64, asked: bool, force: bool) -> bool {
-        if self.in_flight.as_ref().is_some_and(|h| !h.is_finished()) {
+        if self.uploading() {
             return false;
         }
         self.in_flight = None;
@@ -285,7 +294,8 @@ impl ViewCheckpointer {
 
     /// True while an epoch is being written.
     pub fn uploading(&self) -> bool {
-        self.in_flight.as_ref().is_some_and(|h| !h.is_finished())
+        self.in_flight.is_some()
+            && !self.upload_done.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Starts writing an epoch; retries until it commits.
@@ -301,6 +311,9 @@ impl ViewCheckpointer {
         let view_id = self.view_id;
         let view = self.view.clone();
         let on_commit = self.on_commit.clone();
+        let done = self.upload_done.clone();
+        done.store(false, std::sync::atomic::Ordering::Release);
+        let wake = self.wake.clone();
         let span = info_span!("checkpoint", view = %view, epoch);
         let handle = tokio::spawn(
             async move {
@@ -344,6 +357,8 @@ impl ViewCheckpointer {
                             }
                             collect_garbage(&shared.store, previous.as_ref(), &manifest).await;
                             *last.lock() = Some(manifest);
+                            done.store(true, std::sync::atomic::Ordering::Release);
+                            wake.notify_one();
                             return;
                         }
                         Err(e) => {

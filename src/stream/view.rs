@@ -784,6 +784,7 @@ impl ViewManager {
             manifest.as_ref(),
             compiled.appended_batches(),
             on_commit,
+            view.wake.clone(),
         );
         let task = ViewTask {
             view: weak,
