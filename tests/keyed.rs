@@ -9,24 +9,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::s3::S3Server;
-use common::{files_containing, scalar, sqlstate, Server};
+use common::{files_containing, scalar, sqlstate, text_rows, Server};
 use rand::{Rng, SeedableRng};
 
 async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    c.simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect()
+    text_rows(c, sql).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{files_containing, scalar, Server};
+use common::{files_containing, scalar, text_rows, Server};
 use rand::{Rng, SeedableRng};
 
 /// Views over `kv` (and over each other): each view's definition, and the
@@ -53,21 +53,7 @@ const VIEWS: [(&str, &str, &str); 7] = [
 
 /// A result as sorted text rows.
 async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    let mut out: Vec<String> = c
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect();
+    let mut out = text_rows(c, sql).await;
     out.sort();
     out
 }

@@ -294,8 +294,7 @@ impl ViewCheckpointer {
 
     /// True while an epoch is being written.
     pub fn uploading(&self) -> bool {
-        self.in_flight.is_some()
-            && !self.upload_done.load(std::sync::atomic::Ordering::Acquire)
+        self.in_flight.is_some() && !self.upload_done.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Starts writing an epoch; retries until it commits.

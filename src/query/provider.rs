@@ -124,15 +124,24 @@ impl LogTableProvider {
                 }) as Arc<dyn PartitionStream>
             })
             .collect();
-        Ok(Arc::new(StreamingTableExec::try_new(
-            projected,
-            streams,
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        streaming_scan(projected, streams, limit)
     }
+}
+
+/// A scan that runs one stream per partition.
+fn streaming_scan(
+    schema: SchemaRef,
+    streams: Vec<Arc<dyn PartitionStream>>,
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(Arc::new(StreamingTableExec::try_new(
+        schema,
+        streams,
+        None,
+        [],
+        false,
+        limit,
+    )?))
 }
 
 /// What the pushed-down filters allow: which partitions, which offsets.
@@ -434,14 +443,7 @@ impl TableProvider for LogTableProvider {
                 changelog: false,
             }));
         }
-        Ok(Arc::new(StreamingTableExec::try_new(
-            projected,
-            streams,
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        streaming_scan(projected, streams, limit)
     }
 
     async fn insert_into(

@@ -221,6 +221,24 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
     out
 }
 
+/// A query's rows as text (`a|b|NULL`), through the simple protocol.
+pub async fn text_rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    c.simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code()
