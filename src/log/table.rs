@@ -279,12 +279,13 @@ impl TableLog {
             return self.commit_routed(routed).await;
         };
         let mut index = keyed.index.lock().await;
+        let Some(live) = index.as_mut() else {
+            return self.commit_routed(routed).await;
+        };
         let batches: Vec<RecordBatch> = routed.parts.iter().map(|(_, b)| b.clone()).collect();
         let n = self.commit_routed(routed).await?;
-        if let Some(index) = index.as_mut() {
-            for b in &batches {
-                index.note(&self.def, &keyed.codec, b)?;
-            }
+        for b in &batches {
+            live.note(&self.def, &keyed.codec, b)?;
         }
         Ok(n)
     }

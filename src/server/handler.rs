@@ -428,6 +428,15 @@ fn check_on_conflict(def: &sluice_catalog::TableDef, on_conflict: bool) -> Resul
 
 /// A FETCH prepared with Parse: its rows have the cursor's schema.
 fn prepared_fetch<C: ClientInfo>(client: &C, sql: &str) -> Result<Option<Prepared>, SluiceError> {
+    // Every Parse comes here: only a statement that starts with FETCH is
+    // read again.
+    let starts_with_fetch = sql
+        .trim_start()
+        .get(..5)
+        .is_some_and(|w| w.eq_ignore_ascii_case("fetch"));
+    if !starts_with_fetch {
+        return Ok(None);
+    }
     let Ok(pieces) = split_statements(sql) else {
         return Ok(None);
     };

@@ -231,15 +231,20 @@ impl KeyedVersions {
         gone: &mut Vec<Box<[u8]>>,
     ) -> std::result::Result<arrow::record_batch::RecordBatch, crate::error::SluiceError> {
         use crate::log::keyed::{deleted_flags, record_kind};
+        // Only the rows from `skip` on are encoded; indices below are shifted.
+        let tail = rows.slice(
+            skip.min(rows.num_rows()),
+            rows.num_rows().saturating_sub(skip),
+        );
         let keys = self.codec.keys(raw)?;
-        let encoded = self.versions.encode(rows)?;
+        let encoded = self.versions.encode(&tail)?;
         let deleted = deleted_flags(&self.def, raw);
         let mut keep = Vec::new();
         for i in skip..rows.num_rows() {
             let Some(tomb) = record_kind(deleted, i) else {
                 continue;
             };
-            let row = (!tomb).then(|| encoded.row(i));
+            let row = (!tomb).then(|| encoded.row(i - skip));
             if let Some(old) = self
                 .versions
                 .replace(keys.row(i).as_ref(), row.as_ref().map(|r| r.as_ref()))

@@ -1348,7 +1348,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                         for (_, k, meta) in chunk {
                             let part = &table.partitions()[*k];
                             let raw = part.read_frame(meta).await?;
-                            let rows = project_frame(
+                            let full = project_frame(
                                 &raw,
                                 meta,
                                 *k as i32,
@@ -1360,21 +1360,13 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                             // are skipped.
                             let skip =
                                 consumed[*k].saturating_sub(meta.header.base_offset) as usize;
-                            let rows = rows.slice(
-                                skip.min(rows.num_rows()),
-                                rows.num_rows().saturating_sub(skip),
+                            let rows = full.slice(
+                                skip.min(full.num_rows()),
+                                full.num_rows().saturating_sub(skip),
                             );
                             let base = meta.header.base_offset + skip as u64;
                             chunk_rows += rows.num_rows() as u64;
                             if let Some(v) = versions.as_mut() {
-                                let full = project_frame(
-                                    &raw,
-                                    meta,
-                                    *k as i32,
-                                    &projection,
-                                    data_columns,
-                                    &provider_schema,
-                                )?;
                                 delta.push(v.split(&raw, &full, skip, &mut gone)?);
                                 continue;
                             }
