@@ -413,3 +413,77 @@ fn files_under(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// Compaction drops superseded versions but keeps tombstones younger than
+/// `delete_retention`, and reports the dirty ratio it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn young_tombstones_stay_and_the_dirty_ratio_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &SEGMENT_FLAGS);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT) WITH (delete_retention = '1 hour')",
+    )
+    .await
+    .unwrap();
+    let insert = |tag: &'static str| {
+        let c = &c;
+        async move {
+            let values: Vec<String> = (0..100).map(|i| format!("('k{i}', '{tag}-{i}')")).collect();
+            c.batch_execute(&format!("INSERT INTO kv VALUES {}", values.join(", ")))
+                .await
+                .unwrap();
+        }
+    };
+    insert("old").await;
+    insert("new").await;
+    c.batch_execute("DELETE FROM kv WHERE k IN ('k1', 'k2', 'k3')")
+        .await
+        .unwrap();
+    // Later records close the segments holding the ones above.
+    for round in 0..4 {
+        let values: Vec<String> = (0..100)
+            .map(|i| format!("('later-{round}-{i}', 'x')"))
+            .collect();
+        c.batch_execute(&format!("INSERT INTO kv VALUES {}", values.join(", ")))
+            .await
+            .unwrap();
+    }
+    c.batch_execute("VACUUM kv").await.unwrap();
+    let old = scalar(
+        &c,
+        "SELECT COUNT(*) FROM changelog(kv) WHERE v LIKE 'old-%'",
+    )
+    .await;
+    assert_eq!(old, 0, "superseded versions are gone");
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT COUNT(*) FROM changelog(kv) WHERE _op = 'delete'"
+        )
+        .await,
+        3,
+        "tombstones younger than delete_retention stay"
+    );
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT COUNT(*) FROM changelog(kv) WHERE v LIKE 'new-%' AND k IN ('k1', 'k2', 'k3')"
+        )
+        .await,
+        0,
+        "the versions the tombstones delete are gone"
+    );
+    assert_eq!(scalar(&c, "SELECT COUNT(*) FROM kv").await, 97 + 400);
+    let ratio: f64 = c
+        .query_one(
+            "SELECT dirty_ratio FROM sluice_catalog.partitions WHERE table_name = 'kv'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // 103 of the 603 records could go: the 100 old versions and the 3
+    // versions the tombstones delete (the young tombstones stay).
+    assert!((ratio - 103.0 / 603.0).abs() < 1e-9, "dirty ratio {ratio}");
+}

@@ -38,7 +38,9 @@ SELECT COUNT(*) AS u42_rows_in_eval_set FROM eval_set WHERE user_id = 'u42';   -
 SELECT * FROM per_user ORDER BY user_id;                                         -- no u42
 
 -- After the grace period (delete_retention; 0s here), compaction rewrites the
--- table's closed segments without u42's records; VACUUM runs it now.
+-- table's closed segments without u42's records; VACUUM runs it now. (In this
+-- small example every record is still in the active segment, which
+-- compaction leaves until it closes by size or age.)
 VACUUM requests;
 SELECT partition, dirty_ratio, compactions, compacted_records, compaction_progress
 FROM sluice_catalog.partitions WHERE table_name = 'requests';
