@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::s3::S3Server;
-use common::{files_containing, scalar, sqlstate, text_rows, Server};
+use common::{files_containing, load_requests, more_requests, scalar, sqlstate, text_rows, Server};
 use rand::{Rng, SeedableRng};
 
 async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
@@ -191,54 +191,13 @@ async fn upserts_updates_deletes_and_the_changelog() {
 const REQUESTS: &str = "CREATE TABLE requests (request_id TEXT PRIMARY KEY, user_id TEXT, prompt TEXT, response TEXT, created_at TIMESTAMP)
     WITH (partitions = 2, delete_retention = '0s')";
 
-/// Rows for users u0..u49, ten requests each; u42's prompts carry a marker.
-async fn load_requests(c: &tokio_postgres::Client) {
-    for u in 0..50 {
-        let values: Vec<String> = (0..10)
-            .map(|i| {
-                let prompt = if u == 42 {
-                    format!("PRIVATE-u42-{i}")
-                } else {
-                    format!("prompt {u}-{i}")
-                };
-                format!("('req-{u}-{i}', 'u{u}', '{prompt}', 'answer', '2026-11-29 10:00:00')")
-            })
-            .collect();
-        c.batch_execute(&format!(
-            "INSERT INTO requests VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .unwrap();
-    }
-}
-
-/// 300 rows of user u7, so that earlier rows end up in closed segments
-/// (compaction rewrites closed segments; the active one closes by size or
-/// age).
-async fn more_rows(c: &tokio_postgres::Client, tag: &str) {
-    for round in 0..3 {
-        let values: Vec<String> = (0..100)
-            .map(|i| {
-                format!("('later-{tag}-{round}-{i}', 'u7', 'later', 'x', '2026-11-29 11:00:00')")
-            })
-            .collect();
-        c.batch_execute(&format!(
-            "INSERT INTO requests VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .unwrap();
-    }
-}
-
 /// After DELETE and compaction with a zero grace period no stored file of
 /// the table holds the deleted user's text; offsets of other rows stay.
 async fn deletion_reaches_storage(server: &Server, scan: impl Fn() -> Vec<String>) {
     let c = server.connect().await;
     c.batch_execute(REQUESTS).await.unwrap();
     load_requests(&c).await;
-    more_rows(&c, "a").await;
+    more_requests(&c, "a").await;
     let before = rows(&c, "SELECT request_id, _partition, _offset FROM requests WHERE user_id <> 'u42' ORDER BY request_id").await;
     assert!(!scan().is_empty(), "the marker is stored before the delete");
     assert_eq!(
@@ -252,7 +211,7 @@ async fn deletion_reaches_storage(server: &Server, scan: impl Fn() -> Vec<String
         0
     );
     // The tombstones, too, end up in closed segments.
-    more_rows(&c, "b").await;
+    more_requests(&c, "b").await;
     c.batch_execute("VACUUM requests").await.unwrap();
     let left = scan();
     assert!(

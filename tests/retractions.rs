@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{files_containing, scalar, text_rows, Server};
+use common::{files_containing, load_requests, more_requests, scalar, text_rows, Server};
 use rand::{Rng, SeedableRng};
 
 /// Views over `kv` (and over each other): each view's definition, and the
@@ -176,20 +176,7 @@ async fn a_deletion_request_reaches_every_view_and_every_file() {
     .unwrap();
     let (setup, rest) = example.split_once("-- load").unwrap();
     c.batch_execute(setup).await.unwrap();
-    for u in 0..50 {
-        let values: Vec<String> = (0..10)
-            .map(|i| {
-                let prompt = if u == 42 { format!("PRIVATE-u42-{i}") } else { format!("prompt {u}-{i}") };
-                format!("('req-{u}-{i}', 'u{u}', '{prompt}', 'a response long enough', TIMESTAMP '2026-11-29 10:00:00' + INTERVAL '{i} minutes')")
-            })
-            .collect();
-        c.batch_execute(&format!(
-            "INSERT INTO requests VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .unwrap();
-    }
+    load_requests(&c).await;
     c.batch_execute("FLUSH").await.unwrap();
     assert_eq!(
         scalar(&c, "SELECT COUNT(*) FROM eval_set WHERE user_id = 'u42'").await,
@@ -213,17 +200,8 @@ async fn a_deletion_request_reaches_every_view_and_every_file() {
 
     // Later writes close the segments the tombstones are in; two more
     // checkpoints replace the views' epochs that still held u42's rows.
-    for round in 0..3 {
-        let values: Vec<String> = (0..100)
-            .map(|i| format!("('later-{round}-{i}', 'u7', 'later', 'a response long enough', TIMESTAMP '2026-11-29 11:00:00')"))
-            .collect();
-        c.batch_execute(&format!(
-            "INSERT INTO requests VALUES {}; FLUSH",
-            values.join(", ")
-        ))
-        .await
-        .unwrap();
-    }
+    more_requests(&c, "b").await;
+    c.batch_execute("FLUSH").await.unwrap();
     c.batch_execute("VACUUM requests; FLUSH").await.unwrap();
     let left = files_containing(&server.data_dir, "PRIVATE-u42");
     assert!(

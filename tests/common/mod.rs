@@ -239,6 +239,49 @@ pub async fn text_rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
         .collect()
 }
 
+/// Into a `requests (request_id, user_id, prompt, response, created_at)`
+/// table: ten requests each of users u0..u49; u42's prompts carry the
+/// marker `PRIVATE-u42`.
+pub async fn load_requests(c: &tokio_postgres::Client) {
+    for u in 0..50 {
+        let values: Vec<String> = (0..10)
+            .map(|i| {
+                let prompt = if u == 42 {
+                    format!("PRIVATE-u42-{i}")
+                } else {
+                    format!("prompt {u}-{i}")
+                };
+                format!("('req-{u}-{i}', 'u{u}', '{prompt}', 'a response long enough', TIMESTAMP '2026-11-29 10:00:00' + INTERVAL '{i} minutes')")
+            })
+            .collect();
+        c.batch_execute(&format!(
+            "INSERT INTO requests VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+/// 300 more requests of user u7 (ids `later-{tag}-...`), so that earlier
+/// records end up in closed segments (compaction rewrites closed
+/// segments; the active one closes by size or age).
+pub async fn more_requests(c: &tokio_postgres::Client, tag: &str) {
+    for round in 0..3 {
+        let values: Vec<String> = (0..100)
+            .map(|i| {
+                format!("('later-{tag}-{round}-{i}', 'u7', 'later', 'a response long enough', TIMESTAMP '2026-11-29 11:00:00')")
+            })
+            .collect();
+        c.batch_execute(&format!(
+            "INSERT INTO requests VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    }
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code()
