@@ -138,9 +138,11 @@ impl KeyIndex {
         for part in parts {
             let end = part.end_offset();
             let latest = latest_records(def, codec, part, end).await?;
-            for &(f, i) in &latest.live {
-                let keys = codec.keys(&latest.frames[f].1.slice(i, 1))?;
-                index.live.insert(Box::from(keys.row(0).as_ref()), true);
+            for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
+                let keys = codec.keys(&latest.frames[group[0].0].1)?;
+                for &(_, i) in group {
+                    index.live.insert(Box::from(keys.row(i).as_ref()), true);
+                }
             }
         }
         Ok(index)
