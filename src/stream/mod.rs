@@ -7,6 +7,8 @@
 //! consumed. Readers see the last published snapshot: a consistent cut at a
 //! commit of the source table, never half a statement.
 
+#[cfg(test)]
+mod accumulator_audit;
 mod changes;
 mod delta;
 mod pipeline;

@@ -349,7 +349,7 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
 }
 
 /// The view's one aggregate, with at most a projection above it.
-fn find_aggregate(
+pub(super) fn find_aggregate(
     plan: &LogicalPlan,
 ) -> Result<Option<(&Aggregate, Option<&LogicalPlan>)>, SluiceError> {
     let mut count = 0;
@@ -379,7 +379,7 @@ fn find_aggregate(
 
 /// Running aggregates per group: DataFusion accumulators fed with each
 /// delta's rows of that group.
-pub struct AggregatePipeline {
+pub(super) struct AggregatePipeline {
     input: Arc<dyn ExecutionPlan>,
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     aggs: Vec<Arc<AggregateFunctionExpr>>,
@@ -398,7 +398,7 @@ pub struct AggregatePipeline {
 }
 
 impl AggregatePipeline {
-    async fn new(
+    pub(super) async fn new(
         ctx: &SessionContext,
         aggregate: &Aggregate,
         projection: Option<&LogicalPlan>,
@@ -517,14 +517,14 @@ impl AggregatePipeline {
     }
 
     /// Feeds the pre-aggregation rows of one delta.
-    fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(super) fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         self.feed(batch, false)
     }
 
     /// Takes back pre-aggregation rows fed before (earlier versions of
     /// keys of a keyed table). Rows of groups no longer held (closed
     /// windows) are ignored.
-    fn retract(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(super) fn retract(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         self.feed(batch, true)
     }
 
@@ -588,7 +588,7 @@ impl AggregatePipeline {
     }
 
     /// The view's rows now: one per group.
-    fn snapshot(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
+    pub(super) fn snapshot(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
         // A group whose rows were all taken back is no row of the view
         // (a global aggregate keeps its one row).
         let all: Vec<usize> = (0..self.accumulators.len())
@@ -732,6 +732,39 @@ impl AggregatePipeline {
         }
     }
 
+    /// The plan that turns a delta into pre-aggregation rows.
+    #[cfg(test)]
+    pub(super) fn input(&self) -> Arc<dyn ExecutionPlan> {
+        self.input.clone()
+    }
+
+    /// For the audit: whether a fresh accumulator of the first aggregate,
+    /// fed these pre-aggregation rows, changes its result or its state by
+    /// reporting `state()`.
+    #[cfg(test)]
+    pub(super) fn state_is_consumed_by_state(
+        &self,
+        batches: &[RecordBatch],
+    ) -> Result<bool, SluiceError> {
+        let Some(agg) = self.aggs.first() else {
+            return Ok(false);
+        };
+        let mut acc = self.new_accumulator(agg)?;
+        for b in batches {
+            let n = b.num_rows();
+            let args = agg
+                .expressions()
+                .iter()
+                .map(|e| e.evaluate(b).and_then(|v| v.into_array(n)))
+                .collect::<Result<Vec<_>, _>>()?;
+            acc.update_batch(&args)?;
+        }
+        let before = acc.evaluate()?;
+        let first = acc.state()?;
+        let second = acc.state()?;
+        Ok(acc.evaluate()? != before || first != second)
+    }
+
     pub fn groups(&self) -> usize {
         self.accumulators.len()
     }
@@ -740,7 +773,10 @@ impl AggregatePipeline {
     /// rows of those groups (readable by any Parquet reader), then the group
     /// keys and every accumulator's `state()`, from which
     /// [`AggregatePipeline::restore`] rebuilds the accumulators.
-    fn state_batch(&mut self, schema: &SchemaRef) -> Result<Option<RecordBatch>, SluiceError> {
+    pub(super) fn state_batch(
+        &mut self,
+        schema: &SchemaRef,
+    ) -> Result<Option<RecordBatch>, SluiceError> {
         let n = self.accumulators.len();
         if n == 0 {
             return Ok(None);
@@ -770,6 +806,7 @@ impl AggregatePipeline {
             fields.push(Field::new("__rows", DataType::Int64, true));
             columns.push(Arc::new(Int64Array::from(self.group_rows.clone())));
         }
+        let mut captured: Vec<Vec<ArrayRef>> = Vec::with_capacity(self.aggs.len());
         for a in 0..self.aggs.len() {
             let states = self
                 .accumulators
@@ -777,6 +814,7 @@ impl AggregatePipeline {
                 .map(|accs| accs[a].state())
                 .collect::<Result<Vec<Vec<ScalarValue>>, _>>()?;
             let width = states.first().map(|s| s.len()).unwrap_or(0);
+            let mut of_agg = Vec::with_capacity(width);
             for j in 0..width {
                 let column = ScalarValue::iter_to_array(states.iter().map(|s| s[j].clone()))?;
                 fields.push(Field::new(
@@ -784,8 +822,18 @@ impl AggregatePipeline {
                     column.data_type().clone(),
                     true,
                 ));
-                columns.push(column);
+                columns.push(column.clone());
+                of_agg.push(column);
             }
+            captured.push(of_agg);
+        }
+        // `state()` may move an accumulator's contents out (DataFusion's
+        // COUNT(DISTINCT) over strings takes its set), so the live
+        // accumulators are rebuilt from what was captured, exactly as a
+        // restart rebuilds them: taking a checkpoint never changes the view.
+        for g in 0..n {
+            self.accumulators[g] = self.new_accumulators()?;
+            self.merge_states(g, &captured, g)?;
         }
         Ok(Some(RecordBatch::try_new(
             Arc::new(Schema::new(fields)),
@@ -793,8 +841,23 @@ impl AggregatePipeline {
         )?))
     }
 
+    /// Merges row `i` of captured state columns (per aggregate, as
+    /// `state_batch` writes them) into the accumulators of group `g`.
+    fn merge_states(
+        &mut self,
+        g: usize,
+        states: &[Vec<ArrayRef>],
+        i: usize,
+    ) -> Result<(), SluiceError> {
+        for (acc, columns) in self.accumulators[g].iter_mut().zip(states) {
+            let slices: Vec<ArrayRef> = columns.iter().map(|c| c.slice(i, 1)).collect();
+            acc.merge_batch(&slices)?;
+        }
+        Ok(())
+    }
+
     /// Rebuilds the open groups from a batch written by `state_batch`.
-    fn restore(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(super) fn restore(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         let column = |name: &str| {
             batch
                 .column_by_name(name)
@@ -827,10 +890,7 @@ impl AggregatePipeline {
                 Some(rows) => self.group_for(rows.row(i).owned())?,
                 None => 0,
             };
-            for (a, acc) in self.accumulators[g].iter_mut().enumerate() {
-                let slices: Vec<ArrayRef> = states[a].iter().map(|c| c.slice(i, 1)).collect();
-                acc.merge_batch(&slices)?;
-            }
+            self.merge_states(g, &states, i)?;
             if let Some(rows) = &group_rows {
                 self.group_rows[g] += rows.value(i);
             }
