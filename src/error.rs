@@ -165,6 +165,8 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::External(inner) => {
             if let Some(i) = inner.downcast_ref::<IngestError>() {
                 i.sqlstate()
+            } else if let Some(s) = inner.downcast_ref::<SluiceError>() {
+                s.sqlstate()
             } else if let Some(l) = inner.downcast_ref::<LogError>() {
                 log_sqlstate(l)
             } else {

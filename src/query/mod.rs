@@ -6,6 +6,7 @@ mod context;
 mod provider;
 mod sink;
 mod system;
+mod view_table;
 
 pub use context::{build_context, session_config};
 pub(crate) use provider::{changelog_frame, project_frame};

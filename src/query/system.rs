@@ -21,6 +21,7 @@ use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
 use super::provider::LogTableProvider;
+use super::view_table::ViewTable;
 
 /// The user's tables and materialized views, as the catalog names them now.
 pub struct PublicSchema {
@@ -55,11 +56,11 @@ impl SchemaProvider for PublicSchema {
             )));
         }
         match self.views.view(name) {
-            // A view reads as its last published snapshot.
-            Some(v) => Ok(Some(Arc::new(MemTable::try_new(
+            Some(v) => Ok(Some(Arc::new(ViewTable::new(
+                self.views.clone(),
+                name,
                 v.schema.clone(),
-                vec![v.snapshot()],
-            )?))),
+            )))),
             None => Ok(None),
         }
     }
@@ -100,59 +101,21 @@ impl SchemaProvider for SystemSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        Ok(match name {
-            "partitions" => Some(Arc::new(SystemTable {
-                schema: partitions_schema(),
-                store: self.store.clone(),
-                build: partitions_batch,
-            })),
-            "checkpoints" => {
-                let batch = checkpoints_batch(&self.views)?;
-                Some(Arc::new(MemTable::try_new(
-                    batch.schema(),
-                    vec![vec![batch]],
-                )?))
-            }
-            "lag" => {
-                let batch = lag_batch(&self.views, &self.subs)?;
-                Some(Arc::new(MemTable::try_new(
-                    batch.schema(),
-                    vec![vec![batch]],
-                )?))
-            }
-            "subscriptions" => {
-                let batch = subscriptions_batch(&self.subs)?;
-                Some(Arc::new(MemTable::try_new(
-                    batch.schema(),
-                    vec![vec![batch]],
-                )?))
-            }
-            "late_rows" => {
-                let batch = late_rows_batch(&self.views)?;
-                Some(Arc::new(MemTable::try_new(
-                    batch.schema(),
-                    vec![vec![batch]],
-                )?))
-            }
-            "views" => {
-                let batch = views_batch(&self.views)?;
-                Some(Arc::new(MemTable::try_new(
-                    batch.schema(),
-                    vec![vec![batch]],
-                )?))
-            }
-            "watermarks" => Some(Arc::new(SystemTable {
-                schema: watermarks_schema(),
-                store: self.store.clone(),
-                build: watermarks_batch,
-            })),
-            "tables" => Some(Arc::new(SystemTable {
-                schema: tables_schema(),
-                store: self.store.clone(),
-                build: tables_batch,
-            })),
-            _ => None,
-        })
+        let store = self.store.clone();
+        let views = self.views.clone();
+        let subs = self.subs.clone();
+        let table = match name {
+            "partitions" => SystemTable::of_store(store, partitions_schema(), partitions_batch),
+            "watermarks" => SystemTable::of_store(store, watermarks_schema(), watermarks_batch),
+            "tables" => SystemTable::of_store(store, tables_schema(), tables_batch),
+            "checkpoints" => SystemTable::live(Arc::new(move || checkpoints_batch(&views)))?,
+            "lag" => SystemTable::live(Arc::new(move || lag_batch(&views, &subs)))?,
+            "subscriptions" => SystemTable::live(Arc::new(move || subscriptions_batch(&subs)))?,
+            "late_rows" => SystemTable::live(Arc::new(move || late_rows_batch(&views)))?,
+            "views" => SystemTable::live(Arc::new(move || views_batch(&views)))?,
+            _ => return Ok(None),
+        };
+        Ok(Some(Arc::new(table)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -160,11 +123,37 @@ impl SchemaProvider for SystemSchema {
     }
 }
 
-/// A system table: its rows are built from the store at each scan.
+/// Builds a system table's rows from the server's state as it is now.
+type BuildRows = Arc<dyn Fn() -> Result<RecordBatch> + Send + Sync>;
+
+/// A system table: its rows are built at each scan, never at planning, so
+/// that a prepared statement reads the state as of each execution.
 struct SystemTable {
     schema: SchemaRef,
-    store: Arc<LogStore>,
-    build: fn(&LogStore, &SchemaRef) -> Result<RecordBatch>,
+    build: BuildRows,
+}
+
+impl SystemTable {
+    fn of_store(
+        store: Arc<LogStore>,
+        schema: SchemaRef,
+        build: fn(&LogStore, &SchemaRef) -> Result<RecordBatch>,
+    ) -> SystemTable {
+        let s = schema.clone();
+        SystemTable {
+            schema,
+            build: Arc::new(move || build(&store, &s)),
+        }
+    }
+
+    /// A table whose builder also defines its schema (built once here for
+    /// it; the rows come from each scan).
+    fn live(build: BuildRows) -> Result<SystemTable> {
+        Ok(SystemTable {
+            schema: build()?.schema(),
+            build,
+        })
+    }
 }
 
 impl fmt::Debug for SystemTable {
@@ -190,7 +179,7 @@ impl TableProvider for SystemTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let batch = (self.build)(&self.store, &self.schema)?;
+        let batch = (self.build)()?;
         let mem = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
         mem.scan(state, projection, filters, limit).await
     }

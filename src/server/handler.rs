@@ -9,6 +9,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow_pg::datatypes::df::{deserialize_parameters_with_server_types, encode_dataframe};
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
 use async_trait::async_trait;
+use datafusion::error::DataFusionError;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
@@ -1000,7 +1001,7 @@ impl Handlers {
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         let mut resp = encode_dataframe(df, format, Some(options))
             .await
-            .map_err(|e| SluiceError::Protocol(e.to_string()))?;
+            .map_err(encode_error)?;
         resp.set_command_tag("FETCH");
         Ok(Response::Query(resp))
     }
@@ -1022,7 +1023,7 @@ impl Handlers {
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         let resp = encode_dataframe(df, format, Some(options))
             .await
-            .map_err(|e| SluiceError::Protocol(e.to_string()))?;
+            .map_err(encode_error)?;
         Ok(Response::Query(resp))
     }
 }
@@ -1124,6 +1125,18 @@ where
             .await?;
     }
     Ok(())
+}
+
+/// An error of starting a query's result stream: DataFusion's errors (the
+/// scans run here) keep their SQLSTATE; anything else is a protocol error.
+fn encode_error(e: PgWireError) -> SluiceError {
+    match e {
+        PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
+            Ok(df) => SluiceError::DataFusion(*df),
+            Err(other) => SluiceError::Protocol(other.to_string()),
+        },
+        other => SluiceError::Protocol(other.to_string()),
+    }
 }
 
 fn pg_error_info(e: SluiceError) -> pgwire::error::ErrorInfo {
