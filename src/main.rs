@@ -55,6 +55,9 @@ enum Command {
     },
 }
 
+/// The stack of every runtime thread.
+const STATEMENT_STACK_BYTES: usize = 64 << 20;
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -76,8 +79,13 @@ fn main() -> std::process::ExitCode {
             object_store,
             checkpoint_interval_ms,
         } => {
+            sluice::server::install_panic_hook();
+            // Deep statements recurse while they are parsed, planned and
+            // dropped; the nesting limit (54001) is sized for these stacks
+            // (address space only: pages are touched as they are used).
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
+                .thread_stack_size(STATEMENT_STACK_BYTES)
                 .build()
             {
                 Ok(r) => r,

@@ -13,6 +13,10 @@ pub enum SqlError {
     UndefinedColumn(String),
     #[error("{0}")]
     DatatypeMismatch(String),
+    #[error("stack depth limit exceeded: {0}")]
+    TooDeep(String),
+    #[error("statement too large: {0}")]
+    TooLarge(String),
 }
 
 impl SqlError {
@@ -25,6 +29,8 @@ impl SqlError {
             SqlError::DuplicateColumn(_) => "42701",
             SqlError::UndefinedColumn(_) => "42703",
             SqlError::DatatypeMismatch(_) => "42804",
+            SqlError::TooDeep(_) => "54001",
+            SqlError::TooLarge(_) => "54000",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! comes back as [`Statement::Query`] for DataFusion.
 
 mod ddl;
+mod depth;
 mod error;
 mod hidden;
 mod parse;
@@ -14,6 +15,7 @@ mod subscription;
 mod windows;
 
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
+pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{

@@ -159,10 +159,17 @@ pub struct CopyTo {
 /// Splits a query string into its statements at top-level semicolons,
 /// respecting quotes, comments and dollar quoting. Each statement is the
 /// exact source text between the semicolons; empty ones are dropped.
+///
+/// A text past [`crate::depth::MAX_QUERY_BYTES`] (54000) or nesting past
+/// [`crate::depth::MAX_NESTING_DEPTH`] (54001) is refused here, before any
+/// syntax tree is built.
 pub fn split_statements(sql: &str) -> Result<Vec<String>, SqlError> {
+    crate::depth::check_query_size(sql)?;
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
+    let plain: Vec<Token> = tokens.iter().map(|t| t.token.clone()).collect();
+    crate::depth::check_nesting(&plain)?;
     let byte_at = |line: u64, column: u64| byte_offset(sql, line, column);
     let mut out = Vec::new();
     let mut begin = 0;
@@ -240,8 +247,12 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         return Ok(statement);
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-        .map_err(|e| SqlError::Syntax(strip_parser_prefix(&e.to_string())))?;
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql).map_err(|e| match e {
+        sqlparser::parser::ParserError::RecursionLimitExceeded => SqlError::TooDeep(
+            "the statement nests too deeply for the parser (subqueries or parentheses)".into(),
+        ),
+        e => SqlError::Syntax(strip_parser_prefix(&e.to_string())),
+    })?;
     if statements.len() != 1 {
         return Err(SqlError::Syntax(format!(
             "expected one statement, found {}",

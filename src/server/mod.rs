@@ -7,8 +7,12 @@ mod handler;
 mod session;
 
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use futures::FutureExt;
 
 use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
@@ -22,6 +26,37 @@ use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
 pub use handler::Handlers;
+
+/// Connections that ended with an error (a malformed message, a broken
+/// socket) since start-up.
+pub static CONNECTION_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Connections that ended because serving them panicked.
+pub static PANICKED_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Logs a panic as one line (its message, where, and the span it happened
+/// in, which names the connection and the statement) instead of a
+/// backtrace; `RUST_BACKTRACE=1` adds the backtrace back.
+pub fn install_panic_hook() {
+    let with_backtrace = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        if with_backtrace {
+            let bt = std::backtrace::Backtrace::force_capture();
+            tracing::error!(%message, %location, backtrace = %bt, "panic");
+        } else {
+            tracing::error!(%message, %location, "panic");
+        }
+    }));
+}
 
 /// What `sluice serve` is given.
 #[derive(Debug, Clone)]
@@ -73,8 +108,22 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         let handlers = handlers.clone();
         tokio::spawn(
             async move {
-                if let Err(e) = process_socket(socket, None, handlers).await {
-                    warn!(error = %e, "connection ended with an error");
+                // A panic while serving one connection (a malformed message
+                // pgwire's decoder trips on, or a bug) ends that connection
+                // only; the panic hook has logged it with its statement.
+                let served = AssertUnwindSafe(process_socket(socket, None, handlers))
+                    .catch_unwind()
+                    .await;
+                match served {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        let n = CONNECTION_ERRORS.fetch_add(1, Ordering::Relaxed) + 1;
+                        warn!(error = %e, ended_by_errors = n, "connection ended with an error");
+                    }
+                    Err(_) => {
+                        let n = PANICKED_CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1;
+                        warn!(panicked_connections = n, "connection closed after a panic");
+                    }
                 }
             }
             .instrument(info_span!("connection", peer = %addr)),
