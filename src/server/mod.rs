@@ -35,9 +35,9 @@ pub static PANICKED_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Logs a panic as one line (its message, where, and the span it happened
 /// in, which names the connection and the statement) instead of a
-/// backtrace; `RUST_BACKTRACE=1` adds the backtrace back.
+/// backtrace; `SLUICE_PANIC_BACKTRACE=1` adds the backtrace to the line.
 pub fn install_panic_hook() {
-    let with_backtrace = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+    let with_backtrace = std::env::var_os("SLUICE_PANIC_BACKTRACE").is_some_and(|v| v != "0");
     std::panic::set_hook(Box::new(move |info| {
         let message = info
             .payload()
