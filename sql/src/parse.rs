@@ -117,6 +117,8 @@ pub enum TransactionOp {
 pub enum CopyFormat {
     Text,
     Csv,
+    /// PostgreSQL's binary copy format (COPY FROM only).
+    Binary,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -765,9 +767,10 @@ fn copy_statement(
     let format = match opts.format.as_str() {
         "text" => CopyFormat::Text,
         "csv" => CopyFormat::Csv,
+        "binary" => CopyFormat::Binary,
         other => {
             return Err(SqlError::Unsupported(format!(
-                "COPY FROM format \"{other}\" is not supported (text, csv)"
+                "COPY FROM format \"{other}\" is not supported (text, csv, binary)"
             )))
         }
     };

@@ -1,15 +1,16 @@
-//! `COPY ... FROM STDIN` in PostgreSQL's text and CSV formats. Data arrives
-//! in arbitrary chunks; whole records are parsed as they complete and the
-//! rest is carried to the next chunk.
+//! `COPY ... FROM STDIN` in PostgreSQL's text, CSV and binary formats. Data
+//! arrives in arbitrary chunks; whole records are parsed as they complete
+//! and the rest is carried to the next chunk.
 
 use std::borrow::Cow;
 
 use arrow::record_batch::RecordBatch;
-use sluice_catalog::TableDef;
+use sluice_catalog::{SqlType, TableDef};
 use sluice_sql::{CopyFormat, CopyFrom};
 
+use super::binary_copy::BinaryCopyReader;
 use super::error::{IngestError, RowPlace};
-use super::stager::RowStager;
+use super::stager::{resolve_columns, RowStager};
 
 pub struct CopyParser {
     opts: CopyFrom,
@@ -19,6 +20,8 @@ pub struct CopyParser {
     line: u64,
     skip_header: bool,
     done: bool,
+    /// For the binary format: the reader and the types of the fields.
+    binary: Option<(BinaryCopyReader, Vec<SqlType>)>,
 }
 
 impl CopyParser {
@@ -34,7 +37,18 @@ impl CopyParser {
                 reason: "COPY delimiter, quote and escape must be single-byte characters".into(),
             });
         }
+        let binary = match opts.format {
+            CopyFormat::Binary => Some((
+                BinaryCopyReader::default(),
+                resolve_columns(table, &opts.columns)?
+                    .into_iter()
+                    .map(|i| table.columns[i].ty.clone())
+                    .collect(),
+            )),
+            _ => None,
+        };
         Ok(CopyParser {
+            binary,
             stager: RowStager::new(table, &opts.columns, true)?.with_limit(max_bytes),
             skip_header: opts.header,
             opts,
@@ -59,14 +73,40 @@ impl CopyParser {
             return Ok(());
         }
         self.carry.extend_from_slice(data);
-        let consumed = self.parse_records(false)?;
+        let consumed = match self.binary.is_some() {
+            true => self.parse_binary()?,
+            false => self.parse_records(false)?,
+        };
         self.carry.drain(..consumed);
         Ok(())
+    }
+
+    /// Stages every complete binary tuple in the carry.
+    fn parse_binary(&mut self) -> Result<usize, IngestError> {
+        let Some((reader, types)) = self.binary.as_mut() else {
+            return Ok(0);
+        };
+        let first = self.stager.rows() + 1;
+        let (tuples, used) = reader.read(&self.carry, types, first)?;
+        for (i, t) in tuples.iter().enumerate() {
+            self.stager.push_row(t, first + i as u64)?;
+        }
+        self.done = reader.done;
+        Ok(used)
     }
 
     /// Parses the last record (which may lack a newline) and returns the
     /// statement's batches.
     pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
+        if self.binary.is_some() {
+            if !self.done {
+                return Err(IngestError::BadFormat {
+                    place: RowPlace::Line(self.stager.rows() + 1),
+                    reason: "binary COPY data ended without its trailer".into(),
+                });
+            }
+            return self.stager.finish();
+        }
         if !self.done && !self.carry.is_empty() {
             if !self.carry.ends_with(b"\n") {
                 self.carry.push(b'\n');
@@ -90,6 +130,7 @@ impl CopyParser {
             line,
             skip_header,
             done,
+            ..
         } = self;
         // UTF-8 is checked once for the whole chunk; a character split
         // across chunks waits in the carry for the rest of its bytes.
@@ -108,6 +149,7 @@ impl CopyParser {
             let next = match opts.format {
                 CopyFormat::Text => text_record(buf, pos, opts, &mut fields, start_line)?,
                 CopyFormat::Csv => csv_record(buf, pos, opts, &mut fields, start_line)?,
+                CopyFormat::Binary => None,
             };
             let Some((end, newlines)) = next else { break };
             let raw = &buf[pos..end];

@@ -4,6 +4,7 @@
 //! ([`conform_batch`]). Nothing here writes; a statement's batches go to the
 //! log only once all of them are valid.
 
+mod binary_copy;
 mod copy;
 mod error;
 mod stager;

@@ -3,12 +3,15 @@ use std::sync::Arc;
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
-use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
+use datafusion_pg_catalog::pg_catalog::{
+    setup_pg_catalog, PgCatalogSchemaProvider, PgCatalogStaticTables,
+};
 
 use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
+use super::pg_catalog_info::SluiceCatalogInfo;
 use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
@@ -38,6 +41,7 @@ pub fn build_context(
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;
     let store_for_udtf = store.clone();
+    let store_for_catalog = store.clone();
     catalog.register_schema(
         "public",
         Arc::new(PublicSchema {
@@ -56,6 +60,18 @@ pub fn build_context(
         }),
     );
     setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
+    // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,
+    // no hidden columns) rather than by the planner's schemas.
+    let pg_catalog = PgCatalogSchemaProvider::try_new(
+        SluiceCatalogInfo {
+            catalogs: ctx.state().catalog_list().clone(),
+            store: store_for_catalog,
+        },
+        Arc::new(PgCatalogStaticTables::try_new()?),
+        EmptyContextProvider,
+    )?;
+    catalog.register_schema("pg_catalog", Arc::new(pg_catalog))?;
+    super::pg_functions::register(&ctx);
     Ok(ctx)
 }
 

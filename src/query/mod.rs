@@ -3,11 +3,14 @@
 //! them together.
 
 mod context;
+mod pg_catalog_info;
+mod pg_functions;
 mod provider;
 mod sink;
 mod system;
 mod view_table;
 
 pub use context::{build_context, session_config};
+pub use pg_functions::{setting, version_string};
 pub(crate) use provider::{changelog_frame, project_frame};
 pub use provider::{LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};

@@ -522,10 +522,17 @@ impl PartitionStream for FrameStream {
                     .await
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 if changelog {
+                    // The row count is given: a projection of no columns
+                    // (count(*)) still has rows.
                     return changelog_frame(&batch, &meta, partition as i32, data_columns, false)?
                         .project(&projection)
                         .and_then(|b| {
-                            RecordBatch::try_new(out_schema.clone(), b.columns().to_vec())
+                            RecordBatch::try_new_with_options(
+                                out_schema.clone(),
+                                b.columns().to_vec(),
+                                &arrow::record_batch::RecordBatchOptions::new()
+                                    .with_row_count(Some(b.num_rows())),
+                            )
                         })
                         .map_err(DataFusionError::from);
                 }

@@ -20,11 +20,13 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, FieldInfo, Response, Tag};
+use pgwire::api::results::{CopyResponse, DescribeResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::data::{NoData, ParameterDescription};
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_sql::sqlparser::ast;
@@ -151,24 +153,6 @@ pub struct SluiceQueryParser {
     compat: Arc<PostgresCompatibilityParser>,
 }
 
-/// PostgreSQL settings that `SHOW` answers.
-fn show_value(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "server_version" => "16.6",
-        "server_version_num" => "160006",
-        "server_encoding" | "client_encoding" => "UTF8",
-        "standard_conforming_strings" => "on",
-        "datestyle" => "ISO, MDY",
-        "timezone" => "UTC",
-        "transaction_isolation" | "default_transaction_isolation" => "read committed",
-        "search_path" => "public",
-        "integer_datetimes" => "on",
-        "max_identifier_length" => "63",
-        "application_name" => "",
-        _ => return None,
-    })
-}
-
 impl SluiceQueryParser {
     /// Plans a statement DataFusion executes: wildcards over log tables lose
     /// the hidden columns, and DDL or DML other than INSERT is refused.
@@ -229,7 +213,7 @@ impl SluiceQueryParser {
                     } else {
                         name
                     };
-                    show_value(&name).map(|v| format!("SELECT '{v}' AS \"{name}\""))
+                    crate::query::setting(&name).map(|v| format!("SELECT '{v}' AS \"{name}\""))
                 }
                 _ => None,
             },
@@ -549,6 +533,7 @@ impl Handlers {
                 } else {
                     copy.columns.len()
                 };
+                let format = i8::from(copy.format == sluice_sql::CopyFormat::Binary);
                 let parser = CopyParser::new(&table.def, copy, table.max_statement_bytes())?;
                 *session(client).copy.lock() = Some(CopyState {
                     table,
@@ -557,7 +542,7 @@ impl Handlers {
                     error: None,
                 });
                 Ok(Response::CopyIn(CopyResponse::new(
-                    0,
+                    format,
                     columns,
                     futures::stream::empty(),
                 )))
@@ -1157,6 +1142,41 @@ impl ExtendedQueryHandler for Handlers {
 
     fn query_parser(&self) -> Arc<SluiceQueryParser> {
         self.parser.clone()
+    }
+
+    /// Describe of a statement that returns no rows answers NoData, as
+    /// PostgreSQL does: pgwire's default sends an empty RowDescription when
+    /// the statement has parameters, which pgJDBC reads as "a result was
+    /// returned when none was expected" on a prepared INSERT.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name) {
+                let described = self.do_describe_statement(client, &stmt).await?;
+                if described.fields().is_empty() {
+                    let oids = described
+                        .parameters()
+                        .map(|p| p.iter().map(|t| t.oid()).collect())
+                        .unwrap_or_default();
+                    client
+                        .send(PgWireBackendMessage::ParameterDescription(
+                            ParameterDescription::new(oids),
+                        ))
+                        .await?;
+                    client
+                        .send(PgWireBackendMessage::NoData(NoData::new()))
+                        .await?;
+                    return Ok(());
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_query<C>(

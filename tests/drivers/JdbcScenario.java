@@ -1,0 +1,87 @@
+// pgJDBC (Debian's package) against Sluice: prepared INSERTs past the
+// driver's server-prepare threshold, batches, a parameterized query, NULLs,
+// errors with their SQLSTATE, and DatabaseMetaData as DBeaver asks for it.
+import java.sql.*;
+import java.util.*;
+
+public class JdbcScenario {
+  static void check(boolean ok, String what) {
+    if (!ok) throw new AssertionError(what);
+  }
+
+  public static void main(String[] args) throws Exception {
+    String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
+    try (Connection c = DriverManager.getConnection(url)) {
+      try (Statement st = c.createStatement()) {
+        st.execute("CREATE TABLE jd (id BIGINT NOT NULL, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)");
+        st.execute("CREATE MATERIALIZED VIEW jd_totals AS SELECT name, COUNT(*) AS n FROM jd GROUP BY name");
+      }
+      // pgJDBC switches to a named server-side statement at the 5th run.
+      try (PreparedStatement ps = c.prepareStatement("INSERT INTO jd VALUES (?, ?, ?, ?)")) {
+        for (int i = 0; i < 8; i++) {
+          ps.setLong(1, i);
+          ps.setString(2, i % 2 == 0 ? "even" : "odd");
+          ps.setDouble(3, i * 0.5);
+          ps.setTimestamp(4, Timestamp.valueOf("2026-01-01 10:00:0" + i));
+          check(ps.executeUpdate() == 1, "insert " + i + " counts one row");
+        }
+        for (int i = 8; i < 12; i++) {
+          ps.setLong(1, i);
+          ps.setNull(2, Types.VARCHAR);
+          ps.setNull(3, Types.DOUBLE);
+          ps.setNull(4, Types.TIMESTAMP);
+          ps.addBatch();
+        }
+        int[] counts = ps.executeBatch();
+        check(counts.length == 4, "batch of 4");
+      }
+      try (PreparedStatement ps = c.prepareStatement("SELECT id, name, score FROM jd WHERE id >= ? ORDER BY id")) {
+        for (int round = 0; round < 6; round++) {
+          ps.setLong(1, 6);
+          try (ResultSet rs = ps.executeQuery()) {
+            List<Long> ids = new ArrayList<>();
+            while (rs.next()) {
+              ids.add(rs.getLong(1));
+              if (rs.getLong(1) >= 8) {
+                check(rs.getString(2) == null && rs.getObject(3) == null, "NULLs read back");
+              }
+            }
+            check(ids.equals(Arrays.asList(6L, 7L, 8L, 9L, 10L, 11L)), "rows " + ids);
+          }
+        }
+      }
+      try (Statement st = c.createStatement()) {
+        st.execute("FLUSH");
+        try (ResultSet rs = st.executeQuery("SELECT n FROM jd_totals WHERE name = 'even'")) {
+          check(rs.next() && rs.getLong(1) == 4, "view row");
+        }
+        try {
+          st.executeQuery("SELECT * FROM nowhere");
+          check(false, "missing table accepted");
+        } catch (SQLException e) {
+          check("42P01".equals(e.getSQLState()), "42P01, got " + e.getSQLState());
+        }
+      }
+      DatabaseMetaData md = c.getMetaData();
+      check(md.getDatabaseMajorVersion() >= 16, "major version " + md.getDatabaseMajorVersion());
+      Set<String> tables = new HashSet<>();
+      try (ResultSet rs = md.getTables(null, "public", "%", new String[] {"TABLE"})) {
+        while (rs.next()) tables.add(rs.getString("TABLE_NAME"));
+      }
+      check(tables.contains("jd"), "getTables lists jd: " + tables);
+      Map<String, String> nullable = new LinkedHashMap<>();
+      try (ResultSet rs = md.getColumns(null, "public", "jd", "%")) {
+        while (rs.next()) nullable.put(rs.getString("COLUMN_NAME"), rs.getString("IS_NULLABLE"));
+      }
+      check(nullable.keySet().equals(new LinkedHashSet<>(Arrays.asList("id", "name", "score", "at"))),
+          "getColumns lists the table's columns: " + nullable);
+      check("NO".equals(nullable.get("id")) && "YES".equals(nullable.get("name")), "nullability " + nullable);
+      Set<String> schemas = new HashSet<>();
+      try (ResultSet rs = md.getSchemas()) {
+        while (rs.next()) schemas.add(rs.getString(1));
+      }
+      check(schemas.contains("public") && schemas.contains("sluice_catalog"), "schemas " + schemas);
+    }
+    System.out.println("jdbc scenario ok");
+  }
+}

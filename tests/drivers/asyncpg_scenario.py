@@ -1,0 +1,65 @@
+"""asyncpg against Sluice: prepared statements, executemany, binary COPY in
+(copy_records_to_table), COPY out (copy_from_query), parameters of every
+type, NULLs, and errors with their SQLSTATE. Exits non-zero on a failure."""
+import asyncio
+import datetime
+import decimal
+import io
+import sys
+
+import asyncpg
+
+PORT = int(sys.argv[1])
+
+
+async def main():
+    c = await asyncpg.connect(host="127.0.0.1", port=PORT, user="asyncpg", database="sluice")
+    await c.execute(
+        "CREATE TABLE apg (id BIGINT NOT NULL, small SMALLINT, i INT, r REAL, d DOUBLE PRECISION, "
+        "n NUMERIC(12,3), name TEXT, v VARCHAR(8), flag BOOLEAN, raw BYTEA, day DATE, "
+        "at TIMESTAMP, at_tz TIMESTAMPTZ, doc JSONB)"
+    )
+    row = (
+        1, 2, 3, 1.5, 2.25, decimal.Decimal("12345.678"), "héllo", "v", True, b"\x00\xff",
+        datetime.date(2026, 1, 2), datetime.datetime(2026, 1, 2, 3, 4, 5, 678901),
+        datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), '{"a": 1}',
+    )
+    insert = "INSERT INTO apg VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    await c.execute(insert, *row)
+    await c.executemany(insert, [(2,) + (None,) * 13, (3,) + row[1:]])
+    # Binary COPY: what copy_records_to_table sends.
+    n = await c.copy_records_to_table(
+        "apg", records=[(10 + k,) + row[1:] for k in range(500)] + [(999,) + (None,) * 13]
+    )
+    assert n == "COPY 501", n
+    stmt = await c.prepare("SELECT * FROM apg WHERE id = $1")
+    got = await stmt.fetchrow(10)
+    assert tuple(got) == (10,) + row[1:13] + ('{"a": 1}',), tuple(got)
+    nulls = await stmt.fetchrow(999)
+    assert all(v is None for v in tuple(nulls)[1:]), nulls
+    assert await c.fetchval("SELECT count(*) FROM apg") == 504
+    # An invalid binary COPY stores nothing: NULL into a NOT NULL column.
+    try:
+        await c.copy_records_to_table("apg", records=[(20,) + row[1:], (None,) + row[1:]])
+        raise AssertionError("COPY with a NULL id was accepted")
+    except asyncpg.PostgresError as e:
+        assert e.sqlstate == "23502", (e.sqlstate, e)
+    assert await c.fetchval("SELECT count(*) FROM apg") == 504
+    out = io.BytesIO()
+    await c.copy_from_query("SELECT id, name FROM apg WHERE id < 3 ORDER BY id", output=out, format="csv")
+    assert out.getvalue() == b"1,h\xc3\xa9llo\n2,\n", out.getvalue()
+    # Errors carry their SQLSTATE.
+    for sql, state in [("SELECT * FROM missing", "42P01"), ("SELEC 1", "42601"),
+                       ("SELECT nope FROM apg", "42703")]:
+        try:
+            await c.fetch(sql)
+            raise AssertionError(f"{sql} did not fail")
+        except asyncpg.PostgresError as e:
+            assert e.sqlstate == state, (sql, e.sqlstate, e)
+    version = await c.fetchval("SELECT version()")
+    assert version.startswith("PostgreSQL 16.6 (Sluice"), version
+    await c.close()
+    print("asyncpg scenario ok")
+
+
+asyncio.run(main())

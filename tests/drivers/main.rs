@@ -1,0 +1,289 @@
+//! Driver conformance: each driver runs its scenario against a real server
+//! (`tests/drivers/*`): asyncpg, psycopg2 + SQLAlchemy + pandas, pgJDBC,
+//! psql and tokio-postgres. In CI (`CI` set) every driver must be
+//! installed; elsewhere a missing one says SKIPPED.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::process::Command;
+
+use common::{scalar, sqlstate, text_rows, Server};
+use futures::pin_mut;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+
+fn here(file: &str) -> String {
+    format!("{}/tests/drivers/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// True when the driver is there; in CI its absence fails the test.
+fn available(what: &str, probe: &mut Command) -> bool {
+    let ok = probe.output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{what} must be installed in CI"
+        );
+        eprintln!("{what} not installed; SKIPPED");
+    }
+    ok
+}
+
+fn run(what: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} scenario failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn python_scenario(modules: &str, script: &str) {
+    let imports = format!("import {modules}");
+    if !available(modules, Command::new("python3").args(["-c", &imports])) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    run(
+        script,
+        Command::new("python3")
+            .arg(here(script))
+            .arg(server.port.to_string()),
+    );
+}
+
+#[test]
+fn asyncpg() {
+    python_scenario("asyncpg", "asyncpg_scenario.py");
+}
+
+#[test]
+fn psycopg2_sqlalchemy_pandas() {
+    python_scenario(
+        "psycopg2, sqlalchemy, pandas, greenlet",
+        "sqlalchemy_scenario.py",
+    );
+}
+
+/// pgJDBC from Debian's package (`libpostgresql-jdbc-java`).
+#[test]
+fn jdbc() {
+    let jar = "/usr/share/java/postgresql.jar";
+    if !available("javac", Command::new("javac").arg("-version"))
+        || !available(jar, Command::new("test").args(["-f", jar]))
+    {
+        return;
+    }
+    let classes = tempfile::tempdir().unwrap();
+    run(
+        "javac",
+        Command::new("javac")
+            .arg("-d")
+            .arg(classes.path())
+            .arg(here("JdbcScenario.java")),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let classpath = format!("{jar}:{}", classes.path().display());
+    run(
+        "pgJDBC",
+        Command::new("java")
+            .args(["-cp", &classpath, "JdbcScenario"])
+            .arg(server.port.to_string()),
+    );
+}
+
+/// tokio-postgres: statements without result rows describe as NoData,
+/// binary COPY in (what pgx's CopyFrom sends) with its atomicity, and the
+/// PostgreSQL functions drivers call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE tp (id BIGINT NOT NULL, name TEXT, score DOUBLE PRECISION, \
+         amount NUMERIC(12,2), at TIMESTAMP, day DATE, ok BOOLEAN, raw BYTEA)",
+    )
+    .await
+    .unwrap();
+    let insert = c
+        .prepare("INSERT INTO tp (id, name) VALUES ($1, $2)")
+        .await
+        .unwrap();
+    assert!(insert.columns().is_empty(), "an INSERT describes as NoData");
+    assert_eq!(insert.params(), &[Type::INT8, Type::TEXT]);
+    assert_eq!(c.execute(&insert, &[&1i64, &"one"]).await.unwrap(), 1);
+
+    let types = [
+        Type::INT8,
+        Type::TEXT,
+        Type::FLOAT8,
+        Type::NUMERIC,
+        Type::TIMESTAMP,
+        Type::DATE,
+        Type::BOOL,
+        Type::BYTEA,
+    ];
+    let at = chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+        .unwrap()
+        .and_hms_micro_opt(3, 4, 5, 600_000)
+        .unwrap();
+    let day = chrono::NaiveDate::from_ymd_opt(1999, 12, 31).unwrap();
+    let sink = c
+        .copy_in("COPY tp FROM STDIN WITH (FORMAT binary)")
+        .await
+        .unwrap();
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    pin_mut!(writer);
+    for i in 0..1000i64 {
+        let name = format!("n{i}");
+        writer
+            .as_mut()
+            .write(&[
+                &(10 + i),
+                &name,
+                &(i as f64 * 0.5),
+                &rust_decimal_text(i),
+                &at,
+                &day,
+                &(i % 2 == 0),
+                &vec![0u8, 255, i as u8],
+            ])
+            .await
+            .unwrap();
+    }
+    let none: Option<String> = None;
+    let null_f: Option<f64> = None;
+    writer
+        .as_mut()
+        .write(&[
+            &5000i64,
+            &none,
+            &null_f,
+            &NumericText(None),
+            &None::<chrono::NaiveDateTime>,
+            &None::<chrono::NaiveDate>,
+            &None::<bool>,
+            &None::<Vec<u8>>,
+        ])
+        .await
+        .unwrap();
+    assert_eq!(writer.finish().await.unwrap(), 1001);
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT id, name, score, amount, at, day, ok, raw FROM tp WHERE id IN (11, 5000) ORDER BY id"
+        )
+        .await,
+        vec![
+            "11|n1|0.5|1.25|2026-01-02 03:04:05.600000|1999-12-31|f|\\x00ff01".to_string(),
+            "5000|NULL|NULL|NULL|NULL|NULL|NULL|NULL".to_string()
+        ]
+    );
+    // A bad row (NULL id) rejects the whole binary COPY.
+    let sink = c
+        .copy_in("COPY tp (id, name) FROM STDIN WITH (FORMAT binary)")
+        .await
+        .unwrap();
+    let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT]);
+    pin_mut!(writer);
+    writer.as_mut().write(&[&7000i64, &"x"]).await.unwrap();
+    writer.as_mut().write(&[&None::<i64>, &"y"]).await.unwrap();
+    let e = writer.finish().await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23502", "{e}");
+    assert_eq!(scalar(&c, "SELECT count(*) FROM tp").await, 1002);
+
+    // What drivers and tools call.
+    let v: String = c.query_one("SELECT version()", &[]).await.unwrap().get(0);
+    assert!(v.starts_with("PostgreSQL 16.6 (Sluice "), "{v}");
+    let tz: String = c
+        .query_one("SELECT current_setting('TimeZone')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tz, "UTC");
+    c.batch_execute("SELECT set_config('application_name', 'x', false); SELECT pg_sleep(0.05)")
+        .await
+        .unwrap();
+    // count(*) reads no column: over changelog() too.
+    c.batch_execute(
+        "CREATE TABLE k (id TEXT PRIMARY KEY, v INT); INSERT INTO k VALUES ('a', 1), ('b', 2)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM changelog(k)").await, 2);
+}
+
+/// A NUMERIC parameter written from its text (tokio-postgres has no
+/// decimal type without an extra crate): PostgreSQL's binary numeric.
+#[derive(Debug)]
+struct NumericText(Option<String>);
+
+fn rust_decimal_text(i: i64) -> NumericText {
+    NumericText(Some(format!("{}.{:02}", i, (i * 25) % 100)))
+}
+
+impl tokio_postgres::types::ToSql for NumericText {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        let Some(text) = &self.0 else {
+            return Ok(tokio_postgres::types::IsNull::Yes);
+        };
+        // Digits in base 10000 around the decimal point; scale 2.
+        let (int, frac) = text.split_once('.').unwrap_or((text, "0"));
+        let mut int_groups: Vec<i16> = Vec::new();
+        let mut rest = int.trim_start_matches('0').to_string();
+        while !rest.is_empty() {
+            let cut = rest.len().saturating_sub(4);
+            int_groups.insert(0, rest[cut..].parse()?);
+            rest.truncate(cut);
+        }
+        let frac_group: i16 = format!("{frac:0<4}")[..4].parse()?;
+        let weight = int_groups.len() as i16 - 1;
+        let mut digits = int_groups;
+        digits.push(frac_group);
+        out.put_i16(digits.len() as i16);
+        out.put_i16(weight);
+        out.put_u16(0);
+        out.put_i16(2);
+        for d in digits {
+            out.put_i16(d);
+        }
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// psql's `\d` shows NOT NULL and the table's own columns only.
+#[test]
+fn psql_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let (ok, out, err) = server.psql(
+        "CREATE TABLE d (id BIGINT NOT NULL, note TEXT);
+         \\d d",
+    );
+    assert!(ok, "{err}");
+    let id = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("id "))
+        .unwrap_or("");
+    assert!(id.contains("not null"), "{out}");
+    assert!(
+        !out.contains("_offset"),
+        "hidden columns are not listed: {out}"
+    );
+}

@@ -1,0 +1,61 @@
+"""SQLAlchemy 2 Core over psycopg2 and asyncpg, psycopg2 directly, and
+pandas read_sql / to_sql against Sluice. Exits non-zero on a failure."""
+import asyncio
+import sys
+
+import pandas as pd
+import psycopg2
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+PORT = int(sys.argv[1])
+
+# psycopg2 directly: client-side parameters, executemany, COPY in, errors.
+conn = psycopg2.connect(host="127.0.0.1", port=PORT, user="pg2", dbname="sluice")
+conn.autocommit = True
+cur = conn.cursor()
+cur.execute("CREATE TABLE pg2 (id BIGINT NOT NULL, name TEXT, amount NUMERIC(10,2))")
+cur.execute("INSERT INTO pg2 VALUES (%s, %s, %s)", (1, "a", "1.50"))
+cur.executemany("INSERT INTO pg2 VALUES (%s, %s, %s)", [(2, None, None), (3, "c", "3.25")])
+import io
+cur.copy_expert("COPY pg2 FROM STDIN WITH (FORMAT csv)", io.StringIO("4,d,4.00\n5,e,5.00\n"))
+cur.execute("SELECT id, name, amount FROM pg2 WHERE id >= %s ORDER BY id", (2,))
+rows = cur.fetchall()
+assert [r[0] for r in rows] == [2, 3, 4, 5] and rows[0][1] is None, rows
+try:
+    cur.execute("INSERT INTO pg2 VALUES (NULL, 'x', 1)")
+    raise AssertionError("NULL id accepted")
+except psycopg2.Error as e:
+    assert e.pgcode == "23502", e.pgcode
+conn.close()
+
+# SQLAlchemy Core through psycopg2: connect (parses version()), bound
+# parameters, reflection of table names.
+engine = sa.create_engine(f"postgresql+psycopg2://sa@127.0.0.1:{PORT}/sluice")
+with engine.connect() as c:
+    c.execute(sa.text("CREATE TABLE sa_events (id BIGINT NOT NULL, kind TEXT)"))
+    c.execute(sa.text("INSERT INTO sa_events VALUES (:id, :kind)"), [{"id": i, "kind": "k%d" % (i % 3)} for i in range(30)])
+    c.commit()
+    n = c.execute(sa.text("SELECT count(*) FROM sa_events WHERE kind = :k"), {"k": "k1"}).scalar()
+    assert n == 10, n
+    names = sa.inspect(c).get_table_names()
+    assert "sa_events" in names and "pg2" in names, names
+    # pandas through the same engine.
+    df = pd.read_sql("SELECT kind, count(*) AS n FROM sa_events GROUP BY kind ORDER BY kind", c)
+    assert list(df["n"]) == [10, 10, 10], df
+    pd.DataFrame({"id": [100, 101], "kind": ["p", None]}).to_sql("sa_events", c, if_exists="append", index=False)
+    c.commit()
+    assert c.execute(sa.text("SELECT count(*) FROM sa_events")).scalar() == 32
+
+
+# SQLAlchemy over asyncpg.
+async def with_asyncpg():
+    engine = create_async_engine(f"postgresql+asyncpg://sa@127.0.0.1:{PORT}/sluice")
+    async with engine.connect() as c:
+        r = await c.execute(sa.text("SELECT count(*) FROM sa_events WHERE id >= :lo"), {"lo": 100})
+        assert r.scalar() == 2
+    await engine.dispose()
+
+
+asyncio.run(with_asyncpg())
+print("sqlalchemy scenario ok")
