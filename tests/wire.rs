@@ -328,17 +328,7 @@ async fn restart_keeps_every_row_and_offsets_seek() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_smoke() {
-    let has_psycopg = std::process::Command::new("python3")
-        .args(["-c", "import psycopg"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !has_psycopg {
-        assert!(
-            std::env::var("CI").is_err(),
-            "psycopg must be installed in CI"
-        );
-        eprintln!("psycopg not installed; skipping");
+    if !common::python_has("psycopg") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

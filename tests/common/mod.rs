@@ -223,9 +223,34 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
 
 /// A query's rows as text (`a|b|NULL`), through the simple protocol.
 pub async fn text_rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    c.simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    rows_of(
+        c.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}")),
+    )
+}
+
+/// True when Python can import the modules; in CI (`CI` set) their
+/// absence fails the test, elsewhere the caller says SKIPPED.
+pub fn python_has(modules: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "{modules} must be installed in CI"
+        );
+        eprintln!("{modules} not installed; SKIPPED");
+    }
+    ok
+}
+
+/// The rows of a simple query's answer as text (`a|b|NULL`).
+pub fn rows_of(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<String> {
+    messages
         .into_iter()
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => Some(
