@@ -83,7 +83,15 @@ impl SluiceError {
                     Some(name) => format!("relation \"{name}\" does not exist"),
                     None => m.clone(),
                 },
-                DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => m.clone(),
+                DataFusionError::ArrowError(a, _) => match a.as_ref() {
+                    arrow::error::ArrowError::CastError(m) => {
+                        invalid_input(m).unwrap_or_else(|| root(e).to_string())
+                    }
+                    _ => root(e).to_string(),
+                },
+                DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => {
+                    invalid_input(m).unwrap_or_else(|| m.clone())
+                }
                 DataFusionError::SQL(p, _) => p
                     .to_string()
                     .trim_start_matches("sql parser error: ")
@@ -132,6 +140,29 @@ fn missing_table(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("table '")?;
     let name = rest.strip_suffix("' not found")?;
     Some(name.rsplit('.').next().unwrap_or(name))
+}
+
+/// PostgreSQL's words for a text value that does not parse as a type,
+/// from Arrow's "Cannot cast string 'x' to value of Int64 type".
+fn invalid_input(message: &str) -> Option<String> {
+    let rest = message.split("Cannot cast string '").nth(1)?;
+    let (value, rest) = rest.split_once("' to value of ")?;
+    let arrow_type = rest.split_whitespace().next()?;
+    let pg_type = match arrow_type {
+        "Int16" => "smallint",
+        "Int32" => "integer",
+        "Int64" => "bigint",
+        "Float32" => "real",
+        "Float64" => "double precision",
+        "Boolean" => "boolean",
+        "Date32" => "date",
+        t if t.starts_with("Decimal") => "numeric",
+        t if t.starts_with("Timestamp") => "timestamp",
+        _ => return None,
+    };
+    Some(format!(
+        "invalid input syntax for type {pg_type}: \"{value}\""
+    ))
 }
 
 fn root(e: &DataFusionError) -> &DataFusionError {
@@ -218,6 +249,17 @@ mod tests {
         assert_eq!(
             SluiceError::Sql(SqlError::Syntax("x".into())).sqlstate(),
             "42601"
+        );
+        let cast = SluiceError::DataFusion(DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::CastError(
+                "Cannot cast string 'y' to value of Int64 type".into(),
+            )),
+            None,
+        ));
+        assert_eq!(cast.sqlstate(), "22P02");
+        assert_eq!(
+            cast.message(),
+            "invalid input syntax for type bigint: \"y\""
         );
     }
 }
