@@ -145,6 +145,8 @@ pub enum ExportTarget {
 pub enum ExportFormat {
     Text,
     Csv,
+    /// PostgreSQL's binary copy format (TO STDOUT only).
+    Binary,
     Parquet,
 }
 
@@ -833,19 +835,23 @@ fn copy_to(
         "text" => ExportFormat::Text,
         "csv" => ExportFormat::Csv,
         "parquet" => ExportFormat::Parquet,
+        "binary" => ExportFormat::Binary,
         other => {
             return Err(SqlError::Unsupported(format!(
-                "COPY TO format \"{other}\" is not supported (text, csv, parquet)"
+                "COPY TO format \"{other}\" is not supported (text, csv, binary, parquet)"
             )))
         }
     };
     match (&target, format) {
         (ExportTarget::Stdout, ExportFormat::Parquet) => {
             return Err(SqlError::Unsupported(
-                "COPY TO STDOUT writes text or csv; write Parquet to a path or an s3:// URL".into(),
+                "COPY TO STDOUT writes text, csv or binary; write Parquet to a path or an s3:// URL".into(),
             ))
         }
-        (ExportTarget::Location(_), ExportFormat::Text | ExportFormat::Csv) => {
+        (
+            ExportTarget::Location(_),
+            ExportFormat::Text | ExportFormat::Csv | ExportFormat::Binary,
+        ) => {
             return Err(SqlError::Unsupported(
                 "COPY TO a path or URL writes Parquet (WITH (FORMAT parquet)); use TO STDOUT for text or csv".into(),
             ))

@@ -21,15 +21,22 @@ use crate::error::SluiceError;
 use crate::store::DurableStore;
 
 /// Streams the query's rows to the client as COPY data.
-pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<Response, SluiceError> {
+pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<CopyOut, SluiceError> {
     let schema = Arc::new(df.schema().as_arrow().clone());
+    let binary = copy.format == ExportFormat::Binary;
+    let wire_format = if binary {
+        Format::UnifiedBinary
+    } else {
+        Format::UnifiedText
+    };
     let fields = Arc::new(
-        arrow_schema_to_pg_fields(&schema, &Format::UnifiedText, None)
+        arrow_schema_to_pg_fields(&schema, &wire_format, None)
             .map_err(|e| SluiceError::Protocol(e.to_string()))?,
     );
     let columns = fields.len();
     let delimiter = copy.delimiter.to_string();
     let encoder = match copy.format {
+        ExportFormat::Binary => CopyEncoder::new_binary(fields.clone()),
         ExportFormat::Csv => CopyEncoder::new_csv(
             fields.clone(),
             CopyCsvOptions {
@@ -50,7 +57,21 @@ pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<Response, SluiceE
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         CopyData::new(Bytes::from(format!("{}\n", names.join(&delimiter))))
     });
-    let batches = df.execute_stream().await?;
+    let mut batches = df.execute_stream().await?;
+    // The binary encoder writes the file header with its first row; a
+    // result without rows is answered by the caller (see [`CopyOut`]).
+    let mut first = None;
+    while let Some(b) = batches.next().await {
+        let b = b?;
+        if b.num_rows() > 0 {
+            first = Some(b);
+            break;
+        }
+    }
+    if binary && first.is_none() {
+        return Ok(CopyOut::EmptyBinary { columns });
+    }
+    let batches = futures::stream::iter(first.map(Ok)).chain(batches);
     let rows = batches
         .scan(encoder, move |encoder, batch| {
             let out: Vec<PgWireResult<CopyData>> = match batch {
@@ -61,7 +82,37 @@ pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<Response, SluiceE
         })
         .flatten();
     let stream = futures::stream::iter(header.map(Ok)).chain(rows);
-    Ok(Response::CopyOut(CopyResponse::new(0, columns, stream)))
+    Ok(CopyOut::Stream(Response::CopyOut(CopyResponse::new(
+        i8::from(binary),
+        columns,
+        stream,
+    ))))
+}
+
+/// What `COPY ... TO STDOUT` answers with.
+pub enum CopyOut {
+    /// The rows, streamed by pgwire.
+    Stream(Response),
+    /// A binary COPY without rows. PostgreSQL sends the file header and
+    /// its trailer in one CopyData, which strict readers (tokio-postgres)
+    /// expect; pgwire adds its own trailer message, so the caller sends
+    /// this one itself ([`empty_binary_copy`]).
+    EmptyBinary { columns: usize },
+}
+
+/// The whole binary copy stream of no rows: header, then trailer.
+pub fn empty_binary_copy() -> CopyData {
+    let mut b = binary_header().to_vec();
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    CopyData::new(Bytes::from(b))
+}
+
+/// The binary copy format's signature, flags and empty header extension.
+fn binary_header() -> Bytes {
+    let mut b = b"PGCOPY\n\xff\r\n\0".to_vec();
+    b.extend_from_slice(&0u32.to_be_bytes());
+    b.extend_from_slice(&0u32.to_be_bytes());
+    Bytes::from(b)
 }
 
 fn encode_rows(

@@ -25,6 +25,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyDone, CopyOutResponse};
 use pgwire::messages::data::{NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
@@ -519,7 +520,13 @@ impl Handlers {
                     .await?;
                 let df = self.ctx.execute_logical_plan(plan).await?;
                 match &copy.target {
-                    ExportTarget::Stdout => export::to_stdout(df, &copy).await,
+                    ExportTarget::Stdout => match export::to_stdout(df, &copy).await? {
+                        export::CopyOut::Stream(response) => Ok(response),
+                        export::CopyOut::EmptyBinary { columns } => {
+                            send_empty_binary_copy(client, columns).await?;
+                            Ok(Response::Execution(Tag::new("COPY").with_rows(0)))
+                        }
+                    },
                     ExportTarget::Location(location) => export::to_location(df, location).await,
                 }
             }
@@ -1108,6 +1115,31 @@ where
         client
             .send(PgWireBackendMessage::NoticeResponse(info.into()))
             .await?;
+    }
+    Ok(())
+}
+
+/// A binary `COPY ... TO STDOUT` of no rows, sent as PostgreSQL sends it:
+/// the header and the trailer in one CopyData (see [`export::CopyOut`]).
+async fn send_empty_binary_copy<C>(client: &mut C, columns: usize) -> Result<(), SluiceError>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+{
+    let messages = [
+        PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            1,
+            columns as i16,
+            vec![1; columns],
+        )),
+        PgWireBackendMessage::CopyData(export::empty_binary_copy()),
+        PgWireBackendMessage::CopyDone(CopyDone::new()),
+    ];
+    for m in messages {
+        client
+            .feed(m)
+            .await
+            .map_err(|e| SluiceError::Protocol(format!("{e:?}")))?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Driver conformance: each driver runs its scenario against a real server
 //! (`tests/drivers/*`): asyncpg, psycopg2 + SQLAlchemy + pandas, pgJDBC,
-//! psql and tokio-postgres. In CI (`CI` set) every driver must be
+//! node-postgres, psql and tokio-postgres (psycopg 3 in `wire.rs` and
+//! `prepared.rs`). In CI (`CI` set) every driver must be
 //! installed; elsewhere a missing one says SKIPPED.
 
 #[path = "../common/mod.rs"]
@@ -10,7 +11,8 @@ use std::process::Command;
 
 use common::{scalar, sqlstate, text_rows, Server};
 use futures::pin_mut;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use futures::StreamExt;
+use tokio_postgres::binary_copy::{BinaryCopyInWriter, BinaryCopyOutStream};
 use tokio_postgres::types::Type;
 
 fn here(file: &str) -> String {
@@ -41,8 +43,7 @@ fn run(what: &str, cmd: &mut Command) {
 }
 
 fn python_scenario(modules: &str, script: &str) {
-    let imports = format!("import {modules}");
-    if !available(modules, Command::new("python3").args(["-c", &imports])) {
+    if !common::python_has(modules) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -93,6 +94,35 @@ fn jdbc() {
         Command::new("java")
             .args(["-cp", &classpath, "JdbcScenario"])
             .arg(server.port.to_string()),
+    );
+}
+
+/// node-postgres from npm, installed by `.ci/run` under
+/// `$HOME/.cache/sluice-node` (or where `SLUICE_NODE_MODULES` says).
+#[test]
+fn node_postgres() {
+    let modules = std::env::var("SLUICE_NODE_MODULES").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice-node/node_modules",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    if !available(
+        "node-postgres (pg, pg-cursor)",
+        Command::new("node")
+            .args(["-e", "require('pg'); require('pg-cursor')"])
+            .env("NODE_PATH", &modules),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    run(
+        "node-postgres",
+        Command::new("node")
+            .arg(here("node_pg_scenario.js"))
+            .arg(server.port.to_string())
+            .env("NODE_PATH", &modules),
     );
 }
 
@@ -196,6 +226,33 @@ async fn tokio_postgres() {
     let e = writer.finish().await.unwrap_err();
     assert_eq!(sqlstate(&e), "23502", "{e}");
     assert_eq!(scalar(&c, "SELECT count(*) FROM tp").await, 1002);
+
+    // Binary COPY out, read back by tokio-postgres' binary reader; an empty
+    // result is a header and a trailer.
+    for (filter, want) in [
+        ("id IN (1, 11, 5000)", vec![1i64, 11, 5000]),
+        ("id < 0", vec![]),
+    ] {
+        let stream = c
+            .copy_out(&format!(
+                "COPY (SELECT id, name, amount IS NULL AS no_amount FROM tp WHERE {filter} ORDER BY id) \
+                 TO STDOUT WITH (FORMAT binary)"
+            ))
+            .await
+            .unwrap();
+        let rows = BinaryCopyOutStream::new(stream, &[Type::INT8, Type::TEXT, Type::BOOL]);
+        pin_mut!(rows);
+        let mut ids = Vec::new();
+        while let Some(row) = rows.next().await {
+            let row = row.unwrap();
+            ids.push(row.get::<i64>(0));
+            if row.get::<i64>(0) == 5000 {
+                assert_eq!(row.get::<Option<&str>>(1), None);
+                assert!(row.get::<bool>(2));
+            }
+        }
+        assert_eq!(ids, want, "{filter}");
+    }
 
     // What drivers and tools call.
     let v: String = c.query_one("SELECT version()", &[]).await.unwrap().get(0);
