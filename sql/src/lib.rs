@@ -11,6 +11,7 @@ mod depth;
 mod error;
 mod hidden;
 mod parse;
+mod regproc;
 mod subscription;
 mod windows;
 
@@ -22,6 +23,7 @@ pub use parse::{
     parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView, ExportFormat,
     ExportTarget, Statement, TransactionOp,
 };
+pub use regproc::rewrite_regproc_zero;
 pub use sqlparser;
 pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};
 pub use windows::{rewrite_window_functions, WindowSpec};

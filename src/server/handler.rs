@@ -160,6 +160,7 @@ impl SluiceQueryParser {
     async fn plan(&self, mut stmt: ast::Statement) -> Result<LogicalPlan, SluiceError> {
         let store = self.store.clone();
         rewrite_window_functions(&mut stmt)?;
+        sluice_sql::rewrite_regproc_zero(&mut stmt);
         hide_system_columns(&mut stmt, |t| store.table(t).is_some());
         let state = self.ctx.state();
         let plan = state

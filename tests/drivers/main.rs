@@ -1,6 +1,6 @@
 //! Driver conformance: each driver runs its scenario against a real server
-//! (`tests/drivers/*`): asyncpg, psycopg2 + SQLAlchemy + pandas, pgJDBC,
-//! node-postgres, psql and tokio-postgres (psycopg 3 in `wire.rs` and
+//! (`tests/drivers/*`): asyncpg, psycopg2 + SQLAlchemy + pandas, ADBC,
+//! pgJDBC, node-postgres, psql and tokio-postgres (psycopg 3 in `wire.rs` and
 //! `prepared.rs`). In CI (`CI` set) every driver must be
 //! installed; elsewhere a missing one says SKIPPED.
 
@@ -67,6 +67,12 @@ fn psycopg2_sqlalchemy_pandas() {
         "psycopg2, sqlalchemy, pandas, greenlet",
         "sqlalchemy_scenario.py",
     );
+}
+
+/// ADBC: rows straight into Arrow.
+#[test]
+fn adbc() {
+    python_scenario("adbc_driver_postgresql, pyarrow", "adbc_scenario.py");
 }
 
 /// pgJDBC from Debian's package (`libpostgresql-jdbc-java`).
