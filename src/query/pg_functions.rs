@@ -1,7 +1,8 @@
 //! PostgreSQL's functions that drivers and tools call and DataFusion lacks
 //! or answers differently: `version()` (SQLAlchemy parses it),
-//! `current_setting`, `set_config`, `pg_sleep` and
-//! `pg_get_serial_sequence`, and the settings that `SHOW` answers.
+//! `current_setting`, `set_config`, `pg_sleep`, `json_build_object`,
+//! `pg_get_serial_sequence` and `pg_collation_is_visible`, and the
+//! settings that `SHOW` answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,9 @@ use std::time::Duration;
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 use datafusion::prelude::SessionContext;
 
 /// What `version()` answers: PostgreSQL's form, which drivers parse for the
@@ -107,8 +110,84 @@ fn sleep(seconds: f64) {
     }
 }
 
+/// `json_build_object(key, value, ...)`: a JSON object as text (SQLAlchemy's
+/// column reflection builds identity options with it).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if !args.args.len().is_multiple_of(2) {
+            return Err(DataFusionError::Plan(
+                "json_build_object takes pairs of keys and values".into(),
+            ));
+        }
+        let n = args.number_rows;
+        let columns = args
+            .args
+            .iter()
+            .map(|a| a.to_array(n))
+            .collect::<Result<Vec<_>>>()?;
+        let objects = (0..n)
+            .map(|row| {
+                let mut object = serde_json::Map::new();
+                for pair in columns.chunks(2) {
+                    let key = ScalarValue::try_from_array(&pair[0], row)?;
+                    let value = ScalarValue::try_from_array(&pair[1], row)?;
+                    object.insert(
+                        if key.is_null() {
+                            String::new()
+                        } else {
+                            key.to_string()
+                        },
+                        json_value(&value),
+                    );
+                }
+                Ok(Some(serde_json::Value::Object(object).to_string()))
+            })
+            .collect::<Result<StringArray>>()?;
+        Ok(ColumnarValue::Array(Arc::new(objects)))
+    }
+}
+
+fn json_value(v: &ScalarValue) -> serde_json::Value {
+    use serde_json::Value;
+    if v.is_null() {
+        return Value::Null;
+    }
+    match v {
+        ScalarValue::Boolean(Some(b)) => Value::Bool(*b),
+        ScalarValue::Int8(Some(x)) => Value::from(*x),
+        ScalarValue::Int16(Some(x)) => Value::from(*x),
+        ScalarValue::Int32(Some(x)) => Value::from(*x),
+        ScalarValue::Int64(Some(x)) => Value::from(*x),
+        ScalarValue::UInt32(Some(x)) => Value::from(*x),
+        ScalarValue::UInt64(Some(x)) => Value::from(*x),
+        ScalarValue::Float64(Some(x)) => Value::from(*x),
+        ScalarValue::Float32(Some(x)) => Value::from(*x as f64),
+        other => Value::String(other.to_string()),
+    }
+}
+
 /// Registers the functions, replacing DataFusion's of the same name.
 pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    }));
     ctx.register_udf(create_udf(
         "version",
         vec![],
@@ -143,6 +222,14 @@ pub fn register(ctx: &SessionContext) {
         DataType::Utf8,
         Volatility::Stable,
         Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
+    ));
+    // Every collation is visible: there is one search path.
+    ctx.register_udf(create_udf(
+        "pg_collation_is_visible",
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
     ));
     ctx.register_udf(create_udf(
         "pg_sleep",

@@ -269,6 +269,15 @@ async fn tokio_postgres() {
         .unwrap()
         .get(0);
     assert_eq!(tz, "UTC");
+    let object: String = c
+        .query_one(
+            "SELECT json_build_object('a', 1, 'b', true, 'c', NULL)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(object, r#"{"a":1,"b":true,"c":null}"#);
     c.batch_execute("SELECT set_config('application_name', 'x', false); SELECT pg_sleep(0.05)")
         .await
         .unwrap();
