@@ -19,6 +19,11 @@ use crate::SqlError;
 /// large enough for this with a wide margin.
 pub const MAX_NESTING_DEPTH: usize = 5_000;
 
+/// How deep sqlparser may recurse (its default is 50, which refuses
+/// subqueries nested about 20 deep; PostgreSQL takes far more). Each
+/// nested subquery costs the parser a few levels.
+pub const PARSER_RECURSION_LIMIT: usize = 1_000;
+
 /// The longest query text one statement (a simple Query or a Parse
 /// message) may have; COPY data is not bound by it.
 pub const MAX_QUERY_BYTES: usize = 64 << 20;

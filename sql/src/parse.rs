@@ -251,12 +251,16 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         return Ok(statement);
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql).map_err(|e| match e {
-        sqlparser::parser::ParserError::RecursionLimitExceeded => SqlError::TooDeep(
-            "the statement nests too deeply for the parser (subqueries or parentheses)".into(),
-        ),
-        e => SqlError::Syntax(strip_parser_prefix(&e.to_string())),
-    })?;
+    let mut statements = Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(crate::depth::PARSER_RECURSION_LIMIT)
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_statements())
+        .map_err(|e| match e {
+            sqlparser::parser::ParserError::RecursionLimitExceeded => SqlError::TooDeep(
+                "the statement nests too deeply for the parser (subqueries or parentheses)".into(),
+            ),
+            e => SqlError::Syntax(strip_parser_prefix(&e.to_string())),
+        })?;
     if statements.len() != 1 {
         return Err(SqlError::Syntax(format!(
             "expected one statement, found {}",
