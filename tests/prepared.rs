@@ -186,18 +186,33 @@ async fn a_polling_prepared_query_sees_every_insert() {
 }
 
 /// psycopg 3, with `prepare=True` and with its automatic threshold (the
-/// fifth execution of a query prepares it).
+/// fifth execution of a query prepares it), over the same queries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_prepared_reads_are_fresh() {
     if !common::python_has("psycopg") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    // Checkpoints only at FLUSH, so system tables stand still between reads.
+    let server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "3600000"]);
     let c = server.connect().await;
     c.batch_execute(SETUP).await.unwrap();
+    // Then every query of the tokio-postgres test, after each of several
+    // rounds of writes, three ways.
+    let rounds: Vec<Vec<String>> = (20..25)
+        .map(|r| {
+            round_sql(r)
+                .split(';')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .collect();
+    let extra = serde_json::json!({ "queries": QUERIES, "rounds": rounds }).to_string();
     let script = format!(
         r#"
+import json, sys
 import psycopg
 dsn = "host=127.0.0.1 port={port} user=test dbname=test"
 w = psycopg.connect(dsn, autocommit=True)
@@ -220,6 +235,15 @@ for i in range(1, 13):
         plain = r.execute(q, prepare=False).fetchone()
         assert explicit == plain == automatic, (i, q, explicit, automatic, plain)
     assert r.execute(queries[0], prepare=True).fetchone()[0] == i, i
+extra = json.loads(sys.argv[1])
+for stmts in extra["rounds"]:
+    for s in stmts:
+        w.execute(s)
+    for q in extra["queries"]:
+        explicit = r.execute(q, prepare=True).fetchall()
+        automatic = r.execute(q).fetchall()
+        plain = r.execute(q, prepare=False).fetchall()
+        assert explicit == plain == automatic, (q, explicit, automatic, plain)
 print("ok", r.prepare_threshold)
 "#,
         port = server.port
@@ -227,6 +251,7 @@ print("ok", r.prepare_threshold)
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(script)
+        .arg(extra)
         .output()
         .unwrap();
     assert!(
