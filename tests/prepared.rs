@@ -248,17 +248,12 @@ print("ok", r.prepare_threshold)
 "#,
         port = server.port
     );
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "psycopg script failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::run_client(
+        "psycopg script",
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(extra),
     );
 }
 

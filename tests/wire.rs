@@ -358,16 +358,9 @@ print("ok")
 "#,
         port = server.port
     );
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "psycopg script failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::run_client(
+        "psycopg script",
+        std::process::Command::new("python3").arg("-c").arg(script),
     );
 }
 

@@ -180,9 +180,23 @@ impl TableProvider for SystemTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let batch = (self.build)()?;
-        let mem = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
-        mem.scan(state, projection, filters, limit).await
+        scan_rows(&self.schema, vec![batch], state, projection, filters, limit).await
     }
+}
+
+/// A scan of rows built when the scan starts (a system table's, a view's
+/// snapshot), with the projection, filters and limit applied.
+pub(super) async fn scan_rows(
+    schema: &SchemaRef,
+    rows: Vec<RecordBatch>,
+    state: &dyn Session,
+    projection: Option<&Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    MemTable::try_new(schema.clone(), vec![rows])?
+        .scan(state, projection, filters, limit)
+        .await
 }
 
 fn partitions_schema() -> SchemaRef {

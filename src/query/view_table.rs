@@ -15,7 +15,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::Result;
-use datafusion::datasource::{MemTable, TableProvider, TableType};
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
@@ -74,7 +74,14 @@ impl TableProvider for ViewTable {
                 SluiceError::Unsupported("cached plan must not change result type".into()),
             )));
         }
-        let mem = MemTable::try_new(self.schema.clone(), vec![view.snapshot()])?;
-        mem.scan(state, projection, filters, limit).await
+        super::system::scan_rows(
+            &self.schema,
+            view.snapshot(),
+            state,
+            projection,
+            filters,
+            limit,
+        )
+        .await
     }
 }

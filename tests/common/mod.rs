@@ -248,6 +248,18 @@ pub fn python_has(modules: &str) -> bool {
     ok
 }
 
+/// Runs a client program and fails the test with its output unless it
+/// succeeds.
+pub fn run_client(what: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The rows of a simple query's answer as text (`a|b|NULL`).
 pub fn rows_of(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<String> {
     messages

@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{scalar, sqlstate, text_rows, Server};
+use common::{run_client as run, scalar, sqlstate, text_rows, Server};
 use futures::pin_mut;
 use futures::StreamExt;
 use tokio_postgres::binary_copy::{BinaryCopyInWriter, BinaryCopyOutStream};
@@ -30,16 +30,6 @@ fn available(what: &str, probe: &mut Command) -> bool {
         eprintln!("{what} not installed; SKIPPED");
     }
     ok
-}
-
-fn run(what: &str, cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} scenario failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn python_scenario(modules: &str, script: &str) {
