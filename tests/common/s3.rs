@@ -68,47 +68,96 @@ impl S3Server {
         panic!("moto did not start");
     }
 
-    /// One plain HTTP request; the response text.
-    fn request(&self, method: &str, path: &str) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    /// One plain HTTP request: the status and the body, or why it failed.
+    fn exchange(&self, method: &str, path: &str) -> Result<(u16, Vec<u8>), String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        // moto answers an object GET without credentials with 403; it
+        // does not check signatures, so any AWS4 authorization will do.
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0\r\n\
+             Connection: close\r\n\r\n",
             self.port
         )
-        .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
+        .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).map_err(|e| e.to_string())?;
+        let split = out
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or("no end of headers")?;
+        let head = String::from_utf8_lossy(&out[..split]).to_ascii_lowercase();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or("no status")?;
+        let body = out[split + 4..].to_vec();
+        if head.contains("transfer-encoding: chunked") {
+            return Ok((status, dechunk(&body)?));
+        }
+        Ok((status, body))
     }
 
-    /// An object's bytes.
+    /// A request that succeeds or fails the test: a busy moto sometimes
+    /// drops a connection, which must not read as "no objects".
+    fn request_retrying(&self, method: &str, path: &str) -> (u16, Vec<u8>) {
+        let mut last = String::new();
+        for attempt in 0..8 {
+            match self.exchange(method, path) {
+                Ok((status, body)) if status < 500 => return (status, body),
+                Ok((status, body)) => {
+                    last = format!("HTTP {status}: {}", String::from_utf8_lossy(&body))
+                }
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100 << attempt.min(4)));
+        }
+        panic!("{method} {path} on the test S3 server failed: {last}");
+    }
+
+    /// The response text, or None when the server did not answer.
+    fn request(&self, method: &str, path: &str) -> Option<String> {
+        let (status, body) = self.exchange(method, path).ok()?;
+        Some(format!(
+            "HTTP/1.1 {status}\r\n\r\n{}",
+            String::from_utf8_lossy(&body)
+        ))
+    }
+
+    /// An object's bytes; None when it does not exist (anymore).
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            s,
-            "GET /{}/{key} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.bucket, self.port
-        )
-        .ok()?;
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).ok()?;
-        let body = out.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-        Some(out[body..].to_vec())
+        let (status, body) = self.request_retrying("GET", &format!("/{}/{key}", self.bucket));
+        match status {
+            200 => Some(body),
+            404 => None,
+            _ => panic!(
+                "GET {key}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+            ),
+        }
     }
 
     /// Keys under `prefix` of the objects whose content holds `needle`
-    /// (Parquet objects are decoded first).
+    /// (Parquet objects are decoded first). An object replaced between the
+    /// listing and its read (a compaction's new generation) means a new
+    /// listing, so a scan never misses data that moved.
     pub fn objects_containing(&self, prefix: &str, needle: &str) -> Vec<String> {
-        self.keys(prefix)
-            .into_iter()
-            .filter(|k| {
-                self.get(k)
-                    .is_some_and(|b| super::contains_text(&b, needle))
-            })
-            .collect()
+        'scan: for _ in 0..20 {
+            let mut hits = Vec::new();
+            for key in self.keys(prefix) {
+                match self.get(&key) {
+                    Some(bytes) if super::contains_text(&bytes, needle) => hits.push(key),
+                    Some(_) => {}
+                    None => continue 'scan,
+                }
+            }
+            return hits;
+        }
+        panic!("objects under {prefix} kept changing while they were read");
     }
 
     /// `--object-store` for a server under `prefix`.
@@ -132,12 +181,16 @@ impl S3Server {
 
     /// Keys under a prefix of the bucket.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
-        let text = self
-            .request(
-                "GET",
-                &format!("/{}?list-type=2&prefix={prefix}", self.bucket),
-            )
-            .unwrap_or_default();
+        let (status, body) = self.request_retrying(
+            "GET",
+            &format!("/{}?list-type=2&prefix={prefix}", self.bucket),
+        );
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 200, "listing {prefix}: {text}");
+        assert!(
+            !text.contains("<IsTruncated>true"),
+            "listing {prefix} is longer than one page"
+        );
         text.split("<Key>")
             .skip(1)
             .filter_map(|s| s.split("</Key>").next())
@@ -170,5 +223,25 @@ impl Drop for S3Server {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The body of a chunked HTTP response.
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("truncated chunk")?;
+        let size_text = String::from_utf8_lossy(&body[..line]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
+        body = &body[line + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(body.get(..size).ok_or("truncated chunk")?);
+        body = body.get(size + 2..).ok_or("truncated chunk")?;
     }
 }
