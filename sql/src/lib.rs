@@ -21,7 +21,7 @@ pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{
     parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView, ExportFormat,
-    ExportTarget, Statement, TransactionOp,
+    ExportTarget, InsertValue, Statement, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
 pub use sqlparser;

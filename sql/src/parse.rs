@@ -21,12 +21,13 @@ pub enum Statement {
     /// `COPY t [(cols)] FROM STDIN ...`
     CopyFrom(CopyFrom),
     CopyTo(CopyTo),
-    /// `INSERT INTO t ...`; `literal_rows` is set when every value is a plain
-    /// literal, so the server can convert it without planning a query.
+    /// `INSERT INTO t ...`; `values` is set when every value is a plain
+    /// literal or a parameter (`$n`), so the server can convert the rows
+    /// without planning a query.
     Insert {
         table: String,
         columns: Vec<String>,
-        literal_rows: Option<Vec<Vec<Option<String>>>>,
+        values: Option<Vec<Vec<InsertValue>>>,
         /// `ON CONFLICT DO NOTHING` (keyed tables); the statement carries no
         /// ON CONFLICT clause any more.
         on_conflict_do_nothing: bool,
@@ -499,11 +500,11 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                         .unwrap_or_default()
                 })
                 .collect();
-            let literal_rows = insert.source.as_deref().and_then(literal_values);
+            let values = insert.source.as_deref().and_then(insert_values);
             Ok(Statement::Insert {
                 table,
                 columns,
-                literal_rows,
+                values,
                 on_conflict_do_nothing,
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
@@ -874,7 +875,28 @@ fn copy_to(
 }
 
 /// The rows of `VALUES (...), (...)` as text, when every value is a literal.
-fn literal_values(query: &ast::Query) -> Option<Vec<Vec<Option<String>>>> {
+/// One value of an `INSERT ... VALUES` row the server converts itself.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InsertValue {
+    /// A literal's text (`None`: NULL).
+    Literal(Option<String>),
+    /// A parameter, `$n` (1-based).
+    Param(usize),
+}
+
+impl InsertValue {
+    fn of(expr: &ast::Expr) -> Option<InsertValue> {
+        if let ast::Expr::Value(v) = expr {
+            if let ast::Value::Placeholder(p) = &v.value {
+                let n = p.strip_prefix('$')?.parse::<usize>().ok()?;
+                return (n >= 1).then_some(InsertValue::Param(n));
+            }
+        }
+        literal_text(expr).map(InsertValue::Literal)
+    }
+}
+
+fn insert_values(query: &ast::Query) -> Option<Vec<Vec<InsertValue>>> {
     if query.with.is_some() || query.order_by.is_some() || query.limit_clause.is_some() {
         return None;
     }
@@ -884,7 +906,7 @@ fn literal_values(query: &ast::Query) -> Option<Vec<Vec<Option<String>>>> {
     values
         .rows
         .iter()
-        .map(|row| row.iter().map(literal_text).collect::<Option<Vec<_>>>())
+        .map(|row| row.iter().map(InsertValue::of).collect::<Option<Vec<_>>>())
         .collect()
 }
 
@@ -947,12 +969,12 @@ mod tests {
     }
 
     #[test]
-    fn literal_inserts_are_extracted() {
+    fn literal_and_parameter_inserts_are_extracted() {
         let s = parse_sql("INSERT INTO t (a, b) VALUES (1, 'x'), (-2.5, NULL)").unwrap();
         let Statement::Insert {
             table,
             columns,
-            literal_rows,
+            values,
             ..
         } = s
         else {
@@ -960,21 +982,32 @@ mod tests {
         };
         assert_eq!(table, "t");
         assert_eq!(columns, vec!["a", "b"]);
+        let lit = |s: &str| InsertValue::Literal(Some(s.to_string()));
         assert_eq!(
-            literal_rows.unwrap(),
+            values.unwrap(),
             vec![
-                vec![Some("1".to_string()), Some("x".to_string())],
-                vec![Some("-2.5".to_string()), None]
+                vec![lit("1"), lit("x")],
+                vec![lit("-2.5"), InsertValue::Literal(None)]
             ]
         );
-        let s = parse_sql("INSERT INTO t VALUES ($1, now())").unwrap();
-        assert!(matches!(
-            s,
-            Statement::Insert {
-                literal_rows: None,
-                ..
-            }
-        ));
+        let s = parse_sql("INSERT INTO t VALUES ($2, 'k', $1)").unwrap();
+        let Statement::Insert { values, .. } = s else {
+            panic!()
+        };
+        assert_eq!(
+            values.unwrap(),
+            vec![vec![InsertValue::Param(2), lit("k"), InsertValue::Param(1)]]
+        );
+        for planned in [
+            "INSERT INTO t VALUES ($1, now())",
+            "INSERT INTO t VALUES ($1::int)",
+        ] {
+            let s = parse_sql(planned).unwrap();
+            assert!(
+                matches!(s, Statement::Insert { values: None, .. }),
+                "{planned}"
+            );
+        }
     }
 
     #[test]

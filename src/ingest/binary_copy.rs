@@ -113,7 +113,10 @@ impl BinaryCopyReader {
             let text = fields
                 .iter()
                 .zip(types)
-                .map(|(f, ty)| f.map(|v| field_text(v, ty, tuple)).transpose())
+                .map(|(f, ty)| {
+                    f.map(|v| field_text(v, ty).map_err(|reason| bad(tuple, reason)))
+                        .transpose()
+                })
                 .collect::<Result<TextTuple, _>>()?;
             out.push(text);
             pos = at;
@@ -130,35 +133,33 @@ fn be_i32(b: &[u8]) -> i32 {
     i32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
-fn fixed<const N: usize>(v: &[u8], tuple: u64, what: &str) -> Result<[u8; N], IngestError> {
-    v.try_into().map_err(|_| {
-        bad(
-            tuple,
-            format!("{what} field has {} bytes, expected {N}", v.len()),
-        )
-    })
+fn fixed<const N: usize>(v: &[u8], what: &str) -> Result<[u8; N], String> {
+    v.try_into()
+        .map_err(|_| format!("{what} field has {} bytes, expected {N}", v.len()))
 }
 
-/// PostgreSQL's text form of one binary field of a column's type.
-fn field_text(v: &[u8], ty: &SqlType, tuple: u64) -> Result<String, IngestError> {
+/// PostgreSQL's text form of one value in PostgreSQL's binary form of a
+/// type (a binary COPY field, or a parameter bound in binary), or why it
+/// is not one.
+pub fn field_text(v: &[u8], ty: &SqlType) -> Result<String, String> {
     Ok(match ty {
-        SqlType::Boolean => match fixed::<1>(v, tuple, "boolean")?[0] {
+        SqlType::Boolean => match fixed::<1>(v, "boolean")?[0] {
             0 => "f".into(),
             _ => "t".into(),
         },
-        SqlType::SmallInt => i16::from_be_bytes(fixed(v, tuple, "smallint")?).to_string(),
-        SqlType::Int => i32::from_be_bytes(fixed(v, tuple, "integer")?).to_string(),
-        SqlType::BigInt => i64::from_be_bytes(fixed(v, tuple, "bigint")?).to_string(),
-        SqlType::Real => float_text(f32::from_be_bytes(fixed(v, tuple, "real")?) as f64),
-        SqlType::Double => float_text(f64::from_be_bytes(fixed(v, tuple, "double")?)),
-        SqlType::Numeric { .. } => numeric_text(v, tuple)?,
-        SqlType::Text | SqlType::Varchar { .. } => utf8(v, tuple)?.to_string(),
+        SqlType::SmallInt => i16::from_be_bytes(fixed(v, "smallint")?).to_string(),
+        SqlType::Int => i32::from_be_bytes(fixed(v, "integer")?).to_string(),
+        SqlType::BigInt => i64::from_be_bytes(fixed(v, "bigint")?).to_string(),
+        SqlType::Real => float_text(f32::from_be_bytes(fixed(v, "real")?) as f64),
+        SqlType::Double => float_text(f64::from_be_bytes(fixed(v, "double")?)),
+        SqlType::Numeric { .. } => numeric_text(v)?,
+        SqlType::Text | SqlType::Varchar { .. } => utf8(v)?.to_string(),
         // jsonb's binary form is a version byte (1) and the text; a client
         // that took the column for text sends the text alone (JSON text
         // never starts with byte 1).
         SqlType::Jsonb => match v.split_first() {
-            Some((1, rest)) => utf8(rest, tuple)?.to_string(),
-            _ => utf8(v, tuple)?.to_string(),
+            Some((1, rest)) => utf8(rest)?.to_string(),
+            _ => utf8(v)?.to_string(),
         },
         SqlType::Bytea => {
             let mut s = String::with_capacity(2 + v.len() * 2);
@@ -169,17 +170,17 @@ fn field_text(v: &[u8], ty: &SqlType, tuple: u64) -> Result<String, IngestError>
             s
         }
         SqlType::Date => {
-            let days = i32::from_be_bytes(fixed(v, tuple, "date")?) as i64 + PG_EPOCH_DAYS;
-            let date = chrono::DateTime::from_timestamp(days * 86_400, 0)
-                .ok_or_else(|| bad(tuple, "date out of range"))?;
+            let days = i32::from_be_bytes(fixed(v, "date")?) as i64 + PG_EPOCH_DAYS;
+            let date =
+                chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or("date out of range")?;
             date.format("%Y-%m-%d").to_string()
         }
         SqlType::Timestamp | SqlType::TimestampTz => {
-            let us = i64::from_be_bytes(fixed(v, tuple, "timestamp")?);
+            let us = i64::from_be_bytes(fixed(v, "timestamp")?);
             let at = us
                 .checked_add(PG_EPOCH_US)
                 .and_then(chrono::DateTime::from_timestamp_micros)
-                .ok_or_else(|| bad(tuple, "timestamp out of range"))?;
+                .ok_or("timestamp out of range")?;
             let text = at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string();
             if matches!(ty, SqlType::TimestampTz) {
                 text + "+00:00"
@@ -190,8 +191,8 @@ fn field_text(v: &[u8], ty: &SqlType, tuple: u64) -> Result<String, IngestError>
     })
 }
 
-fn utf8(v: &[u8], tuple: u64) -> Result<&str, IngestError> {
-    std::str::from_utf8(v).map_err(|_| bad(tuple, "invalid UTF-8 in a text field"))
+fn utf8(v: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(v).map_err(|_| "invalid UTF-8 in a text field".to_string())
 }
 
 fn float_text(x: f64) -> String {
@@ -206,9 +207,9 @@ fn float_text(x: f64) -> String {
 
 /// numeric's binary form: digit count, weight (of the first base-10000
 /// digit), sign, display scale, then the base-10000 digits.
-fn numeric_text(v: &[u8], tuple: u64) -> Result<String, IngestError> {
+fn numeric_text(v: &[u8]) -> Result<String, String> {
     if v.len() < 8 {
-        return Err(bad(tuple, "numeric field too short"));
+        return Err("numeric field too short".into());
     }
     let word = |i: usize| i16::from_be_bytes([v[i], v[i + 1]]);
     let ndigits = word(0) as usize;
@@ -216,18 +217,18 @@ fn numeric_text(v: &[u8], tuple: u64) -> Result<String, IngestError> {
     let sign = u16::from_be_bytes([v[4], v[5]]);
     let dscale = word(6).max(0) as usize;
     if v.len() != 8 + 2 * ndigits {
-        return Err(bad(tuple, "numeric field length does not match its digits"));
+        return Err("numeric field length does not match its digits".into());
     }
     match sign {
         0xC000 => return Ok("NaN".into()),
         0xD000 => return Ok("Infinity".into()),
         0xF000 => return Ok("-Infinity".into()),
         0x0000 | 0x4000 => {}
-        _ => return Err(bad(tuple, "invalid numeric sign")),
+        _ => return Err("invalid numeric sign".into()),
     }
     let digits: Vec<i64> = (0..ndigits).map(|i| word(8 + 2 * i) as i64).collect();
     if digits.iter().any(|d| !(0..10_000).contains(d)) {
-        return Err(bad(tuple, "invalid numeric digit"));
+        return Err("invalid numeric digit".into());
     }
     // Integer part: digits with weight >= 0.
     let mut int = String::new();
@@ -294,26 +295,23 @@ mod tests {
     fn numerics_read_as_postgresql_prints_them() {
         // 12345.678 = [1, 2345, 6780] weight 1, dscale 3
         assert_eq!(
-            numeric_text(&numeric(3, 1, 0, 3, &[1, 2345, 6780]), 1).unwrap(),
+            numeric_text(&numeric(3, 1, 0, 3, &[1, 2345, 6780])).unwrap(),
             "12345.678"
         );
         assert_eq!(
-            numeric_text(&numeric(1, -1, 0x4000, 2, &[5000]), 1).unwrap(),
+            numeric_text(&numeric(1, -1, 0x4000, 2, &[5000])).unwrap(),
             "-0.50"
         );
-        assert_eq!(numeric_text(&numeric(0, 0, 0, 0, &[]), 1).unwrap(), "0");
+        assert_eq!(numeric_text(&numeric(0, 0, 0, 0, &[])).unwrap(), "0");
         assert_eq!(
-            numeric_text(&numeric(1, 2, 0, 0, &[7]), 1).unwrap(),
+            numeric_text(&numeric(1, 2, 0, 0, &[7])).unwrap(),
             "700000000"
         );
         assert_eq!(
-            numeric_text(&numeric(1, -1, 0, 6, &[12]), 1).unwrap(),
+            numeric_text(&numeric(1, -1, 0, 6, &[12])).unwrap(),
             "0.001200"
         );
-        assert_eq!(
-            numeric_text(&numeric(0, 0, 0xC000, 0, &[]), 1).unwrap(),
-            "NaN"
-        );
+        assert_eq!(numeric_text(&numeric(0, 0, 0xC000, 0, &[])).unwrap(), "NaN");
     }
 
     #[test]

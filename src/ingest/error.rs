@@ -46,6 +46,10 @@ pub enum IngestError {
     MissingColumns { place: RowPlace, column: String },
     #[error("invalid COPY data ({place}): {reason}")]
     BadFormat { place: RowPlace, reason: String },
+    #[error("incorrect binary data format in bind parameter {index}: {reason}")]
+    BadParameter { index: usize, reason: String },
+    #[error("bind message supplies {got} parameters, but prepared statement requires {expected}")]
+    ParameterCount { expected: usize, got: usize },
     #[error("column \"{0}\" of relation does not exist")]
     UndefinedColumn(String),
     #[error("column \"{0}\" specified more than once")]
@@ -66,6 +70,8 @@ impl IngestError {
             IngestError::ExtraColumns { .. }
             | IngestError::MissingColumns { .. }
             | IngestError::BadFormat { .. } => "22P04",
+            IngestError::BadParameter { .. } => "22P03",
+            IngestError::ParameterCount { .. } => "08P01",
             IngestError::UndefinedColumn(_) => "42703",
             IngestError::DuplicateColumn(_) => "42701",
             IngestError::TooLarge { .. } => "54000",

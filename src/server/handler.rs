@@ -30,17 +30,18 @@ use pgwire::messages::data::{NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
+use sluice_catalog::SqlType;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
     hide_system_columns, parse_sql, rewrite_window_functions, split_statements, ExportTarget,
-    StartAt, Statement, TransactionOp,
+    InsertValue, StartAt, Statement, TransactionOp,
 };
 use tracing::{debug, info_span, Instrument};
 
 use super::export;
 use crate::error::SluiceError;
 use crate::ingest::conform_batch;
-use crate::ingest::{CopyParser, RowStager};
+use crate::ingest::{BoundParam, CopyParser, PreparedInsert, RowStager};
 use crate::log::{LogStore, TableLog};
 use crate::query::{ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
 use crate::store::DurableStore;
@@ -137,6 +138,8 @@ pub enum Prepared {
         plan: Box<LogicalPlan>,
         is_insert: bool,
     },
+    /// An INSERT of literals and parameters, staged without a plan.
+    Insert(Arc<PreparedInsert>),
     /// Executed as in the simple protocol when the portal runs (no
     /// parameters, no result rows).
     Direct(String),
@@ -291,7 +294,38 @@ impl SluiceQueryParser {
         }
         match stmt {
             Statement::Insert {
-                literal_rows: None,
+                values: Some(rows),
+                statement,
+                table,
+                columns,
+                on_conflict_do_nothing,
+            } => {
+                let log = self
+                    .store
+                    .table(&table)
+                    .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                check_on_conflict(&log.def, on_conflict_do_nothing)?;
+                let literal = rows
+                    .iter()
+                    .flatten()
+                    .all(|v| matches!(v, InsertValue::Literal(_)));
+                if let Some(insert) =
+                    PreparedInsert::new(&log.def, columns, rows, on_conflict_do_nothing)?
+                {
+                    return Ok(Prepared::Insert(Arc::new(insert)));
+                }
+                if literal {
+                    return Ok(Prepared::Direct(piece));
+                }
+                let statement =
+                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                Ok(Prepared::Plan {
+                    plan: Box::new(self.plan(statement).await?),
+                    is_insert: true,
+                })
+            }
+            Statement::Insert {
+                values: None,
                 statement,
                 table,
                 on_conflict_do_nothing,
@@ -376,6 +410,11 @@ impl QueryParser for SluiceQueryParser {
             Prepared::Plan { plan, .. } => {
                 wire_types(&ordered_parameter_types(plan).map_err(SluiceError::into_pg)?)
             }
+            Prepared::Insert(insert) => insert
+                .param_types()
+                .iter()
+                .map(|t| into_pg_type(&t.to_arrow()))
+                .collect(),
             _ => Ok(vec![]),
         }
     }
@@ -400,6 +439,30 @@ impl QueryParser for SluiceQueryParser {
             _ => Ok(vec![]),
         }
     }
+}
+
+/// The column type whose binary form a parameter declared at Parse as
+/// `t` has (None: a type no column has; the column's own type is used).
+fn declared_sql_type(t: &Type) -> Option<SqlType> {
+    Some(match *t {
+        Type::BOOL => SqlType::Boolean,
+        Type::INT2 => SqlType::SmallInt,
+        Type::INT4 => SqlType::Int,
+        Type::INT8 => SqlType::BigInt,
+        Type::FLOAT4 => SqlType::Real,
+        Type::FLOAT8 => SqlType::Double,
+        Type::NUMERIC => SqlType::Numeric {
+            precision: 38,
+            scale: 0,
+        },
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON => SqlType::Text,
+        Type::JSONB => SqlType::Jsonb,
+        Type::BYTEA => SqlType::Bytea,
+        Type::DATE => SqlType::Date,
+        Type::TIMESTAMP => SqlType::Timestamp,
+        Type::TIMESTAMPTZ => SqlType::TimestampTz,
+        _ => return None,
+    })
 }
 
 /// ON CONFLICT DO NOTHING needs a key to conflict on.
@@ -558,10 +621,14 @@ impl Handlers {
             Statement::Insert {
                 table,
                 columns,
-                literal_rows: Some(rows),
+                values: Some(rows),
                 on_conflict_do_nothing,
                 ..
-            } => {
+            } if rows
+                .iter()
+                .flatten()
+                .all(|v| matches!(v, InsertValue::Literal(_))) =>
+            {
                 let log = self
                     .store
                     .table(&table)
@@ -570,7 +637,14 @@ impl Handlers {
                 let mut stager = RowStager::new(&log.def, &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
-                    stager.push_row(row, i as u64 + 1)?;
+                    let fields: Vec<Option<&str>> = row
+                        .iter()
+                        .map(|v| match v {
+                            InsertValue::Literal(text) => text.as_deref(),
+                            InsertValue::Param(_) => None,
+                        })
+                        .collect();
+                    stager.push_row(&fields, i as u64 + 1)?;
                 }
                 let n = log
                     .append_keyed(stager.finish()?, on_conflict_do_nothing)
@@ -1237,6 +1311,53 @@ impl ExtendedQueryHandler for Handlers {
 }
 
 impl Handlers {
+    /// Binds a portal's parameters into a prepared INSERT and appends its
+    /// rows. A parameter sent in binary is read in the type the client
+    /// declared for it at Parse, else in the type of its column.
+    async fn run_insert<S>(
+        &self,
+        portal: &Portal<S>,
+        insert: &PreparedInsert,
+    ) -> Result<Response, SluiceError> {
+        let log = self
+            .store
+            .table(&insert.table)
+            .ok_or_else(|| SluiceError::UndefinedTable(insert.table.clone()))?;
+        let binary_types: Vec<SqlType> = insert
+            .param_types()
+            .iter()
+            .enumerate()
+            .map(|(i, column_type)| {
+                portal
+                    .statement
+                    .parameter_types
+                    .get(i)
+                    .and_then(|t| t.as_ref())
+                    .and_then(declared_sql_type)
+                    .unwrap_or_else(|| column_type.clone())
+            })
+            .collect();
+        let params: Vec<BoundParam> = portal
+            .parameters
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p {
+                None => BoundParam::Null,
+                Some(bytes) if portal.parameter_format.is_binary(i) => {
+                    BoundParam::Binary(bytes, binary_types.get(i).unwrap_or(&SqlType::Text))
+                }
+                Some(bytes) => BoundParam::Text(bytes),
+            })
+            .collect();
+        let batches = insert.stage(&log.def, &params, log.max_statement_bytes())?;
+        let n = log
+            .append_keyed(batches, insert.on_conflict_do_nothing)
+            .await?;
+        Ok(Response::Execution(
+            Tag::new("INSERT").with_oid(0).with_rows(n as usize),
+        ))
+    }
+
     /// Runs a bound portal: a statement handled directly, or a prepared
     /// plan with its parameters bound.
     async fn run_portal<C>(
@@ -1259,8 +1380,17 @@ impl Handlers {
                     .await
                     .map_err(SluiceError::into_pg)
             }
-            Prepared::Plan { .. } if session(client).transaction.lock().failed => {
+            Prepared::Plan { .. } | Prepared::Insert(_)
+                if session(client).transaction.lock().failed =>
+            {
                 Err(SluiceError::TransactionAborted.into_pg())
+            }
+            Prepared::Insert(insert) => {
+                let span = info_span!("statement", sql = %truncate(&portal.statement.id));
+                self.run_insert(portal, insert)
+                    .instrument(span)
+                    .await
+                    .map_err(SluiceError::into_pg)
             }
             Prepared::Plan { plan, is_insert } => {
                 let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;

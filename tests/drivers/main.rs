@@ -223,6 +223,123 @@ async fn tokio_postgres() {
     assert_eq!(sqlstate(&e), "23502", "{e}");
     assert_eq!(scalar(&c, "SELECT count(*) FROM tp").await, 1002);
 
+    // A prepared INSERT binds every type in binary, in the types the
+    // server described, straight into the table (no plan per execution).
+    let all = c
+        .prepare(
+            "INSERT INTO tp (id, name, score, amount, at, day, ok, raw) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(all.params(), &types);
+    for i in 0..20i64 {
+        let name = format!("p{i}");
+        let n = c
+            .execute(
+                &all,
+                &[
+                    &(8000 + i),
+                    &name,
+                    &(i as f64 * 0.25),
+                    &rust_decimal_text(i),
+                    &at,
+                    &day,
+                    &(i % 2 == 1),
+                    &vec![i as u8],
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT id, name, score, amount, at, day, ok, raw FROM tp WHERE id = 8003"
+        )
+        .await,
+        vec!["8003|p3|0.75|3.75|2026-01-02 03:04:05.600000|1999-12-31|t|\\x03".to_string()]
+    );
+    // Types the client declares at Parse win over the column's: an int4
+    // and a varchar parameter for a BIGINT and a TEXT column; literals and
+    // parameters mix, rows repeat a parameter.
+    let typed = c
+        .prepare_typed(
+            "INSERT INTO tp (id, name, ok) VALUES ($1, $2, true), ($1 + 0, 'second', $3)",
+            &[Type::INT4, Type::VARCHAR, Type::BOOL],
+        )
+        .await;
+    assert!(
+        typed.is_ok(),
+        "an expression falls back to the planner: {typed:?}"
+    );
+    let typed = c
+        .prepare_typed(
+            "INSERT INTO tp (id, name, ok) VALUES ($1, $2, true), (9001, 'second', $3)",
+            &[Type::INT4, Type::VARCHAR, Type::BOOL],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        c.execute(&typed, &[&9000i32, &"first", &false])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT id, name, ok FROM tp WHERE id >= 9000 ORDER BY id"
+        )
+        .await,
+        vec!["9000|first|t".to_string(), "9001|second|f".to_string()]
+    );
+    // Errors have PostgreSQL's SQLSTATEs, and the connection goes on.
+    let e = c.execute(&insert, &[&None::<i64>, &"x"]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23502", "{e}");
+    let text_insert = c
+        .prepare_typed("INSERT INTO tp (id) VALUES ($1)", &[Type::TEXT])
+        .await
+        .unwrap();
+    let e = c.execute(&text_insert, &[&"12x"]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22P02", "{e}");
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("invalid input syntax for type bigint: \"12x\""),
+        "{message}"
+    );
+    assert_eq!(c.execute(&text_insert, &[&"12"]).await.unwrap(), 1);
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM tp").await,
+        1002 + 20 + 2 + 1
+    );
+    // ON CONFLICT DO NOTHING on a keyed table, prepared.
+    c.batch_execute("CREATE TABLE kp (id TEXT PRIMARY KEY, v INT)")
+        .await
+        .unwrap();
+    let upsert = c
+        .prepare("INSERT INTO kp VALUES ($1, $2) ON CONFLICT DO NOTHING")
+        .await
+        .unwrap();
+    assert_eq!(c.execute(&upsert, &[&"a", &1i32]).await.unwrap(), 1);
+    assert_eq!(c.execute(&upsert, &[&"a", &2i32]).await.unwrap(), 0);
+    assert_eq!(
+        text_rows(&c, "SELECT id, v FROM kp").await,
+        vec!["a|1".to_string()]
+    );
+    // The statement outlives a DROP: 42P01, then it works on the new table.
+    c.batch_execute("DROP TABLE kp").await.unwrap();
+    let e = c.execute(&upsert, &[&"b", &1i32]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42P01", "{e}");
+    c.batch_execute("CREATE TABLE kp (id TEXT PRIMARY KEY, v INT)")
+        .await
+        .unwrap();
+    assert_eq!(c.execute(&upsert, &[&"b", &1i32]).await.unwrap(), 1);
+
     // Binary COPY out, read back by tokio-postgres' binary reader; an empty
     // result is a header and a trailer.
     for (filter, want) in [
