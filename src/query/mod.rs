@@ -1,10 +1,11 @@
 //! The query side: DataFusion table providers over the log, the insert sink,
-//! the `sluice_catalog` system tables, and the session context that ties
+//! the `sluice_catalog` system tables, point reads of views, and the session context that ties
 //! them together.
 
 mod context;
 mod pg_catalog_info;
 mod pg_functions;
+mod point_read;
 mod provider;
 mod sink;
 mod system;
@@ -12,5 +13,6 @@ mod view_table;
 
 pub use context::{build_context, session_config};
 pub use pg_functions::{setting, version_string};
+pub use point_read::PointRead;
 pub(crate) use provider::{changelog_frame, project_frame};
 pub use provider::{LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};

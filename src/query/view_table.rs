@@ -38,6 +38,15 @@ impl ViewTable {
             schema,
         }
     }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The view's schema when the plan was made.
+    pub fn schema_when_planned(&self) -> SchemaRef {
+        self.schema.clone()
+    }
 }
 
 impl fmt::Debug for ViewTable {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow_pg::datatypes::df::{deserialize_parameters_with_server_types, encode_dataframe};
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
+use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -20,7 +21,9 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, DescribeResponse, FieldInfo, Response, Tag};
+use pgwire::api::results::{
+    CopyResponse, DescribeResponse, FieldInfo, QueryResponse, Response, Tag,
+};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
@@ -43,7 +46,7 @@ use crate::error::SluiceError;
 use crate::ingest::conform_batch;
 use crate::ingest::{BoundParam, CopyParser, PreparedInsert, RowStager};
 use crate::log::{LogStore, TableLog};
-use crate::query::{ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
+use crate::query::{PointRead, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
 use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
@@ -140,6 +143,12 @@ pub enum Prepared {
     },
     /// An INSERT of literals and parameters, staged without a plan.
     Insert(Arc<PreparedInsert>),
+    /// A point read of a view, answered from its index; the plan describes
+    /// the statement.
+    PointRead {
+        plan: Box<LogicalPlan>,
+        read: Arc<PointRead>,
+    },
     /// Executed as in the simple protocol when the portal runs (no
     /// parameters, no result rows).
     Direct(String),
@@ -340,8 +349,15 @@ impl SluiceQueryParser {
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q);
+                let plan = Box::new(self.plan(s).await?);
+                if let Some(read) = PointRead::recognize(&plan) {
+                    return Ok(Prepared::PointRead {
+                        plan,
+                        read: Arc::new(read),
+                    });
+                }
                 Ok(Prepared::Plan {
-                    plan: Box::new(self.plan(s).await?),
+                    plan,
                     is_insert: false,
                 })
             }
@@ -370,6 +386,15 @@ fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, 
         }
     }
     Ok(out)
+}
+
+/// A portal's parameters as values of the types the plan infers for them.
+fn bound_parameters<S: Clone>(portal: &Portal<S>, plan: &LogicalPlan) -> PgWireResult<ParamValues> {
+    let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
+    let wire = wire_types(&types)?;
+    let type_refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
+    let wire_refs: Vec<Option<&Type>> = wire.iter().map(Some).collect();
+    deserialize_parameters_with_server_types(portal, &type_refs, &wire_refs)
 }
 
 fn wire_types(types: &[Option<DataType>]) -> PgWireResult<Vec<Type>> {
@@ -407,7 +432,7 @@ impl QueryParser for SluiceQueryParser {
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
         match stmt {
-            Prepared::Plan { plan, .. } => {
+            Prepared::Plan { plan, .. } | Prepared::PointRead { plan, .. } => {
                 wire_types(&ordered_parameter_types(plan).map_err(SluiceError::into_pg)?)
             }
             Prepared::Insert(insert) => insert
@@ -428,7 +453,8 @@ impl QueryParser for SluiceQueryParser {
             Prepared::Plan {
                 plan,
                 is_insert: false,
-            } => arrow_schema_to_pg_fields(
+            }
+            | Prepared::PointRead { plan, .. } => arrow_schema_to_pg_fields(
                 plan.schema().as_arrow(),
                 format.unwrap_or(&Format::UnifiedText),
                 None,
@@ -1380,7 +1406,7 @@ impl Handlers {
                     .await
                     .map_err(SluiceError::into_pg)
             }
-            Prepared::Plan { .. } | Prepared::Insert(_)
+            Prepared::Plan { .. } | Prepared::Insert(_) | Prepared::PointRead { .. }
                 if session(client).transaction.lock().failed =>
             {
                 Err(SluiceError::TransactionAborted.into_pg())
@@ -1392,13 +1418,27 @@ impl Handlers {
                     .await
                     .map_err(SluiceError::into_pg)
             }
+            Prepared::PointRead { plan, read } => {
+                let params = bound_parameters(portal, plan)?;
+                let span = info_span!("statement", sql = %truncate(&portal.statement.id));
+                let _entered = span.enter();
+                let batch = read
+                    .execute(&self.views, Some(&params))
+                    .map_err(SluiceError::into_pg)?;
+                let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+                let fields = Arc::new(arrow_schema_to_pg_fields(
+                    batch.schema().as_ref(),
+                    &portal.result_column_format,
+                    Some(options),
+                )?);
+                let rows = encode_recordbatch(fields.clone(), batch);
+                Ok(Response::Query(QueryResponse::new(
+                    fields,
+                    futures::stream::iter(rows),
+                )))
+            }
             Prepared::Plan { plan, is_insert } => {
-                let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
-                let wire = wire_types(&types)?;
-                let type_refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
-                let wire_refs: Vec<Option<&Type>> = wire.iter().map(Some).collect();
-                let params =
-                    deserialize_parameters_with_server_types(portal, &type_refs, &wire_refs)?;
+                let params = bound_parameters(portal, plan)?;
                 let plan = plan
                     .as_ref()
                     .clone()

@@ -12,6 +12,7 @@ mod accumulator_audit;
 mod changes;
 mod delta;
 mod pipeline;
+mod point_index;
 mod retract;
 mod view;
 

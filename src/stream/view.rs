@@ -13,6 +13,7 @@ use arrow::array::{
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
 use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionConfig;
 use parking_lot::{Mutex, RwLock};
@@ -31,6 +32,7 @@ use crate::query::{project_frame, LogTableProvider};
 use super::changes::{change_schema, ChangeTracker};
 pub use super::pipeline::EmitOptions;
 use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
+use super::point_index::PointIndex;
 use super::retract::KeyedVersions;
 
 /// How long FLUSH waits for a view's checkpoint before it reports that the
@@ -52,6 +54,8 @@ struct Published {
     watermark_us: Option<i64>,
     late_count: u64,
     late: Vec<LateRow>,
+    /// Indexes of `batches` built by point reads; a publish drops them.
+    indexes: Mutex<Vec<Arc<PointIndex>>>,
 }
 
 /// A source row that arrived after its window had closed.
@@ -121,6 +125,31 @@ impl View {
     /// The rows of the last published snapshot.
     pub fn snapshot(&self) -> Vec<RecordBatch> {
         self.published.read().batches.clone()
+    }
+
+    /// The rows of the last published snapshot whose `columns` equal
+    /// `key`, as `projection` of the view's columns in `schema`: a hash
+    /// lookup in an index of that snapshot, built by the first such read.
+    pub fn point_read(
+        &self,
+        columns: &[usize],
+        key: &[ScalarValue],
+        projection: &[usize],
+        schema: SchemaRef,
+    ) -> Result<RecordBatch, SluiceError> {
+        let p = self.published.read();
+        let index = {
+            let mut indexes = p.indexes.lock();
+            match indexes.iter().find(|i| i.columns() == columns) {
+                Some(i) => i.clone(),
+                None => {
+                    let built = Arc::new(PointIndex::build(&self.schema, &p.batches, columns)?);
+                    indexes.push(built.clone());
+                    built
+                }
+            }
+        };
+        index.lookup(&p.batches, key, projection, schema)
     }
 
     /// The last published rows and that publish's sequence number.
@@ -702,6 +731,7 @@ impl ViewManager {
             watermark_us: start.clock.watermark_us,
             late_count: start.late_count,
             late: start.late.clone(),
+            indexes: Default::default(),
         };
         let (progress, _) = watch::channel(start.consumed.clone());
         let (checkpointed, _) = watch::channel(start.consumed.clone());
@@ -1176,6 +1206,7 @@ impl View {
         {
             let mut p = self.published.write();
             p.batches = batches;
+            p.indexes.get_mut().clear();
             p.seq += 1;
             p.consumed = consumed.to_vec();
             p.state_rows = compiled.state_rows();
