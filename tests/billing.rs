@@ -132,7 +132,14 @@ async fn billing_consumer_is_exact_through_kills() {
     let mut last_offsets = BTreeMap::new();
     for run in 0..KILLS {
         let mut child = consumer(&server, &pg, false);
-        tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
+        // Kill at a random moment once the consumer is working: a loaded
+        // machine can take longer to start Python than a fixed delay.
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) && sink_state(&pgc).await.1 == last_offsets
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..700))).await;
         // SIGKILL by pid: no chance to finish a transaction.
         let status = Command::new("kill")
             .args(["-9", &child.id().to_string()])

@@ -136,7 +136,7 @@ fn text(row: &tokio_postgres::Row, i: usize) -> String {
         Type::DATE => row.get::<_, Option<NaiveDate>>(i).map(|v| v.to_string()),
         Type::TIMESTAMP => row
             .get::<_, Option<NaiveDateTime>>(i)
-            .map(|v| v.format("%Y-%m-%d %H:%M:%S%.6f").to_string()),
+            .map(|v| v.format("%Y-%m-%d %H:%M:%S").to_string()),
         other => panic!("no text for {other}"),
     };
     s.unwrap_or_else(|| "NULL".into())

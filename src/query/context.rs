@@ -11,7 +11,7 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
-use super::pg_catalog_info::SluiceCatalogInfo;
+use super::pg_catalog_info::{SluiceCatalogInfo, SluicePgCatalog};
 use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
@@ -51,7 +51,11 @@ pub fn build_context(
     )?;
     catalog.register_schema(
         "sluice_catalog",
-        Arc::new(SystemSchema { store, views, subs }),
+        Arc::new(SystemSchema {
+            store,
+            views: views.clone(),
+            subs,
+        }),
     )?;
     ctx.register_udtf(
         "changelog",
@@ -70,7 +74,13 @@ pub fn build_context(
         Arc::new(PgCatalogStaticTables::try_new()?),
         EmptyContextProvider,
     )?;
-    catalog.register_schema("pg_catalog", Arc::new(pg_catalog))?;
+    catalog.register_schema(
+        "pg_catalog",
+        Arc::new(SluicePgCatalog {
+            inner: Arc::new(pg_catalog),
+            views,
+        }),
+    )?;
     super::pg_functions::register(&ctx);
     Ok(ctx)
 }

@@ -75,6 +75,10 @@ pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<CopyOut, SluiceEr
     let rows = batches
         .scan(encoder, move |encoder, batch| {
             let out: Vec<PgWireResult<CopyData>> = match batch {
+                Ok(b) if !binary => match super::encode::postgres_text(b, &fields) {
+                    Ok(b) => encode_rows(encoder, &b, &fields),
+                    Err(e) => vec![Err(e)],
+                },
                 Ok(b) => encode_rows(encoder, &b, &fields),
                 Err(e) => vec![Err(PgWireError::ApiError(Box::new(e)))],
             };

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow_pg::datatypes::df::{deserialize_parameters_with_server_types, encode_dataframe};
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
 use async_trait::async_trait;
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
@@ -21,9 +21,7 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{
-    CopyResponse, DescribeResponse, FieldInfo, QueryResponse, Response, Tag,
-};
+use pgwire::api::results::{CopyResponse, DescribeResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
@@ -41,7 +39,7 @@ use sluice_sql::{
 };
 use tracing::{debug, info_span, Instrument};
 
-use super::export;
+use super::{encode, export};
 use crate::error::SluiceError;
 use crate::ingest::conform_batch;
 use crate::ingest::{BoundParam, CopyParser, PreparedInsert, RowStager};
@@ -1089,12 +1087,8 @@ impl Handlers {
         s.cursors.lock().insert(cursor.name.clone(), cursor);
         let _ = SCAN_NOTICES.try_with(|n| n.lock().extend(notices));
         let batches = result?;
-        let table = datafusion::datasource::MemTable::try_new(schema, vec![batches])?;
-        let df = self.ctx.read_table(Arc::new(table))?;
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let mut resp = encode_dataframe(df, format, Some(options))
-            .await
-            .map_err(encode_error)?;
+        let mut resp = encode::batches(&schema, batches, format, options).map_err(encode_error)?;
         resp.set_command_tag("FETCH");
         Ok(Response::Query(resp))
     }
@@ -1114,7 +1108,7 @@ impl Handlers {
             return insert_count(df).await;
         }
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let resp = encode_dataframe(df, format, Some(options))
+        let resp = encode::dataframe(df, format, options)
             .await
             .map_err(encode_error)?;
         Ok(Response::Query(resp))
@@ -1426,16 +1420,13 @@ impl Handlers {
                     .execute(&self.views, Some(&params))
                     .map_err(SluiceError::into_pg)?;
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(arrow_schema_to_pg_fields(
-                    batch.schema().as_ref(),
+                let schema = batch.schema();
+                Ok(Response::Query(encode::batches(
+                    &schema,
+                    vec![batch],
                     &portal.result_column_format,
-                    Some(options),
-                )?);
-                let rows = encode_recordbatch(fields.clone(), batch);
-                Ok(Response::Query(QueryResponse::new(
-                    fields,
-                    futures::stream::iter(rows),
-                )))
+                    options,
+                )?))
             }
             Prepared::Plan { plan, is_insert } => {
                 let params = bound_parameters(portal, plan)?;

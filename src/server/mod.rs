@@ -2,6 +2,7 @@
 //! protocols, and `COPY ... FROM STDIN`.
 
 mod copy;
+mod encode;
 mod export;
 mod handler;
 mod session;

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Small prepared statements from many clients, as drivers send them:
+# pgbench -M prepared, 8 clients, against Sluice and PostgreSQL 15 in the
+# same run, one after the other.
+#
+#   1. single-row INSERT (durable on both sides: Sluice fsyncs each commit,
+#      PostgreSQL runs with fsync and synchronous_commit on);
+#   2. point read by key of a 50-row aggregate: a materialized view in
+#      Sluice, a table with a primary key in PostgreSQL.
+#
+#   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS="${1:-15}"
+CLIENTS="${CLIENTS:-8}"
+WORK="$(mktemp -d /tmp/sluice-pgbench.XXXXXX)"
+SLUICE_PORT=5477
+PG_PORT=5478
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+
+if [ ! -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
+  apt-get update -qq && apt-get install -y -qq postgresql-15 postgresql-contrib >/dev/null
+fi
+PGBIN=/usr/lib/postgresql/15/bin
+PGBENCH="$(command -v pgbench || echo $PGBIN/pgbench)"
+
+cargo build --release --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/release/sluice"
+
+cleanup() {
+  [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
+  [ -d "$WORK/pg" ] && su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -m immediate stop" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+chmod 777 "$WORK"
+
+cat >"$WORK/insert.sql" <<'SQL'
+\set id random(1, 1000000000)
+\set t random(1, 50)
+\set k random(1, 1000)
+INSERT INTO ev (id, tenant, tokens) VALUES (:id, :t, :k);
+SQL
+cat >"$WORK/read.sql" <<'SQL'
+\set t random(1, 50)
+SELECT tenant, n, tokens FROM totals WHERE tenant = :t;
+SQL
+
+# run NAME PORT USER SCRIPT: tps and latency percentiles of one pgbench run.
+run() {
+  local name=$1 port=$2 user=$3 script=$4
+  rm -f "$WORK"/log.*
+  (cd "$WORK" && "$PGBENCH" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECS" -l --log-prefix=log \
+    -h 127.0.0.1 -p "$port" -U "$user" -f "$script" "$user" >"$WORK/$name.out" 2>&1) \
+    || { cat "$WORK/$name.out"; exit 1; }
+  python3 - "$name" "$WORK/$name.out" "$WORK" <<'PY'
+import glob, re, sys
+name, out, work = sys.argv[1:4]
+text = open(out).read()
+tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))
+lat = sorted(int(l.split()[2]) for f in glob.glob(work + "/log.*") for l in open(f))
+p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
+print(f"{name} {tps:.0f} {p(0.5):.2f} {p(0.99):.2f}")
+PY
+}
+
+# --- Sluice ---
+"$SLUICE" serve --listen 127.0.0.1:$SLUICE_PORT --data-dir "$WORK/sluice" 2>"$WORK/sluice.log" &
+SLUICE_PID=$!
+for _ in $(seq 100); do psql -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE ev (id BIGINT, tenant BIGINT, tokens BIGINT) WITH (partitions = 4)"
+S_INSERT=$(run sluice_insert $SLUICE_PORT b "$WORK/insert.sql")
+S_ROWS=$(psql -tA -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "SELECT COUNT(*) FROM ev")
+psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE MATERIALIZED VIEW totals AS SELECT tenant, COUNT(*) AS n, SUM(tokens) AS tokens FROM ev GROUP BY tenant" -c "FLUSH"
+S_READ=$(run sluice_read $SLUICE_PORT b "$WORK/read.sql")
+kill $SLUICE_PID; wait $SLUICE_PID 2>/dev/null || true; SLUICE_PID=
+
+# --- PostgreSQL 15, durable defaults ---
+mkdir -p "$WORK/pg"; chown postgres "$WORK/pg"
+su postgres -c "$PGBIN/initdb -D $WORK/pg -A trust -U postgres" >/dev/null
+su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -o '-p $PG_PORT -k /tmp -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on' -l $WORK/pg.log start" >/dev/null
+for _ in $(seq 100); do psql -h 127.0.0.1 -p $PG_PORT -U postgres -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE ev (id BIGINT, tenant BIGINT, tokens BIGINT)"
+P_INSERT=$(run postgres_insert $PG_PORT postgres "$WORK/insert.sql")
+psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE totals AS SELECT tenant, COUNT(*) AS n, SUM(tokens) AS tokens FROM ev GROUP BY tenant" \
+  -c "ALTER TABLE totals ADD PRIMARY KEY (tenant)" -c "ANALYZE totals"
+P_READ=$(run postgres_read $PG_PORT postgres "$WORK/read.sql")
+
+python3 - "$CLIENTS" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" <<'PY'
+import sys
+clients, rows = sys.argv[1], int(sys.argv[2])
+runs = [a.split() for a in sys.argv[3:]]
+print(f"clients: {clients}; Sluice stored {rows:,} inserted rows")
+print("| statement | Sluice tps | p50 / p99 ms | PostgreSQL 15 tps | p50 / p99 ms | ratio |")
+print("|---|---|---|---|---|---|")
+for what, s, p in [("single-row INSERT", runs[0], runs[1]), ("point read by key", runs[2], runs[3])]:
+    print(f"| {what} | {float(s[1]):,.0f} | {s[2]} / {s[3]} | {float(p[1]):,.0f} | {p[2]} / {p[3]} | {float(s[1]) / float(p[1]):.2f}x |")
+PY
