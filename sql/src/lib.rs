@@ -6,6 +6,7 @@
 //! as [`Statement`] variants the server executes itself, and everything else
 //! comes back as [`Statement::Query`] for DataFusion.
 
+mod catalog_subquery;
 mod ddl;
 mod depth;
 mod error;
@@ -15,6 +16,7 @@ mod regproc;
 mod subscription;
 mod windows;
 
+pub use catalog_subquery::rewrite_catalog_subqueries;
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use error::SqlError;

@@ -171,6 +171,7 @@ impl SluiceQueryParser {
         let store = self.store.clone();
         rewrite_window_functions(&mut stmt)?;
         sluice_sql::rewrite_regproc_zero(&mut stmt);
+        sluice_sql::rewrite_catalog_subqueries(&mut stmt);
         hide_system_columns(&mut stmt, |t| store.table(t).is_some());
         let state = self.ctx.state();
         let plan = state

@@ -38,14 +38,47 @@ with engine.connect() as c:
     c.commit()
     n = c.execute(sa.text("SELECT count(*) FROM sa_events WHERE kind = :k"), {"k": "k1"}).scalar()
     assert n == 10, n
-    names = sa.inspect(c).get_table_names()
+    inspector = sa.inspect(c)
+    names = inspector.get_table_names()
     assert "sa_events" in names and "pg2" in names, names
+    # Column reflection of a table and of a materialized view.
+    c.execute(sa.text("CREATE MATERIALIZED VIEW sa_kinds AS SELECT kind, count(*) AS n FROM sa_events GROUP BY kind"))
+    inspector = sa.inspect(c)
+    assert "sa_kinds" in inspector.get_materialized_view_names(), inspector.get_materialized_view_names()
+    assert "sa_kinds" not in inspector.get_table_names()
+    cols = [(x["name"], str(x["type"]), x["nullable"]) for x in inspector.get_columns("sa_events")]
+    assert cols == [("id", "BIGINT", False), ("kind", "TEXT", True)], cols
+    cols = [(x["name"], str(x["type"])) for x in inspector.get_columns("sa_kinds")]
+    assert cols == [("kind", "TEXT"), ("n", "BIGINT")], cols
     # pandas through the same engine.
     df = pd.read_sql("SELECT kind, count(*) AS n FROM sa_events GROUP BY kind ORDER BY kind", c)
     assert list(df["n"]) == [10, 10, 10], df
     pd.DataFrame({"id": [100, 101], "kind": ["p", None]}).to_sql("sa_events", c, if_exists="append", index=False)
     c.commit()
     assert c.execute(sa.text("SELECT count(*) FROM sa_events")).scalar() == 32
+
+
+# The ORM: a mapped class, a session that adds and queries.
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "sa_items"
+    id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(sa.Text, nullable=True)
+
+
+with engine.begin() as c:
+    c.exec_driver_sql("CREATE TABLE sa_items (id BIGINT PRIMARY KEY, name TEXT)")
+with Session(engine) as s:
+    s.add_all([Item(id=1, name="a"), Item(id=2, name=None), Item(id=3, name="c")])
+    s.commit()
+    got = [(i.id, i.name) for i in s.scalars(sa.select(Item).where(Item.id >= 2).order_by(Item.id))]
+    assert got == [(2, None), (3, "c")], got
 
 
 # SQLAlchemy over asyncpg.

@@ -1,0 +1,175 @@
+//! Catalog queries of drivers (SQLAlchemy's column reflection) select a
+//! column's default or identity with a correlated scalar subquery over
+//! `pg_catalog` (`(SELECT pg_get_expr(...) FROM pg_attrdef WHERE ...)`).
+//! DataFusion plans a correlated scalar subquery only when it is
+//! aggregated, and not at all inside CASE. So:
+//! - a subquery that reads only catalogs Sluice keeps empty (`pg_attrdef`:
+//!   no column has a default; `pg_sequence`: there are no sequences) is
+//!   NULL, which is what it returns;
+//! - another catalog subquery returns at most one row, so its one
+//!   selected value is wrapped in `max()`, which keeps the answer.
+//!
+//! Only subqueries that read `pg_catalog` tables alone are rewritten: a
+//! user's query keeps PostgreSQL's meaning.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Statement, TableFactor, VisitMut,
+    VisitorMut,
+};
+
+const AGGREGATES: [&str; 10] = [
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "json_agg",
+];
+
+/// Catalogs that hold no rows in Sluice.
+const EMPTY_CATALOGS: [&str; 2] = ["pg_attrdef", "pg_sequence"];
+
+struct CatalogSubqueries;
+
+/// The tables a subquery reads, when it reads only `pg_catalog` tables.
+fn catalog_tables(query: &Query) -> Option<Vec<String>> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let mut tables = Vec::new();
+    for t in &select.from {
+        for r in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            let TableFactor::Table { name, .. } = r else {
+                return None;
+            };
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+                .collect();
+            match parts.as_slice() {
+                [schema, table] if schema == "pg_catalog" => tables.push(table.clone()),
+                [table] if table.starts_with("pg_") => tables.push(table.clone()),
+                _ => return None,
+            }
+        }
+    }
+    (!tables.is_empty()).then_some(tables)
+}
+
+fn is_aggregate(e: &Expr) -> bool {
+    match e {
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .is_some_and(|i| AGGREGATES.contains(&i.value.to_lowercase().as_str())),
+        _ => false,
+    }
+}
+
+fn max_of(e: Expr) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new("max"))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(e))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+impl VisitorMut for CatalogSubqueries {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::Subquery(query) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let Some(tables) = catalog_tables(query) else {
+            return ControlFlow::Continue(());
+        };
+        if tables.iter().all(|t| EMPTY_CATALOGS.contains(&t.as_str())) {
+            *expr = Expr::Value(sqlparser::ast::Value::Null.into());
+            return ControlFlow::Continue(());
+        }
+        if query.limit_clause.is_some() {
+            return ControlFlow::Continue(());
+        }
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let grouped = !matches!(
+            &select.group_by,
+            sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty()
+        );
+        if grouped || select.projection.len() != 1 {
+            return ControlFlow::Continue(());
+        }
+        let item = &mut select.projection[0];
+        let (SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) = item else {
+            return ControlFlow::Continue(());
+        };
+        if !is_aggregate(e) {
+            *e = max_of(e.clone());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Aggregates the value of correlated scalar subqueries over `pg_catalog`.
+pub fn rewrite_catalog_subqueries(statement: &mut Statement) {
+    let _ = statement.visit(&mut CatalogSubqueries);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::parser::Parser;
+
+    fn rewritten(sql: &str) -> String {
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        rewrite_catalog_subqueries(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn only_catalog_subqueries_are_aggregated() {
+        assert_eq!(
+            rewritten("SELECT a.attname, CASE WHEN a.atthasdef THEN (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef d WHERE d.adnum = a.attnum) END AS def FROM pg_catalog.pg_attribute a"),
+            "SELECT a.attname, CASE WHEN a.atthasdef THEN NULL END AS def FROM pg_catalog.pg_attribute a"
+        );
+        assert_eq!(
+            rewritten("SELECT (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid = a.attrelid) FROM pg_catalog.pg_attribute a"),
+            "SELECT (SELECT max(c.relname) FROM pg_catalog.pg_class c WHERE c.oid = a.attrelid) FROM pg_catalog.pg_attribute a"
+        );
+        for kept in [
+            "SELECT (SELECT x FROM t WHERE t.k = u.k) FROM u",
+            "SELECT (SELECT count(*) FROM pg_class c WHERE c.oid = a.attrelid) FROM pg_attribute a",
+        ] {
+            let mut s = Parser::parse_sql(&PostgreSqlDialect {}, kept)
+                .unwrap()
+                .remove(0);
+            let before = s.to_string();
+            rewrite_catalog_subqueries(&mut s);
+            assert_eq!(s.to_string(), before);
+        }
+    }
+}
