@@ -24,6 +24,12 @@ pub enum SluiceError {
     Subscription(#[from] crate::subscribe::SubscriptionError),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     TransactionAborted,
+    #[error("{0} can only be used in transaction blocks")]
+    NoTransactionBlock(&'static str),
+    #[error("savepoint \"{0}\" does not exist")]
+    UndefinedSavepoint(String),
+    #[error("prepared statement \"{0}\" does not exist")]
+    UndefinedPreparedStatement(String),
     #[error("{0}")]
     DataFusion(#[from] DataFusionError),
     #[error("{0}")]
@@ -61,6 +67,9 @@ impl SluiceError {
             SluiceError::Store(e) => e.sqlstate(),
             SluiceError::Subscription(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
+            SluiceError::NoTransactionBlock(_) => "25P01",
+            SluiceError::UndefinedSavepoint(_) => "3B001",
+            SluiceError::UndefinedPreparedStatement(_) => "26000",
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
             SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",
@@ -87,6 +96,7 @@ impl SluiceError {
                     arrow::error::ArrowError::CastError(m) => {
                         invalid_input(m).unwrap_or_else(|| root(e).to_string())
                     }
+                    arrow::error::ArrowError::DivideByZero => "division by zero".into(),
                     _ => root(e).to_string(),
                 },
                 DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => {

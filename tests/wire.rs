@@ -544,3 +544,48 @@ async fn watermark_rows(c: &tokio_postgres::Client) -> Vec<WatermarkRow> {
     .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
     .collect()
 }
+
+/// Savepoints as drivers use them (psycopg 3 wraps its type lookups in
+/// one), a failure found while rows stream out aborting the block, and
+/// DEALLOCATE of statements prepared with Parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn savepoints_aborted_blocks_and_deallocate() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (a INT)").await.unwrap();
+    let fails = |sql: &'static str, state: &'static str| {
+        let c = &c;
+        async move {
+            let e = c.simple_query(sql).await.unwrap_err();
+            assert_eq!(sqlstate(&e), state, "{sql}: {e:?}");
+        }
+    };
+    fails("SAVEPOINT a", "25P01").await;
+    c.batch_execute("BEGIN; SAVEPOINT a").await.unwrap();
+    // Division by zero shows only while rows are computed.
+    fails("SELECT 1 / (a - a) FROM (VALUES (1)) AS v(a)", "22012").await;
+    fails("SELECT 1", "25P02").await;
+    fails("RELEASE a", "25P02").await;
+    c.batch_execute("ROLLBACK TO SAVEPOINT a").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT 2").await, 2);
+    c.batch_execute("SAVEPOINT b; RELEASE SAVEPOINT b")
+        .await
+        .unwrap();
+    fails("RELEASE b", "3B001").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // A write cannot be undone by ROLLBACK TO SAVEPOINT: refused, not
+    // pretended.
+    c.batch_execute("BEGIN; SAVEPOINT s; INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    fails("ROLLBACK TO s", "0A000").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+
+    let stmt = c.prepare("SELECT count(*) FROM t").await.unwrap();
+    assert_eq!(c.query_one(&stmt, &[]).await.unwrap().get::<_, i64>(0), 1);
+    fails("DEALLOCATE nope", "26000").await;
+    c.batch_execute("DEALLOCATE ALL").await.unwrap();
+    let e = c.query_one(&stmt, &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "26000", "{e:?}");
+}

@@ -61,6 +61,8 @@ pub enum Statement {
     /// `FLUSH`: wait until every view reflects every acknowledged row.
     Flush,
     Transaction(TransactionOp),
+    /// `DEALLOCATE [PREPARE] name | ALL` (`None`: all).
+    Deallocate(Option<String>),
     /// `SET name = value` (session settings are accepted and remembered).
     Set {
         name: String,
@@ -107,11 +109,17 @@ pub struct CreateView {
     pub allowed_lateness_us: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransactionOp {
     Begin,
     Commit,
     Rollback,
+    /// `SAVEPOINT name`
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`
+    Release(String),
+    /// `ROLLBACK TO [SAVEPOINT] name`
+    RollbackTo(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,7 +519,23 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
         }
         ast::Statement::StartTransaction { .. } => Ok(Statement::Transaction(TransactionOp::Begin)),
         ast::Statement::Commit { .. } => Ok(Statement::Transaction(TransactionOp::Commit)),
+        ast::Statement::Rollback {
+            savepoint: Some(name),
+            ..
+        } => Ok(Statement::Transaction(TransactionOp::RollbackTo(
+            ident_name(&name),
+        ))),
         ast::Statement::Rollback { .. } => Ok(Statement::Transaction(TransactionOp::Rollback)),
+        ast::Statement::Deallocate { name, .. } => Ok(Statement::Deallocate(
+            (!(name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all")))
+                .then(|| ident_name(&name)),
+        )),
+        ast::Statement::Savepoint { name } => Ok(Statement::Transaction(TransactionOp::Savepoint(
+            ident_name(&name),
+        ))),
+        ast::Statement::ReleaseSavepoint { name } => Ok(Statement::Transaction(
+            TransactionOp::Release(ident_name(&name)),
+        )),
         ast::Statement::Set(set) => set_statement(set),
         ast::Statement::Update(update) => update_statement(update),
         ast::Statement::Delete(delete) => delete_statement(delete),
@@ -1058,6 +1082,14 @@ mod tests {
             }
         ));
         assert!(matches!(parse_sql("FLUSH").unwrap(), Statement::Flush));
+        assert_eq!(
+            parse_sql("DEALLOCATE ALL").unwrap(),
+            Statement::Deallocate(None)
+        );
+        assert_eq!(
+            parse_sql("DEALLOCATE PREPARE \"_pg3_1\"").unwrap(),
+            Statement::Deallocate(Some("_pg3_1".into()))
+        );
         assert!(matches!(
             parse_sql("show materialized views").unwrap(),
             Statement::ShowViews

@@ -1,7 +1,7 @@
 //! PostgreSQL's functions that drivers and tools call and DataFusion lacks
 //! or answers differently: `version()` (SQLAlchemy parses it),
 //! `current_setting`, `set_config`, `pg_sleep`, `json_build_object`,
-//! `pg_get_serial_sequence` and `pg_collation_is_visible`, and the
+//! `pg_get_serial_sequence`, `pg_collation_is_visible` and `to_regtype`, and the
 //! settings that `SHOW` answers.
 
 use std::sync::Arc;
@@ -184,6 +184,33 @@ fn json_value(v: &ScalarValue) -> serde_json::Value {
 }
 
 /// Registers the functions, replacing DataFusion's of the same name.
+/// The oid of a built-in type by any of its names.
+fn builtin_type_oid(name: &str) -> Option<i32> {
+    Some(match name.trim().to_lowercase().as_str() {
+        "bool" | "boolean" => 16,
+        "bytea" => 17,
+        "char" => 18,
+        "name" => 19,
+        "int8" | "bigint" => 20,
+        "int2" | "smallint" => 21,
+        "int4" | "integer" | "int" => 23,
+        "text" => 25,
+        "oid" => 26,
+        "json" => 114,
+        "float4" | "real" => 700,
+        "float8" | "double precision" => 701,
+        "bpchar" | "character" => 1042,
+        "varchar" | "character varying" => 1043,
+        "date" => 1082,
+        "timestamp" | "timestamp without time zone" => 1114,
+        "timestamptz" | "timestamp with time zone" => 1184,
+        "numeric" | "decimal" => 1700,
+        "uuid" => 2950,
+        "jsonb" => 3802,
+        _ => return None,
+    })
+}
+
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Immutable),
@@ -230,6 +257,28 @@ pub fn register(ctx: &SessionContext) {
         DataType::Boolean,
         Volatility::Stable,
         Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
+    ));
+    // psycopg looks types up by name (SQLAlchemy asks for hstore on
+    // connect): the oid of a built-in type, NULL for any other name.
+    ctx.register_udf(create_udf(
+        "to_regtype",
+        vec![DataType::Utf8],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(|args| {
+            let text = arrow::compute::cast(&args[0].to_array(1)?, &DataType::Utf8)?;
+            let text = text.as_string::<i32>();
+            let oids: arrow::array::Int32Array = text
+                .iter()
+                .map(|name| name.and_then(builtin_type_oid))
+                .collect();
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&oids, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(oids)),
+            })
+        }),
     ));
     ctx.register_udf(create_udf(
         "pg_sleep",
@@ -292,6 +341,11 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(one("SELECT pg_sleep(0.2)").await.unwrap(), "");
         assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(one("SELECT to_regtype('integer')").await.unwrap(), "23");
+        assert_eq!(
+            one("SELECT to_regtype('hstore') IS NULL").await.unwrap(),
+            "true"
+        );
         assert!(one("SELECT current_setting('no_such_thing')")
             .await
             .is_err());

@@ -19,19 +19,29 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
 
+use crate::error::SluiceError;
+
 type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 
-/// A DataFrame's rows, streamed as they are computed.
+/// A DataFrame's rows, streamed as they are computed. `on_error` runs
+/// when computing them fails after the response has begun (a division by
+/// zero in some row): the statement failed, though it returned.
 pub async fn dataframe(
     df: DataFrame,
     format: &Format,
     options: Arc<FormatOptions>,
+    on_error: impl Fn() + Send + Sync + 'static,
 ) -> PgWireResult<QueryResponse> {
     let schema = df.schema().as_arrow().clone();
     let batches = df
         .execute_stream()
         .await
-        .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+        .map_err(|e| PgWireError::ApiError(Box::new(e)))?
+        .inspect(move |b| {
+            if b.is_err() {
+                on_error();
+            }
+        });
     stream_of(&schema, batches, format, options)
 }
 
@@ -42,7 +52,7 @@ pub fn batches(
     format: &Format,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<QueryResponse> {
-    let batches = stream::iter(batches.into_iter().map(Ok::<_, PgWireError>));
+    let batches = stream::iter(batches.into_iter().map(Ok::<_, SluiceError>));
     stream_of(schema, batches, format, options)
 }
 
@@ -53,14 +63,15 @@ fn stream_of<E>(
     options: Arc<FormatOptions>,
 ) -> PgWireResult<QueryResponse>
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: Into<SluiceError>,
 {
     let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, Some(options))?);
     let for_rows = fields.clone();
     let rows = batches
         .map(move |batch| {
+            // A failure found while computing rows keeps its SQLSTATE.
             let rows: Rows = match batch
-                .map_err(|e| PgWireError::ApiError(Box::new(e)))
+                .map_err(|e| e.into().into_pg())
                 .and_then(|b| postgres_text(b, &for_rows))
             {
                 Ok(b) => encode_recordbatch(for_rows.clone(), b),

@@ -22,13 +22,13 @@ use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, DescribeResponse, FieldInfo, Response, Tag};
-use pgwire::api::stmt::QueryParser;
+use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyDone, CopyOutResponse};
 use pgwire::messages::data::{NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
@@ -577,6 +577,34 @@ impl Handlers {
                 .run_plan(client, plan, false, &Format::UnifiedText)
                 .await;
         }
+        // Statements whose effects a ROLLBACK TO SAVEPOINT cannot undo.
+        let effect = matches!(
+            stmt,
+            Statement::Insert { .. }
+                | Statement::CopyFrom(_)
+                | Statement::Update { .. }
+                | Statement::Delete { .. }
+                | Statement::Fetch(_)
+        );
+        let result = self.dispatch(client, stmt, sql, format).await;
+        if effect && result.is_ok() {
+            note_effect(client);
+        }
+        result
+    }
+
+    async fn dispatch<C>(
+        &self,
+        client: &mut C,
+        stmt: Statement,
+        sql: &str,
+        format: &Format,
+    ) -> Result<Response, SluiceError>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         match stmt {
             Statement::CreateTable(ct) => {
                 self.store.create_table(ct.table, ct.if_not_exists)?;
@@ -741,6 +769,10 @@ impl Handlers {
                 Ok(Response::Execution(Tag::new("FLUSH")))
             }
             Statement::ShowViews => Err(SluiceError::Unsupported("SHOW MATERIALIZED VIEWS".into())),
+            // The simple protocol handles DEALLOCATE before it gets here.
+            Statement::Deallocate(_) => Err(SluiceError::Unsupported(
+                "DEALLOCATE in the extended query protocol; send it as a simple query".into(),
+            )),
             Statement::Transaction(op) => self.transaction(client, op).await,
             Statement::CreateSubscription(c) => {
                 self.subs.create(&c).await?;
@@ -1017,15 +1049,24 @@ impl Handlers {
         op: TransactionOp,
     ) -> Result<Response, SluiceError> {
         let s = session(client);
-        let state = *s.transaction.lock();
-        if op == TransactionOp::Begin {
-            if !state.open {
-                *s.transaction.lock() = TransactionState {
-                    open: true,
-                    failed: false,
-                };
+        let state = s.transaction.lock().clone();
+        match &op {
+            TransactionOp::Begin => {
+                if !state.open {
+                    *s.transaction.lock() = TransactionState {
+                        open: true,
+                        ..Default::default()
+                    };
+                }
+                return Ok(Response::TransactionStart(Tag::new("BEGIN")));
             }
-            return Ok(Response::TransactionStart(Tag::new("BEGIN")));
+            TransactionOp::Savepoint(_)
+            | TransactionOp::Release(_)
+            | TransactionOp::RollbackTo(_) => {
+                let tag = s.transaction.lock().savepoint(&op)?;
+                return Ok(Response::Execution(Tag::new(tag)));
+            }
+            TransactionOp::Commit | TransactionOp::Rollback => {}
         }
         let commit = op == TransactionOp::Commit && !state.failed;
         let mut cursors = std::mem::take(&mut *s.cursors.lock());
@@ -1109,9 +1150,15 @@ impl Handlers {
             return insert_count(df).await;
         }
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let resp = encode::dataframe(df, format, options)
-            .await
-            .map_err(encode_error)?;
+        let session = session(client);
+        let resp = encode::dataframe(df, format, options, move || {
+            let mut t = session.transaction.lock();
+            if t.open {
+                t.failed = true;
+            }
+        })
+        .await
+        .map_err(encode_error)?;
         Ok(Response::Query(resp))
     }
 }
@@ -1134,6 +1181,22 @@ impl SimpleQueryHandler for Handlers {
         }
         let mut out = Vec::with_capacity(pieces.len());
         for piece in pieces {
+            if let Some(target) = deallocation(&piece) {
+                match deallocate(client, target) {
+                    Ok(r) => {
+                        out.push(r);
+                        continue;
+                    }
+                    Err(e) => {
+                        note_failure(client);
+                        if out.is_empty() {
+                            return Err(e.into_pg());
+                        }
+                        out.push(Response::Error(Box::new(pg_error_info(e))));
+                        break;
+                    }
+                }
+            }
             let span = info_span!("statement", sql = %truncate(&piece));
             let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
             let result = SCAN_NOTICES
@@ -1188,6 +1251,52 @@ fn progress_message(view: &str, p: &BackfillProgress) -> String {
 }
 
 /// A statement failed: an open transaction block is now aborted.
+/// What a `DEALLOCATE` statement removes (`Some(None)`: all), if `sql` is
+/// one. Only statements that start with the word are parsed again.
+fn deallocation(sql: &str) -> Option<Option<String>> {
+    let starts = sql
+        .trim_start()
+        .get(..10)
+        .is_some_and(|w| w.eq_ignore_ascii_case("deallocate"));
+    match starts.then(|| parse_sql(sql)) {
+        Some(Ok(Statement::Deallocate(target))) => Some(target),
+        _ => None,
+    }
+}
+
+/// `DEALLOCATE name | ALL`: forgets statements prepared with Parse.
+fn deallocate<C>(client: &C, target: Option<String>) -> Result<Response, SluiceError>
+where
+    C: ClientInfo + ClientPortalStore,
+    C::PortalStore: PortalStore,
+{
+    let s = session(client);
+    let mut prepared = s.prepared.lock();
+    let names: Vec<String> = match target {
+        Some(name) => {
+            if !prepared.contains(&name) {
+                return Err(SluiceError::UndefinedPreparedStatement(name));
+            }
+            vec![name]
+        }
+        None => prepared.iter().cloned().collect(),
+    };
+    for name in names {
+        client.portal_store().rm_statement(&name);
+        prepared.remove(&name);
+    }
+    Ok(Response::Execution(Tag::new("DEALLOCATE")))
+}
+
+/// A write or FETCH took effect inside the transaction block.
+fn note_effect<C: ClientInfo>(client: &C) {
+    let s = session(client);
+    let mut t = s.transaction.lock();
+    if t.open {
+        t.effects += 1;
+    }
+}
+
 fn note_failure<C: ClientInfo>(client: &C) {
     let s = session(client);
     let mut t = s.transaction.lock();
@@ -1276,6 +1385,33 @@ impl ExtendedQueryHandler for Handlers {
     /// PostgreSQL does: pgwire's default sends an empty RowDescription when
     /// the statement has parameters, which pgJDBC reads as "a result was
     /// returned when none was expected" on a prepared INSERT.
+    /// Parse as pgwire does it, remembering the statement's name for
+    /// `DEALLOCATE ALL`.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        let parser = self.query_parser();
+        match StoredStatement::parse(client, &message, parser).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if !name.is_empty() {
+            session(client).prepared.lock().insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1408,10 +1544,13 @@ impl Handlers {
             }
             Prepared::Insert(insert) => {
                 let span = info_span!("statement", sql = %truncate(&portal.statement.id));
-                self.run_insert(portal, insert)
+                let response = self
+                    .run_insert(portal, insert)
                     .instrument(span)
                     .await
-                    .map_err(SluiceError::into_pg)
+                    .map_err(SluiceError::into_pg)?;
+                note_effect(client);
+                Ok(response)
             }
             Prepared::PointRead { plan, read } => {
                 let params = bound_parameters(portal, plan)?;
@@ -1437,10 +1576,15 @@ impl Handlers {
                     .replace_params_with_values(&params)
                     .map_err(|e| SluiceError::from(e).into_pg())?;
                 let span = info_span!("statement", sql = %truncate(&portal.statement.id));
-                self.run_plan(client, plan, *is_insert, &portal.result_column_format)
+                let response = self
+                    .run_plan(client, plan, *is_insert, &portal.result_column_format)
                     .instrument(span)
                     .await
-                    .map_err(SluiceError::into_pg)
+                    .map_err(SluiceError::into_pg)?;
+                if *is_insert {
+                    note_effect(client);
+                }
+                Ok(response)
             }
         }
     }

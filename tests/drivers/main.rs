@@ -54,7 +54,7 @@ fn asyncpg() {
 #[test]
 fn psycopg2_sqlalchemy_pandas() {
     python_scenario(
-        "psycopg2, sqlalchemy, pandas, greenlet",
+        "psycopg, psycopg2, sqlalchemy, pandas, greenlet",
         "sqlalchemy_scenario.py",
     );
 }

@@ -81,6 +81,19 @@ with Session(engine) as s:
     assert got == [(2, None), (3, "c")], got
 
 
+# SQLAlchemy over psycopg 3: on connect the dialect looks up types inside
+# a savepoint; then Core with bound parameters, past psycopg's
+# server-side prepare threshold.
+engine3 = sa.create_engine(f"postgresql+psycopg://sa@127.0.0.1:{PORT}/sluice")
+with engine3.connect() as c:
+    c.execute(sa.text("INSERT INTO sa_items VALUES (:id, :name)"), [{"id": 10 + i, "name": "p3"} for i in range(5)])
+    c.commit()
+    for _ in range(8):
+        n = c.execute(sa.text("SELECT count(*) FROM sa_items WHERE name = :n"), {"n": "p3"}).scalar()
+    assert n == 5, n
+    assert [x["name"] for x in sa.inspect(c).get_columns("sa_items")] == ["id", "name"]
+
+
 # SQLAlchemy over asyncpg.
 async def with_asyncpg():
     engine = create_async_engine(f"postgresql+asyncpg://sa@127.0.0.1:{PORT}/sluice")
