@@ -50,7 +50,7 @@ S="psql -X -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b"
 for _ in $(seq 100); do $S -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
 $S -c "CREATE TABLE usage (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP) APPEND ONLY WITH (partitions = 4, partition_key = 'tenant')"
 $S -c "\copy usage FROM '$WORK/usage.csv' WITH (FORMAT csv)"
-for g in 1 2 3 4 5; do $S -c "CREATE SUBSCRIPTION g$g FROM usage"; done
+for g in 1 2 3 4 5 6; do $S -c "CREATE SUBSCRIPTION g$g FROM usage"; done
 
 fetch_script "DECLARE c SUBSCRIPTION CURSOR FOR g1;" "" > "$WORK/s1.sql"
 t0=$(now); $S -At -o /dev/null -f "$WORK/s1.sql"; t1=$(now)
@@ -65,6 +65,10 @@ wait "${PIDS[@]}"
 t3=$(now)
 LAG=$($S -At -c "SELECT SUM(lag_records) FROM sluice_catalog.lag WHERE kind = 'subscription'")
 [ "$LAG" = "0" ] || { echo "groups still lag by $LAG"; exit 1; }
+
+# Binary results: asyncpg, 10,000 rows per FETCH, in one transaction.
+read -r SB_ROWS SB_SECS <<<"$(python3 benches/fetch_binary.py $SLUICE_PORT b "DECLARE c SUBSCRIPTION CURSOR FOR g6")"
+[ "$SB_ROWS" = "$ROWS" ] || { echo "binary FETCH read $SB_ROWS rows"; exit 1; }
 
 $S -c "CREATE MATERIALIZED VIEW by_tenant AS SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS events FROM usage GROUP BY tenant"
 $S -c "FLUSH"
@@ -89,17 +93,20 @@ PIDS=()
 for g in 2 3 4 5; do $P -At -o /dev/null -f "$WORK/p.sql" & PIDS+=($!); done
 wait "${PIDS[@]}"
 t9=$(now)
+read -r PB_ROWS PB_SECS <<<"$(python3 benches/fetch_binary.py $PG_PORT postgres "DECLARE c CURSOR FOR SELECT * FROM usage")"
+[ "$PB_ROWS" = "$ROWS" ] || { echo "PostgreSQL binary FETCH read $PB_ROWS rows"; exit 1; }
 $P -c "CREATE MATERIALIZED VIEW by_tenant AS SELECT tenant, SUM(tokens) AS tokens, COUNT(*) AS events FROM usage GROUP BY tenant"
 t10=$(now); $P -c "REFRESH MATERIALIZED VIEW by_tenant"; t11=$(now)
 
-python3 - "$ROWS" "$t0" "$t1" "$t2" "$t3" "$t4" "$t5" "$t6" "$t7" "$t8" "$t9" "$t10" "$t11" <<'PY'
+python3 - "$ROWS" "$SB_SECS" "$PB_SECS" "$t0" "$t1" "$t2" "$t3" "$t4" "$t5" "$t6" "$t7" "$t8" "$t9" "$t10" "$t11" <<'PY'
 import sys
-rows = int(sys.argv[1]); t = list(map(float, sys.argv[2:]))
+rows = int(sys.argv[1]); sb, pb = float(sys.argv[2]), float(sys.argv[3]); t = list(map(float, sys.argv[4:]))
 s1, s4, sr = rows / (t[1] - t[0]), 4 * rows / (t[3] - t[2]), rows / (t[5] - t[4])
 p1, p4, pr = rows / (t[7] - t[6]), 4 * rows / (t[9] - t[8]), rows / (t[11] - t[10])
 print("| rows | measure | Sluice rows/s | PostgreSQL 15 rows/s | ratio |")
 print("|---|---|---|---|---|")
 print(f"| {rows:,} | FETCH {10000:,} at a time, 1 group | {s1:,.0f} ({t[1]-t[0]:.2f} s) | {p1:,.0f} ({t[7]-t[6]:.2f} s) | {s1/p1:.2f}x |")
+print(f"| {rows:,} | FETCH, binary results (asyncpg) | {rows/sb:,.0f} ({sb:.2f} s) | {rows/pb:,.0f} ({pb:.2f} s) | {pb/sb:.2f}x |")
 print(f"| {rows:,} | FETCH, 4 groups at once (total) | {s4:,.0f} ({t[3]-t[2]:.2f} s) | {p4:,.0f} ({t[9]-t[8]:.2f} s) | {s4/p4:.2f}x |")
 print(f"| {rows:,} | REBUILD vs REFRESH MATERIALIZED VIEW | {sr:,.0f} ({t[5]-t[4]:.2f} s) | {pr:,.0f} ({t[11]-t[10]:.2f} s) | {sr/pr:.2f}x |")
 PY
