@@ -465,4 +465,32 @@ fn psql_describe() {
         !out.contains("_offset"),
         "hidden columns are not listed: {out}"
     );
+    // \dm lists materialized views, \dt tables, \dv the system tables;
+    // \d of a view says what it is; timestamps print as PostgreSQL's do.
+    let (ok, out, err) = server.psql(
+        "CREATE MATERIALIZED VIEW per_note AS SELECT note, COUNT(*) AS n FROM d GROUP BY note;
+         \\dm
+         \\dt
+         \\dv sluice_catalog.*
+         \\d per_note
+         SELECT TIMESTAMP '2026-01-01 10:00:00' AS a, TIMESTAMP '2026-01-01 10:00:00.25' AS b;",
+    );
+    assert!(ok, "{err}");
+    let line = |name: &str| {
+        out.lines()
+            .filter(|l| l.split('|').nth(1).map(str::trim) == Some(name))
+            .map(|l| l.split('|').nth(2).map(str::trim).unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("per_note"), vec!["materialized view"], "{out}");
+    assert_eq!(line("d"), vec!["table"], "{out}");
+    assert_eq!(line("lag"), vec!["view"], "{out}");
+    assert!(
+        out.contains("Materialized view \"public.per_note\""),
+        "{out}"
+    );
+    assert!(
+        out.contains("2026-01-01 10:00:00 | 2026-01-01 10:00:00.25"),
+        "{out}"
+    );
 }
