@@ -23,10 +23,10 @@ const PG_EPOCH_US: i64 = PG_EPOCH_DAYS * 86_400_000_000;
 pub struct BinaryCopyReader {
     header_done: bool,
     pub done: bool,
+    /// Per field, the text of the last value that needed converting
+    /// (numbers, dates): reused, so a tuple allocates nothing.
+    scratch: Vec<String>,
 }
-
-/// One decoded tuple: each field's text form, or None for NULL.
-pub type TextTuple = Vec<Option<String>>;
 
 fn bad(tuple: u64, reason: impl Into<String>) -> IngestError {
     IngestError::BadFormat {
@@ -37,20 +37,26 @@ fn bad(tuple: u64, reason: impl Into<String>) -> IngestError {
 
 impl BinaryCopyReader {
     /// Decodes every complete tuple at the start of `buf` (tuples counted
-    /// from `first_tuple`, 1-based), for columns of the given types;
-    /// returns the tuples and how many bytes they used. An incomplete
+    /// from `first_tuple`, 1-based), for columns of the given types, and
+    /// hands each to `sink` as its fields' text (None for NULL) with its
+    /// number; returns how many tuples and bytes were used. An incomplete
     /// tuple at the end is left for the next chunk.
     pub fn read(
         &mut self,
         buf: &[u8],
         types: &[SqlType],
         first_tuple: u64,
-    ) -> Result<(Vec<TextTuple>, usize), IngestError> {
+        mut sink: impl FnMut(&[Option<&str>], u64) -> Result<(), IngestError>,
+    ) -> Result<(u64, usize), IngestError> {
         let mut pos = 0;
-        let mut out = Vec::new();
+        let mut tuples = 0u64;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.resize(types.len(), String::new());
+        let mut fields: Vec<Option<&[u8]>> = Vec::with_capacity(types.len());
         if !self.header_done {
             if buf.len() < SIGNATURE.len() + 8 {
-                return Ok((out, 0));
+                self.scratch = scratch;
+                return Ok((0, 0));
             }
             if &buf[..SIGNATURE.len()] != SIGNATURE {
                 return Err(bad(0, "COPY file signature not recognized"));
@@ -61,13 +67,14 @@ impl BinaryCopyReader {
             }
             let ext = be_u32(&buf[15..19]) as usize;
             if buf.len() < 19 + ext {
-                return Ok((out, 0));
+                self.scratch = scratch;
+                return Ok((0, 0));
             }
             pos = 19 + ext;
             self.header_done = true;
         }
         while !self.done {
-            let tuple = first_tuple + out.len() as u64;
+            let tuple = first_tuple + tuples;
             let Some(count) = buf
                 .get(pos..pos + 2)
                 .map(|b| i16::from_be_bytes([b[0], b[1]]))
@@ -87,7 +94,7 @@ impl BinaryCopyReader {
             }
             // Find the tuple's end before decoding, so a split tuple waits.
             let mut at = pos + 2;
-            let mut fields: Vec<Option<&[u8]>> = Vec::with_capacity(types.len());
+            fields.clear();
             let mut complete = true;
             for _ in 0..types.len() {
                 let Some(len) = buf.get(at..at + 4).map(be_i32) else {
@@ -110,18 +117,44 @@ impl BinaryCopyReader {
             if !complete {
                 break;
             }
-            let text = fields
+            for ((f, ty), text) in fields.iter().zip(types).zip(scratch.iter_mut()) {
+                if let (Some(v), None) = (f, borrowed_text(ty)) {
+                    text.clear();
+                    field_text_into(v, ty, text).map_err(|reason| bad(tuple, reason))?;
+                }
+            }
+            let texts = fields
                 .iter()
                 .zip(types)
-                .map(|(f, ty)| {
-                    f.map(|v| field_text(v, ty).map_err(|reason| bad(tuple, reason)))
-                        .transpose()
+                .zip(scratch.iter())
+                .map(|((f, ty), text)| match (f, borrowed_text(ty)) {
+                    (None, _) => Ok(None),
+                    (Some(v), Some(jsonb)) => {
+                        let v = match (jsonb, v.split_first()) {
+                            (true, Some((1, rest))) => rest,
+                            _ => v,
+                        };
+                        utf8(v).map(Some).map_err(|reason| bad(tuple, reason))
+                    }
+                    (Some(_), None) => Ok(Some(text.as_str())),
                 })
-                .collect::<Result<TextTuple, _>>()?;
-            out.push(text);
+                .collect::<Result<Vec<Option<&str>>, IngestError>>()?;
+            sink(&texts, tuple)?;
+            tuples += 1;
             pos = at;
         }
-        Ok((out, pos))
+        self.scratch = scratch;
+        Ok((tuples, pos))
+    }
+}
+
+/// For types whose binary form is their text (`Some(is_jsonb)`), the text
+/// is read in place.
+fn borrowed_text(ty: &SqlType) -> Option<bool> {
+    match ty {
+        SqlType::Text | SqlType::Varchar { .. } => Some(false),
+        SqlType::Jsonb => Some(true),
+        _ => None,
     }
 }
 
@@ -142,53 +175,75 @@ fn fixed<const N: usize>(v: &[u8], what: &str) -> Result<[u8; N], String> {
 /// type (a binary COPY field, or a parameter bound in binary), or why it
 /// is not one.
 pub fn field_text(v: &[u8], ty: &SqlType) -> Result<String, String> {
-    Ok(match ty {
-        SqlType::Boolean => match fixed::<1>(v, "boolean")?[0] {
-            0 => "f".into(),
-            _ => "t".into(),
-        },
-        SqlType::SmallInt => i16::from_be_bytes(fixed(v, "smallint")?).to_string(),
-        SqlType::Int => i32::from_be_bytes(fixed(v, "integer")?).to_string(),
-        SqlType::BigInt => i64::from_be_bytes(fixed(v, "bigint")?).to_string(),
-        SqlType::Real => float_text(f32::from_be_bytes(fixed(v, "real")?) as f64),
-        SqlType::Double => float_text(f64::from_be_bytes(fixed(v, "double")?)),
-        SqlType::Numeric { .. } => numeric_text(v)?,
-        SqlType::Text | SqlType::Varchar { .. } => utf8(v)?.to_string(),
+    let mut out = String::new();
+    field_text_into(v, ty, &mut out)?;
+    Ok(out)
+}
+
+/// [`field_text`], appended to `out`.
+fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), String> {
+    use std::fmt::Write;
+    let _ = match ty {
+        SqlType::Boolean => {
+            out.push(if fixed::<1>(v, "boolean")?[0] == 0 {
+                'f'
+            } else {
+                't'
+            });
+            Ok(())
+        }
+        SqlType::SmallInt => write!(out, "{}", i16::from_be_bytes(fixed(v, "smallint")?)),
+        SqlType::Int => write!(out, "{}", i32::from_be_bytes(fixed(v, "integer")?)),
+        SqlType::BigInt => write!(out, "{}", i64::from_be_bytes(fixed(v, "bigint")?)),
+        SqlType::Real => {
+            out.push_str(&float_text(f32::from_be_bytes(fixed(v, "real")?) as f64));
+            Ok(())
+        }
+        SqlType::Double => {
+            out.push_str(&float_text(f64::from_be_bytes(fixed(v, "double")?)));
+            Ok(())
+        }
+        SqlType::Numeric { .. } => {
+            out.push_str(&numeric_text(v)?);
+            Ok(())
+        }
+        SqlType::Text | SqlType::Varchar { .. } => {
+            out.push_str(utf8(v)?);
+            Ok(())
+        }
         // jsonb's binary form is a version byte (1) and the text; a client
         // that took the column for text sends the text alone (JSON text
         // never starts with byte 1).
-        SqlType::Jsonb => match v.split_first() {
-            Some((1, rest)) => utf8(rest)?.to_string(),
-            _ => utf8(v)?.to_string(),
-        },
+        SqlType::Jsonb => {
+            out.push_str(match v.split_first() {
+                Some((1, rest)) => utf8(rest)?,
+                _ => utf8(v)?,
+            });
+            Ok(())
+        }
         SqlType::Bytea => {
-            let mut s = String::with_capacity(2 + v.len() * 2);
-            s.push_str("\\x");
-            for b in v {
-                s.push_str(&format!("{b:02x}"));
-            }
-            s
+            out.push_str("\\x");
+            v.iter().try_for_each(|b| write!(out, "{b:02x}"))
         }
         SqlType::Date => {
             let days = i32::from_be_bytes(fixed(v, "date")?) as i64 + PG_EPOCH_DAYS;
             let date =
                 chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or("date out of range")?;
-            date.format("%Y-%m-%d").to_string()
+            write!(out, "{}", date.format("%Y-%m-%d"))
         }
         SqlType::Timestamp | SqlType::TimestampTz => {
-            let us = i64::from_be_bytes(fixed(v, "timestamp")?);
-            let at = us
+            let us = i64::from_be_bytes(fixed(v, "timestamp")?)
                 .checked_add(PG_EPOCH_US)
-                .and_then(chrono::DateTime::from_timestamp_micros)
+                .filter(|us| chrono::DateTime::from_timestamp_micros(*us).is_some())
                 .ok_or("timestamp out of range")?;
-            let text = at.naive_utc().format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+            super::stager::write_postgres_timestamp(us, false, out);
             if matches!(ty, SqlType::TimestampTz) {
-                text + "+00:00"
-            } else {
-                text
+                out.push_str("+00:00");
             }
+            Ok(())
         }
-    })
+    };
+    Ok(())
 }
 
 fn utf8(v: &[u8]) -> Result<&str, String> {
@@ -336,13 +391,15 @@ mod tests {
         for split in 1..data.len() {
             let mut r = BinaryCopyReader::default();
             let mut carry = data[..split].to_vec();
-            let mut rows = Vec::new();
-            let (got, used) = r.read(&carry, &types, 1).unwrap();
-            rows.extend(got);
+            let mut rows: Vec<Vec<Option<String>>> = Vec::new();
+            let mut collect = |fields: &[Option<&str>], _: u64| {
+                rows.push(fields.iter().map(|f| f.map(str::to_string)).collect());
+                Ok(())
+            };
+            let (got, used) = r.read(&carry, &types, 1, &mut collect).unwrap();
             carry.drain(..used);
             carry.extend_from_slice(&data[split..]);
-            let (got, _) = r.read(&carry, &types, 1 + rows.len() as u64).unwrap();
-            rows.extend(got);
+            r.read(&carry, &types, 1 + got, &mut collect).unwrap();
             assert!(r.done, "split at {split}");
             assert_eq!(
                 rows,

@@ -87,10 +87,10 @@ impl CopyParser {
             return Ok(0);
         };
         let first = self.stager.rows() + 1;
-        let (tuples, used) = reader.read(&self.carry, types, first)?;
-        for (i, t) in tuples.iter().enumerate() {
-            self.stager.push_row(t, first + i as u64)?;
-        }
+        let stager = &mut self.stager;
+        let (_, used) = reader.read(&self.carry, types, first, |fields, tuple| {
+            stager.push_row(fields, tuple)
+        })?;
         self.done = reader.done;
         Ok(used)
     }
