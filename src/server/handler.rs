@@ -1406,8 +1406,9 @@ impl ExtendedQueryHandler for Handlers {
         if !name.is_empty() {
             session(client).prepared.lock().insert(name);
         }
+        // Fed, not sent: Sync or Flush sends it with what follows.
         client
-            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
         Ok(())
     }
