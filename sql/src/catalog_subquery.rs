@@ -15,9 +15,7 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Statement, TableFactor, VisitMut,
-    VisitorMut,
+    Expr, Query, SelectItem, SetExpr, Statement, TableFactor, VisitMut, VisitorMut,
 };
 
 const AGGREGATES: [&str; 10] = [
@@ -77,20 +75,7 @@ fn is_aggregate(e: &Expr) -> bool {
 }
 
 fn max_of(e: Expr) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new("max"))]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(e))],
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
+    crate::set_returning::call("max", vec![e])
 }
 
 impl VisitorMut for CatalogSubqueries {

@@ -9,16 +9,19 @@
 mod catalog_subquery;
 mod ddl;
 mod depth;
+mod driver_queries;
 mod error;
 mod hidden;
 mod parse;
 mod regproc;
+mod set_returning;
 mod subscription;
 mod windows;
 
 pub use catalog_subquery::rewrite_catalog_subqueries;
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
+pub use driver_queries::driver_query;
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{
@@ -26,6 +29,7 @@ pub use parse::{
     ExportTarget, InsertValue, Statement, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
+pub use set_returning::rewrite_set_returning;
 pub use sqlparser;
 pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};
 pub use windows::{rewrite_window_functions, WindowSpec};

@@ -11,7 +11,8 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
-use super::pg_catalog_info::{SluiceCatalogInfo, SluicePgCatalog};
+use super::pg_catalog_info::{OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog};
+use super::pg_keys::{key_functions, PrimaryKeys};
 use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
@@ -42,6 +43,7 @@ pub fn build_context(
     })?;
     let store_for_udtf = store.clone();
     let store_for_catalog = store.clone();
+    let store_for_keys = store.clone();
     catalog.register_schema(
         "public",
         Arc::new(PublicSchema {
@@ -64,6 +66,14 @@ pub fn build_context(
         }),
     );
     setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
+    {
+        let state = ctx.state_ref();
+        let existing = state.read().clone();
+        *state.write() =
+            datafusion::execution::session_state::SessionStateBuilder::new_from_existing(existing)
+                .with_type_planner(Arc::new(OidArrayTypePlanner))
+                .build();
+    }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,
     // no hidden columns) rather than by the planner's schemas.
     let pg_catalog = PgCatalogSchemaProvider::try_new(
@@ -74,14 +84,19 @@ pub fn build_context(
         Arc::new(PgCatalogStaticTables::try_new()?),
         EmptyContextProvider,
     )?;
+    let keys = Arc::new(PrimaryKeys::new(store_for_keys));
     catalog.register_schema(
         "pg_catalog",
         Arc::new(SluicePgCatalog {
             inner: Arc::new(pg_catalog),
             views,
+            keys: keys.clone(),
         }),
     )?;
     super::pg_functions::register(&ctx);
+    for f in key_functions(keys) {
+        ctx.register_udf(f);
+    }
     Ok(ctx)
 }
 

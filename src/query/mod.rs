@@ -5,6 +5,7 @@
 mod context;
 mod pg_catalog_info;
 mod pg_functions;
+mod pg_keys;
 mod point_read;
 mod provider;
 mod sink;

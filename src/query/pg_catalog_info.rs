@@ -11,19 +11,22 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, StringArray};
+use arrow::array::{AsArray, BooleanArray, StringArray};
 use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProviderList, SchemaProvider, Session};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 
 use crate::log::LogStore;
 use crate::stream::ViewManager;
+
+use super::pg_keys::{index_class_rows, scan_all, KeyCatalog, KeyCatalogTable, PrimaryKeys};
 
 #[derive(Clone)]
 pub struct SluiceCatalogInfo {
@@ -83,9 +86,13 @@ impl CatalogInfo for SluiceCatalogInfo {
 /// `pg_class` gives materialized views relkind `m` (its relkind comes from
 /// DataFusion's table types, which know only tables and views), so psql's
 /// `\dm` lists them, `\dv` does not, and `\d v` says "Materialized view".
+///
+/// Primary keys show as indexes and constraints ([`super::pg_keys`]), and
+/// `pg_settings` lists the settings `SHOW` answers.
 pub struct SluicePgCatalog {
     pub inner: Arc<dyn SchemaProvider>,
     pub views: Arc<ViewManager>,
+    pub keys: Arc<PrimaryKeys>,
 }
 
 impl fmt::Debug for SluicePgCatalog {
@@ -101,13 +108,33 @@ impl SchemaProvider for SluicePgCatalog {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        if name == "pg_settings" {
+            return Ok(Some(Arc::new(super::pg_functions::settings_table()?)));
+        }
         let table = self.inner.table(name).await?;
-        match table {
-            Some(inner) if name == "pg_class" => Ok(Some(Arc::new(PgClass {
+        let key_catalog = match name {
+            "pg_index" => Some(KeyCatalog::Index),
+            "pg_constraint" => Some(KeyCatalog::Constraint),
+            _ => None,
+        };
+        match (table, key_catalog) {
+            (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass::new(
                 inner,
-                views: self.views.clone(),
-            }))),
-            other => Ok(other),
+                self.views.clone(),
+                self.keys.clone(),
+            )))),
+            (Some(inner), Some(kind)) => {
+                let Some(pg_class) = self.inner.table("pg_class").await? else {
+                    return Ok(Some(inner));
+                };
+                Ok(Some(Arc::new(KeyCatalogTable::new(
+                    kind,
+                    inner,
+                    pg_class,
+                    self.keys.clone(),
+                ))))
+            }
+            (other, _) => Ok(other),
         }
     }
 
@@ -119,6 +146,32 @@ impl SchemaProvider for SluicePgCatalog {
 struct PgClass {
     inner: Arc<dyn TableProvider>,
     views: Arc<ViewManager>,
+    keys: Arc<PrimaryKeys>,
+    /// The inner schema and `reloptions` (SQLAlchemy's index reflection
+    /// reads it; no relation has options, so it is NULL).
+    schema: SchemaRef,
+}
+
+impl PgClass {
+    fn new(inner: Arc<dyn TableProvider>, views: Arc<ViewManager>, keys: Arc<PrimaryKeys>) -> Self {
+        let mut fields: Vec<Field> = inner
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(
+            "reloptions",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            true,
+        ));
+        Self {
+            inner,
+            views,
+            keys,
+            schema: Arc::new(Schema::new(fields)),
+        }
+    }
 }
 
 impl fmt::Debug for PgClass {
@@ -130,7 +183,7 @@ impl fmt::Debug for PgClass {
 #[async_trait]
 impl TableProvider for PgClass {
     fn schema(&self) -> SchemaRef {
-        self.inner.schema()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -144,14 +197,22 @@ impl TableProvider for PgClass {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>, DataFusionError> {
-        let all = self.inner.scan(state, None, &[], None).await?;
-        let batches = collect(all, state.task_ctx()).await?;
+        let mut batches = scan_all(self.inner.as_ref(), state).await?;
         let schema = self.inner.schema();
-        let (Ok(relname), Ok(relkind)) = (schema.index_of("relname"), schema.index_of("relkind"))
-        else {
-            return super::system::scan_rows(&schema, batches, state, projection, filters, limit)
-                .await;
+        let keyed = self.keys.relations(&batches);
+        batches.push(index_class_rows(&schema, &keyed)?);
+        let keyed: HashSet<i32> = keyed.iter().map(|r| r.table_oid).collect();
+        let column = |name: &str| {
+            schema
+                .index_of(name)
+                .map_err(|_| DataFusionError::Internal(format!("pg_class has no column {name}")))
         };
+        let (relname, relkind, oid, hasindex) = (
+            column("relname")?,
+            column("relkind")?,
+            column("oid")?,
+            column("relhasindex")?,
+        );
         let views: HashSet<String> = self
             .views
             .views()
@@ -160,12 +221,13 @@ impl TableProvider for PgClass {
             .collect();
         let mut out = Vec::with_capacity(batches.len());
         for batch in batches {
-            let (Some(names), Some(kinds)) = (
+            let (Some(names), Some(kinds), Some(oids), Some(hasindexes)) = (
                 batch.column(relname).as_string_opt::<i32>(),
                 batch.column(relkind).as_string_opt::<i32>(),
+                batch.column(oid).as_primitive_opt::<Int32Type>(),
+                batch.column(hasindex).as_boolean_opt(),
             ) else {
-                out.push(batch);
-                continue;
+                return Err(DataFusionError::Internal("pg_class column types".into()));
             };
             let kinds: StringArray = names
                 .iter()
@@ -175,10 +237,67 @@ impl TableProvider for PgClass {
                     (_, kind) => kind,
                 })
                 .collect();
+            let hasindexes: BooleanArray = oids
+                .iter()
+                .zip(hasindexes.iter())
+                .map(|(oid, has)| match oid {
+                    Some(oid) if keyed.contains(&oid) => Some(true),
+                    _ => has,
+                })
+                .collect();
             let mut columns = batch.columns().to_vec();
             columns[relkind] = Arc::new(kinds);
-            out.push(RecordBatch::try_new(batch.schema(), columns)?);
+            columns[hasindex] = Arc::new(hasindexes);
+            columns.push(arrow::array::new_null_array(
+                self.schema
+                    .field(self.schema.fields().len() - 1)
+                    .data_type(),
+                batch.num_rows(),
+            ));
+            out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         }
-        super::system::scan_rows(&schema, out, state, projection, filters, limit).await
+        super::system::scan_rows(&self.schema, out, state, projection, filters, limit).await
+    }
+}
+
+/// datafusion-pg-catalog's SQL type planner, and `oid[]` as a list whose
+/// element is marked as an oid, so a `$1::oid[]` parameter is described as
+/// `oid[]` (asyncpg's type lookup binds one, and asyncpg has no codec for
+/// `int4[]` before that lookup answers).
+#[derive(Debug)]
+pub struct OidArrayTypePlanner;
+
+impl datafusion::logical_expr::planner::TypePlanner for OidArrayTypePlanner {
+    fn plan_type_field(
+        &self,
+        sql_type: &sluice_sql::sqlparser::ast::DataType,
+    ) -> Result<Option<arrow::datatypes::FieldRef>, DataFusionError> {
+        use datafusion_pg_catalog::pg_catalog::oid_type_planner::PgOidTypePlanner;
+        use sluice_sql::sqlparser::ast::{ArrayElemTypeDef, DataType as SqlType};
+        if let SqlType::Array(ArrayElemTypeDef::SquareBracket(element, None)) = sql_type {
+            if let SqlType::Custom(name, args) = element.as_ref() {
+                let is_oid = args.is_empty()
+                    && name
+                        .0
+                        .last()
+                        .and_then(|p| p.as_ident())
+                        .is_some_and(|i| i.value.eq_ignore_ascii_case("oid"));
+                if is_oid {
+                    let element = Field::new("item", DataType::Int32, true).with_metadata(
+                        [(
+                            arrow_pg::datatypes::PG_OID_ALIAS_KEY.to_string(),
+                            "oid".to_string(),
+                        )]
+                        .into(),
+                    );
+                    return Ok(Some(Arc::new(Field::new(
+                        "",
+                        DataType::List(Arc::new(element)),
+                        true,
+                    ))));
+                }
+            }
+        }
+        PgOidTypePlanner.plan_type_field(sql_type)
     }
 }

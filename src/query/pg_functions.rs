@@ -25,29 +25,88 @@ pub fn version_string() -> String {
     )
 }
 
-/// PostgreSQL settings that `SHOW` and `current_setting` answer.
+/// PostgreSQL settings that `SHOW`, `current_setting` and `pg_settings`
+/// answer: the names a setting goes by, and its value.
+const SETTINGS: &[(&[&str], &str)] = &[
+    (&["server_version"], "16.6"),
+    (&["server_version_num"], "160006"),
+    (&["server_encoding"], "UTF8"),
+    (&["client_encoding"], "UTF8"),
+    (&["standard_conforming_strings"], "on"),
+    (&["DateStyle", "datestyle"], "ISO, MDY"),
+    (&["TimeZone", "timezone", "time zone"], "UTC"),
+    (
+        &[
+            "transaction_isolation",
+            "transaction isolation level",
+            "default_transaction_isolation",
+        ],
+        "read committed",
+    ),
+    (
+        &["transaction_read_only", "default_transaction_read_only"],
+        "off",
+    ),
+    (&["search_path"], "public"),
+    (&["integer_datetimes"], "on"),
+    (&["max_identifier_length"], "63"),
+    // JDBC's getImportedKeys and getIndexInfo read this one.
+    (&["max_index_keys"], "32"),
+    (&["application_name"], ""),
+    (&["is_superuser"], "on"),
+    (&["IntervalStyle", "intervalstyle"], "postgres"),
+    (&["lc_collate"], "C.UTF-8"),
+    (&["lc_ctype"], "C.UTF-8"),
+    (&["statement_timeout"], "0"),
+    (&["lock_timeout"], "0"),
+    (&["idle_in_transaction_session_timeout"], "0"),
+    // asyncpg reads it before it looks up array and composite types.
+    (&["jit"], "off"),
+];
+
+/// A setting's value by any of its names, in any case.
 pub fn setting(name: &str) -> Option<&'static str> {
-    Some(match name.to_lowercase().as_str() {
-        "server_version" => "16.6",
-        "server_version_num" => "160006",
-        "server_encoding" | "client_encoding" => "UTF8",
-        "standard_conforming_strings" => "on",
-        "datestyle" => "ISO, MDY",
-        "timezone" | "time zone" => "UTC",
-        "transaction_isolation"
-        | "transaction isolation level"
-        | "default_transaction_isolation" => "read committed",
-        "transaction_read_only" | "default_transaction_read_only" => "off",
-        "search_path" => "public",
-        "integer_datetimes" => "on",
-        "max_identifier_length" => "63",
-        "application_name" => "",
-        "is_superuser" => "on",
-        "intervalstyle" => "postgres",
-        "lc_collate" | "lc_ctype" => "C.UTF-8",
-        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => "0",
-        _ => return None,
-    })
+    SETTINGS
+        .iter()
+        .find(|(names, _)| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+        .map(|(_, v)| *v)
+}
+
+/// `pg_settings`: one row per setting, by its first name.
+pub fn settings_table() -> Result<datafusion::datasource::MemTable> {
+    use arrow::datatypes::{Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("setting", DataType::Utf8, true),
+        Field::new("unit", DataType::Utf8, true),
+        Field::new("category", DataType::Utf8, true),
+        Field::new("short_desc", DataType::Utf8, true),
+        Field::new("context", DataType::Utf8, true),
+        Field::new("vartype", DataType::Utf8, true),
+        Field::new("source", DataType::Utf8, true),
+        Field::new("reset_val", DataType::Utf8, true),
+        Field::new("pending_restart", DataType::Boolean, true),
+    ]));
+    let names: StringArray = SETTINGS.iter().map(|(n, _)| Some(n[0])).collect();
+    let values: StringArray = SETTINGS.iter().map(|(_, v)| Some(*v)).collect();
+    let rows = SETTINGS.len();
+    let text = |v: Option<&str>| -> ArrayRef { Arc::new(StringArray::from(vec![v; rows])) };
+    let batch = arrow::record_batch::RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(names),
+            Arc::new(values.clone()),
+            text(None),
+            text(None),
+            text(None),
+            text(Some("internal")),
+            text(Some("string")),
+            text(Some("default")),
+            Arc::new(values),
+            Arc::new(arrow::array::BooleanArray::from(vec![false; rows])),
+        ],
+    )?;
+    datafusion::datasource::MemTable::try_new(schema, vec![vec![batch]])
 }
 
 /// Applies a one-argument text function to a scalar or an array.
@@ -211,7 +270,93 @@ fn builtin_type_oid(name: &str) -> Option<i32> {
     })
 }
 
+/// `_pg_expandarray(a)`: PostgreSQL's set of `(x, n)` rows, one per
+/// element (the element and its 1-based position), here as a list of
+/// structs; the SQL front end wraps the call in `unnest` (JDBC's key
+/// metadata queries use it).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ExpandArray {
+    signature: Signature,
+}
+
+impl ExpandArray {
+    fn fields(element: &DataType) -> arrow::datatypes::Fields {
+        use arrow::datatypes::Field;
+        vec![
+            Field::new("x", element.clone(), true),
+            Field::new("n", DataType::Int32, false),
+        ]
+        .into()
+    }
+}
+
+impl ScalarUDFImpl for ExpandArray {
+    fn name(&self) -> &str {
+        "_pg_expandarray"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [DataType::List(f)] => Ok(DataType::List(Arc::new(
+                arrow::datatypes::Field::new_list_field(
+                    DataType::Struct(Self::fields(f.data_type())),
+                    true,
+                ),
+            ))),
+            other => Err(DataFusionError::Plan(format!(
+                "_pg_expandarray takes an array, not {other:?}"
+            ))),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args.first(), Some(ColumnarValue::Scalar(_)));
+        let input = args.args[0].to_array(args.number_rows)?;
+        let lists = input
+            .as_list_opt::<i32>()
+            .ok_or_else(|| DataFusionError::Plan("_pg_expandarray takes an array".into()))?;
+        let offsets = lists.offsets();
+        let start = offsets.first().copied().unwrap_or(0);
+        let end = offsets.last().copied().unwrap_or(0);
+        let values = lists.values().slice(start as usize, (end - start) as usize);
+        let mut positions = Vec::with_capacity(values.len());
+        for w in offsets.windows(2) {
+            positions.extend(1..=(w[1] - w[0]));
+        }
+        let fields = Self::fields(values.data_type());
+        let structs = arrow::array::StructArray::try_new(
+            fields.clone(),
+            vec![values, Arc::new(arrow::array::Int32Array::from(positions))],
+            None,
+        )?;
+        let rebased = arrow::buffer::OffsetBuffer::new(
+            offsets.iter().map(|o| o - start).collect::<Vec<_>>().into(),
+        );
+        let out = arrow::array::ListArray::try_new(
+            Arc::new(arrow::datatypes::Field::new_list_field(
+                DataType::Struct(fields),
+                true,
+            )),
+            rebased,
+            Arc::new(structs),
+            lists.nulls().cloned(),
+        )?;
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(Arc::new(out))
+        })
+    }
+}
+
 pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(ScalarUDF::new_from_impl(ExpandArray {
+        signature: Signature::any(1, Volatility::Immutable),
+    }));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Immutable),
     }));

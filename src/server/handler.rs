@@ -5,9 +5,11 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, UInt64Array};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, into_pg_type};
+use arrow_pg::datatypes::{
+    arrow_schema_to_pg_fields, field_into_pg_type, into_pg_type, PG_OID_ALIAS_KEY,
+};
 use async_trait::async_trait;
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
@@ -172,6 +174,7 @@ impl SluiceQueryParser {
         rewrite_window_functions(&mut stmt)?;
         sluice_sql::rewrite_regproc_zero(&mut stmt);
         sluice_sql::rewrite_catalog_subqueries(&mut stmt);
+        sluice_sql::rewrite_set_returning(&mut stmt);
         hide_system_columns(&mut stmt, |t| store.table(t).is_some());
         let state = self.ctx.state();
         let plan = state
@@ -196,6 +199,9 @@ impl SluiceQueryParser {
     /// Re-reads a query with the compatibility rules that rewrite psql's and
     /// drivers' catalog queries into SQL DataFusion can plan.
     fn compat_statement(&self, sql: &str, fallback: ast::Statement) -> ast::Statement {
+        if let Some(s) = sluice_sql::driver_query(sql) {
+            return s;
+        }
         match self.compat.parse(sql) {
             Ok(mut s) if s.len() == 1 => s.remove(0),
             _ => fallback,
@@ -365,9 +371,24 @@ impl SluiceQueryParser {
     }
 }
 
-fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, SluiceError> {
-    let types: HashMap<String, Option<DataType>> = plan.get_parameter_types()?;
-    let mut entries: Vec<(usize, Option<DataType>)> = types
+/// The parameters' types in order, as fields: a `$n::type` cast keeps the
+/// cast's field, whose metadata can name a PostgreSQL type (`oid`) that
+/// Arrow's type alone does not.
+fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>, SluiceError> {
+    let mut types: HashMap<String, Option<FieldRef>> = plan
+        .get_parameter_types()?
+        .into_iter()
+        .map(|(id, t)| (id, t.map(|t| Arc::new(Field::new("", t, true)))))
+        .collect();
+    for (id, field) in cast_parameter_types(plan)? {
+        match types.get_mut(&id) {
+            Some(slot @ None) => *slot = Some(field),
+            // Same type, and the cast's field may say more (an oid).
+            Some(Some(known)) if known.data_type() == field.data_type() => *known = field,
+            _ => {}
+        }
+    }
+    let mut entries: Vec<(usize, Option<FieldRef>)> = types
         .into_iter()
         .filter_map(|(k, v)| {
             k.trim_start_matches('$')
@@ -387,20 +408,67 @@ fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>, 
     Ok(out)
 }
 
+/// The types of parameters written `$n::type` (SQLAlchemy writes every
+/// parameter so), which DataFusion's inference, from comparisons with
+/// columns, leaves open.
+fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, SluiceError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Cast, Expr, TryCast};
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) = e
+                {
+                    if let Expr::Placeholder(p) = expr.as_ref() {
+                        found.push((p.id.clone(), field.clone()));
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
+}
+
 /// A portal's parameters as values of the types the plan infers for them.
 fn bound_parameters<S: Clone>(portal: &Portal<S>, plan: &LogicalPlan) -> PgWireResult<ParamValues> {
-    let types = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
-    let wire = wire_types(&types)?;
-    let type_refs: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
+    let fields = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
+    let wire = wire_types(&fields)?;
+    let type_refs: Vec<Option<&DataType>> = fields
+        .iter()
+        .map(|f| f.as_ref().map(|f| f.data_type()))
+        .collect();
+    // An oid[] is read as the int4[] it is stored as (same binary layout).
+    let wire: Vec<Type> = wire
+        .into_iter()
+        .map(|t| {
+            if t == Type::OID_ARRAY {
+                Type::INT4_ARRAY
+            } else {
+                t
+            }
+        })
+        .collect();
     let wire_refs: Vec<Option<&Type>> = wire.iter().map(Some).collect();
     deserialize_parameters_with_server_types(portal, &type_refs, &wire_refs)
 }
 
-fn wire_types(types: &[Option<DataType>]) -> PgWireResult<Vec<Type>> {
-    types
+fn wire_types(fields: &[Option<FieldRef>]) -> PgWireResult<Vec<Type>> {
+    fields
         .iter()
-        .map(|t| match t {
-            Some(t) => into_pg_type(t),
+        .map(|f| match f {
+            Some(f) => match f.data_type() {
+                // `oid[]` (asyncpg's type lookup takes one): a list of
+                // int4 whose element is marked as an oid.
+                DataType::List(element)
+                    if element.metadata().get(PG_OID_ALIAS_KEY).map(String::as_str)
+                        == Some("oid") =>
+                {
+                    Ok(Type::OID_ARRAY)
+                }
+                _ => field_into_pg_type(f),
+            },
             None => Ok(Type::UNKNOWN),
         })
         .collect()

@@ -76,6 +76,39 @@ public class JdbcScenario {
       check(nullable.keySet().equals(new LinkedHashSet<>(Arrays.asList("id", "name", "score", "at"))),
           "getColumns lists the table's columns: " + nullable);
       check("NO".equals(nullable.get("id")) && "YES".equals(nullable.get("name")), "nullability " + nullable);
+      // Keys as DBeaver reads them: primary keys, indexes, foreign keys.
+      try (Statement st = c.createStatement()) {
+        st.execute("CREATE TABLE jd_plans (region TEXT, id BIGINT, price DOUBLE PRECISION, PRIMARY KEY (region, id))");
+      }
+      List<String> pk = new ArrayList<>();
+      try (ResultSet rs = md.getPrimaryKeys(null, "public", "jd_plans")) {
+        while (rs.next()) pk.add(rs.getString("COLUMN_NAME") + rs.getInt("KEY_SEQ") + rs.getString("PK_NAME"));
+      }
+      check(pk.equals(Arrays.asList("region1jd_plans_pkey", "id2jd_plans_pkey")), "getPrimaryKeys " + pk);
+      try (ResultSet rs = md.getPrimaryKeys(null, "public", "jd")) {
+        check(!rs.next(), "an append-only table has no primary key");
+      }
+      List<String> idx = new ArrayList<>();
+      try (ResultSet rs = md.getIndexInfo(null, "public", "jd_plans", false, true)) {
+        while (rs.next()) idx.add(rs.getString("INDEX_NAME") + ":" + rs.getString("COLUMN_NAME") + ":" + rs.getBoolean("NON_UNIQUE") + ":" + rs.getShort("ORDINAL_POSITION"));
+      }
+      check(idx.equals(Arrays.asList("jd_plans_pkey:region:false:1", "jd_plans_pkey:id:false:2")), "getIndexInfo " + idx);
+      try (ResultSet rs = md.getImportedKeys(null, "public", "jd_plans")) {
+        check(!rs.next(), "no foreign keys");
+      }
+      try (ResultSet rs = md.getExportedKeys(null, "public", "jd_plans")) {
+        check(!rs.next(), "no foreign keys point here");
+      }
+      Set<String> matviews = new HashSet<>();
+      try (ResultSet rs = md.getTables(null, "public", "%", new String[] {"MATERIALIZED VIEW"})) {
+        while (rs.next()) matviews.add(rs.getString("TABLE_NAME"));
+      }
+      check(matviews.equals(Collections.singleton("jd_totals")), "materialized views " + matviews);
+      tables.clear();
+      try (ResultSet rs = md.getTables(null, "public", "%", new String[] {"TABLE"})) {
+        while (rs.next()) tables.add(rs.getString("TABLE_NAME"));
+      }
+      check(tables.equals(new HashSet<>(Arrays.asList("jd", "jd_plans"))), "tables " + tables);
       Set<String> schemas = new HashSet<>();
       try (ResultSet rs = md.getSchemas()) {
         while (rs.next()) schemas.add(rs.getString(1));

@@ -56,6 +56,11 @@ async def main():
             raise AssertionError(f"{sql} did not fail")
         except asyncpg.PostgresError as e:
             assert e.sqlstate == state, (sql, e.sqlstate, e)
+    # Arrays of types asyncpg has no built-in codec for: it looks them up
+    # in pg_type first (its recursive type query).
+    got = await c.fetchrow("SELECT array_agg(flag) AS flags, array_agg(small) AS smalls, "
+                           "array_agg(id ORDER BY id) AS ids FROM apg WHERE id IN (1, 3)")
+    assert got["flags"] == [True, True] and got["smalls"] == [2, 2] and got["ids"] == [1, 3], got
     version = await c.fetchval("SELECT version()")
     assert version.startswith("PostgreSQL 16.6 (Sluice"), version
     await c.close()

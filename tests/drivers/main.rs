@@ -493,4 +493,17 @@ fn psql_describe() {
         out.contains("2026-01-01 10:00:00 | 2026-01-01 10:00:00.25"),
         "{out}"
     );
+    // A keyed table's \d lists its primary key, as PostgreSQL's does; a
+    // table without one lists no indexes.
+    let (ok, out, err) = server.psql(
+        "CREATE TABLE tenants (region TEXT, id BIGINT, plan TEXT, PRIMARY KEY (region, id));
+         \\d tenants
+         \\d d",
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("\"tenants_pkey\" PRIMARY KEY, btree (region, id)"),
+        "{out}"
+    );
+    assert_eq!(out.matches("Indexes:").count(), 1, "{out}");
 }

@@ -74,6 +74,30 @@ class Item(Base):
 
 with engine.begin() as c:
     c.exec_driver_sql("CREATE TABLE sa_items (id BIGINT PRIMARY KEY, name TEXT)")
+    c.exec_driver_sql('CREATE TABLE "SaPairs" (region TEXT, "Id" BIGINT, note TEXT, PRIMARY KEY (region, "Id"))')
+
+
+def reflect_everything(c):
+    """Whole-schema reflection as an application or Alembic does it: every
+    table and view, with primary keys, indexes and constraints."""
+    md = sa.MetaData()
+    md.reflect(c, views=True)
+    items = md.tables["sa_items"]
+    assert [x.name for x in items.primary_key] == ["id"], items.primary_key
+    assert not items.c.id.nullable and items.c.name.nullable
+    pairs = md.tables["SaPairs"]
+    assert [x.name for x in pairs.primary_key] == ["region", "Id"], pairs.primary_key
+    assert [x.name for x in md.tables["sa_events"].primary_key] == []
+    assert "sa_kinds" in md.tables
+    i = sa.inspect(c)
+    assert i.get_pk_constraint("sa_items")["name"] == "sa_items_pkey"
+    assert i.get_indexes("sa_items") == [] and i.get_foreign_keys("sa_items") == []
+    assert i.get_unique_constraints("SaPairs") == [] and i.get_check_constraints("SaPairs") == []
+    return sorted(md.tables)
+
+
+with engine.connect() as c:
+    reflected = reflect_everything(c)
 with Session(engine) as s:
     s.add_all([Item(id=1, name="a"), Item(id=2, name=None), Item(id=3, name="c")])
     s.commit()
@@ -92,6 +116,7 @@ with engine3.connect() as c:
         n = c.execute(sa.text("SELECT count(*) FROM sa_items WHERE name = :n"), {"n": "p3"}).scalar()
     assert n == 5, n
     assert [x["name"] for x in sa.inspect(c).get_columns("sa_items")] == ["id", "name"]
+    assert reflect_everything(c) == reflected
 
 
 # SQLAlchemy over asyncpg.
@@ -100,6 +125,7 @@ async def with_asyncpg():
     async with engine.connect() as c:
         r = await c.execute(sa.text("SELECT count(*) FROM sa_events WHERE id >= :lo"), {"lo": 100})
         assert r.scalar() == 2
+        assert await c.run_sync(reflect_everything) == reflected
     await engine.dispose()
 
 

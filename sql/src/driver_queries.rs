@@ -1,0 +1,54 @@
+//! Whole catalog queries that drivers send and DataFusion cannot plan,
+//! answered by equivalent queries it can.
+//!
+//! asyncpg looks up every result or parameter type it has no built-in
+//! codec for (arrays other than `text[]` and `oid[]`, among others) with
+//! one recursive query over `pg_type` (its `typeinfo_tree`). That query's
+//! correlated subqueries inside `CASE` do not plan here, and without an
+//! answer asyncpg asks again forever. Sluice has no domains, ranges or
+//! composite types, so the answer is each asked-for type and the element
+//! type of each array among them, elements first, as asyncpg orders it.
+
+use sqlparser::ast::Statement;
+
+const ASYNCPG_TYPE_LOOKUP: &str = "\
+SELECT oid, ns, name, kind, basetype, elemtype, elemdelim, range_subtype, attrtypoids, attrnames, depth FROM (
+  SELECT t.oid AS oid, ns.nspname AS ns, t.typname AS name, t.typtype AS kind,
+    CAST(NULL AS oid) AS basetype, t.typelem AS elemtype, elem_t.typdelim AS elemdelim,
+    CAST(NULL AS oid) AS range_subtype, CAST(NULL AS TEXT[]) AS attrtypoids,
+    CAST(NULL AS TEXT[]) AS attrnames, 0 AS depth
+  FROM pg_catalog.pg_type t
+    JOIN pg_catalog.pg_namespace ns ON ns.oid = t.typnamespace
+    LEFT JOIN pg_catalog.pg_type elem_t
+      ON t.typlen = -1 AND t.typelem != 0 AND t.typelem = elem_t.oid
+  WHERE t.oid = ANY($1::oid[])
+  UNION ALL
+  SELECT e.oid, ns.nspname, e.typname, e.typtype, CAST(NULL AS oid), e.typelem, NULL,
+    CAST(NULL AS oid), CAST(NULL AS TEXT[]), CAST(NULL AS TEXT[]), 1
+  FROM pg_catalog.pg_type t
+    JOIN pg_catalog.pg_type e ON e.oid = t.typelem
+    JOIN pg_catalog.pg_namespace ns ON ns.oid = e.typnamespace
+  WHERE t.oid = ANY($1::oid[]) AND t.typelem != 0
+) ORDER BY depth DESC";
+
+/// The statement that answers `sql` when it is a driver's catalog query
+/// Sluice answers differently.
+pub fn driver_query(sql: &str) -> Option<Statement> {
+    if sql.contains("typeinfo_tree") && sql.contains("$1::oid[]") {
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        return sqlparser::parser::Parser::parse_sql(&dialect, ASYNCPG_TYPE_LOOKUP)
+            .ok()?
+            .pop();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn asyncpg_type_lookup_parses() {
+        let sql = "WITH RECURSIVE typeinfo_tree(oid) AS (SELECT 1) SELECT * FROM typeinfo_tree WHERE oid = any($1::oid[])";
+        assert!(super::driver_query(sql).is_some());
+        assert!(super::driver_query("SELECT 1").is_none());
+    }
+}

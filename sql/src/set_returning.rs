@@ -1,0 +1,191 @@
+//! PostgreSQL's set-returning catalog functions and composite field access,
+//! as drivers use them (JDBC's `getPrimaryKeys` and `getIndexInfo`,
+//! SQLAlchemy's key reflection), rewritten into what DataFusion plans:
+//! - `information_schema._pg_expandarray(a)` in a select list returns one
+//!   `(x, n)` row per element: `unnest(_pg_expandarray(a))`, where the
+//!   server's `_pg_expandarray` returns the list of `(x, n)` structs;
+//! - `generate_subscripts(a, d)` returns `1..=cardinality(a)` for the
+//!   first dimension: `unnest(CASE WHEN d = 1 THEN range(1, cardinality + 1) END)`;
+//! - `(expr).field` reads a field of a composite value:
+//!   `get_field(expr, 'field')`.
+//!
+//! DataFusion zips several `unnest`s of one select list row by row, as
+//! PostgreSQL does with set-returning functions of equal length.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    AccessExpr, BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value, VisitMut, VisitorMut,
+};
+
+/// A call of function `name` with `args`.
+pub(crate) fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+fn number(n: i64) -> Expr {
+    Expr::Value(Value::Number(n.to_string(), false).into())
+}
+
+/// The function's last name part in lower case, and its plain arguments.
+fn named_call(e: &Expr) -> Option<(String, Vec<Expr>)> {
+    let Expr::Function(f) = e else {
+        return None;
+    };
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let args = list
+        .args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((name, args))
+}
+
+struct SetReturning;
+
+impl VisitorMut for SetReturning {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some((name, mut args)) = named_call(expr) {
+            match (name.as_str(), args.len()) {
+                ("_pg_expandarray", 1) => {
+                    *expr = call("unnest", vec![call("_pg_expandarray", args)]);
+                }
+                ("generate_subscripts", 2) => {
+                    let dimension = args.pop();
+                    let array = args.swap_remove(0);
+                    // cardinality() is unsigned; range() takes BIGINT.
+                    let count = Expr::Cast {
+                        kind: sqlparser::ast::CastKind::Cast,
+                        expr: Box::new(call("cardinality", vec![array])),
+                        data_type: sqlparser::ast::DataType::BigInt(None),
+                        array: false,
+                        format: None,
+                    };
+                    let end = Expr::BinaryOp {
+                        left: Box::new(count),
+                        op: BinaryOperator::Plus,
+                        right: Box::new(number(1)),
+                    };
+                    // Arrays here have one dimension; another is an empty
+                    // set, as in PostgreSQL. Comparing the dimension also
+                    // keeps its parameter typed when it is one.
+                    let first = Expr::BinaryOp {
+                        left: Box::new(dimension.unwrap_or_else(|| number(1))),
+                        op: BinaryOperator::Eq,
+                        right: Box::new(number(1)),
+                    };
+                    let subscripts = Expr::Case {
+                        case_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                        end_token: sqlparser::ast::helpers::attached_token::AttachedToken::empty(),
+                        operand: None,
+                        conditions: vec![sqlparser::ast::CaseWhen {
+                            condition: first,
+                            result: call("range", vec![number(1), end]),
+                        }],
+                        else_result: None,
+                    };
+                    *expr = call("unnest", vec![subscripts]);
+                }
+                _ => {}
+            }
+            return ControlFlow::Continue(());
+        }
+        if let Expr::CompoundFieldAccess { root, access_chain } = expr {
+            if matches!(
+                root.as_ref(),
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_)
+            ) {
+                return ControlFlow::Continue(());
+            }
+            let mut base = std::mem::replace(root.as_mut(), Expr::value(Value::Null));
+            if let Expr::Nested(inner) = base {
+                base = *inner;
+            }
+            let mut rest = Vec::new();
+            for access in std::mem::take(access_chain) {
+                match access {
+                    AccessExpr::Dot(Expr::Identifier(field)) if rest.is_empty() => {
+                        let name = Expr::Value(Value::SingleQuotedString(field.value).into());
+                        base = call("get_field", vec![base, name]);
+                    }
+                    other => rest.push(other),
+                }
+            }
+            *expr = if rest.is_empty() {
+                base
+            } else {
+                Expr::CompoundFieldAccess {
+                    root: Box::new(base),
+                    access_chain: rest,
+                }
+            };
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Rewrites `_pg_expandarray`, `generate_subscripts` and `(expr).field`.
+pub fn rewrite_set_returning(statement: &mut Statement) {
+    let _ = statement.visit(&mut SetReturning);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::parser::Parser;
+
+    fn rewritten(sql: &str) -> String {
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        rewrite_set_returning(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn expandarray_and_field_access() {
+        assert_eq!(
+            rewritten("SELECT (information_schema._pg_expandarray(i.indkey)).n AS key_seq, information_schema._pg_expandarray(i.indkey) AS keys FROM pg_index i"),
+            "SELECT get_field(unnest(_pg_expandarray(i.indkey)), 'n') AS key_seq, unnest(_pg_expandarray(i.indkey)) AS keys FROM pg_index i"
+        );
+        assert_eq!(
+            rewritten("SELECT * FROM r WHERE r.a_attnum = (r.keys).x"),
+            "SELECT * FROM r WHERE r.a_attnum = get_field(r.keys, 'x')"
+        );
+        assert_eq!(rewritten("SELECT t.a.b FROM t"), "SELECT t.a.b FROM t");
+    }
+
+    #[test]
+    fn generate_subscripts_counts_the_elements() {
+        assert_eq!(
+            rewritten("SELECT unnest(k) AS attnum, generate_subscripts(k, 1) AS ord FROM c"),
+            "SELECT unnest(k) AS attnum, unnest(CASE WHEN 1 = 1 THEN range(1, CAST(cardinality(k) AS BIGINT) + 1) END) AS ord FROM c"
+        );
+    }
+}
