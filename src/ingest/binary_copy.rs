@@ -21,7 +21,7 @@ const PG_EPOCH_US: i64 = PG_EPOCH_DAYS * 86_400_000_000;
 /// Where the reader is in the stream.
 #[derive(Debug, Default)]
 pub struct BinaryCopyReader {
-    header_done: bool,
+    pub header_done: bool,
     pub done: bool,
     /// Per field, the text of the last value that needed converting
     /// (numbers, dates): reused, so a tuple allocates nothing.

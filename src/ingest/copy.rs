@@ -98,11 +98,17 @@ impl CopyParser {
     /// Parses the last record (which may lack a newline) and returns the
     /// statement's batches.
     pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
-        if self.binary.is_some() {
-            if !self.done {
+        if let Some((reader, _)) = &self.binary {
+            // As in PostgreSQL, the trailer may be left out (ADBC's ingest
+            // does): the data may end after a whole row, not inside one.
+            if !self.done && !(reader.header_done && self.carry.is_empty()) {
+                let reason = match reader.header_done {
+                    true => "binary COPY data ended inside a row",
+                    false => "binary COPY data ended before its header",
+                };
                 return Err(IngestError::BadFormat {
                     place: RowPlace::Line(self.stager.rows() + 1),
-                    reason: "binary COPY data ended without its trailer".into(),
+                    reason: reason.into(),
                 });
             }
             return self.stager.finish();
@@ -414,6 +420,40 @@ mod tests {
             .as_any()
             .downcast_ref::<StringArray>()
             .unwrap()
+    }
+
+    /// PostgreSQL's binary COPY header, then one row per `(a, b)`.
+    fn binary_rows(rows: &[(i64, &str)]) -> Vec<u8> {
+        let mut out = b"PGCOPY\n\xff\r\n\0".to_vec();
+        out.extend_from_slice(&[0; 8]);
+        for (a, b) in rows {
+            out.extend_from_slice(&2i16.to_be_bytes());
+            out.extend_from_slice(&8i32.to_be_bytes());
+            out.extend_from_slice(&a.to_be_bytes());
+            out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+            out.extend_from_slice(b.as_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn binary_trailer_is_optional_but_rows_are_whole() {
+        let sql = "COPY t FROM STDIN WITH (FORMAT binary)";
+        let mut with_trailer = binary_rows(&[(1, "x"), (2, "yz")]);
+        with_trailer.extend_from_slice(&(-1i16).to_be_bytes());
+        let b = parse_in_chunks(sql, &with_trailer, 5);
+        assert_eq!(texts(&b).value(1), "yz");
+        // Without the trailer, as ADBC's ingest sends it.
+        let b = parse_in_chunks(sql, &binary_rows(&[(1, "x"), (2, "yz")]), 3);
+        assert_eq!(b.num_rows(), 2);
+        // Cut inside a row, or before the header ends: refused.
+        let whole = binary_rows(&[(1, "x")]);
+        for cut in [whole.len() - 1, 5] {
+            let mut p = parser(sql);
+            p.feed(&whole[..cut]).unwrap();
+            let e = p.finish().unwrap_err();
+            assert!(e.to_string().contains("binary COPY data ended"), "{e}");
+        }
     }
 
     #[test]

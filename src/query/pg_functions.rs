@@ -270,6 +270,44 @@ fn builtin_type_oid(name: &str) -> Option<i32> {
     })
 }
 
+/// Splits a qualified name as PostgreSQL's `parse_ident` does: parts
+/// separated by dots with optional spaces around them (ADBC writes
+/// `"public" . "t"`), quoted parts kept as written with `""` for a quote,
+/// unquoted parts in lower case.
+pub fn parse_ident(text: &str) -> Result<Vec<String>> {
+    let invalid = || DataFusionError::Plan(format!("string is not a valid identifier: \"{text}\""));
+    let mut parts = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut part = String::new();
+        if chars.next_if_eq(&'"').is_some() {
+            loop {
+                match chars.next() {
+                    Some('"') if chars.next_if_eq(&'"').is_some() => part.push('"'),
+                    Some('"') => break,
+                    Some(c) => part.push(c),
+                    None => return Err(invalid()),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '.' && *c != '"') {
+                part.extend(c.to_lowercase());
+            }
+        }
+        if part.is_empty() {
+            return Err(invalid());
+        }
+        parts.push(part);
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        match chars.next() {
+            None => return Ok(parts),
+            Some('.') => continue,
+            Some(_) => return Err(invalid()),
+        }
+    }
+}
+
 /// `_pg_expandarray(a)`: PostgreSQL's set of `(x, n)` rows, one per
 /// element (the element and its 1-based position), here as a list of
 /// structs; the SQL front end wraps the call in `unnest` (JDBC's key
@@ -354,6 +392,40 @@ impl ScalarUDFImpl for ExpandArray {
 }
 
 pub fn register(ctx: &SessionContext) {
+    // Replaces datafusion-pg-catalog's, which keeps the spaces around a
+    // dot as parts; `'name'::regclass` looks names up through it.
+    ctx.register_udf(create_udf(
+        "parse_ident",
+        vec![DataType::Utf8],
+        DataType::List(Arc::new(arrow::datatypes::Field::new_list_field(
+            DataType::Utf8,
+            true,
+        ))),
+        Volatility::Immutable,
+        Arc::new(|args| {
+            let text = arrow::compute::cast(&args[0].to_array(1)?, &DataType::Utf8)?;
+            let text = text.as_string::<i32>();
+            let mut out = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+            for t in text.iter() {
+                match t {
+                    Some(t) => {
+                        for part in parse_ident(t)? {
+                            out.values().append_value(part);
+                        }
+                        out.append(true);
+                    }
+                    None => out.append(false),
+                }
+            }
+            let out: ArrayRef = Arc::new(out.finish());
+            Ok(match &args[0] {
+                ColumnarValue::Scalar(_) => {
+                    ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+                }
+                ColumnarValue::Array(_) => ColumnarValue::Array(out),
+            })
+        }),
+    ));
     ctx.register_udf(ScalarUDF::new_from_impl(ExpandArray {
         signature: Signature::any(1, Volatility::Immutable),
     }));
@@ -456,6 +528,19 @@ pub fn register(ctx: &SessionContext) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_split_as_postgresql_splits_them() {
+        assert_eq!(parse_ident("public.t").unwrap(), ["public", "t"]);
+        assert_eq!(
+            parse_ident(" \"public\" . \"My\"\"T\" ").unwrap(),
+            ["public", "My\"T"]
+        );
+        assert_eq!(parse_ident("Public.T").unwrap(), ["public", "t"]);
+        for bad in ["", "a.", ".a", "a b", "\"a", "a..b"] {
+            assert!(parse_ident(bad).is_err(), "{bad}");
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn functions_answer_as_postgresql() {

@@ -1,11 +1,11 @@
 """ADBC (adbc-driver-postgresql) against Sluice: a query's and a view's
 rows straight into Arrow tables (the driver reads them by binary COPY),
-and parameters. Exits non-zero on a failure. (adbc_ingest is not
-supported yet: the driver reads the target's columns with a regclass
-cast.)"""
+parameters, and Arrow tables written with adbc_ingest (binary COPY in,
+into an existing table or one it creates). Exits non-zero on a failure."""
 import sys
 
 import adbc_driver_postgresql.dbapi as dbapi
+import pyarrow as pa
 
 PORT = int(sys.argv[1])
 
@@ -27,4 +27,29 @@ with dbapi.connect(f"postgresql://adbc@127.0.0.1:{PORT}/sluice") as conn:
         cur.execute("FLUSH")
         cur.execute("SELECT * FROM ad_named")
         assert cur.fetch_arrow_table().to_pylist() == [{"id": 1, "name": "a"}]
+        # Arrow tables in: appended to an existing table (the driver looks
+        # its columns up with a '"public" . "ad"'::regclass cast), and into
+        # a table it creates.
+        more = pa.table({
+            "id": pa.array([3, 4], pa.int64()),
+            "name": ["c", None],
+            "score": pa.array([3.5, None], pa.float64()),
+            "at": pa.array([None, None], pa.timestamp("us")),
+        })
+        assert cur.adbc_ingest("ad", more, mode="append") == 2
+        cur.execute("SELECT id, name FROM ad ORDER BY id")
+        assert cur.fetchall() == [(1, "a"), (2, None), (3, "c"), (4, None)]
+        assert cur.adbc_ingest("ad_new", more, mode="create") == 2
+        cur.execute("SELECT sum(id), count(score) FROM ad_new")
+        assert cur.fetchall() == [(7, 1)]
+        # A NULL id stores nothing of the batch.
+        bad = pa.table({"id": pa.array([5, None], pa.int64()), "name": ["e", "f"],
+                        "score": pa.array([1.0, 2.0]), "at": pa.array([None, None], pa.timestamp("us"))})
+        try:
+            cur.adbc_ingest("ad", bad, mode="append")
+            raise AssertionError("NULL id accepted")
+        except dbapi.Error as e:
+            assert "23502" in str(e), e
+        cur.execute("SELECT count(*) FROM ad")
+        assert cur.fetchall() == [(4,)]
 print("adbc scenario ok")
