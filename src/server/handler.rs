@@ -21,16 +21,20 @@ use futures::{Sink, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::copy::CopyHandler;
-use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
+use pgwire::api::query::{send_query_response, ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, DescribeResponse, FieldInfo, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type, DEFAULT_NAME};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
+};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyDone, CopyOutResponse};
 use pgwire::messages::data::{NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
@@ -1449,10 +1453,6 @@ impl ExtendedQueryHandler for Handlers {
         self.parser.clone()
     }
 
-    /// Describe of a statement that returns no rows answers NoData, as
-    /// PostgreSQL does: pgwire's default sends an empty RowDescription when
-    /// the statement has parameters, which pgJDBC reads as "a result was
-    /// returned when none was expected" on a prepared INSERT.
     /// Parse as pgwire does it, remembering the statement's name for
     /// `DEALLOCATE ALL`.
     async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
@@ -1481,6 +1481,83 @@ impl ExtendedQueryHandler for Handlers {
         Ok(())
     }
 
+    /// Bind as pgwire does it, except that BindComplete is fed rather than
+    /// sent: it goes out with the rest of the reply at Sync or Flush, in
+    /// one write instead of a write of its own (the protocol asks for no
+    /// more; pgbench's prepared statements send Bind, Execute and Sync
+    /// together).
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement_name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal_name = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) if message.parameters.is_empty() => {
+                client.portal_store().put_empty_portal(portal_name);
+            }
+            Some(Entry::Empty) => {
+                return Err(SluiceError::Protocol(format!(
+                    "bind message supplies {} parameters, but prepared statement \"{statement_name}\" requires 0",
+                    message.parameters.len()
+                ))
+                .into_pg());
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// A point read runs here whole and its rows and CommandComplete are
+    /// fed, to go out with Sync's ReadyForQuery in one write; pgwire's
+    /// default flushes after CommandComplete. Everything else (and a
+    /// point read fetched a few rows at a time) takes pgwire's path.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let point_read = match client.portal_store().get_portal(portal_name) {
+            Some(Entry::Value(portal))
+                if message.max_rows == 0
+                    && matches!(portal.statement.statement, Prepared::PointRead { .. })
+                    && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+                    && matches!(*portal.state().lock().await, PortalExecutionState::Initial) =>
+            {
+                portal
+            }
+            _ => return self._on_execute(client, message).await,
+        };
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let response = ExtendedQueryHandler::do_query(self, client, &point_read, 0).await;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        match response? {
+            Response::Query(results) => {
+                // As pgwire leaves a portal that has returned all its rows.
+                *point_read.state().lock().await = PortalExecutionState::Finished;
+                send_query_response(client, results, false).await
+            }
+            _ => Err(SluiceError::Internal("a point read answered no rows".into()).into_pg()),
+        }
+    }
+
+    /// Describe of a statement that returns no rows answers NoData, as
+    /// PostgreSQL does: pgwire's default sends an empty RowDescription when
+    /// the statement has parameters, which pgJDBC reads as "a result was
+    /// returned when none was expected" on a prepared INSERT.
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1498,12 +1575,12 @@ impl ExtendedQueryHandler for Handlers {
                         .map(|p| p.iter().map(|t| t.oid()).collect())
                         .unwrap_or_default();
                     client
-                        .send(PgWireBackendMessage::ParameterDescription(
+                        .feed(PgWireBackendMessage::ParameterDescription(
                             ParameterDescription::new(oids),
                         ))
                         .await?;
                     client
-                        .send(PgWireBackendMessage::NoData(NoData::new()))
+                        .feed(PgWireBackendMessage::NoData(NoData::new()))
                         .await?;
                     return Ok(());
                 }
