@@ -3,7 +3,17 @@
 //! record's offsets were never acknowledged and are cut off on recovery, so a
 //! statement that spans partitions is either wholly present or wholly absent.
 //!
-//! Record: `crc32c u32 | len u32 | seq u64 | ends u64 * partitions`.
+//! A record may also carry the group's frames, exactly as they were written
+//! to the partitions. Then the record's one fsync is what makes the group
+//! durable, and the partition files are fsynced only before the log is
+//! rotated (which drops the frames it holds) or when a group is too large
+//! to write twice. Recovery writes any carried frame the partition lost
+//! back into it (a crash of the machine, not of the process, can lose
+//! writes that were not fsynced).
+//!
+//! Record: `crc32c u32 | len u32 | seq u64 | ends u64 * partitions |
+//! (partition u32 | frame_len u32 | frame)*`; CRC32C over everything after
+//! `len`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -15,7 +25,7 @@ use super::error::LogError;
 
 const FILE_NAME: &str = "commits.log";
 /// Past this size the log is rewritten with only its newest record.
-const ROTATE_BYTES: u64 = 1 << 20;
+const ROTATE_BYTES: u64 = 4 << 20;
 
 pub struct CommitLog {
     path: PathBuf,
@@ -24,10 +34,39 @@ pub struct CommitLog {
     seq: u64,
 }
 
+/// A frame carried by a commit record, to be written back into its
+/// partition on recovery if the partition lost it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalFrame {
+    pub partition: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// The frames of a record's body after its end offsets; `None` when the
+/// body does not divide into whole frames of known partitions.
+fn parse_frames(mut body: &[u8], partitions: usize) -> Option<Vec<JournalFrame>> {
+    let mut frames = Vec::new();
+    while !body.is_empty() {
+        let partition = u32::from_le_bytes(body.get(0..4)?.try_into().ok()?) as usize;
+        let len = u32::from_le_bytes(body.get(4..8)?.try_into().ok()?) as usize;
+        let bytes = body.get(8..8 + len)?.to_vec();
+        if partition >= partitions {
+            return None;
+        }
+        frames.push(JournalFrame { partition, bytes });
+        body = &body[8 + len..];
+    }
+    Some(frames)
+}
+
 impl CommitLog {
-    /// Opens the log in `dir`, returning it and the newest committed end
-    /// offsets (all zero for a new table).
-    pub fn open(dir: &Path, partitions: usize) -> Result<(CommitLog, Vec<u64>), LogError> {
+    /// Opens the log in `dir`, returning it, the newest committed end
+    /// offsets (all zero for a new table) and the frames its records carry,
+    /// oldest first.
+    pub fn open(
+        dir: &Path,
+        partitions: usize,
+    ) -> Result<(CommitLog, Vec<u64>, Vec<JournalFrame>), LogError> {
         let path = dir.join(FILE_NAME);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
@@ -36,24 +75,30 @@ impl CommitLog {
         };
         let mut pos = 0usize;
         let mut last: Option<(u64, Vec<u64>)> = None;
+        let mut journal = Vec::new();
+        let ends_len = 8 + 8 * partitions;
         while pos + 8 <= bytes.len() {
             let crc = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap_or_default());
             let len =
                 u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap_or_default()) as usize;
             let end = pos + 8 + len;
-            if len != 8 + 8 * partitions || end > bytes.len() {
+            if len < ends_len || end > bytes.len() {
                 break;
             }
             let body = &bytes[pos + 8..end];
             if crc32c::crc32c(body) != crc {
                 break;
             }
+            let Some(frames) = parse_frames(&body[ends_len..], partitions) else {
+                break;
+            };
             let seq = u64::from_le_bytes(body[0..8].try_into().unwrap_or_default());
-            let ends = body[8..]
+            let ends = body[8..ends_len]
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
                 .collect();
             last = Some((seq, ends));
+            journal.extend(frames);
             pos = end;
         }
         if pos < bytes.len() {
@@ -79,16 +124,38 @@ impl CommitLog {
             log.commit(&ends)?;
             sync_dir(dir)?;
         }
-        Ok((log, ends))
+        Ok((log, ends, journal))
     }
 
-    /// Appends a record and fsyncs it.
+    /// True once the log should be rotated: the next record must then be
+    /// written by [`CommitLog::commit`] after every partition is fsynced,
+    /// since rotation drops the frames the log carries.
+    pub fn is_full(&self) -> bool {
+        self.len >= ROTATE_BYTES
+    }
+
+    /// Appends a record and fsyncs it; rotates the log when it is full.
+    /// Every frame the log carries must be durable in its partition.
     pub fn commit(&mut self, ends: &[u64]) -> Result<(), LogError> {
-        if self.len >= ROTATE_BYTES {
+        if self.is_full() {
             return self.rotate(ends);
         }
+        self.append(ends, &[])
+    }
+
+    /// Appends a record carrying the group's frames and fsyncs it: the
+    /// one fsync the group needs.
+    pub fn commit_with_frames(
+        &mut self,
+        ends: &[u64],
+        frames: &[(usize, Vec<u8>)],
+    ) -> Result<(), LogError> {
+        self.append(ends, frames)
+    }
+
+    fn append(&mut self, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Result<(), LogError> {
         self.seq += 1;
-        let record = encode(self.seq, ends);
+        let record = encode(self.seq, ends, frames);
         self.file
             .write_all(&record)
             .and_then(|_| self.file.sync_data())
@@ -99,7 +166,7 @@ impl CommitLog {
 
     fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
         self.seq += 1;
-        let record = encode(self.seq, ends);
+        let record = encode(self.seq, ends, &[]);
         sluice_catalog::write_atomically(&self.path, &record)?;
         self.file = OpenOptions::new()
             .append(true)
@@ -110,11 +177,17 @@ impl CommitLog {
     }
 }
 
-fn encode(seq: u64, ends: &[u64]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(8 + 8 * ends.len());
+fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Vec<u8> {
+    let frame_bytes: usize = frames.iter().map(|(_, f)| 8 + f.len()).sum();
+    let mut body = Vec::with_capacity(8 + 8 * ends.len() + frame_bytes);
     body.extend_from_slice(&seq.to_le_bytes());
     for e in ends {
         body.extend_from_slice(&e.to_le_bytes());
+    }
+    for (partition, frame) in frames {
+        body.extend_from_slice(&(*partition as u32).to_le_bytes());
+        body.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        body.extend_from_slice(frame);
     }
     let mut record = Vec::with_capacity(8 + body.len());
     record.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
@@ -136,7 +209,7 @@ mod tests {
     #[test]
     fn newest_record_wins_and_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut log, ends) = CommitLog::open(dir.path(), 2).unwrap();
+        let (mut log, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
         assert_eq!(ends, vec![0, 0]);
         log.commit(&[3, 4]).unwrap();
         log.commit(&[5, 9]).unwrap();
@@ -144,7 +217,38 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&[1, 2, 3]).unwrap();
-        let (_, ends) = CommitLog::open(dir.path(), 2).unwrap();
+        let (_, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
         assert_eq!(ends, vec![5, 9]);
+    }
+
+    #[test]
+    fn carried_frames_come_back_in_order_until_a_torn_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _, journal) = CommitLog::open(dir.path(), 2).unwrap();
+        assert!(journal.is_empty());
+        log.commit_with_frames(&[1, 0], &[(0, b"a".to_vec())])
+            .unwrap();
+        log.commit_with_frames(&[2, 1], &[(1, b"bb".to_vec()), (0, b"c".to_vec())])
+            .unwrap();
+        log.commit(&[2, 1]).unwrap();
+        log.commit_with_frames(&[3, 1], &[(0, b"dd".to_vec())])
+            .unwrap();
+        drop(log);
+        // Tear the last record.
+        let path = dir.path().join(FILE_NAME);
+        let len = fs::metadata(&path).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 1)
+            .unwrap();
+        let (_, ends, journal) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(ends, vec![2, 1]);
+        let got: Vec<(usize, &[u8])> = journal
+            .iter()
+            .map(|f| (f.partition, f.bytes.as_slice()))
+            .collect();
+        assert_eq!(got, vec![(0, &b"a"[..]), (1, &b"bb"[..]), (0, &b"c"[..])]);
     }
 }

@@ -664,13 +664,39 @@ impl PartitionWriter {
         self.next_offset
     }
 
-    /// Writes one frame to the active segment (not yet durable or visible).
+    /// Writes one frame to the active segment (not yet durable or visible)
+    /// and returns its bytes, for the commit log to carry.
     pub fn write_frame(
         &mut self,
         batch: &RecordBatch,
         ingested_at_us: i64,
         event_range: (i64, i64),
-    ) -> Result<(), LogError> {
+    ) -> Result<Vec<u8>, LogError> {
+        let bytes = frame::encode(batch, self.next_offset, ingested_at_us, event_range)?;
+        self.write_encoded(&bytes)?;
+        Ok(bytes)
+    }
+
+    /// Writes an encoded frame that starts at this partition's next offset
+    /// (a frame the commit log carried, written back on recovery).
+    pub fn write_encoded(&mut self, bytes: &[u8]) -> Result<(), LogError> {
+        let header: [u8; HEADER_LEN] = bytes
+            .get(..HEADER_LEN)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| {
+                LogError::Arrow(arrow::error::ArrowError::IpcError("short frame".into()))
+            })?;
+        let (h, _) = frame::parse_header(&header).ok_or_else(|| {
+            LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into()))
+        })?;
+        if h.base_offset != self.next_offset {
+            return Err(LogError::Arrow(arrow::error::ArrowError::IpcError(
+                format!(
+                    "frame at offset {} written where offset {} is next",
+                    h.base_offset, self.next_offset
+                ),
+            )));
+        }
         let old = self
             .active_since
             .is_some_and(|t| t.elapsed() >= self.segment_max_age);
@@ -678,16 +704,9 @@ impl PartitionWriter {
             self.roll()?;
         }
         self.active_since.get_or_insert_with(Instant::now);
-        let bytes = frame::encode(batch, self.next_offset, ingested_at_us, event_range)?;
         self.active
-            .write_all(&bytes)
+            .write_all(bytes)
             .map_err(LogError::io(&self.active_segment.path))?;
-        let header: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().map_err(|_| {
-            LogError::Arrow(arrow::error::ArrowError::IpcError("short frame".into()))
-        })?;
-        let (h, _) = frame::parse_header(&header).ok_or_else(|| {
-            LogError::Arrow(arrow::error::ArrowError::IpcError("bad frame".into()))
-        })?;
         self.pending.push(FrameMeta {
             location: FrameLocation::Local {
                 segment: self.active_segment.clone(),
@@ -696,7 +715,7 @@ impl PartitionWriter {
             header: h,
         });
         self.active_len += bytes.len() as u64;
-        self.next_offset += batch.num_rows() as u64;
+        self.next_offset += u64::from(h.rows);
         Ok(())
     }
 
