@@ -124,13 +124,9 @@ pub fn rewrite_catalog_subqueries(statement: &mut Statement) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::parser::Parser;
 
     fn rewritten(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-            .unwrap()
-            .remove(0);
+        let mut s = crate::parse_one(sql);
         rewrite_catalog_subqueries(&mut s);
         s.to_string()
     }
@@ -149,9 +145,7 @@ mod tests {
             "SELECT (SELECT x FROM t WHERE t.k = u.k) FROM u",
             "SELECT (SELECT count(*) FROM pg_class c WHERE c.oid = a.attrelid) FROM pg_attribute a",
         ] {
-            let mut s = Parser::parse_sql(&PostgreSqlDialect {}, kept)
-                .unwrap()
-                .remove(0);
+            let mut s = crate::parse_one(kept);
             let before = s.to_string();
             rewrite_catalog_subqueries(&mut s);
             assert_eq!(s.to_string(), before);

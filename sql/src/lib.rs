@@ -33,3 +33,12 @@ pub use set_returning::rewrite_set_returning;
 pub use sqlparser;
 pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};
 pub use windows::{rewrite_window_functions, WindowSpec};
+
+/// Parses one statement of PostgreSQL's SQL, for the rewrite modules' tests.
+#[cfg(test)]
+pub(crate) fn parse_one(sql: &str) -> sqlparser::ast::Statement {
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    sqlparser::parser::Parser::parse_sql(&dialect, sql)
+        .expect("test SQL parses")
+        .remove(0)
+}

@@ -157,13 +157,9 @@ pub fn rewrite_set_returning(statement: &mut Statement) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::parser::Parser;
 
     fn rewritten(sql: &str) -> String {
-        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-            .unwrap()
-            .remove(0);
+        let mut s = crate::parse_one(sql);
         rewrite_set_returning(&mut s);
         s.to_string()
     }

@@ -101,7 +101,8 @@ impl CopyParser {
         if let Some((reader, _)) = &self.binary {
             // As in PostgreSQL, the trailer may be left out (ADBC's ingest
             // does): the data may end after a whole row, not inside one.
-            if !self.done && !(reader.header_done && self.carry.is_empty()) {
+            let whole_rows = reader.header_done && self.carry.is_empty();
+            if !(self.done || whole_rows) {
                 let reason = match reader.header_done {
                     true => "binary COPY data ended inside a row",
                     false => "binary COPY data ended before its header",

@@ -164,7 +164,9 @@ impl CommitLog {
         Ok(())
     }
 
-    fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
+    /// Replaces the log by one record of `ends`, dropping the frames it
+    /// carries. Every carried frame must be durable in its partition.
+    pub fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
         self.seq += 1;
         let record = encode(self.seq, ends, &[]);
         sluice_catalog::write_atomically(&self.path, &record)?;

@@ -76,6 +76,8 @@ pub async fn compact_table(
         report.bytes_before += r.bytes_before;
         report.bytes_after += r.bytes_after;
     }
+    // The commit log may still carry copies of the removed records.
+    table.drop_carried_frames().await?;
     Ok(report)
 }
 

@@ -46,6 +46,9 @@ pub struct OffsetRange {
 
 struct AppendRequest {
     parts: Vec<(usize, RecordBatch)>,
+    /// Make every partition durable and rotate the commit log, so that it
+    /// carries no frames any more (after compaction removed records).
+    drop_carried: bool,
     reply: oneshot::Sender<Result<(), LogError>>,
 }
 
@@ -302,11 +305,31 @@ impl TableLog {
         let parts = coalesce(routed.parts, self.partitions.len())?;
         let (reply, rx) = oneshot::channel();
         self.sender
-            .send(AppendRequest { parts, reply })
+            .send(AppendRequest {
+                parts,
+                drop_carried: false,
+                reply,
+            })
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
         rx.await
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
         Ok(rows)
+    }
+
+    /// Makes every partition durable and rotates the commit log, so it no
+    /// longer carries copies of frames: once compaction has removed
+    /// records (a DELETE, then VACUUM), no file keeps them.
+    pub async fn drop_carried_frames(&self) -> Result<(), LogError> {
+        let (reply, rx) = oneshot::channel();
+        self.sender
+            .send(AppendRequest {
+                parts: Vec::new(),
+                drop_carried: true,
+                reply,
+            })
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
+        rx.await
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?
     }
 
     /// Splits a batch by partition: `hash(key) % partitions`, or round-robin
@@ -468,7 +491,8 @@ impl TableWriter {
             }
         }
         let ends: Vec<u64> = self.writers.iter().map(|w| w.next_offset()).collect();
-        if frame_bytes <= CARRY_MAX_BYTES && !self.commit_log.is_full() {
+        let drop_carried = group.iter().any(|r| r.drop_carried);
+        if !drop_carried && frame_bytes <= CARRY_MAX_BYTES && !self.commit_log.is_full() {
             // One fsync: the commit record carries the frames.
             self.commit_log.commit_with_frames(&ends, &frames)?;
         } else {
@@ -478,16 +502,20 @@ impl TableWriter {
             for w in &mut self.writers {
                 w.sync()?;
             }
-            self.commit_log.commit(&ends)?;
+            match drop_carried {
+                true => self.commit_log.rotate(&ends)?,
+                false => self.commit_log.commit(&ends)?,
+            }
         }
         for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
             log.publish(w);
         }
         self.committed.send_replace(ends);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let statements = group.iter().filter(|r| !r.parts.is_empty()).count();
         self.counters
             .statements
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
+            .fetch_add(statements as u64, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -19,9 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
-use arrow::array::{
-    Array, ArrayRef, AsArray, Int16Builder, Int32Builder, ListBuilder, StringArray,
-};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Builder, ListBuilder, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
@@ -364,38 +362,18 @@ fn text_to_list(text: &dyn Array, element: &DataType) -> Result<ArrayRef> {
             .map(|p| p.parse::<i64>().ok())
             .collect()
     };
-    Ok(match element {
-        DataType::Int16 => {
-            let mut b = ListBuilder::new(Int16Builder::new());
-            for s in text.iter() {
-                match s.and_then(numbers) {
-                    Some(v) => {
-                        for x in v {
-                            b.values().append_option(i16::try_from(x).ok());
-                        }
-                        b.append(true);
-                    }
-                    None => b.append(false),
-                }
+    let mut lists = ListBuilder::new(Int64Builder::new());
+    for s in text.iter() {
+        match s.and_then(numbers) {
+            Some(v) => {
+                lists.values().append_slice(&v);
+                lists.append(true);
             }
-            Arc::new(b.finish())
+            None => lists.append(false),
         }
-        _ => {
-            let mut b = ListBuilder::new(Int32Builder::new());
-            for s in text.iter() {
-                match s.and_then(numbers) {
-                    Some(v) => {
-                        for x in v {
-                            b.values().append_option(i32::try_from(x).ok());
-                        }
-                        b.append(true);
-                    }
-                    None => b.append(false),
-                }
-            }
-            Arc::new(b.finish())
-        }
-    })
+    }
+    let target = DataType::List(Arc::new(Field::new_list_field(element.clone(), true)));
+    Ok(arrow::compute::cast(&lists.finish(), &target)?)
 }
 
 /// One batch of `schema` with a row per entry of `rows`; a column a row
