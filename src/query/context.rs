@@ -11,7 +11,9 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
-use super::pg_catalog_info::{OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog};
+use super::pg_catalog_info::{
+    HiddenRelations, OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog,
+};
 use super::pg_keys::{key_functions, PrimaryKeys};
 use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
@@ -85,14 +87,17 @@ pub fn build_context(
         EmptyContextProvider,
     )?;
     let keys = Arc::new(PrimaryKeys::new(store_for_keys));
+    let hidden = Arc::new(HiddenRelations::default());
     catalog.register_schema(
         "pg_catalog",
         Arc::new(SluicePgCatalog {
             inner: Arc::new(pg_catalog),
             views,
             keys: keys.clone(),
+            hidden: hidden.clone(),
         }),
     )?;
+    ctx.register_udf(hidden.function());
     super::pg_functions::register(&ctx);
     for f in key_functions(keys) {
         ctx.register_udf(f);

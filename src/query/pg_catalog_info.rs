@@ -93,6 +93,39 @@ pub struct SluicePgCatalog {
     pub inner: Arc<dyn SchemaProvider>,
     pub views: Arc<ViewManager>,
     pub keys: Arc<PrimaryKeys>,
+    pub hidden: Arc<HiddenRelations>,
+}
+
+/// Relations outside the search path (`public`, then `pg_catalog`): the
+/// `sluice_catalog` and `information_schema` tables, which
+/// `pg_table_is_visible` answers false for, so that a driver's reflection of
+/// the default schema does not list them. Filled by each `pg_class` scan.
+#[derive(Debug, Default)]
+pub struct HiddenRelations(parking_lot::RwLock<HashSet<i32>>);
+
+impl HiddenRelations {
+    /// `pg_table_is_visible(oid)`; an oid no scan has seen is visible.
+    pub fn function(self: Arc<Self>) -> datafusion::logical_expr::ScalarUDF {
+        use super::pg_keys::{as_columnar, int64s, rows_of, CatalogFunction};
+        let visible = move |args: &[datafusion::logical_expr::ColumnarValue]| {
+            let rows = rows_of(args);
+            let hidden = self.0.read();
+            let out: BooleanArray = int64s(&args[0], rows)?
+                .iter()
+                .map(|oid| {
+                    let oid = i32::try_from((*oid)?).ok()?;
+                    Some(!hidden.contains(&oid))
+                })
+                .collect();
+            Ok(as_columnar(args, Arc::new(out)))
+        };
+        datafusion::logical_expr::ScalarUDF::new_from_impl(CatalogFunction::new(
+            "pg_table_is_visible",
+            1,
+            DataType::Boolean,
+            visible,
+        ))
+    }
 }
 
 impl fmt::Debug for SluicePgCatalog {
@@ -118,11 +151,11 @@ impl SchemaProvider for SluicePgCatalog {
             _ => None,
         };
         match (table, key_catalog) {
-            (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass::new(
-                inner,
-                self.views.clone(),
-                self.keys.clone(),
-            )))),
+            (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass {
+                namespaces: self.inner.table("pg_namespace").await?,
+                hidden: self.hidden.clone(),
+                ..PgClass::new(inner, self.views.clone(), self.keys.clone())
+            }))),
             (Some(inner), Some(kind)) => {
                 let Some(pg_class) = self.inner.table("pg_class").await? else {
                     return Ok(Some(inner));
@@ -150,6 +183,8 @@ struct PgClass {
     /// The inner schema and `reloptions` (SQLAlchemy's index reflection
     /// reads it; no relation has options, so it is NULL).
     schema: SchemaRef,
+    namespaces: Option<Arc<dyn TableProvider>>,
+    hidden: Arc<HiddenRelations>,
 }
 
 impl PgClass {
@@ -170,6 +205,8 @@ impl PgClass {
             views,
             keys,
             schema: Arc::new(Schema::new(fields)),
+            namespaces: None,
+            hidden: Arc::default(),
         }
     }
 }
@@ -213,6 +250,27 @@ impl TableProvider for PgClass {
             column("oid")?,
             column("relhasindex")?,
         );
+        if let Some(namespaces) = &self.namespaces {
+            let on_path = search_path_namespaces(namespaces.as_ref(), state).await?;
+            let relnamespace = column("relnamespace")?;
+            let mut hidden = HashSet::new();
+            for batch in &batches {
+                let (Some(oids), Some(nss)) = (
+                    batch.column(oid).as_primitive_opt::<Int32Type>(),
+                    batch.column(relnamespace).as_primitive_opt::<Int32Type>(),
+                ) else {
+                    continue;
+                };
+                for (o, ns) in oids.iter().zip(nss.iter()) {
+                    if let (Some(o), Some(ns)) = (o, ns) {
+                        if !on_path.contains(&ns) {
+                            hidden.insert(o);
+                        }
+                    }
+                }
+            }
+            *self.hidden.0.write() = hidden;
+        }
         let views: HashSet<String> = self
             .views
             .views()
@@ -258,6 +316,32 @@ impl TableProvider for PgClass {
         }
         super::system::scan_rows(&self.schema, out, state, projection, filters, limit).await
     }
+}
+
+/// The oids of the namespaces on the search path: `public` and `pg_catalog`.
+async fn search_path_namespaces(
+    namespaces: &dyn TableProvider,
+    state: &dyn Session,
+) -> Result<HashSet<i32>, DataFusionError> {
+    let mut out = HashSet::new();
+    for batch in scan_all(namespaces, state).await? {
+        let schema = batch.schema();
+        let (Ok(oid), Ok(name)) = (schema.index_of("oid"), schema.index_of("nspname")) else {
+            continue;
+        };
+        let (Some(oids), Some(names)) = (
+            batch.column(oid).as_primitive_opt::<Int32Type>(),
+            batch.column(name).as_string_opt::<i32>(),
+        ) else {
+            continue;
+        };
+        for (o, n) in oids.iter().zip(names.iter()) {
+            if let (Some(o), Some("public" | "pg_catalog")) = (o, n) {
+                out.insert(o);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// datafusion-pg-catalog's SQL type planner, and `oid[]` as a list whose

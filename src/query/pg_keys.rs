@@ -507,10 +507,16 @@ pub fn key_functions(keys: Arc<PrimaryKeys>) -> [ScalarUDF; 2] {
         Ok(as_columnar(args, Arc::new(out)))
     };
     [
-        ScalarUDF::new_from_impl(CatalogFunction::new("pg_get_indexdef", 3, indexdef)),
+        ScalarUDF::new_from_impl(CatalogFunction::new(
+            "pg_get_indexdef",
+            3,
+            DataType::Utf8,
+            indexdef,
+        )),
         ScalarUDF::new_from_impl(CatalogFunction::new(
             "pg_get_constraintdef",
             2,
+            DataType::Utf8,
             constraintdef,
         )),
     ]
@@ -519,17 +525,19 @@ pub fn key_functions(keys: Arc<PrimaryKeys>) -> [ScalarUDF; 2] {
 type TextFunction = dyn Fn(&[ColumnarValue]) -> Result<ColumnarValue> + Send + Sync;
 
 /// A catalog function of one to `max_args` arguments of any type that
-/// answers text.
-struct CatalogFunction {
+/// answers a value of type `returns`.
+pub(super) struct CatalogFunction {
     name: &'static str,
     signature: Signature,
+    returns: DataType,
     f: Box<TextFunction>,
 }
 
 impl CatalogFunction {
-    fn new(
+    pub(super) fn new(
         name: &'static str,
         max_args: usize,
+        returns: DataType,
         f: impl Fn(&[ColumnarValue]) -> Result<ColumnarValue> + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -538,6 +546,7 @@ impl CatalogFunction {
                 TypeSignature::OneOf((1..=max_args).map(TypeSignature::Any).collect()),
                 Volatility::Stable,
             ),
+            returns,
             f: Box::new(f),
         }
     }
@@ -573,7 +582,7 @@ impl ScalarUDFImpl for CatalogFunction {
     }
 
     fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
+        Ok(self.returns.clone())
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -581,7 +590,7 @@ impl ScalarUDFImpl for CatalogFunction {
     }
 }
 
-fn int64s(arg: &ColumnarValue, rows: usize) -> Result<Vec<Option<i64>>> {
+pub(super) fn int64s(arg: &ColumnarValue, rows: usize) -> Result<Vec<Option<i64>>> {
     let values = arrow::compute::cast(&arg.to_array(rows)?, &DataType::Int64)?;
     Ok(values
         .as_primitive::<arrow::datatypes::Int64Type>()
@@ -589,7 +598,7 @@ fn int64s(arg: &ColumnarValue, rows: usize) -> Result<Vec<Option<i64>>> {
         .collect())
 }
 
-fn rows_of(args: &[ColumnarValue]) -> usize {
+pub(super) fn rows_of(args: &[ColumnarValue]) -> usize {
     args.iter()
         .find_map(|a| match a {
             ColumnarValue::Array(a) => Some(a.len()),
@@ -599,7 +608,7 @@ fn rows_of(args: &[ColumnarValue]) -> usize {
 }
 
 /// A scalar when every argument was one.
-fn as_columnar(args: &[ColumnarValue], out: ArrayRef) -> ColumnarValue {
+pub(super) fn as_columnar(args: &[ColumnarValue], out: ArrayRef) -> ColumnarValue {
     if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
         match ScalarValue::try_from_array(&out, 0) {
             Ok(v) => ColumnarValue::Scalar(v),

@@ -89,6 +89,10 @@ def reflect_everything(c):
     assert [x.name for x in pairs.primary_key] == ["region", "Id"], pairs.primary_key
     assert [x.name for x in md.tables["sa_events"].primary_key] == []
     assert "sa_kinds" in md.tables
+    # The system tables are not on the search path: not in the default
+    # schema's reflection, but there when their schema is named.
+    assert "lag" not in md.tables, sorted(md.tables)
+    assert "lag" in sa.inspect(c).get_view_names(schema="sluice_catalog")
     i = sa.inspect(c)
     assert i.get_pk_constraint("sa_items")["name"] == "sa_items_pkey"
     assert i.get_indexes("sa_items") == [] and i.get_foreign_keys("sa_items") == []
