@@ -384,7 +384,17 @@ fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>, 
         .into_iter()
         .map(|(id, t)| (id, t.map(|t| Arc::new(Field::new("", t, true)))))
         .collect();
-    for (id, field) in cast_parameter_types(plan)? {
+    // Casts only add to an open type or to a list's element (`oid[]`);
+    // a point read's `$1` compared with a column skips this walk.
+    let casts_matter = types.values().any(|t| {
+        t.as_ref()
+            .is_none_or(|f| matches!(f.data_type(), DataType::List(_)))
+    });
+    let casts = match casts_matter {
+        true => cast_parameter_types(plan)?,
+        false => Vec::new(),
+    };
+    for (id, field) in casts {
         match types.get_mut(&id) {
             Some(slot @ None) => *slot = Some(field),
             // Same type, and the cast's field may say more (an oid).
