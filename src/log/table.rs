@@ -393,7 +393,8 @@ pub fn partition_for_key(key: &[u8], partitions: usize) -> usize {
 }
 
 /// Concatenates small pieces of the same partition into one frame, so that a
-/// statement of many small batches does not write many tiny frames; pieces
+/// statement of many small batches (or a group of many one-row statements)
+/// does not write many tiny frames; pieces
 /// that are large already become frames as they are, without a copy.
 fn coalesce(
     parts: Vec<(usize, RecordBatch)>,
@@ -409,7 +410,12 @@ fn coalesce(
         let mut group: Vec<RecordBatch> = Vec::new();
         let mut rows = 0;
         for b in batches {
-            if rows + b.num_rows() > MERGE_BELOW_ROWS && !group.is_empty() {
+            // Pieces from different statements may differ in schema
+            // details (nullability, metadata); only equal ones are merged.
+            let fits = group.first().is_none_or(|g| {
+                rows + b.num_rows() <= MERGE_BELOW_ROWS && g.schema_ref() == b.schema_ref()
+            });
+            if !fits {
                 out.push((p, concat(&group)?));
                 group.clear();
                 rows = 0;
@@ -482,13 +488,18 @@ impl TableWriter {
         let now = now_us();
         let mut frames = Vec::new();
         let mut frame_bytes = 0;
-        for req in group {
-            for (p, batch) in &req.parts {
-                let range = event_range(batch, self.event_time_index);
-                let bytes = self.writers[*p].write_frame(batch, now, range)?;
-                frame_bytes += bytes.len();
-                frames.push((*p, bytes));
-            }
+        // The statements of a group share frames: one per partition (for
+        // small statements), not one per statement, so many clients' single
+        // rows cost one encoding and one write per partition.
+        let parts = group
+            .iter()
+            .flat_map(|r| r.parts.iter().cloned())
+            .collect::<Vec<_>>();
+        for (p, batch) in coalesce(parts, self.writers.len())? {
+            let range = event_range(&batch, self.event_time_index);
+            let bytes = self.writers[p].write_frame(&batch, now, range)?;
+            frame_bytes += bytes.len();
+            frames.push((p, bytes));
         }
         let ends: Vec<u64> = self.writers.iter().map(|w| w.next_offset()).collect();
         let drop_carried = group.iter().any(|r| r.drop_carried);

@@ -31,9 +31,10 @@ use pgwire::api::{
 };
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyDone, CopyOutResponse};
-use pgwire::messages::data::{NoData, ParameterDescription};
+use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT,
+    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
@@ -1564,10 +1565,13 @@ impl ExtendedQueryHandler for Handlers {
         }
     }
 
-    /// Describe of a statement that returns no rows answers NoData, as
-    /// PostgreSQL does: pgwire's default sends an empty RowDescription when
-    /// the statement has parameters, which pgJDBC reads as "a result was
-    /// returned when none was expected" on a prepared INSERT.
+    /// Describe answers as pgwire does, with two differences. A statement
+    /// that returns no rows answers NoData, as PostgreSQL does: pgwire's
+    /// default sends an empty RowDescription when the statement has
+    /// parameters, which pgJDBC reads as "a result was returned when none
+    /// was expected" on a prepared INSERT. And the answer is fed, not sent:
+    /// it goes out with the rest of the reply at Sync or Flush, so a
+    /// prepared statement's round trip is one write, not two.
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1575,28 +1579,47 @@ impl ExtendedQueryHandler for Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
-            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name) {
-                let described = self.do_describe_statement(client, &stmt).await?;
-                if described.fields().is_empty() {
-                    let oids = described
-                        .parameters()
-                        .map(|p| p.iter().map(|t| t.oid()).collect())
-                        .unwrap_or_default();
-                    client
-                        .feed(PgWireBackendMessage::ParameterDescription(
-                            ParameterDescription::new(oids),
-                        ))
-                        .await?;
-                    client
-                        .feed(PgWireBackendMessage::NoData(NoData::new()))
-                        .await?;
-                    return Ok(());
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let (parameters, fields) = match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stmt)) => {
+                    let described = self.do_describe_statement(client, &stmt).await?;
+                    let parameters = Some(
+                        described
+                            .parameters()
+                            .map(|p| p.iter().map(|t| t.oid()).collect())
+                            .unwrap_or_default(),
+                    );
+                    (parameters, described.fields().to_vec())
                 }
-            }
+                Some(Entry::Empty) => (Some(Vec::new()), Vec::new()),
+                None => return Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let described = self.do_describe_portal(client, &portal).await?;
+                    (None, described.fields().to_vec())
+                }
+                Some(Entry::Empty) => (None, Vec::new()),
+                None => return Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => return Err(PgWireError::InvalidTargetType(other)),
+        };
+        if let Some(oids) = parameters {
+            client
+                .feed(PgWireBackendMessage::ParameterDescription(
+                    ParameterDescription::new(oids),
+                ))
+                .await?;
         }
-        self._on_describe(client, message).await
+        let message = match fields.is_empty() {
+            true => PgWireBackendMessage::NoData(NoData::new()),
+            false => PgWireBackendMessage::RowDescription(RowDescription::new(
+                fields.iter().map(Into::into).collect(),
+            )),
+        };
+        client.feed(message).await?;
+        Ok(())
     }
 
     async fn do_query<C>(
