@@ -14,9 +14,16 @@
 //! Record: `crc32c u32 | len u32 | seq u64 | ends u64 * partitions |
 //! (partition u32 | frame_len u32 | frame)*`; CRC32C over everything after
 //! `len`.
+//!
+//! The file is kept zero-filled past its last record (PostgreSQL fills its
+//! WAL segments the same way): an append then overwrites blocks the file
+//! already has, and its fdatasync writes only the record. An append that
+//! grows the file must also write the inode, a second synchronous write on
+//! every commit. Recovery reads records until the first that is not whole
+//! (zeros, or a torn record), and zero-fills from there.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
@@ -26,11 +33,15 @@ use super::error::LogError;
 const FILE_NAME: &str = "commits.log";
 /// Past this size the log is rewritten with only its newest record.
 const ROTATE_BYTES: u64 = 4 << 20;
+/// How far past the last record the file is zero-filled at a time.
+const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 pub struct CommitLog {
     path: PathBuf,
     file: File,
+    /// Bytes of records; the file is zero-filled from here to `allocated`.
     len: u64,
+    allocated: u64,
     seq: u64,
 }
 
@@ -101,21 +112,26 @@ impl CommitLog {
             journal.extend(frames);
             pos = end;
         }
-        if pos < bytes.len() {
+        if bytes[pos..].iter().any(|b| *b != 0) {
             warn!(path = %path.display(), kept = pos, dropped = bytes.len() - pos,
                   "cut torn tail of commit log");
         }
         let file = OpenOptions::new()
             .create(true)
-            .append(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
             .open(&path)
             .map_err(LogError::io(&path))?;
+        // Whatever follows the last whole record (a torn record) goes, so
+        // the bytes past the records are zeros only.
         file.set_len(pos as u64).map_err(LogError::io(&path))?;
         let (seq, ends) = last.unwrap_or((0, vec![0; partitions]));
         let mut log = CommitLog {
             path,
             file,
             len: pos as u64,
+            allocated: pos as u64,
             seq,
         };
         if pos == 0 {
@@ -156,11 +172,26 @@ impl CommitLog {
     fn append(&mut self, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Result<(), LogError> {
         self.seq += 1;
         let record = encode(self.seq, ends, frames);
+        let end = self.len + record.len() as u64;
+        if end > self.allocated {
+            self.preallocate(end + PREALLOCATE_BYTES)?;
+        }
         self.file
-            .write_all(&record)
+            .write_all_at(&record, self.len)
             .and_then(|_| self.file.sync_data())
             .map_err(LogError::io(&self.path))?;
-        self.len += record.len() as u64;
+        self.len = end;
+        Ok(())
+    }
+
+    /// Zero-fills the file up to `to` and makes its new size durable.
+    fn preallocate(&mut self, to: u64) -> Result<(), LogError> {
+        let zeros = vec![0u8; to.saturating_sub(self.allocated) as usize];
+        self.file
+            .write_all_at(&zeros, self.allocated)
+            .and_then(|_| self.file.sync_all())
+            .map_err(LogError::io(&self.path))?;
+        self.allocated = to;
         Ok(())
     }
 
@@ -168,13 +199,17 @@ impl CommitLog {
     /// carries. Every carried frame must be durable in its partition.
     pub fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
         self.seq += 1;
-        let record = encode(self.seq, ends, &[]);
-        sluice_catalog::write_atomically(&self.path, &record)?;
+        let mut bytes = encode(self.seq, ends, &[]);
+        let len = bytes.len() as u64;
+        bytes.resize((len + PREALLOCATE_BYTES) as usize, 0);
+        sluice_catalog::write_atomically(&self.path, &bytes)?;
         self.file = OpenOptions::new()
-            .append(true)
+            .read(true)
+            .write(true)
             .open(&self.path)
             .map_err(LogError::io(&self.path))?;
-        self.len = record.len() as u64;
+        self.len = len;
+        self.allocated = bytes.len() as u64;
         Ok(())
     }
 }
@@ -218,9 +253,39 @@ mod tests {
         drop(log);
         let path = dir.path().join(FILE_NAME);
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(&[1, 2, 3]).unwrap();
-        let (_, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
+        std::io::Write::write_all(&mut f, &[1, 2, 3]).unwrap();
+        let (log, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
         assert_eq!(ends, vec![5, 9]);
+        // Garbage right after the last record is cut too, and the file
+        // stays zero-filled past the records.
+        let len = log.len;
+        drop(log);
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[7, 7, 7], len)
+            .unwrap();
+        let (mut log, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(ends, vec![5, 9]);
+        log.commit(&[6, 9]).unwrap();
+        assert!(log.allocated > log.len);
+        drop(log);
+        let bytes = fs::read(&path).unwrap();
+        assert!(bytes[len as usize + 1..]
+            .iter()
+            .rev()
+            .take(1000)
+            .all(|b| *b == 0));
+        let (log, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(ends, vec![6, 9]);
+        // Rotation keeps the newest record, zero-filled past it.
+        let mut log = log;
+        log.rotate(&[6, 9]).unwrap();
+        log.commit(&[7, 9]).unwrap();
+        drop(log);
+        let (_, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(ends, vec![7, 9]);
     }
 
     #[test]
@@ -235,15 +300,15 @@ mod tests {
         log.commit(&[2, 1]).unwrap();
         log.commit_with_frames(&[3, 1], &[(0, b"dd".to_vec())])
             .unwrap();
+        let len = log.len;
         drop(log);
-        // Tear the last record.
+        // Tear the last record: its last byte never reached the disk.
         let path = dir.path().join(FILE_NAME);
-        let len = fs::metadata(&path).unwrap().len();
         OpenOptions::new()
             .write(true)
             .open(&path)
             .unwrap()
-            .set_len(len - 1)
+            .write_all_at(&[0], len - 1)
             .unwrap();
         let (_, ends, journal) = CommitLog::open(dir.path(), 2).unwrap();
         assert_eq!(ends, vec![2, 1]);
