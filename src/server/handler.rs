@@ -44,7 +44,7 @@ use sluice_sql::{
     hide_system_columns, parse_sql, rewrite_window_functions, split_statements, ExportTarget,
     InsertValue, StartAt, Statement, TransactionOp,
 };
-use tracing::{debug, info_span, Instrument};
+use tracing::{debug, debug_span, info_span, Instrument};
 
 use super::{encode, export};
 use crate::error::SluiceError;
@@ -144,6 +144,7 @@ pub enum Prepared {
     /// Planned by DataFusion; may take parameters.
     Plan {
         plan: Box<LogicalPlan>,
+        params: ParamFields,
         is_insert: bool,
     },
     /// An INSERT of literals and parameters, staged without a plan.
@@ -152,6 +153,7 @@ pub enum Prepared {
     /// the statement.
     PointRead {
         plan: Box<LogicalPlan>,
+        params: ParamFields,
         read: Arc<PointRead>,
     },
     /// Executed as in the simple protocol when the portal runs (no
@@ -163,6 +165,20 @@ pub enum Prepared {
         sql: String,
         schema: SchemaRef,
     },
+}
+
+/// A planned statement's parameter types in order, found once when it is
+/// prepared rather than at every Bind.
+pub type ParamFields = Arc<Vec<Option<FieldRef>>>;
+
+impl Prepared {
+    fn plan(plan: LogicalPlan, is_insert: bool) -> Result<Prepared, SluiceError> {
+        Ok(Prepared::Plan {
+            params: Arc::new(ordered_parameter_types(&plan)?),
+            plan: Box::new(plan),
+            is_insert,
+        })
+    }
 }
 
 pub struct SluiceQueryParser {
@@ -306,10 +322,7 @@ impl SluiceQueryParser {
                     modifier: None,
                 },
             );
-            return Ok(Prepared::Plan {
-                plan: Box::new(self.plan(s).await?),
-                is_insert: false,
-            });
+            return Prepared::plan(self.plan(s).await?, false);
         }
         match stmt {
             Statement::Insert {
@@ -338,10 +351,7 @@ impl SluiceQueryParser {
                 }
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Ok(Prepared::Plan {
-                    plan: Box::new(self.plan(statement).await?),
-                    is_insert: true,
-                })
+                Prepared::plan(self.plan(statement).await?, true)
             }
             Statement::Insert {
                 values: None,
@@ -352,24 +362,19 @@ impl SluiceQueryParser {
             } => {
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Ok(Prepared::Plan {
-                    plan: Box::new(self.plan(statement).await?),
-                    is_insert: true,
-                })
+                Prepared::plan(self.plan(statement).await?, true)
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q);
-                let plan = Box::new(self.plan(s).await?);
+                let plan = self.plan(s).await?;
                 if let Some(read) = PointRead::recognize(&plan) {
                     return Ok(Prepared::PointRead {
-                        plan,
+                        params: Arc::new(ordered_parameter_types(&plan)?),
+                        plan: Box::new(plan),
                         read: Arc::new(read),
                     });
                 }
-                Ok(Prepared::Plan {
-                    plan,
-                    is_insert: false,
-                })
+                Prepared::plan(plan, false)
             }
             _ => Ok(Prepared::Direct(piece)),
         }
@@ -447,9 +452,11 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, S
 }
 
 /// A portal's parameters as values of the types the plan infers for them.
-fn bound_parameters<S: Clone>(portal: &Portal<S>, plan: &LogicalPlan) -> PgWireResult<ParamValues> {
-    let fields = ordered_parameter_types(plan).map_err(SluiceError::into_pg)?;
-    let wire = wire_types(&fields)?;
+fn bound_parameters<S: Clone>(
+    portal: &Portal<S>,
+    fields: &[Option<FieldRef>],
+) -> PgWireResult<ParamValues> {
+    let wire = wire_types(fields)?;
     let type_refs: Vec<Option<&DataType>> = fields
         .iter()
         .map(|f| f.as_ref().map(|f| f.data_type()))
@@ -514,8 +521,8 @@ impl QueryParser for SluiceQueryParser {
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
         match stmt {
-            Prepared::Plan { plan, .. } | Prepared::PointRead { plan, .. } => {
-                wire_types(&ordered_parameter_types(plan).map_err(SluiceError::into_pg)?)
+            Prepared::Plan { params, .. } | Prepared::PointRead { params, .. } => {
+                wire_types(params)
             }
             Prepared::Insert(insert) => insert
                 .param_types()
@@ -535,6 +542,7 @@ impl QueryParser for SluiceQueryParser {
             Prepared::Plan {
                 plan,
                 is_insert: false,
+                ..
             }
             | Prepared::PointRead { plan, .. } => arrow_schema_to_pg_fields(
                 plan.schema().as_arrow(),
@@ -1721,8 +1729,12 @@ impl Handlers {
             {
                 Err(SluiceError::TransactionAborted.into_pg())
             }
+            // A prepared statement's span is at debug level: drivers run
+            // them by the thousand a second, and an enabled span (its
+            // fields formatted, its slot taken and freed) cost a tenth of
+            // a point read's CPU. `SLUICE_LOG=sluice=debug` shows them.
             Prepared::Insert(insert) => {
-                let span = info_span!("statement", sql = %truncate(&portal.statement.id));
+                let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
                 let response = self
                     .run_insert(portal, insert)
                     .instrument(span)
@@ -1731,9 +1743,9 @@ impl Handlers {
                 note_effect(client);
                 Ok(response)
             }
-            Prepared::PointRead { plan, read } => {
-                let params = bound_parameters(portal, plan)?;
-                let span = info_span!("statement", sql = %truncate(&portal.statement.id));
+            Prepared::PointRead { params, read, .. } => {
+                let params = bound_parameters(portal, params)?;
+                let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
                 let _entered = span.enter();
                 let batch = read
                     .execute(&self.views, Some(&params))
@@ -1747,14 +1759,18 @@ impl Handlers {
                     options,
                 )?))
             }
-            Prepared::Plan { plan, is_insert } => {
-                let params = bound_parameters(portal, plan)?;
+            Prepared::Plan {
+                plan,
+                params,
+                is_insert,
+            } => {
+                let params = bound_parameters(portal, params)?;
                 let plan = plan
                     .as_ref()
                     .clone()
                     .replace_params_with_values(&params)
                     .map_err(|e| SluiceError::from(e).into_pg())?;
-                let span = info_span!("statement", sql = %truncate(&portal.statement.id));
+                let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
                 let response = self
                     .run_plan(client, plan, *is_insert, &portal.result_column_format)
                     .instrument(span)
