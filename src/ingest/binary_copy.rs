@@ -1,8 +1,10 @@
 //! `COPY ... FROM STDIN WITH (FORMAT binary)`: PostgreSQL's binary copy
 //! format (what asyncpg's `copy_records_to_table` and pgx's `CopyFrom`
-//! send). Each field is decoded by the type of the column it goes to and
-//! staged as PostgreSQL's text form of that value, so binary rows pass the
-//! same validation, error places and atomicity as text COPY.
+//! send). The reader splits the stream into tuples of fields; the stager
+//! decodes each field by the type of the column it goes to: integers,
+//! floats, booleans, dates and timestamps straight into Arrow builders,
+//! text as it is, numeric and bytea through PostgreSQL's text form. Binary
+//! rows pass the same validation, error places and atomicity as text COPY.
 //!
 //! The stream: an 11-byte signature, a 32-bit flags word, a header
 //! extension (length + bytes); then tuples of a 16-bit field count and,
@@ -23,9 +25,6 @@ const PG_EPOCH_US: i64 = PG_EPOCH_DAYS * 86_400_000_000;
 pub struct BinaryCopyReader {
     pub header_done: bool,
     pub done: bool,
-    /// Per field, the text of the last value that needed converting
-    /// (numbers, dates): reused, so a tuple allocates nothing.
-    scratch: Vec<String>,
 }
 
 fn bad(tuple: u64, reason: impl Into<String>) -> IngestError {
@@ -36,26 +35,23 @@ fn bad(tuple: u64, reason: impl Into<String>) -> IngestError {
 }
 
 impl BinaryCopyReader {
-    /// Decodes every complete tuple at the start of `buf` (tuples counted
-    /// from `first_tuple`, 1-based), for columns of the given types, and
-    /// hands each to `sink` as its fields' text (None for NULL) with its
-    /// number; returns how many tuples and bytes were used. An incomplete
-    /// tuple at the end is left for the next chunk.
+    /// Splits every complete tuple at the start of `buf` (tuples counted
+    /// from `first_tuple`, 1-based) into its `fields` fields and hands each
+    /// to `sink` (None for NULL) with its number; returns how many tuples
+    /// and bytes were used. An incomplete tuple at the end is left for the
+    /// next chunk.
     pub fn read(
         &mut self,
         buf: &[u8],
-        types: &[SqlType],
+        field_count: usize,
         first_tuple: u64,
-        mut sink: impl FnMut(&[Option<&str>], u64) -> Result<(), IngestError>,
+        mut sink: impl FnMut(&[Option<&[u8]>], u64) -> Result<(), IngestError>,
     ) -> Result<(u64, usize), IngestError> {
         let mut pos = 0;
         let mut tuples = 0u64;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.resize(types.len(), String::new());
-        let mut fields: Vec<Option<&[u8]>> = Vec::with_capacity(types.len());
+        let mut fields: Vec<Option<&[u8]>> = Vec::with_capacity(field_count);
         if !self.header_done {
             if buf.len() < SIGNATURE.len() + 8 {
-                self.scratch = scratch;
                 return Ok((0, 0));
             }
             if &buf[..SIGNATURE.len()] != SIGNATURE {
@@ -67,7 +63,6 @@ impl BinaryCopyReader {
             }
             let ext = be_u32(&buf[15..19]) as usize;
             if buf.len() < 19 + ext {
-                self.scratch = scratch;
                 return Ok((0, 0));
             }
             pos = 19 + ext;
@@ -86,17 +81,17 @@ impl BinaryCopyReader {
                 pos += 2;
                 break;
             }
-            if count as usize != types.len() {
+            if count as usize != field_count {
                 return Err(bad(
                     tuple,
-                    format!("row field count is {count}, expected {}", types.len()),
+                    format!("row field count is {count}, expected {field_count}"),
                 ));
             }
             // Find the tuple's end before decoding, so a split tuple waits.
             let mut at = pos + 2;
             fields.clear();
             let mut complete = true;
-            for _ in 0..types.len() {
+            for _ in 0..field_count {
                 let Some(len) = buf.get(at..at + 4).map(be_i32) else {
                     complete = false;
                     break;
@@ -117,45 +112,44 @@ impl BinaryCopyReader {
             if !complete {
                 break;
             }
-            for ((f, ty), text) in fields.iter().zip(types).zip(scratch.iter_mut()) {
-                if let (Some(v), None) = (f, borrowed_text(ty)) {
-                    text.clear();
-                    field_text_into(v, ty, text).map_err(|reason| bad(tuple, reason))?;
-                }
-            }
-            let texts = fields
-                .iter()
-                .zip(types)
-                .zip(scratch.iter())
-                .map(|((f, ty), text)| match (f, borrowed_text(ty)) {
-                    (None, _) => Ok(None),
-                    (Some(v), Some(jsonb)) => {
-                        let v = match (jsonb, v.split_first()) {
-                            (true, Some((1, rest))) => rest,
-                            _ => v,
-                        };
-                        utf8(v).map(Some).map_err(|reason| bad(tuple, reason))
-                    }
-                    (Some(_), None) => Ok(Some(text.as_str())),
-                })
-                .collect::<Result<Vec<Option<&str>>, IngestError>>()?;
-            sink(&texts, tuple)?;
+            sink(&fields, tuple)?;
             tuples += 1;
             pos = at;
         }
-        self.scratch = scratch;
         Ok((tuples, pos))
     }
 }
 
-/// For types whose binary form is their text (`Some(is_jsonb)`), the text
-/// is read in place.
-fn borrowed_text(ty: &SqlType) -> Option<bool> {
+/// For types whose binary form is their text, the text read in place (or
+/// why it is not text); None for other types.
+pub(super) fn text_in_place<'a>(v: &'a [u8], ty: &SqlType) -> Option<Result<&'a str, String>> {
     match ty {
-        SqlType::Text | SqlType::Varchar { .. } => Some(false),
-        SqlType::Jsonb => Some(true),
+        SqlType::Text | SqlType::Varchar { .. } => Some(utf8(v)),
+        // jsonb's binary form is a version byte (1) and the text; a client
+        // that took the column for text sends the text alone (JSON text
+        // never starts with byte 1).
+        SqlType::Jsonb => Some(match v.split_first() {
+            Some((1, rest)) => utf8(rest),
+            _ => utf8(v),
+        }),
         _ => None,
     }
+}
+
+/// A binary date as days from the Unix epoch (Arrow's Date32).
+pub(super) fn unix_days(v: &[u8]) -> Result<i32, String> {
+    let days = i32::from_be_bytes(fixed(v, "date")?) as i64 + PG_EPOCH_DAYS;
+    chrono::DateTime::from_timestamp(days * 86_400, 0)
+        .and_then(|_| i32::try_from(days).ok())
+        .ok_or_else(|| "date out of range".to_string())
+}
+
+/// A binary timestamp as microseconds from the Unix epoch.
+pub(super) fn unix_micros(v: &[u8]) -> Result<i64, String> {
+    i64::from_be_bytes(fixed(v, "timestamp")?)
+        .checked_add(PG_EPOCH_US)
+        .filter(|us| chrono::DateTime::from_timestamp_micros(*us).is_some())
+        .ok_or_else(|| "timestamp out of range".to_string())
 }
 
 fn be_u32(b: &[u8]) -> u32 {
@@ -166,7 +160,7 @@ fn be_i32(b: &[u8]) -> i32 {
     i32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
 
-fn fixed<const N: usize>(v: &[u8], what: &str) -> Result<[u8; N], String> {
+pub(super) fn fixed<const N: usize>(v: &[u8], what: &str) -> Result<[u8; N], String> {
     v.try_into()
         .map_err(|_| format!("{what} field has {} bytes, expected {N}", v.len()))
 }
@@ -181,7 +175,7 @@ pub fn field_text(v: &[u8], ty: &SqlType) -> Result<String, String> {
 }
 
 /// [`field_text`], appended to `out`.
-fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), String> {
+pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), String> {
     use std::fmt::Write;
     let _ = match ty {
         SqlType::Boolean => {
@@ -207,18 +201,10 @@ fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), Strin
             out.push_str(&numeric_text(v)?);
             Ok(())
         }
-        SqlType::Text | SqlType::Varchar { .. } => {
-            out.push_str(utf8(v)?);
-            Ok(())
-        }
-        // jsonb's binary form is a version byte (1) and the text; a client
-        // that took the column for text sends the text alone (JSON text
-        // never starts with byte 1).
-        SqlType::Jsonb => {
-            out.push_str(match v.split_first() {
-                Some((1, rest)) => utf8(rest)?,
-                _ => utf8(v)?,
-            });
+        SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
+            if let Some(text) = text_in_place(v, ty) {
+                out.push_str(text?);
+            }
             Ok(())
         }
         SqlType::Bytea => {
@@ -226,17 +212,13 @@ fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), Strin
             v.iter().try_for_each(|b| write!(out, "{b:02x}"))
         }
         SqlType::Date => {
-            let days = i32::from_be_bytes(fixed(v, "date")?) as i64 + PG_EPOCH_DAYS;
+            let days = unix_days(v)? as i64;
             let date =
                 chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or("date out of range")?;
             write!(out, "{}", date.format("%Y-%m-%d"))
         }
         SqlType::Timestamp | SqlType::TimestampTz => {
-            let us = i64::from_be_bytes(fixed(v, "timestamp")?)
-                .checked_add(PG_EPOCH_US)
-                .filter(|us| chrono::DateTime::from_timestamp_micros(*us).is_some())
-                .ok_or("timestamp out of range")?;
-            super::stager::write_postgres_timestamp(us, false, out);
+            super::stager::write_postgres_timestamp(unix_micros(v)?, false, out);
             if matches!(ty, SqlType::TimestampTz) {
                 out.push_str("+00:00");
             }
@@ -387,25 +369,24 @@ mod tests {
             }
         }
         data.extend_from_slice(&(-1i16).to_be_bytes());
-        let types = [SqlType::BigInt, SqlType::Text];
         for split in 1..data.len() {
             let mut r = BinaryCopyReader::default();
             let mut carry = data[..split].to_vec();
-            let mut rows: Vec<Vec<Option<String>>> = Vec::new();
-            let mut collect = |fields: &[Option<&str>], _: u64| {
-                rows.push(fields.iter().map(|f| f.map(str::to_string)).collect());
+            let mut rows: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+            let mut collect = |fields: &[Option<&[u8]>], _: u64| {
+                rows.push(fields.iter().map(|f| f.map(<[u8]>::to_vec)).collect());
                 Ok(())
             };
-            let (got, used) = r.read(&carry, &types, 1, &mut collect).unwrap();
+            let (got, used) = r.read(&carry, 2, 1, &mut collect).unwrap();
             carry.drain(..used);
             carry.extend_from_slice(&data[split..]);
-            r.read(&carry, &types, 1 + got, &mut collect).unwrap();
+            r.read(&carry, 2, 1 + got, &mut collect).unwrap();
             assert!(r.done, "split at {split}");
             assert_eq!(
                 rows,
                 vec![
-                    vec![Some("1".to_string()), Some("a".to_string())],
-                    vec![Some("2".to_string()), None]
+                    vec![Some(1i64.to_be_bytes().to_vec()), Some(b"a".to_vec())],
+                    vec![Some(2i64.to_be_bytes().to_vec()), None]
                 ],
                 "split at {split}"
             );

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use arrow::record_batch::RecordBatch;
-use sluice_catalog::{SqlType, TableDef};
+use sluice_catalog::TableDef;
 use sluice_sql::{CopyFormat, CopyFrom};
 
 use super::binary_copy::BinaryCopyReader;
@@ -20,8 +20,10 @@ pub struct CopyParser {
     line: u64,
     skip_header: bool,
     done: bool,
-    /// For the binary format: the reader and the types of the fields.
-    binary: Option<(BinaryCopyReader, Vec<SqlType>)>,
+    /// For the binary format: the reader and the number of fields.
+    binary: Option<(BinaryCopyReader, usize)>,
+    /// A binary field's text when it is converted through text (numeric).
+    scratch: String,
 }
 
 impl CopyParser {
@@ -37,19 +39,21 @@ impl CopyParser {
                 reason: "COPY delimiter, quote and escape must be single-byte characters".into(),
             });
         }
+        let mut stager = RowStager::new(table, &opts.columns, true)?.with_limit(max_bytes);
         let binary = match opts.format {
-            CopyFormat::Binary => Some((
-                BinaryCopyReader::default(),
-                resolve_columns(table, &opts.columns)?
-                    .into_iter()
-                    .map(|i| table.columns[i].ty.clone())
-                    .collect(),
-            )),
+            CopyFormat::Binary => {
+                stager = stager.for_binary();
+                Some((
+                    BinaryCopyReader::default(),
+                    resolve_columns(table, &opts.columns)?.len(),
+                ))
+            }
             _ => None,
         };
         Ok(CopyParser {
             binary,
-            stager: RowStager::new(table, &opts.columns, true)?.with_limit(max_bytes),
+            stager,
+            scratch: String::new(),
             skip_header: opts.header,
             opts,
             carry: Vec::new(),
@@ -83,13 +87,14 @@ impl CopyParser {
 
     /// Stages every complete binary tuple in the carry.
     fn parse_binary(&mut self) -> Result<usize, IngestError> {
-        let Some((reader, types)) = self.binary.as_mut() else {
+        let Some((reader, fields)) = self.binary.as_mut() else {
             return Ok(0);
         };
         let first = self.stager.rows() + 1;
         let stager = &mut self.stager;
-        let (_, used) = reader.read(&self.carry, types, first, |fields, tuple| {
-            stager.push_row(fields, tuple)
+        let scratch = &mut self.scratch;
+        let (_, used) = reader.read(&self.carry, *fields, first, |fields, tuple| {
+            stager.push_binary_row(fields, tuple, scratch)
         })?;
         self.done = reader.done;
         Ok(used)

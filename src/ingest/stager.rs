@@ -1,8 +1,9 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    new_null_array, Array, ArrayRef, BinaryBuilder, StringArray, StringBuilder,
-    TimestampMicrosecondArray,
+    new_null_array, Array, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Float32Builder,
+    Float64Builder, Int16Builder, Int32Builder, Int64Builder, StringArray, StringBuilder,
+    TimestampMicrosecondArray, TimestampMicrosecondBuilder,
 };
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::SchemaRef;
@@ -17,12 +18,15 @@ const STAGE_ROWS: usize = 64 * 1024;
 
 /// Collects rows of text values for some of a table's columns and converts
 /// them, column at a time, into validated batches of the table's data schema.
+/// Binary COPY rows go straight into typed builders where the binary form
+/// is the value (integers, floats, booleans, dates, timestamps), and into
+/// text for the rest.
 pub struct RowStager {
     columns: Vec<ColumnDef>,
     schema: SchemaRef,
     /// Table column index of each input field.
     targets: Vec<usize>,
-    builders: Vec<StringBuilder>,
+    builders: Vec<StagedColumn>,
     places: Vec<u64>,
     lines: bool,
     batches: Vec<RecordBatch>,
@@ -43,7 +47,10 @@ impl RowStager {
         Ok(RowStager {
             columns: table.columns.clone(),
             schema: table.data_schema(),
-            builders: targets.iter().map(|_| StringBuilder::new()).collect(),
+            builders: targets
+                .iter()
+                .map(|_| StagedColumn::Text(StringBuilder::new()))
+                .collect(),
             targets,
             places: Vec::new(),
             lines,
@@ -52,6 +59,39 @@ impl RowStager {
             staged_bytes: 0,
             max_bytes: u64::MAX,
         })
+    }
+
+    /// A stager for binary COPY: fields of types whose binary form is the
+    /// value itself are decoded into builders of that type.
+    pub fn for_binary(mut self) -> RowStager {
+        for (b, &t) in self.builders.iter_mut().zip(&self.targets) {
+            *b = StagedColumn::for_binary(&self.columns[t].ty);
+        }
+        self
+    }
+
+    /// Adds one binary COPY tuple (PostgreSQL's binary form of each field,
+    /// None for NULL); `place` is its tuple number.
+    pub fn push_binary_row(
+        &mut self,
+        fields: &[Option<&[u8]>],
+        place: u64,
+        scratch: &mut String,
+    ) -> Result<(), IngestError> {
+        for ((b, f), &t) in self.builders.iter_mut().zip(fields).zip(&self.targets) {
+            let ty = &self.columns[t].ty;
+            b.append_binary(*f, ty, scratch)
+                .map_err(|reason| IngestError::BadFormat {
+                    place: RowPlace::Line(place),
+                    reason,
+                })?;
+        }
+        self.places.push(place);
+        self.rows += 1;
+        if self.places.len() >= STAGE_ROWS {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Fails the statement once its staged batches exceed `bytes`.
@@ -94,6 +134,12 @@ impl RowStager {
             });
         }
         for (b, f) in self.builders.iter_mut().zip(fields) {
+            let StagedColumn::Text(b) = b else {
+                return Err(IngestError::BadFormat {
+                    place: self.place(place),
+                    reason: "a text row staged for binary fields".into(),
+                });
+            };
             match f {
                 Some(v) => b.append_value(v.as_ref()),
                 None => b.append_null(),
@@ -115,9 +161,11 @@ impl RowStager {
         }
         let mut arrays: Vec<Option<ArrayRef>> = vec![None; self.columns.len()];
         for (i, b) in self.builders.iter_mut().enumerate() {
-            let text = b.finish();
             let col = &self.columns[self.targets[i]];
-            arrays[self.targets[i]] = Some(convert_text(&text, col, &self.places, self.lines)?);
+            arrays[self.targets[i]] = Some(match b {
+                StagedColumn::Text(b) => convert_text(&b.finish(), col, &self.places, self.lines)?,
+                typed => typed.finish_typed(),
+            });
         }
         let mut out = Vec::with_capacity(self.columns.len());
         for (i, a) in arrays.into_iter().enumerate() {
@@ -146,6 +194,103 @@ impl RowStager {
     pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
         self.flush()?;
         Ok(self.batches)
+    }
+}
+
+/// One input field's staged values: text to convert at flush, or values
+/// already of the column's type (decoded from binary COPY).
+enum StagedColumn {
+    Text(StringBuilder),
+    Boolean(BooleanBuilder),
+    SmallInt(Int16Builder),
+    Int(Int32Builder),
+    BigInt(Int64Builder),
+    Real(Float32Builder),
+    Double(Float64Builder),
+    Date(Date32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+    TimestampTz(TimestampMicrosecondBuilder),
+}
+
+impl StagedColumn {
+    fn for_binary(ty: &SqlType) -> StagedColumn {
+        match ty {
+            SqlType::Boolean => StagedColumn::Boolean(BooleanBuilder::new()),
+            SqlType::SmallInt => StagedColumn::SmallInt(Int16Builder::new()),
+            SqlType::Int => StagedColumn::Int(Int32Builder::new()),
+            SqlType::BigInt => StagedColumn::BigInt(Int64Builder::new()),
+            SqlType::Real => StagedColumn::Real(Float32Builder::new()),
+            SqlType::Double => StagedColumn::Double(Float64Builder::new()),
+            SqlType::Date => StagedColumn::Date(Date32Builder::new()),
+            SqlType::Timestamp => StagedColumn::Timestamp(TimestampMicrosecondBuilder::new()),
+            SqlType::TimestampTz => StagedColumn::TimestampTz(TimestampMicrosecondBuilder::new()),
+            // Text, jsonb, varchar (checked as text), numeric and bytea
+            // (converted from their text form).
+            _ => StagedColumn::Text(StringBuilder::new()),
+        }
+    }
+
+    /// Appends one binary field, or says why it is not a value of `ty`.
+    fn append_binary(
+        &mut self,
+        v: Option<&[u8]>,
+        ty: &SqlType,
+        scratch: &mut String,
+    ) -> Result<(), String> {
+        use super::binary_copy as bin;
+        let Some(v) = v else {
+            match self {
+                StagedColumn::Text(b) => b.append_null(),
+                StagedColumn::Boolean(b) => b.append_null(),
+                StagedColumn::SmallInt(b) => b.append_null(),
+                StagedColumn::Int(b) => b.append_null(),
+                StagedColumn::BigInt(b) => b.append_null(),
+                StagedColumn::Real(b) => b.append_null(),
+                StagedColumn::Double(b) => b.append_null(),
+                StagedColumn::Date(b) => b.append_null(),
+                StagedColumn::Timestamp(b) | StagedColumn::TimestampTz(b) => b.append_null(),
+            }
+            return Ok(());
+        };
+        match self {
+            StagedColumn::Text(b) => match bin::text_in_place(v, ty) {
+                Some(text) => b.append_value(text?),
+                None => {
+                    scratch.clear();
+                    bin::field_text_into(v, ty, scratch)?;
+                    b.append_value(scratch.as_str());
+                }
+            },
+            StagedColumn::Boolean(b) => b.append_value(bin::fixed::<1>(v, "boolean")?[0] != 0),
+            StagedColumn::SmallInt(b) => {
+                b.append_value(i16::from_be_bytes(bin::fixed(v, "smallint")?))
+            }
+            StagedColumn::Int(b) => b.append_value(i32::from_be_bytes(bin::fixed(v, "integer")?)),
+            StagedColumn::BigInt(b) => b.append_value(i64::from_be_bytes(bin::fixed(v, "bigint")?)),
+            StagedColumn::Real(b) => b.append_value(f32::from_be_bytes(bin::fixed(v, "real")?)),
+            StagedColumn::Double(b) => b.append_value(f64::from_be_bytes(bin::fixed(v, "double")?)),
+            StagedColumn::Date(b) => b.append_value(bin::unix_days(v)?),
+            StagedColumn::Timestamp(b) | StagedColumn::TimestampTz(b) => {
+                b.append_value(bin::unix_micros(v)?)
+            }
+        }
+        Ok(())
+    }
+
+    /// The typed values staged so far (not for text).
+    fn finish_typed(&mut self) -> ArrayRef {
+        match self {
+            StagedColumn::Text(b) => Arc::new(b.finish()),
+            StagedColumn::Boolean(b) => Arc::new(b.finish()),
+            StagedColumn::SmallInt(b) => Arc::new(b.finish()),
+            StagedColumn::Int(b) => Arc::new(b.finish()),
+            StagedColumn::BigInt(b) => Arc::new(b.finish()),
+            StagedColumn::Real(b) => Arc::new(b.finish()),
+            StagedColumn::Double(b) => Arc::new(b.finish()),
+            StagedColumn::Date(b) => Arc::new(b.finish()),
+            StagedColumn::Timestamp(b) => Arc::new(b.finish()),
+            StagedColumn::TimestampTz(b) => Arc::new(b.finish().with_timezone("+00:00")),
+        }
     }
 }
 
