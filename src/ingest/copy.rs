@@ -462,6 +462,86 @@ mod tests {
         }
     }
 
+    /// Every fixed-width type goes straight into its Arrow type, NULLs
+    /// included; a field of the wrong width names its tuple.
+    #[test]
+    fn binary_fields_decode_into_their_column_types() {
+        use arrow::array::AsArray;
+        use arrow::datatypes::{
+            Date32Type, Float32Type, Int16Type, Int32Type, TimestampMicrosecondType,
+        };
+        let col = |name: &str, ty: SqlType| ColumnDef {
+            name: name.into(),
+            ty,
+            nullable: true,
+        };
+        let def = TableDef {
+            id: 1,
+            name: "t".into(),
+            columns: vec![
+                col("s", SqlType::SmallInt),
+                col("i", SqlType::Int),
+                col("r", SqlType::Real),
+                col("ok", SqlType::Boolean),
+                col("d", SqlType::Date),
+                col("ts", SqlType::TimestampTz),
+            ],
+            options: TableOptions::default(),
+        };
+        let sql = "COPY t FROM STDIN WITH (FORMAT binary)";
+        let field = |out: &mut Vec<u8>, v: Option<&[u8]>| match v {
+            Some(v) => {
+                out.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                out.extend_from_slice(v);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        };
+        let mut data = b"PGCOPY\n\xff\r\n\0".to_vec();
+        data.extend_from_slice(&[0; 8]);
+        data.extend_from_slice(&6i16.to_be_bytes());
+        field(&mut data, Some(&(-3i16).to_be_bytes()));
+        field(&mut data, Some(&70000i32.to_be_bytes()));
+        field(&mut data, Some(&1.5f32.to_be_bytes()));
+        field(&mut data, Some(&[1]));
+        // 2000-01-02 and 2000-01-01 00:00:01 in PostgreSQL's epoch.
+        field(&mut data, Some(&1i32.to_be_bytes()));
+        field(&mut data, Some(&1_000_000i64.to_be_bytes()));
+        data.extend_from_slice(&6i16.to_be_bytes());
+        for _ in 0..6 {
+            field(&mut data, None);
+        }
+        let mut p = CopyParser::new(&def, opts(sql), u64::MAX).unwrap();
+        p.feed(&data).unwrap();
+        let b = p.finish().unwrap().remove(0);
+        assert_eq!(b.schema().as_ref(), def.data_schema().as_ref());
+        assert_eq!(b.column(0).as_primitive::<Int16Type>().value(0), -3);
+        assert_eq!(b.column(1).as_primitive::<Int32Type>().value(0), 70000);
+        assert_eq!(b.column(2).as_primitive::<Float32Type>().value(0), 1.5);
+        assert!(b.column(3).as_boolean().value(0));
+        assert_eq!(b.column(4).as_primitive::<Date32Type>().value(0), 10_958);
+        let ts = b.column(5).as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 946_684_801_000_000);
+        assert!((0..6).all(|c| b.column(c).is_null(1)));
+
+        // A 4-byte field where a smallint's 2 bytes belong.
+        let mut bad = b"PGCOPY\n\xff\r\n\0".to_vec();
+        bad.extend_from_slice(&[0; 8]);
+        bad.extend_from_slice(&data[19..19 + 2 + 6 * 4 + 2 + 4 + 1 + 4 + 4 + 8]);
+        bad.extend_from_slice(&6i16.to_be_bytes());
+        field(&mut bad, Some(&5i32.to_be_bytes()));
+        for _ in 0..5 {
+            field(&mut bad, None);
+        }
+        let mut p = CopyParser::new(&def, opts(sql), u64::MAX).unwrap();
+        let e = p
+            .feed(&bad)
+            .and_then(|_| p.finish().map(|_| ()))
+            .unwrap_err();
+        assert_eq!(e.sqlstate(), "22P04", "{e}");
+        assert!(e.to_string().contains("line 2"), "{e}");
+        assert!(e.to_string().contains("smallint field has 4 bytes"), "{e}");
+    }
+
     #[test]
     fn text_format_in_chunks() {
         let b = parse_in_chunks("COPY t FROM STDIN", b"1\thello\\tworld\n2\t\\N\n3\tlast", 3);

@@ -2,9 +2,9 @@
 //! timestamps sent as text read as PostgreSQL prints them
 //! (`2026-01-01 10:00:00`, `10:00:00.5`, `+00` for timestamptz in the
 //! server's UTC), where pgwire always prints six fractional digits; and a
-//! batch of only integers, booleans and strings sent as text (what a FETCH
-//! of most tables is, once its timestamps are text) is written straight
-//! into each row's bytes, with no formatting machinery per value.
+//! batch of only integers, booleans, strings and (binary) timestamps (what
+//! a FETCH of most tables is, once text timestamps are text) is written
+//! straight into each row's bytes, with no formatting machinery per value.
 
 use std::iter;
 use std::sync::Arc;
@@ -145,28 +145,31 @@ enum TextColumn {
     Utf8(arrow::array::StringArray),
     LargeUtf8(arrow::array::LargeStringArray),
     Utf8View(arrow::array::StringViewArray),
+    /// Binary results only (text timestamps are strings by now).
+    Timestamp(PrimitiveArray<TimestampMicrosecondType>),
 }
 
-/// The rows of a batch whose columns are all integers, booleans or strings
-/// going out as text, each written straight into its DataRow.
+/// The rows of a batch whose columns are all integers, booleans, strings
+/// or (in binary) microsecond timestamps, each written straight into its
+/// DataRow, in text or binary as each field asks.
 struct TextRows {
-    columns: Vec<TextColumn>,
+    columns: Vec<(TextColumn, bool)>,
     row: usize,
     rows: usize,
 }
 
 impl TextRows {
     fn new(batch: &RecordBatch, fields: &[FieldInfo]) -> Option<TextRows> {
-        if fields.len() != batch.num_columns()
-            || fields.iter().any(|f| f.format() != FieldFormat::Text)
-        {
+        if fields.len() != batch.num_columns() {
             return None;
         }
         let columns = batch
             .columns()
             .iter()
-            .map(|c| {
-                Some(match c.data_type() {
+            .zip(fields)
+            .map(|(c, f)| {
+                let binary = f.format() == FieldFormat::Binary;
+                let column = match c.data_type() {
                     DataType::Int16 => TextColumn::SmallInt(c.as_primitive().clone()),
                     DataType::Int32 => TextColumn::Int(c.as_primitive().clone()),
                     DataType::Int64 => TextColumn::BigInt(c.as_primitive().clone()),
@@ -174,8 +177,12 @@ impl TextRows {
                     DataType::Utf8 => TextColumn::Utf8(c.as_string().clone()),
                     DataType::LargeUtf8 => TextColumn::LargeUtf8(c.as_string().clone()),
                     DataType::Utf8View => TextColumn::Utf8View(c.as_string_view().clone()),
+                    DataType::Timestamp(TimeUnit::Microsecond, _) if binary => {
+                        TextColumn::Timestamp(c.as_primitive::<TimestampMicrosecondType>().clone())
+                    }
                     _ => return None,
-                })
+                };
+                Some((column, binary))
             })
             .collect::<Option<Vec<_>>>()?;
         Some(TextRows {
@@ -187,7 +194,11 @@ impl TextRows {
 
     fn encode_row(&self, i: usize) -> DataRow {
         let mut data = BytesMut::with_capacity(16 * self.columns.len());
-        for c in &self.columns {
+        for (c, binary) in &self.columns {
+            if *binary {
+                put_binary(&mut data, c, i);
+                continue;
+            }
             match c {
                 TextColumn::SmallInt(a) => {
                     put_int(&mut data, a.is_valid(i).then(|| a.value(i) as i64))
@@ -208,6 +219,8 @@ impl TextRows {
                 TextColumn::Utf8View(a) => {
                     put_text(&mut data, a.is_valid(i).then(|| a.value(i).as_bytes()))
                 }
+                // Not built for text (see `new`); a NULL is never wrong.
+                TextColumn::Timestamp(_) => data.put_i32(-1),
             }
         }
         DataRow::new(data, self.columns.len() as i16)
@@ -224,6 +237,52 @@ impl Iterator for TextRows {
         let row = self.encode_row(self.row);
         self.row += 1;
         Some(Ok(row))
+    }
+}
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+/// A field in PostgreSQL's binary form of its type.
+fn put_binary(data: &mut BytesMut, c: &TextColumn, i: usize) {
+    let valid = match c {
+        TextColumn::SmallInt(a) => a.is_valid(i),
+        TextColumn::Int(a) => a.is_valid(i),
+        TextColumn::BigInt(a) => a.is_valid(i),
+        TextColumn::Boolean(a) => a.is_valid(i),
+        TextColumn::Utf8(a) => a.is_valid(i),
+        TextColumn::LargeUtf8(a) => a.is_valid(i),
+        TextColumn::Utf8View(a) => a.is_valid(i),
+        TextColumn::Timestamp(a) => a.is_valid(i),
+    };
+    if !valid {
+        data.put_i32(-1);
+        return;
+    }
+    match c {
+        TextColumn::SmallInt(a) => {
+            data.put_i32(2);
+            data.put_i16(a.value(i));
+        }
+        TextColumn::Int(a) => {
+            data.put_i32(4);
+            data.put_i32(a.value(i));
+        }
+        TextColumn::BigInt(a) => {
+            data.put_i32(8);
+            data.put_i64(a.value(i));
+        }
+        TextColumn::Boolean(a) => {
+            data.put_i32(1);
+            data.put_u8(u8::from(a.value(i)));
+        }
+        TextColumn::Utf8(a) => put_text(data, Some(a.value(i).as_bytes())),
+        TextColumn::LargeUtf8(a) => put_text(data, Some(a.value(i).as_bytes())),
+        TextColumn::Utf8View(a) => put_text(data, Some(a.value(i).as_bytes())),
+        TextColumn::Timestamp(a) => {
+            data.put_i32(8);
+            data.put_i64(a.value(i).saturating_sub(PG_EPOCH_US));
+        }
     }
 }
 
@@ -329,29 +388,49 @@ mod tests {
             ),
         ])
         .unwrap();
-        let fields = Arc::new(
-            arrow_schema_to_pg_fields(&batch.schema(), &Format::UnifiedText, None).unwrap(),
-        );
-        let fast: Vec<DataRow> = TextRows::new(&batch, &fields)
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let slow: Vec<DataRow> = encode_recordbatch(fields, batch)
-            .map(Result::unwrap)
-            .collect();
-        assert_eq!(fast, slow);
+        let with_time = |tz: Option<&str>| {
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(
+                arrow::array::TimestampMicrosecondArray::from(vec![
+                    Some(0),
+                    Some(1_767_225_600_123_456),
+                    None,
+                    Some(-86_400_000_000),
+                    Some(946_684_800_000_000),
+                    Some(1),
+                ])
+                .with_timezone_opt(tz),
+            ));
+            let mut fields = batch.schema().fields().to_vec();
+            fields.push(Arc::new(Field::new(
+                "t",
+                columns[5].data_type().clone(),
+                true,
+            )));
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+        };
+        for (batch, format) in [
+            (batch.clone(), Format::UnifiedText),
+            (batch.clone(), Format::UnifiedBinary),
+            (with_time(None), Format::UnifiedBinary),
+            (with_time(Some("+00:00")), Format::UnifiedBinary),
+            (with_time(None), Format::Individual(vec![0, 1, 0, 1, 0, 1])),
+        ] {
+            let fields =
+                Arc::new(arrow_schema_to_pg_fields(&batch.schema(), &format, None).unwrap());
+            let fast: Vec<DataRow> = TextRows::new(&batch, &fields)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let slow: Vec<DataRow> = encode_recordbatch(fields, batch)
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(fast, slow, "{format:?}");
+        }
     }
 
     #[test]
-    fn other_types_and_binary_results_take_arrow_pg() {
-        let batch = RecordBatch::try_from_iter(vec![(
-            "a",
-            Arc::new(Int64Array::from(vec![1])) as ArrayRef,
-        )])
-        .unwrap();
-        let binary =
-            arrow_schema_to_pg_fields(&batch.schema(), &Format::UnifiedBinary, None).unwrap();
-        assert!(TextRows::new(&batch, &binary).is_none());
+    fn other_types_take_arrow_pg() {
         let floats = RecordBatch::try_from_iter(vec![(
             "f",
             Arc::new(arrow::array::Float64Array::from(vec![1.5])) as ArrayRef,
