@@ -145,7 +145,6 @@ enum TextColumn {
     Utf8(arrow::array::StringArray),
     LargeUtf8(arrow::array::LargeStringArray),
     Utf8View(arrow::array::StringViewArray),
-    /// Binary results only (text timestamps are strings by now).
     Timestamp(PrimitiveArray<TimestampMicrosecondType>),
 }
 
@@ -177,7 +176,7 @@ impl TextRows {
                     DataType::Utf8 => TextColumn::Utf8(c.as_string().clone()),
                     DataType::LargeUtf8 => TextColumn::LargeUtf8(c.as_string().clone()),
                     DataType::Utf8View => TextColumn::Utf8View(c.as_string_view().clone()),
-                    DataType::Timestamp(TimeUnit::Microsecond, _) if binary => {
+                    DataType::Timestamp(TimeUnit::Microsecond, _) => {
                         TextColumn::Timestamp(c.as_primitive::<TimestampMicrosecondType>().clone())
                     }
                     _ => return None,
@@ -219,8 +218,15 @@ impl TextRows {
                 TextColumn::Utf8View(a) => {
                     put_text(&mut data, a.is_valid(i).then(|| a.value(i).as_bytes()))
                 }
-                // Not built for text (see `new`); a NULL is never wrong.
-                TextColumn::Timestamp(_) => data.put_i32(-1),
+                // Text timestamps are strings by now (`postgres_text`);
+                // one that is not is printed the same way.
+                TextColumn::Timestamp(a) => put_text(
+                    &mut data,
+                    a.is_valid(i)
+                        .then(|| postgres_timestamp(a.value(i), a.timezone().is_some()))
+                        .as_deref()
+                        .map(str::as_bytes),
+                ),
             }
         }
         DataRow::new(data, self.columns.len() as i16)
@@ -426,6 +432,24 @@ mod tests {
                 .map(Result::unwrap)
                 .collect();
             assert_eq!(fast, slow, "{format:?}");
+        }
+        // A text timestamp left as a timestamp prints as `postgres_text`
+        // would have printed it.
+        for tz in [None, Some("+00:00")] {
+            let batch = with_time(tz);
+            let fields = Arc::new(
+                arrow_schema_to_pg_fields(&batch.schema(), &Format::UnifiedText, None).unwrap(),
+            );
+            let raw: Vec<DataRow> = TextRows::new(&batch, &fields)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let texted = postgres_text(batch, &fields).unwrap();
+            let via_text: Vec<DataRow> = TextRows::new(&texted, &fields)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(raw, via_text);
         }
     }
 
