@@ -15,20 +15,14 @@
 //! (partition u32 | frame_len u32 | frame)*`; CRC32C over everything after
 //! `len`.
 //!
-//! The file is kept zero-filled past its last record (PostgreSQL fills its
-//! WAL segments the same way): an append then overwrites blocks the file
-//! already has, and its fdatasync writes only the record. An append that
-//! grows the file must also write the inode, a second synchronous write on
-//! every commit. Recovery reads records until the first that is not whole
-//! (zeros, or a torn record), and zero-fills from there.
+//! The records live in a [`RecordFile`]: zero-filled ahead so that each
+//! commit costs one fdatasync, cut at the first record that is not whole.
 
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-
-use tracing::warn;
+use std::fs::File;
+use std::path::Path;
 
 use super::error::LogError;
+use super::record_file::RecordFile;
 
 const FILE_NAME: &str = "commits.log";
 /// Past this size the log is rewritten with only its newest record.
@@ -37,11 +31,7 @@ const ROTATE_BYTES: u64 = 4 << 20;
 const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 pub struct CommitLog {
-    path: PathBuf,
-    file: File,
-    /// Bytes of records; the file is zero-filled from here to `allocated`.
-    len: u64,
-    allocated: u64,
+    file: RecordFile,
     seq: u64,
 }
 
@@ -78,63 +68,25 @@ impl CommitLog {
         dir: &Path,
         partitions: usize,
     ) -> Result<(CommitLog, Vec<u64>, Vec<JournalFrame>), LogError> {
-        let path = dir.join(FILE_NAME);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
-            Err(e) => return Err(LogError::io(&path)(e)),
-        };
-        let mut pos = 0usize;
+        let ends_len = 8 + 8 * partitions;
+        let (file, records) = RecordFile::open(&dir.join(FILE_NAME), PREALLOCATE_BYTES, |body| {
+            body.len() >= ends_len && parse_frames(&body[ends_len..], partitions).is_some()
+        })?;
         let mut last: Option<(u64, Vec<u64>)> = None;
         let mut journal = Vec::new();
-        let ends_len = 8 + 8 * partitions;
-        while pos + 8 <= bytes.len() {
-            let crc = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap_or_default());
-            let len =
-                u32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap_or_default()) as usize;
-            let end = pos + 8 + len;
-            if len < ends_len || end > bytes.len() {
-                break;
-            }
-            let body = &bytes[pos + 8..end];
-            if crc32c::crc32c(body) != crc {
-                break;
-            }
-            let Some(frames) = parse_frames(&body[ends_len..], partitions) else {
-                break;
-            };
+        for body in &records {
             let seq = u64::from_le_bytes(body[0..8].try_into().unwrap_or_default());
             let ends = body[8..ends_len]
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
                 .collect();
             last = Some((seq, ends));
-            journal.extend(frames);
-            pos = end;
+            journal.extend(parse_frames(&body[ends_len..], partitions).unwrap_or_default());
         }
-        if bytes[pos..].iter().any(|b| *b != 0) {
-            warn!(path = %path.display(), kept = pos, dropped = bytes.len() - pos,
-                  "cut torn tail of commit log");
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(LogError::io(&path))?;
-        // Whatever follows the last whole record (a torn record) goes, so
-        // the bytes past the records are zeros only.
-        file.set_len(pos as u64).map_err(LogError::io(&path))?;
         let (seq, ends) = last.unwrap_or((0, vec![0; partitions]));
-        let mut log = CommitLog {
-            path,
-            file,
-            len: pos as u64,
-            allocated: pos as u64,
-            seq,
-        };
-        if pos == 0 {
+        let fresh = file.is_empty();
+        let mut log = CommitLog { file, seq };
+        if fresh {
             // A new table: make the empty state durable so recovery always
             // finds a record.
             log.commit(&ends)?;
@@ -147,7 +99,7 @@ impl CommitLog {
     /// written by [`CommitLog::commit`] after every partition is fsynced,
     /// since rotation drops the frames the log carries.
     pub fn is_full(&self) -> bool {
-        self.len >= ROTATE_BYTES
+        self.file.len() >= ROTATE_BYTES
     }
 
     /// Appends a record and fsyncs it; rotates the log when it is full.
@@ -171,49 +123,19 @@ impl CommitLog {
 
     fn append(&mut self, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Result<(), LogError> {
         self.seq += 1;
-        let record = encode(self.seq, ends, frames);
-        let end = self.len + record.len() as u64;
-        if end > self.allocated {
-            self.preallocate(end + PREALLOCATE_BYTES)?;
-        }
-        self.file
-            .write_all_at(&record, self.len)
-            .and_then(|_| self.file.sync_data())
-            .map_err(LogError::io(&self.path))?;
-        self.len = end;
-        Ok(())
-    }
-
-    /// Zero-fills the file up to `to` and makes its new size durable.
-    fn preallocate(&mut self, to: u64) -> Result<(), LogError> {
-        let zeros = vec![0u8; to.saturating_sub(self.allocated) as usize];
-        self.file
-            .write_all_at(&zeros, self.allocated)
-            .and_then(|_| self.file.sync_all())
-            .map_err(LogError::io(&self.path))?;
-        self.allocated = to;
-        Ok(())
+        self.file.append(&encode(self.seq, ends, frames))
     }
 
     /// Replaces the log by one record of `ends`, dropping the frames it
     /// carries. Every carried frame must be durable in its partition.
     pub fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
         self.seq += 1;
-        let mut bytes = encode(self.seq, ends, &[]);
-        let len = bytes.len() as u64;
-        bytes.resize((len + PREALLOCATE_BYTES) as usize, 0);
-        sluice_catalog::write_atomically(&self.path, &bytes)?;
-        self.file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(LogError::io(&self.path))?;
-        self.len = len;
-        self.allocated = bytes.len() as u64;
-        Ok(())
+        self.file.replace(&encode(self.seq, ends, &[]))
     }
 }
 
+/// A record's body: `seq u64 | ends u64 * partitions | (partition u32 |
+/// frame_len u32 | frame)*`.
 fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Vec<u8> {
     let frame_bytes: usize = frames.iter().map(|(_, f)| 8 + f.len()).sum();
     let mut body = Vec::with_capacity(8 + 8 * ends.len() + frame_bytes);
@@ -226,11 +148,7 @@ fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Vec<u8> {
         body.extend_from_slice(&(frame.len() as u32).to_le_bytes());
         body.extend_from_slice(frame);
     }
-    let mut record = Vec::with_capacity(8 + body.len());
-    record.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    record.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    record.extend_from_slice(&body);
-    record
+    body
 }
 
 pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
@@ -242,6 +160,8 @@ pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::{self, OpenOptions};
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn newest_record_wins_and_torn_tail_is_cut() {
@@ -258,7 +178,7 @@ mod tests {
         assert_eq!(ends, vec![5, 9]);
         // Garbage right after the last record is cut too, and the file
         // stays zero-filled past the records.
-        let len = log.len;
+        let len = log.file.len();
         drop(log);
         OpenOptions::new()
             .write(true)
@@ -269,7 +189,7 @@ mod tests {
         let (mut log, ends, _) = CommitLog::open(dir.path(), 2).unwrap();
         assert_eq!(ends, vec![5, 9]);
         log.commit(&[6, 9]).unwrap();
-        assert!(log.allocated > log.len);
+        assert!(fs::metadata(dir.path().join(FILE_NAME)).unwrap().len() > log.file.len());
         drop(log);
         let bytes = fs::read(&path).unwrap();
         assert!(bytes[len as usize + 1..]
@@ -300,7 +220,7 @@ mod tests {
         log.commit(&[2, 1]).unwrap();
         log.commit_with_frames(&[3, 1], &[(0, b"dd".to_vec())])
             .unwrap();
-        let len = log.len;
+        let len = log.file.len();
         drop(log);
         // Tear the last record: its last byte never reached the disk.
         let path = dir.path().join(FILE_NAME);

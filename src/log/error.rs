@@ -39,7 +39,13 @@ impl LogError {
     pub fn is_disk_full(&self) -> bool {
         // A group commit's error reaches each waiter as a copy that keeps
         // the kind but not the OS code.
-        matches!(self, LogError::Io { source, .. }
-            if source.raw_os_error() == Some(28) || source.kind() == std::io::ErrorKind::StorageFull)
+        let full = |e: &std::io::Error| {
+            e.raw_os_error() == Some(28) || e.kind() == std::io::ErrorKind::StorageFull
+        };
+        match self {
+            LogError::Io { source, .. } => full(source),
+            LogError::Catalog(sluice_catalog::CatalogError::Io { source, .. }) => full(source),
+            _ => false,
+        }
     }
 }

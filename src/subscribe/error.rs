@@ -31,7 +31,7 @@ pub enum SubscriptionError {
     #[error("could not write the committed offsets of subscription \"{name}\": {source}")]
     Write {
         name: String,
-        source: sluice_catalog::CatalogError,
+        source: crate::log::LogError,
     },
 }
 
@@ -47,15 +47,8 @@ impl SubscriptionError {
             SubscriptionError::Unsupported(_) => "0A000",
             SubscriptionError::ResetSinceDeclare { .. } => "55000",
             SubscriptionError::Damaged { .. } => "XX001",
-            SubscriptionError::Write { source, .. } => match source {
-                sluice_catalog::CatalogError::Io { source, .. }
-                    if source.kind() == std::io::ErrorKind::StorageFull
-                        || source.raw_os_error() == Some(28) =>
-                {
-                    "53100"
-                }
-                _ => "58030",
-            },
+            SubscriptionError::Write { source, .. } if source.is_disk_full() => "53100",
+            SubscriptionError::Write { .. } => "58030",
         }
     }
 }

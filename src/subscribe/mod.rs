@@ -5,8 +5,11 @@
 //! committed offsets (or where `SINCE` says) and `FETCH` moves it. The
 //! group's offsets are committed when the transaction that fetched commits,
 //! or by each FETCH itself outside a transaction block. Offsets live in one
-//! small file per group (`<data-dir>/subscriptions/<id>.offsets`), written
-//! atomically and guarded by a CRC.
+//! small file per group (`<data-dir>/subscriptions/<id>.offsets.log`): each
+//! commit appends a CRC-guarded record and fdatasyncs it (one synchronous
+//! write, as a table's commit log), the newest whole record wins on
+//! recovery, and the file is rewritten with only that record once it grows
+//! past a few hundred commits.
 
 mod error;
 
@@ -20,16 +23,14 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use sluice_catalog::{
-    checked_body, with_checksum, write_atomically, SubscriptionDef, SubscriptionStart,
-};
+use sluice_catalog::{checked_body, SubscriptionDef, SubscriptionStart};
 use sluice_sql::{CreateSubscription, FetchCount, StartAt};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::checkpoint::now_us;
 use crate::error::SluiceError;
-use crate::log::{LogStore, TableLog};
+use crate::log::{LogError, LogStore, RecordFile, TableLog};
 use crate::query::{changelog_frame, project_frame};
 use crate::stream::{change_schema, View, ViewManager};
 
@@ -53,9 +54,16 @@ pub struct Subscription {
     pub def: SubscriptionDef,
     path: PathBuf,
     committed: Mutex<Result<GroupOffsets, String>>,
-    /// Serializes writes of the offsets file.
-    writing: tokio::sync::Mutex<()>,
+    /// The offsets file, open for appending; `None` until the first
+    /// commit of a group without one, or after a failed write (the next
+    /// commit then rewrites the file whole).
+    file: tokio::sync::Mutex<Option<RecordFile>>,
 }
+
+/// Past this size a group's offsets file is rewritten with its newest record.
+const OFFSETS_ROTATE_BYTES: u64 = 64 << 10;
+/// How far past its last record a group's offsets file is zero-filled.
+const OFFSETS_PREALLOCATE_BYTES: u64 = 64 << 10;
 
 impl Subscription {
     fn offsets(&self) -> Result<GroupOffsets, SubscriptionError> {
@@ -80,27 +88,33 @@ impl Subscription {
 
     /// Writes new offsets durably, then makes them the group's.
     async fn store(&self, next: GroupOffsets) -> Result<(), SubscriptionError> {
-        let _guard = self.writing.lock().await;
-        let bytes = serde_json::to_vec(&next).map_err(|e| SubscriptionError::Damaged {
+        let mut slot = self.file.lock().await;
+        let write_error = |source| SubscriptionError::Write {
+            name: self.def.name.clone(),
+            source,
+        };
+        let body = serde_json::to_vec(&next).map_err(|e| SubscriptionError::Damaged {
             name: self.def.name.clone(),
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
         let path = self.path.clone();
-        let written =
-            tokio::task::spawn_blocking(move || write_atomically(&path, &with_checksum(&bytes)))
-                .await
-                .map_err(|e| SubscriptionError::Write {
-                    name: self.def.name.clone(),
-                    source: sluice_catalog::CatalogError::Io {
-                        path: self.path.clone(),
-                        source: std::io::Error::other(e.to_string()),
-                    },
-                })?;
-        written.map_err(|source| SubscriptionError::Write {
-            name: self.def.name.clone(),
-            source,
+        let open = slot.take();
+        let written = tokio::task::spawn_blocking(move || match open {
+            Some(mut file) if file.len() < OFFSETS_ROTATE_BYTES => {
+                file.append(&body).map(|_| file)
+            }
+            Some(mut file) => file.replace(&body).map(|_| file),
+            None => RecordFile::create(&path, OFFSETS_PREALLOCATE_BYTES, &body),
+        })
+        .await
+        .map_err(|e| {
+            write_error(LogError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })
         })?;
+        *slot = Some(written.map_err(write_error)?);
         *self.committed.lock() = Ok(next);
         Ok(())
     }
@@ -251,10 +265,39 @@ pub struct SubscriptionManager {
 }
 
 fn offsets_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{id}.offsets"))
+    dir.join(format!("{id}.offsets.log"))
 }
 
-fn read_offsets(path: &Path) -> Result<Option<GroupOffsets>, String> {
+/// A group's offsets file and its newest committed offsets; `Ok(None)` when
+/// the group has no file yet.
+fn open_offsets(
+    dir: &Path,
+    id: u64,
+) -> Result<Option<(RecordFile, GroupOffsets)>, String> {
+    let path = offsets_path(dir, id);
+    if !path.exists() {
+        // Before 0.13 the offsets were one JSON document, replaced whole.
+        return match read_offsets_document(&dir.join(format!("{id}.offsets")))? {
+            Some(g) => {
+                let body = serde_json::to_vec(&g).map_err(|e| e.to_string())?;
+                let file = RecordFile::create(&path, OFFSETS_PREALLOCATE_BYTES, &body)
+                    .map_err(|e| e.to_string())?;
+                Ok(Some((file, g)))
+            }
+            None => Ok(None),
+        };
+    }
+    let (file, records) = RecordFile::open(&path, OFFSETS_PREALLOCATE_BYTES, |body| {
+        serde_json::from_slice::<GroupOffsets>(body).is_ok()
+    })
+    .map_err(|e| e.to_string())?;
+    // The file is created holding a record, so none means damage.
+    let last = records.last().ok_or("no whole record in the offsets file")?;
+    let g = serde_json::from_slice(last).map_err(|e| e.to_string())?;
+    Ok(Some((file, g)))
+}
+
+fn read_offsets_document(path: &Path) -> Result<Option<GroupOffsets>, String> {
     match std::fs::read(path) {
         Ok(bytes) => {
             let body = checked_body(&bytes).map_err(str::to_string)?;
@@ -295,13 +338,13 @@ impl SubscriptionManager {
         for def in store.subscription_defs() {
             let path = offsets_path(&manager.dir, def.id);
             known.push(path.clone());
-            let committed = match read_offsets(&path) {
-                Ok(Some(g)) => Ok(g),
-                Ok(None) => manager.initial_offsets(&def),
+            let (file, committed) = match open_offsets(&manager.dir, def.id) {
+                Ok(Some((file, g))) => (Some(file), Ok(g)),
+                Ok(None) => (None, manager.initial_offsets(&def)),
                 Err(reason) => {
                     warn!(subscription = %def.name, path = %path.display(), %reason,
                           "committed offsets cannot be read; the group needs ALTER SUBSCRIPTION ... RESET");
-                    Err(reason)
+                    (None, Err(reason))
                 }
             };
             manager.groups.write().insert(
@@ -310,7 +353,7 @@ impl SubscriptionManager {
                     def,
                     path,
                     committed: Mutex::new(committed),
-                    writing: tokio::sync::Mutex::new(()),
+                    file: tokio::sync::Mutex::new(file),
                 }),
             );
         }
@@ -462,7 +505,7 @@ impl SubscriptionManager {
         let group = Arc::new(Subscription {
             path: offsets_path(&self.dir, def.id),
             committed: Mutex::new(Err("not written yet".into())),
-            writing: tokio::sync::Mutex::new(()),
+            file: tokio::sync::Mutex::new(None),
             def,
         });
         let first = GroupOffsets {
@@ -816,4 +859,52 @@ fn read_view(
     }
     cursor.position[0] = at;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(next: u64) -> GroupOffsets {
+        GroupOffsets {
+            offsets: vec![next, 2],
+            skipped: vec![0, 0],
+            generation: 1,
+            committed_at_us: 5,
+        }
+    }
+
+    #[test]
+    fn newest_commit_wins_and_the_old_document_is_carried_over() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open_offsets(dir.path(), 7).unwrap().is_none());
+        // A group committed by an older version: one JSON document.
+        let json = serde_json::to_vec(&offsets(3)).unwrap();
+        std::fs::write(
+            dir.path().join("7.offsets"),
+            sluice_catalog::with_checksum(&json),
+        )
+        .unwrap();
+        let (mut file, g) = open_offsets(dir.path(), 7).unwrap().unwrap();
+        assert_eq!(g.offsets, vec![3, 2]);
+        for next in 4..=9 {
+            file.append(&serde_json::to_vec(&offsets(next)).unwrap())
+                .unwrap();
+        }
+        drop(file);
+        let (_, g) = open_offsets(dir.path(), 7).unwrap().unwrap();
+        assert_eq!(g.offsets, vec![9, 2]);
+    }
+
+    #[test]
+    fn a_file_without_a_whole_record_is_damage_not_a_new_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = offsets_path(dir.path(), 3);
+        RecordFile::create(&path, 64, &serde_json::to_vec(&offsets(1)).unwrap()).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[10] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = open_offsets(dir.path(), 3).err().unwrap();
+        assert!(err.contains("no whole record"), "{err}");
+    }
 }
