@@ -26,7 +26,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
 
 use crate::error::SluiceError;
-use crate::ingest::postgres_timestamp;
+use crate::ingest::{postgres_timestamp, write_postgres_timestamp};
 
 type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 
@@ -77,13 +77,13 @@ where
     let rows = batches
         .map(move |batch| {
             // A failure found while computing rows keeps its SQLSTATE.
-            let rows: Rows = match batch
-                .map_err(|e| e.into().into_pg())
-                .and_then(|b| postgres_text(b, &for_rows))
-            {
+            let rows: Rows = match batch.map_err(|e| e.into().into_pg()) {
                 Ok(b) => match TextRows::new(&b, &for_rows) {
                     Some(fast) => Box::new(fast),
-                    None => encode_recordbatch(for_rows.clone(), b),
+                    None => match postgres_text(b, &for_rows) {
+                        Ok(b) => encode_recordbatch(for_rows.clone(), b),
+                        Err(e) => Box::new(iter::once(Err(e))),
+                    },
                 },
                 Err(e) => Box::new(iter::once(Err(e))),
             };
@@ -149,12 +149,16 @@ enum TextColumn {
 }
 
 /// The rows of a batch whose columns are all integers, booleans, strings
-/// or (in binary) microsecond timestamps, each written straight into its
-/// DataRow, in text or binary as each field asks.
+/// or microsecond timestamps, each written straight into its DataRow, in
+/// text or binary as each field asks.
 struct TextRows {
     columns: Vec<(TextColumn, bool)>,
     row: usize,
     rows: usize,
+    /// Bytes the last row took: the next row's first allocation.
+    row_bytes: usize,
+    /// Where a text timestamp is printed before it is copied in.
+    scratch: String,
 }
 
 impl TextRows {
@@ -185,14 +189,16 @@ impl TextRows {
             })
             .collect::<Option<Vec<_>>>()?;
         Some(TextRows {
+            row_bytes: 16 * columns.len(),
             columns,
             row: 0,
             rows: batch.num_rows(),
+            scratch: String::with_capacity(32),
         })
     }
 
-    fn encode_row(&self, i: usize) -> DataRow {
-        let mut data = BytesMut::with_capacity(16 * self.columns.len());
+    fn encode_row(&mut self, i: usize) -> DataRow {
+        let mut data = BytesMut::with_capacity(self.row_bytes + 16);
         for (c, binary) in &self.columns {
             if *binary {
                 put_binary(&mut data, c, i);
@@ -218,17 +224,22 @@ impl TextRows {
                 TextColumn::Utf8View(a) => {
                     put_text(&mut data, a.is_valid(i).then(|| a.value(i).as_bytes()))
                 }
-                // Text timestamps are strings by now (`postgres_text`);
-                // one that is not is printed the same way.
-                TextColumn::Timestamp(a) => put_text(
-                    &mut data,
-                    a.is_valid(i)
-                        .then(|| postgres_timestamp(a.value(i), a.timezone().is_some()))
-                        .as_deref()
-                        .map(str::as_bytes),
-                ),
+                TextColumn::Timestamp(a) => {
+                    if a.is_valid(i) {
+                        self.scratch.clear();
+                        write_postgres_timestamp(
+                            a.value(i),
+                            a.timezone().is_some(),
+                            &mut self.scratch,
+                        );
+                        put_text(&mut data, Some(self.scratch.as_bytes()));
+                    } else {
+                        put_text(&mut data, None);
+                    }
+                }
             }
         }
+        self.row_bytes = data.len();
         DataRow::new(data, self.columns.len() as i16)
     }
 }
