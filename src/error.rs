@@ -97,6 +97,8 @@ impl SluiceError {
                         invalid_input(m).unwrap_or_else(|| root(e).to_string())
                     }
                     arrow::error::ArrowError::DivideByZero => "division by zero".into(),
+                    // Our checked integer operators word it as PostgreSQL.
+                    arrow::error::ArrowError::ArithmeticOverflow(m) => m.clone(),
                     _ => root(e).to_string(),
                 },
                 DataFusionError::Execution(m) | DataFusionError::NotImplemented(m) => {
@@ -198,6 +200,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         },
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             arrow::error::ArrowError::DivideByZero => "22012",
+            arrow::error::ArrowError::ArithmeticOverflow(_) => "22003",
             arrow::error::ArrowError::CastError(_) | arrow::error::ArrowError::ParseError(_) => {
                 "22P02"
             }

@@ -178,6 +178,73 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
         .unwrap();
 }
 
+/// Integer arithmetic that leaves its type fails with 22003, as in
+/// PostgreSQL, in constants, over columns, with a bound parameter and in a
+/// view; it never wraps around.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integer_overflow_is_an_error_not_a_wrapped_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE n (a BIGINT, b INT, s SMALLINT) APPEND ONLY;
+         INSERT INTO n VALUES (9223372036854775800, 2147483600, 32000), (1, 2, 3)",
+    )
+    .await
+    .unwrap();
+    for (sql, message) in [
+        ("SELECT 9223372036854775807::BIGINT + 1", "bigint out of range"),
+        ("SELECT -9223372036854775807::BIGINT - 2", "bigint out of range"),
+        ("SELECT a * 2 FROM n", "bigint out of range"),
+        ("SELECT b + b FROM n", "integer out of range"),
+        ("SELECT s * s FROM n", "smallint out of range"),
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        let db = e.as_db_error().expect(sql);
+        assert_eq!((db.code().code(), db.message()), ("22003", message), "{sql}");
+    }
+    // In range, the same expressions answer, under the same column names.
+    let rows = c
+        .simple_query("SELECT a + 10, b - 1 FROM n WHERE a < 100")
+        .await
+        .unwrap();
+    let row = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(row.columns()[0].name(), "n.a + Int64(10)");
+    assert_eq!((row.get(0), row.get(1)), (Some("11"), Some("1")));
+    let st = c.prepare("SELECT a + $1 FROM n WHERE a < 100").await.unwrap();
+    let ok: i64 = c.query_one(&st, &[&5i64]).await.unwrap().get(0);
+    assert_eq!(ok, 6);
+    let e = c.query_one(&st, &[&i64::MAX]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22003");
+    // A view over an overflowing row fails rather than storing a wrong sum.
+    c.batch_execute("CREATE MATERIALIZED VIEW doubled AS SELECT a * 2 AS twice FROM n")
+        .await
+        .unwrap();
+    let mut failed = String::new();
+    for _ in 0..100 {
+        let rows = c
+            .query(
+                "SELECT error FROM sluice_catalog.views WHERE view_name = 'doubled'",
+                &[],
+            )
+            .await
+            .unwrap();
+        failed = rows[0].get::<_, Option<String>>(0).unwrap_or_default();
+        if !failed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(failed.contains("bigint out of range"), "{failed}");
+    assert_eq!(scalar(&c, "SELECT 1::BIGINT").await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_message_closes_only_that_connection() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

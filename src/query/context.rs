@@ -74,6 +74,7 @@ pub fn build_context(
         *state.write() =
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(existing)
                 .with_type_planner(Arc::new(OidArrayTypePlanner))
+                .with_analyzer_rule(Arc::new(super::CheckedArithmetic))
                 .build();
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,

@@ -2,6 +2,7 @@
 //! the `sluice_catalog` system tables, point reads of views, and the session context that ties
 //! them together.
 
+mod checked_arithmetic;
 mod context;
 mod pg_catalog_info;
 mod pg_functions;
@@ -12,6 +13,7 @@ mod sink;
 mod system;
 mod view_table;
 
+pub use checked_arithmetic::CheckedArithmetic;
 pub use context::{build_context, session_config};
 pub use pg_functions::{setting, version_string};
 pub use point_read::PointRead;

@@ -173,6 +173,7 @@ pub async fn compile(
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
     let ctx = SessionContext::new_with_config(config.with_target_partitions(1));
+    ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
     ctx.register_table(
         source_name.as_str(),
         Arc::new(DeltaTable {
