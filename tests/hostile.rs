@@ -599,6 +599,9 @@ async fn random_queries_never_take_the_server_down() {
     let reference = SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_target_partitions(1),
     );
+    // Integer overflow is an error here, as in PostgreSQL, where plain
+    // DataFusion wraps around.
+    reference.add_analyzer_rule(Arc::new(sluice::query::CheckedArithmetic));
     let mut all_rows: Vec<FuzzRow> = Vec::new();
     let load = |rng: &mut StdRng, n: usize, all: &mut Vec<FuzzRow>| {
         let rows: Vec<FuzzRow> = (0..n).map(|_| random_row(rng)).collect();

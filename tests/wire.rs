@@ -193,15 +193,25 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
     .await
     .unwrap();
     for (sql, message) in [
-        ("SELECT 9223372036854775807::BIGINT + 1", "bigint out of range"),
-        ("SELECT -9223372036854775807::BIGINT - 2", "bigint out of range"),
+        (
+            "SELECT 9223372036854775807::BIGINT + 1",
+            "bigint out of range",
+        ),
+        (
+            "SELECT -9223372036854775807::BIGINT - 2",
+            "bigint out of range",
+        ),
         ("SELECT a * 2 FROM n", "bigint out of range"),
         ("SELECT b + b FROM n", "integer out of range"),
         ("SELECT s * s FROM n", "smallint out of range"),
     ] {
         let e = c.simple_query(sql).await.unwrap_err();
         let db = e.as_db_error().expect(sql);
-        assert_eq!((db.code().code(), db.message()), ("22003", message), "{sql}");
+        assert_eq!(
+            (db.code().code(), db.message()),
+            ("22003", message),
+            "{sql}"
+        );
     }
     // In range, the same expressions answer, under the same column names.
     let rows = c
@@ -217,7 +227,10 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         .unwrap();
     assert_eq!(row.columns()[0].name(), "n.a + Int64(10)");
     assert_eq!((row.get(0), row.get(1)), (Some("11"), Some("1")));
-    let st = c.prepare("SELECT a + $1 FROM n WHERE a < 100").await.unwrap();
+    let st = c
+        .prepare("SELECT a + $1 FROM n WHERE a < 100")
+        .await
+        .unwrap();
     let ok: i64 = c.query_one(&st, &[&5i64]).await.unwrap().get(0);
     assert_eq!(ok, 6);
     let e = c.query_one(&st, &[&i64::MAX]).await.unwrap_err();

@@ -170,7 +170,10 @@ mod tests {
         bytes[end..end + 6].copy_from_slice(&[1, 2, 3, 4, 50, 0]);
         fs::write(&path, &bytes).unwrap();
         let (f, records) = RecordFile::open(&path, 64, |_| true).unwrap();
-        assert_eq!(records, vec![b"one".to_vec(), vec![7u8; 100], b"three".to_vec()]);
+        assert_eq!(
+            records,
+            vec![b"one".to_vec(), vec![7u8; 100], b"three".to_vec()]
+        );
         assert_eq!(f.len(), end as u64);
         assert_eq!(fs::metadata(&path).unwrap().len(), end as u64);
         // A damaged record ends what is read.

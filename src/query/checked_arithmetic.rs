@@ -38,8 +38,7 @@ impl AnalyzerRule for CheckedArithmetic {
                 return Ok(Transformed::no(node));
             }
             let schema = merge_schema(&node.inputs());
-            let rewritten =
-                node.map_expressions(|e| e.transform_up(|e| checked(e, &schema)))?;
+            let rewritten = node.map_expressions(|e| e.transform_up(|e| checked(e, &schema)))?;
             if rewritten.transformed {
                 rewritten.map_data(|p| p.recompute_schema())
             } else {
@@ -72,10 +71,12 @@ fn checked(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         _ => return Ok(Transformed::no(e)),
     };
     let udf = ScalarUDF::new_from_impl(CheckedOp::new(*op, ty, l));
-    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
-        Arc::new(udf),
-        vec![left.as_ref().clone(), right.as_ref().clone()],
-    ))))
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(
+            Arc::new(udf),
+            vec![left.as_ref().clone(), right.as_ref().clone()],
+        ),
+    )))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -139,7 +140,12 @@ impl ScalarUDFImpl for CheckedOp {
 
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
         match args {
-            [l, r] => Ok(format!("{} {} {}", l.schema_name(), self.op, r.schema_name())),
+            [l, r] => Ok(format!(
+                "{} {} {}",
+                l.schema_name(),
+                self.op,
+                r.schema_name()
+            )),
             _ => Ok(self.name.clone()),
         }
     }
@@ -185,7 +191,10 @@ mod tests {
             ("SELECT CAST(9223372036854775807 AS BIGINT) + 1", "bigint"),
             ("SELECT CAST(-9223372036854775807 AS BIGINT) - 2", "bigint"),
             ("SELECT CAST(2147483647 AS INT) * CAST(2 AS INT)", "integer"),
-            ("SELECT CAST(300 AS SMALLINT) * CAST(1000 AS SMALLINT)", "smallint"),
+            (
+                "SELECT CAST(300 AS SMALLINT) * CAST(1000 AS SMALLINT)",
+                "smallint",
+            ),
         ] {
             let err = run(&ctx, sql).await.unwrap_err().to_string();
             assert!(err.contains(&format!("{ty} out of range")), "{sql}: {err}");

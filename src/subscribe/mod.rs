@@ -101,9 +101,7 @@ impl Subscription {
         let path = self.path.clone();
         let open = slot.take();
         let written = tokio::task::spawn_blocking(move || match open {
-            Some(mut file) if file.len() < OFFSETS_ROTATE_BYTES => {
-                file.append(&body).map(|_| file)
-            }
+            Some(mut file) if file.len() < OFFSETS_ROTATE_BYTES => file.append(&body).map(|_| file),
             Some(mut file) => file.replace(&body).map(|_| file),
             None => RecordFile::create(&path, OFFSETS_PREALLOCATE_BYTES, &body),
         })
@@ -270,10 +268,7 @@ fn offsets_path(dir: &Path, id: u64) -> PathBuf {
 
 /// A group's offsets file and its newest committed offsets; `Ok(None)` when
 /// the group has no file yet.
-fn open_offsets(
-    dir: &Path,
-    id: u64,
-) -> Result<Option<(RecordFile, GroupOffsets)>, String> {
+fn open_offsets(dir: &Path, id: u64) -> Result<Option<(RecordFile, GroupOffsets)>, String> {
     let path = offsets_path(dir, id);
     if !path.exists() {
         // Before 0.13 the offsets were one JSON document, replaced whole.
@@ -292,7 +287,9 @@ fn open_offsets(
     })
     .map_err(|e| e.to_string())?;
     // The file is created holding a record, so none means damage.
-    let last = records.last().ok_or("no whole record in the offsets file")?;
+    let last = records
+        .last()
+        .ok_or("no whole record in the offsets file")?;
     let g = serde_json::from_slice(last).map_err(|e| e.to_string())?;
     Ok(Some((file, g)))
 }
