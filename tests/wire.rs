@@ -204,6 +204,14 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         ("SELECT a * 2 FROM n", "bigint out of range"),
         ("SELECT b + b FROM n", "integer out of range"),
         ("SELECT s * s FROM n", "smallint out of range"),
+        (
+            "SELECT SUM(a) FROM (SELECT a FROM n UNION ALL SELECT a FROM n) u",
+            "bigint out of range",
+        ),
+        (
+            "SELECT b, SUM(a + a) FROM n GROUP BY b",
+            "bigint out of range",
+        ),
     ] {
         let e = c.simple_query(sql).await.unwrap_err();
         let db = e.as_db_error().expect(sql);
@@ -227,6 +235,8 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         .unwrap();
     assert_eq!(row.columns()[0].name(), "n.a + Int64(10)");
     assert_eq!((row.get(0), row.get(1)), (Some("11"), Some("1")));
+    // An integer SUM is a bigint, so SUM(integer) does not overflow early.
+    assert_eq!(scalar(&c, "SELECT SUM(b) FROM n").await, 2147483602);
     let st = c
         .prepare("SELECT a + $1 FROM n WHERE a < 100")
         .await
@@ -244,6 +254,29 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         let rows = c
             .query(
                 "SELECT error FROM sluice_catalog.views WHERE view_name = 'doubled'",
+                &[],
+            )
+            .await
+            .unwrap();
+        failed = rows[0].get::<_, Option<String>>(0).unwrap_or_default();
+        if !failed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(failed.contains("bigint out of range"), "{failed}");
+    // So does an aggregate view whose sum leaves bigint.
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW total AS SELECT b > 0 AS positive, SUM(a) AS s FROM n GROUP BY b > 0;
+         INSERT INTO n VALUES (9223372036854775800, 5, 1)",
+    )
+    .await
+    .unwrap();
+    let mut failed = String::new();
+    for _ in 0..100 {
+        let rows = c
+            .query(
+                "SELECT error FROM sluice_catalog.views WHERE view_name = 'total'",
                 &[],
             )
             .await

@@ -100,6 +100,7 @@ pub fn build_context(
     )?;
     ctx.register_udf(hidden.function());
     super::pg_functions::register(&ctx);
+    ctx.register_udaf(super::checked_sum());
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }

@@ -3,6 +3,7 @@
 //! them together.
 
 mod checked_arithmetic;
+mod checked_sum;
 mod context;
 mod pg_catalog_info;
 mod pg_functions;
@@ -14,6 +15,7 @@ mod system;
 mod view_table;
 
 pub use checked_arithmetic::CheckedArithmetic;
+pub use checked_sum::checked_sum;
 pub use context::{build_context, session_config};
 pub use pg_functions::{setting, version_string};
 pub use point_read::PointRead;

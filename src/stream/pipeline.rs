@@ -174,6 +174,7 @@ pub async fn compile(
     // repartitioning plan cannot be executed twice.
     let ctx = SessionContext::new_with_config(config.with_target_partitions(1));
     ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
+    ctx.register_udaf(crate::query::checked_sum());
     ctx.register_table(
         source_name.as_str(),
         Arc::new(DeltaTable {
