@@ -599,9 +599,10 @@ async fn random_queries_never_take_the_server_down() {
     let reference = SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_target_partitions(1),
     );
-    // Integer overflow is an error here, as in PostgreSQL, where plain
-    // DataFusion wraps around.
+    // Integer overflow (in operators and SUM) is an error here, as in
+    // PostgreSQL, where plain DataFusion wraps around.
     reference.add_analyzer_rule(Arc::new(sluice::query::CheckedArithmetic));
+    reference.register_udaf(sluice::query::checked_sum());
     let mut all_rows: Vec<FuzzRow> = Vec::new();
     let load = |rng: &mut StdRng, n: usize, all: &mut Vec<FuzzRow>| {
         let rows: Vec<FuzzRow> = (0..n).map(|_| random_row(rng)).collect();
