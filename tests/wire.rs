@@ -249,21 +249,7 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
     c.batch_execute("CREATE MATERIALIZED VIEW doubled AS SELECT a * 2 AS twice FROM n")
         .await
         .unwrap();
-    let mut failed = String::new();
-    for _ in 0..100 {
-        let rows = c
-            .query(
-                "SELECT error FROM sluice_catalog.views WHERE view_name = 'doubled'",
-                &[],
-            )
-            .await
-            .unwrap();
-        failed = rows[0].get::<_, Option<String>>(0).unwrap_or_default();
-        if !failed.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let failed = view_error(&c, "doubled").await;
     assert!(failed.contains("bigint out of range"), "{failed}");
     // So does an aggregate view whose sum leaves bigint.
     c.batch_execute(
@@ -272,23 +258,27 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
     )
     .await
     .unwrap();
-    let mut failed = String::new();
+    let failed = view_error(&c, "total").await;
+    assert!(failed.contains("bigint out of range"), "{failed}");
+    assert_eq!(scalar(&c, "SELECT 1::BIGINT").await, 1);
+}
+
+/// The error a view stopped with, waiting up to five seconds for one.
+async fn view_error(c: &tokio_postgres::Client, view: &str) -> String {
     for _ in 0..100 {
         let rows = c
             .query(
-                "SELECT error FROM sluice_catalog.views WHERE view_name = 'total'",
-                &[],
+                "SELECT error FROM sluice_catalog.views WHERE view_name = $1",
+                &[&view],
             )
             .await
             .unwrap();
-        failed = rows[0].get::<_, Option<String>>(0).unwrap_or_default();
-        if !failed.is_empty() {
-            break;
+        if let Some(e) = rows[0].get::<_, Option<String>>(0) {
+            return e;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(failed.contains("bigint out of range"), "{failed}");
-    assert_eq!(scalar(&c, "SELECT 1::BIGINT").await, 1);
+    String::new()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,6 +280,13 @@ mod tests {
     use super::*;
     use datafusion::prelude::SessionContext;
 
+    async fn pretty(ctx: &SessionContext, sql: &str) -> String {
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string()
+    }
+
     #[tokio::test]
     async fn sums_fail_past_bigint_and_stay_exact_below() {
         let ctx = SessionContext::new();
@@ -293,31 +300,17 @@ mod tests {
             let err = ctx.sql(&sql).await.unwrap().collect().await.unwrap_err();
             assert!(err.to_string().contains("bigint out of range"), "{sql}: {err}");
         }
-        let batches = ctx
-            .sql("SELECT g, SUM(a) FROM (VALUES (1, 1), (NULL, 1), (2, 2), (-7, 2)) t(a, g) GROUP BY g ORDER BY g")
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        let text = arrow::util::pretty::pretty_format_batches(&batches)
-            .unwrap()
-            .to_string();
+        let text = pretty(
+            &ctx,
+            "SELECT g, SUM(a) FROM (VALUES (1, 1), (NULL, 1), (2, 2), (-7, 2)) t(a, g) GROUP BY g ORDER BY g",
+        )
+        .await;
         assert!(
             text.contains("| 1 | 1 ") && text.contains("| 2 | -5 "),
             "{text}"
         );
         // Other types keep DataFusion's SUM.
-        let floats = ctx
-            .sql("SELECT SUM(x) FROM (VALUES (1.5), (2.0)) t(x)")
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
-        let text = arrow::util::pretty::pretty_format_batches(&floats)
-            .unwrap()
-            .to_string();
+        let text = pretty(&ctx, "SELECT SUM(x) FROM (VALUES (1.5), (2.0)) t(x)").await;
         assert!(text.contains("3.5"), "{text}");
     }
 
