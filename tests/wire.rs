@@ -180,7 +180,7 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
 
 /// Integer arithmetic that leaves its type fails with 22003, as in
 /// PostgreSQL, in constants, over columns, with a bound parameter and in a
-/// view; it never wraps around.
+/// view; it never wraps around. Float division by zero fails with 22012.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn integer_overflow_is_an_error_not_a_wrapped_number() {
     let dir = tempfile::tempdir().unwrap();
@@ -218,6 +218,19 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         assert_eq!(
             (db.code().code(), db.message()),
             ("22003", message),
+            "{sql}"
+        );
+    }
+    // Float division by zero is an error too, not infinity.
+    for sql in [
+        "SELECT 1.5 / 0",
+        "SELECT CAST(a AS DOUBLE) / (b - b) FROM n",
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        let db = e.as_db_error().expect(sql);
+        assert_eq!(
+            (db.code().code(), db.message()),
+            ("22012", "division by zero"),
             "{sql}"
         );
     }

@@ -1,20 +1,24 @@
 //! Integer `+`, `-` and `*` that fail on overflow, as PostgreSQL's do
-//! (22003 `bigint out of range`). DataFusion's wrap around
-//! (`9223372036854775807 + 1` gives a negative number), which is a wrong
-//! answer with no error. An analyzer rule, run after type coercion, turns
-//! each such operation on smallint, integer or bigint operands into a call
-//! of a function that uses Arrow's checked kernels. The function names its
+//! (22003 `bigint out of range`), and float `/` that fails on a zero
+//! divisor (22012 `division by zero`). DataFusion's integer operators wrap
+//! around (`9223372036854775807 + 1` gives a negative number) and its float
+//! division gives infinity: wrong answers with no error. An analyzer rule,
+//! run after type coercion, turns each such operation on smallint,
+//! integer, bigint, real or double operands into a call of a function
+//! that uses Arrow's checked kernels. The function names its
 //! result column as the operator would (`a + b`), so column names do not
 //! change; EXPLAIN shows PostgreSQL's names for the functions (`int8pl`).
 
 use std::sync::Arc;
 
+use arrow::array::AsArray;
 use arrow::compute::kernels::numeric;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Float32Type, Float64Type};
 use arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, Result};
+use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::error::DataFusionError;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
@@ -57,17 +61,25 @@ fn checked(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
-    if !matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) {
+    if !matches!(
+        op,
+        Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
+    ) {
         return Ok(Transformed::no(e));
     }
     // Operands whose type cannot be told here are left alone.
     let (Ok(l), Ok(r)) = (left.get_type(schema), right.get_type(schema)) else {
         return Ok(Transformed::no(e));
     };
-    let ty = match (&l, &r) {
-        (DataType::Int16, DataType::Int16) => IntType::SmallInt,
-        (DataType::Int32, DataType::Int32) => IntType::Integer,
-        (DataType::Int64, DataType::Int64) => IntType::BigInt,
+    let ty = match (&l, &r, op) {
+        // Integer division already fails on zero; only + - * wrap.
+        (_, _, Operator::Divide) if l.is_integer() => return Ok(Transformed::no(e)),
+        (DataType::Int16, DataType::Int16, _) => NumType::SmallInt,
+        (DataType::Int32, DataType::Int32, _) => NumType::Integer,
+        (DataType::Int64, DataType::Int64, _) => NumType::BigInt,
+        // Float division by zero is an error in PostgreSQL, not infinity.
+        (DataType::Float32, DataType::Float32, Operator::Divide) => NumType::Real,
+        (DataType::Float64, DataType::Float64, Operator::Divide) => NumType::Double,
         _ => return Ok(Transformed::no(e)),
     };
     let udf = ScalarUDF::new_from_impl(CheckedOp::new(*op, ty, l));
@@ -80,18 +92,22 @@ fn checked(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum IntType {
+enum NumType {
     SmallInt,
     Integer,
     BigInt,
+    Real,
+    Double,
 }
 
-impl IntType {
+impl NumType {
     fn pg_name(self) -> &'static str {
         match self {
-            IntType::SmallInt => "smallint",
-            IntType::Integer => "integer",
-            IntType::BigInt => "bigint",
+            NumType::SmallInt => "smallint",
+            NumType::Integer => "integer",
+            NumType::BigInt => "bigint",
+            NumType::Real => "real",
+            NumType::Double => "double precision",
         }
     }
 }
@@ -99,21 +115,24 @@ impl IntType {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct CheckedOp {
     op: Operator,
-    ty: IntType,
+    ty: NumType,
     name: String,
     signature: Signature,
 }
 
 impl CheckedOp {
-    fn new(op: Operator, ty: IntType, data_type: DataType) -> CheckedOp {
+    fn new(op: Operator, ty: NumType, data_type: DataType) -> CheckedOp {
         let prefix = match ty {
-            IntType::SmallInt => "int2",
-            IntType::Integer => "int4",
-            IntType::BigInt => "int8",
+            NumType::SmallInt => "int2",
+            NumType::Integer => "int4",
+            NumType::BigInt => "int8",
+            NumType::Real => "float4",
+            NumType::Double => "float8",
         };
         let suffix = match op {
             Operator::Plus => "pl",
             Operator::Minus => "mi",
+            Operator::Divide => "div",
             _ => "mul",
         };
         CheckedOp {
@@ -152,7 +171,7 @@ impl ScalarUDFImpl for CheckedOp {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let [l, r] = args.args.as_slice() else {
-            return Err(datafusion::error::DataFusionError::Internal(format!(
+            return Err(DataFusionError::Internal(format!(
                 "{} takes two arguments",
                 self.name
             )));
@@ -160,6 +179,15 @@ impl ScalarUDFImpl for CheckedOp {
         let kernel = match self.op {
             Operator::Plus => numeric::add,
             Operator::Minus => numeric::sub,
+            Operator::Divide => {
+                if has_zero(r)? {
+                    return Err(DataFusionError::ArrowError(
+                        Box::new(ArrowError::DivideByZero),
+                        None,
+                    ));
+                }
+                numeric::div
+            }
             _ => numeric::mul,
         };
         let out_of_range = format!("{} out of range", self.ty.pg_name());
@@ -172,6 +200,27 @@ impl ScalarUDFImpl for CheckedOp {
             })
         })
     }
+}
+
+/// True when a float divisor holds a zero.
+fn has_zero(divisor: &ColumnarValue) -> Result<bool> {
+    let zero = |v: f64| v == 0.0;
+    Ok(match divisor {
+        ColumnarValue::Scalar(s) => match s {
+            ScalarValue::Float64(Some(v)) => zero(*v),
+            ScalarValue::Float32(Some(v)) => zero(f64::from(*v)),
+            _ => false,
+        },
+        ColumnarValue::Array(a) => match a.data_type() {
+            DataType::Float64 => a.as_primitive::<Float64Type>().iter().flatten().any(zero),
+            DataType::Float32 => a
+                .as_primitive::<Float32Type>()
+                .iter()
+                .flatten()
+                .any(|v| zero(f64::from(v))),
+            _ => false,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -213,7 +262,17 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(text.contains("| 4 ") && text.contains("| 7 "), "{text}");
-        // Floats and mixed types keep DataFusion's operators.
+        // Floats and mixed types keep DataFusion's operators, but for
+        // division by zero.
         run(&ctx, "SELECT CAST(1.5 AS DOUBLE) * 2").await.unwrap();
+        run(&ctx, "SELECT CAST(1.5 AS DOUBLE) / 2").await.unwrap();
+        for sql in [
+            "SELECT CAST(1.5 AS DOUBLE) / 0",
+            "SELECT a / b FROM (VALUES (1.0, 2.0), (1.0, -0.0)) t(a, b)",
+            "SELECT CAST(1 AS REAL) / CAST(0 AS REAL)",
+        ] {
+            let err = run(&ctx, sql).await.unwrap_err().to_string();
+            assert!(err.contains("Divide by zero"), "{sql}: {err}");
+        }
     }
 }
