@@ -234,6 +234,16 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
             "{sql}"
         );
     }
+    // So is a float result too large for its type.
+    let e = c
+        .simple_query("SELECT CAST(a AS DOUBLE) * 1e300 FROM n")
+        .await
+        .unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(
+        (db.code().code(), db.message()),
+        ("22003", "value out of range: overflow")
+    );
     // In range, the same expressions answer, under the same column names.
     let rows = c
         .simple_query("SELECT a + 10, b - 1 FROM n WHERE a < 100")

@@ -1,8 +1,9 @@
 //! Integer `+`, `-` and `*` that fail on overflow, as PostgreSQL's do
-//! (22003 `bigint out of range`), and float `/` that fails on a zero
+//! (22003 `bigint out of range`); float operators that fail when a finite
+//! result is too large (22003 `value out of range: overflow`) and on a zero
 //! divisor (22012 `division by zero`). DataFusion's integer operators wrap
 //! around (`9223372036854775807 + 1` gives a negative number) and its float
-//! division gives infinity: wrong answers with no error. An analyzer rule,
+//! operators give infinity: wrong answers with no error. An analyzer rule,
 //! run after type coercion, turns each such operation on smallint,
 //! integer, bigint, real or double operands into a call of a function
 //! that uses Arrow's checked kernels. The function names its
@@ -11,7 +12,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::AsArray;
+use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::kernels::numeric;
 use arrow::datatypes::{DataType, Float32Type, Float64Type};
 use arrow::error::ArrowError;
@@ -77,9 +78,10 @@ fn checked(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         (DataType::Int16, DataType::Int16, _) => NumType::SmallInt,
         (DataType::Int32, DataType::Int32, _) => NumType::Integer,
         (DataType::Int64, DataType::Int64, _) => NumType::BigInt,
-        // Float division by zero is an error in PostgreSQL, not infinity.
-        (DataType::Float32, DataType::Float32, Operator::Divide) => NumType::Real,
-        (DataType::Float64, DataType::Float64, Operator::Divide) => NumType::Double,
+        // Float division by zero, and a finite result too large to hold,
+        // are errors in PostgreSQL, not infinity.
+        (DataType::Float32, DataType::Float32, _) => NumType::Real,
+        (DataType::Float64, DataType::Float64, _) => NumType::Double,
         _ => return Ok(Transformed::no(e)),
     };
     let udf = ScalarUDF::new_from_impl(CheckedOp::new(*op, ty, l));
@@ -191,15 +193,54 @@ impl ScalarUDFImpl for CheckedOp {
             _ => numeric::mul,
         };
         let out_of_range = format!("{} out of range", self.ty.pg_name());
-        apply(l, r, |a, b| {
+        let out = apply(l, r, |a, b| {
             kernel(a, b).map_err(|e| match e {
                 ArrowError::ArithmeticOverflow(_) => {
                     ArrowError::ArithmeticOverflow(out_of_range.clone())
                 }
                 other => other,
             })
-        })
+        })?;
+        if matches!(self.ty, NumType::Real | NumType::Double)
+            && overflowed(l, r, &out, args.number_rows)?
+        {
+            return Err(DataFusionError::ArrowError(
+                Box::new(ArrowError::ArithmeticOverflow(
+                    "value out of range: overflow".into(),
+                )),
+                None,
+            ));
+        }
+        Ok(out)
     }
+}
+
+/// True when a float result is infinite in a row where both operands are
+/// finite.
+fn overflowed(
+    l: &ColumnarValue,
+    r: &ColumnarValue,
+    out: &ColumnarValue,
+    rows: usize,
+) -> Result<bool> {
+    let doubles = |v: &ColumnarValue| -> Result<ArrayRef> {
+        Ok(arrow::compute::cast(
+            &v.to_array(rows)?,
+            &DataType::Float64,
+        )?)
+    };
+    let (l, r, out) = (doubles(l)?, doubles(r)?, doubles(out)?);
+    let (l, r, out) = (
+        l.as_primitive::<Float64Type>(),
+        r.as_primitive::<Float64Type>(),
+        out.as_primitive::<Float64Type>(),
+    );
+    Ok((0..out.len()).any(|i| {
+        out.is_valid(i)
+            && out.value(i).is_infinite()
+            && l.value(i).is_finite()
+            && r.value(i).is_finite()
+    }))
 }
 
 /// True when a float divisor holds a zero.
@@ -266,6 +307,21 @@ mod tests {
         // division by zero.
         run(&ctx, "SELECT CAST(1.5 AS DOUBLE) * 2").await.unwrap();
         run(&ctx, "SELECT CAST(1.5 AS DOUBLE) / 2").await.unwrap();
+        // Infinity in, infinity out; a finite overflow fails.
+        run(
+            &ctx,
+            "SELECT CAST('inf' AS DOUBLE) * 2, CAST(NULL AS DOUBLE) * 2",
+        )
+        .await
+        .unwrap();
+        for sql in [
+            "SELECT CAST(1e308 AS DOUBLE) * 10",
+            "SELECT a + a FROM (VALUES (1.0), (1.7e308)) t(a)",
+            "SELECT CAST(3e38 AS REAL) * CAST(10 AS REAL)",
+        ] {
+            let err = run(&ctx, sql).await.unwrap_err().to_string();
+            assert!(err.contains("value out of range: overflow"), "{sql}: {err}");
+        }
         for sql in [
             "SELECT CAST(1.5 AS DOUBLE) / 0",
             "SELECT a / b FROM (VALUES (1.0, 2.0), (1.0, -0.0)) t(a, b)",
