@@ -81,7 +81,10 @@ where
                 Ok(b) => match TextRows::new(&b, &for_rows) {
                     Some(fast) => Box::new(fast),
                     None => match postgres_text(b, &for_rows) {
-                        Ok(b) => encode_recordbatch(for_rows.clone(), b),
+                        Ok(b) => match TextRows::new(&b, &for_rows) {
+                            Some(fast) => Box::new(fast),
+                            None => encode_recordbatch(for_rows.clone(), b),
+                        },
                         Err(e) => Box::new(iter::once(Err(e))),
                     },
                 },
@@ -93,12 +96,14 @@ where
     Ok(QueryResponse::new(fields, rows))
 }
 
-/// The batch with each timestamp column that goes out as text replaced by
-/// PostgreSQL's text of it (the field keeps its timestamp type).
+/// The batch with each timestamp or float column that goes out as text
+/// replaced by PostgreSQL's text of it (the field keeps its type).
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<RecordBatch> {
     let text_timestamp = |i: usize| {
-        matches!(batch.column(i).data_type(), DataType::Timestamp(_, _))
-            && fields.get(i).map(|f| f.format()) == Some(FieldFormat::Text)
+        matches!(
+            batch.column(i).data_type(),
+            DataType::Timestamp(_, _) | DataType::Float32 | DataType::Float64
+        ) && fields.get(i).map(|f| f.format()) == Some(FieldFormat::Text)
     };
     if !(0..batch.num_columns()).any(text_timestamp) {
         return Ok(batch);
@@ -111,11 +116,77 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<R
         .map(|f| f.as_ref().clone())
         .collect();
     for i in (0..batch.num_columns()).filter(|&i| text_timestamp(i)) {
-        columns[i] = timestamp_text(&columns[i]).map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+        columns[i] = match columns[i].data_type() {
+            DataType::Float32 | DataType::Float64 => float_text(&columns[i]),
+            _ => timestamp_text(&columns[i]),
+        }
+        .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
         schema_fields[i] = schema_fields[i].clone().with_data_type(DataType::Utf8);
     }
     RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
         .map_err(|e| PgWireError::ApiError(Box::new(e)))
+}
+
+/// Floats as PostgreSQL prints them: the shortest text that reads back
+/// the same value, in exponent form (`1e+20`, `1.5e-07`) when the decimal
+/// exponent is below -4 or at least 15 (6 for `real`); `Infinity`,
+/// `-Infinity`, `NaN`.
+fn float_text(array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
+    let mut out = StringBuilder::with_capacity(array.len(), array.len() * 8);
+    let mut text = String::new();
+    let mut push = |valid: bool, write: &dyn Fn(&mut String)| {
+        if valid {
+            text.clear();
+            write(&mut text);
+            out.append_value(&text);
+        } else {
+            out.append_null();
+        }
+    };
+    match array.data_type() {
+        DataType::Float32 => {
+            let a = array.as_primitive::<arrow::datatypes::Float32Type>();
+            for i in 0..a.len() {
+                push(a.is_valid(i), &|t| write_postgres_float(a.value(i), 6, t));
+            }
+        }
+        _ => {
+            let a = array.as_primitive::<arrow::datatypes::Float64Type>();
+            for i in 0..a.len() {
+                push(a.is_valid(i), &|t| write_postgres_float(a.value(i), 15, t));
+            }
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// One float in PostgreSQL's text (see [`float_text`]); `digits_limit` is
+/// the decimal exponent from which the exponent form is used.
+fn write_postgres_float<F>(v: F, digits_limit: i32, out: &mut String)
+where
+    F: std::fmt::Display + std::fmt::LowerExp + Into<f64> + Copy,
+{
+    use std::fmt::Write;
+    let wide: f64 = v.into();
+    if wide.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if wide.is_infinite() {
+        out.push_str(if wide > 0.0 { "Infinity" } else { "-Infinity" });
+        return;
+    }
+    // Rust writes the shortest digits that read back the same value:
+    // `1.5e-7`, `1e20`.
+    let exp_form = format!("{v:e}");
+    let (mantissa, exp) = exp_form.split_once('e').unwrap_or((&exp_form, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if wide != 0.0 && (exp < -4 || exp >= digits_limit) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        let _ = write!(out, "{mantissa}e{sign}{:02}", exp.abs());
+    } else {
+        let _ = write!(out, "{v}");
+    }
 }
 
 fn timestamp_text(array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
@@ -462,6 +533,43 @@ mod tests {
                 .collect();
             assert_eq!(raw, via_text);
         }
+    }
+
+    #[test]
+    fn floats_print_as_postgresql_does() {
+        let text = |v: f64| {
+            let mut s = String::new();
+            write_postgres_float(v, 15, &mut s);
+            s
+        };
+        for (v, want) in [
+            (1e20, "1e+20"),
+            (0.1, "0.1"),
+            (1.0 / 3.0, "0.3333333333333333"),
+            (1.5e-7, "1.5e-07"),
+            (-0.0, "-0"),
+            (100.0, "100"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (1e15, "1e+15"),
+            (123456789012345.0, "123456789012345"),
+            (0.0001, "0.0001"),
+            (0.00001234, "1.234e-05"),
+            (1e-300, "1e-300"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+        ] {
+            assert_eq!(text(v), want, "{v}");
+        }
+        let mut s = String::new();
+        write_postgres_float(1e6f32, 6, &mut s);
+        assert_eq!(s, "1e+06");
+        s.clear();
+        write_postgres_float(2.5f32, 6, &mut s);
+        assert_eq!(s, "2.5");
+        s.clear();
+        write_postgres_float(0.1f32, 6, &mut s);
+        assert_eq!(s, "0.1");
     }
 
     #[test]
