@@ -223,6 +223,10 @@ fn overflowed(
     out: &ColumnarValue,
     rows: usize,
 ) -> Result<bool> {
+    // Almost always nothing is infinite: answer that without copying.
+    if !any_infinite(out) {
+        return Ok(false);
+    }
     let doubles = |v: &ColumnarValue| -> Result<ArrayRef> {
         Ok(arrow::compute::cast(
             &v.to_array(rows)?,
@@ -241,6 +245,28 @@ fn overflowed(
             && l.value(i).is_finite()
             && r.value(i).is_finite()
     }))
+}
+
+/// True when a float result holds an infinity.
+fn any_infinite(v: &ColumnarValue) -> bool {
+    match v {
+        ColumnarValue::Scalar(ScalarValue::Float64(Some(x))) => x.is_infinite(),
+        ColumnarValue::Scalar(ScalarValue::Float32(Some(x))) => x.is_infinite(),
+        ColumnarValue::Scalar(_) => false,
+        ColumnarValue::Array(a) => match a.data_type() {
+            DataType::Float64 => a
+                .as_primitive::<Float64Type>()
+                .iter()
+                .flatten()
+                .any(f64::is_infinite),
+            DataType::Float32 => a
+                .as_primitive::<Float32Type>()
+                .iter()
+                .flatten()
+                .any(f32::is_infinite),
+            _ => true,
+        },
+    }
 }
 
 /// True when a float divisor holds a zero.
