@@ -132,6 +132,7 @@ fn log_sqlstate(e: &LogError) -> &'static str {
         LogError::Catalog(c) => catalog_sqlstate(c),
         LogError::Io { .. } | LogError::Remote { .. } => "58030",
         LogError::Store(s) => s.sqlstate(),
+        LogError::TransactionTooLarge { .. } => "54000",
         _ => "XX000",
     }
 }

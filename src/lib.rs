@@ -14,3 +14,4 @@ pub mod server;
 pub mod store;
 pub mod stream;
 pub mod subscribe;
+pub mod transaction;

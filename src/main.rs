@@ -47,7 +47,8 @@ enum Command {
         #[arg(long, default_value_t = 30000)]
         compaction_interval_ms: u64,
         /// The most memory (Arrow bytes) one INSERT or COPY may stage before
-        /// it is appended; a larger statement fails with SQLSTATE 54000.
+        /// it is appended, and one transaction may hold uncommitted; a
+        /// larger statement fails with SQLSTATE 54000.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
         max_statement_bytes: u64,
         /// Where closed segments and view checkpoints are kept:

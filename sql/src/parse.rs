@@ -517,7 +517,10 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
         }
-        ast::Statement::StartTransaction { .. } => Ok(Statement::Transaction(TransactionOp::Begin)),
+        ast::Statement::StartTransaction { modes, .. } => {
+            check_transaction_modes(&modes)?;
+            Ok(Statement::Transaction(TransactionOp::Begin))
+        }
         ast::Statement::Commit { .. } => Ok(Statement::Transaction(TransactionOp::Commit)),
         ast::Statement::Rollback {
             savepoint: Some(name),
@@ -661,7 +664,51 @@ fn first_words(sql: &str) -> String {
     sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
+/// Isolation levels a transaction here can keep: READ COMMITTED (and READ
+/// UNCOMMITTED, which PostgreSQL also runs as READ COMMITTED). Every
+/// statement reads the newest committed rows plus the transaction's own
+/// writes; nothing pins a snapshot for the whole transaction.
+fn check_isolation(level: &str) -> Result<(), SqlError> {
+    let level = level.trim().trim_matches('\'').to_ascii_lowercase();
+    match level.split_whitespace().collect::<Vec<_>>().join(" ").as_str() {
+        "read committed" | "read uncommitted" | "default" => Ok(()),
+        other => Err(SqlError::Unsupported(format!(
+            "transaction isolation level {} is not supported: statements in a transaction read the newest committed rows and the transaction's own writes (READ COMMITTED)",
+            other.to_uppercase()
+        ))),
+    }
+}
+
+fn check_transaction_modes(modes: &[ast::TransactionMode]) -> Result<(), SqlError> {
+    for mode in modes {
+        match mode {
+            ast::TransactionMode::IsolationLevel(level) => check_isolation(&level.to_string())?,
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => {
+                return Err(SqlError::Unsupported(
+                    "READ ONLY transactions are not supported; use a READ WRITE transaction".into(),
+                ))
+            }
+            ast::TransactionMode::AccessMode(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
+    if let ast::Set::SetTransaction { modes, .. } = &set {
+        check_transaction_modes(modes)?;
+    }
+    if let ast::Set::SingleAssignment {
+        variable, values, ..
+    } = &set
+    {
+        let name = variable.to_string().to_lowercase();
+        if name == "transaction_isolation" || name == "default_transaction_isolation" {
+            for v in values {
+                check_isolation(&v.to_string())?;
+            }
+        }
+    }
     match set {
         ast::Set::SingleAssignment {
             variable, values, ..

@@ -27,6 +27,8 @@ pub enum LogError {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error("transaction holds more than {limit} bytes of uncommitted rows; COMMIT in smaller transactions or raise --max-statement-bytes")]
+    TransactionTooLarge { limit: u64 },
 }
 
 impl LogError {

@@ -121,6 +121,40 @@ pub async fn latest_records(
     })
 }
 
+/// A transaction's staged records of a keyed table, as its own reads see
+/// them: the keys it wrote (whose committed versions it hides), and the
+/// latest of its records per key that is not a tombstone, in write order.
+pub fn staged_latest(
+    def: &TableDef,
+    codec: &KeyCodec,
+    staged: &[RecordBatch],
+) -> Result<(std::collections::HashSet<Box<[u8]>>, Option<RecordBatch>), LogError> {
+    let mut latest: HashMap<Box<[u8]>, (usize, usize, bool)> = HashMap::new();
+    for (b, batch) in staged.iter().enumerate() {
+        let keys = codec.keys(batch)?;
+        let deleted = deleted_flags(def, batch);
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(tomb) = record_kind(deleted, i) {
+                latest.insert(Box::from(key.as_ref()), (b, i, tomb));
+            }
+        }
+    }
+    let mut live: Vec<(usize, usize)> = latest
+        .values()
+        .filter(|(_, _, tomb)| !tomb)
+        .map(|&(b, i, _)| (b, i))
+        .collect();
+    live.sort_unstable();
+    let rows = match live.is_empty() {
+        true => None,
+        false => {
+            let refs: Vec<&RecordBatch> = staged.iter().collect();
+            Some(compute::interleave_record_batch(&refs, &live)?)
+        }
+    };
+    Ok((latest.into_keys().collect(), rows))
+}
+
 /// Which keys of a keyed table are live, kept up to date by every append
 /// once built (for `INSERT ... ON CONFLICT DO NOTHING`).
 #[derive(Default)]
@@ -146,6 +180,11 @@ impl KeyIndex {
             }
         }
         Ok(index)
+    }
+
+    /// Whether the key is live, when the index has seen it at all.
+    pub fn get(&self, key: &[u8]) -> Option<bool> {
+        self.live.get(key).copied()
     }
 
     pub fn is_live(&self, key: &[u8]) -> bool {

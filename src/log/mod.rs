@@ -17,6 +17,7 @@ mod remote;
 mod store;
 mod table;
 mod tiering;
+pub mod transaction;
 mod watermark;
 
 pub use compaction::{compact_table, spawn_compaction, CompactionReport, Horizon};
@@ -25,8 +26,9 @@ pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta
 pub use record_file::RecordFile;
 pub use remote::RemoteSegment;
 pub use store::LogStore;
-pub use table::{OffsetRange, RoutedRows, TableLog};
+pub use table::{OffsetRange, PreparedAppend, RoutedRows, TableLog};
 pub use tiering::{attach_remote_segments, spawn_tiering, tier_table};
+pub use transaction::{StagedWrites, TransactionCoordinator};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.

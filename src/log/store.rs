@@ -10,10 +10,12 @@ use tracing::{info, warn};
 
 use super::error::LogError;
 use super::table::TableLog;
+use super::transaction::{TransactionCoordinator, TransactionLog};
 use super::LogConfig;
 
 pub struct LogStore {
     data_dir: PathBuf,
+    transactions: Arc<TransactionCoordinator>,
     catalog: parking_lot::Mutex<Catalog>,
     tables: RwLock<HashMap<String, Arc<TableLog>>>,
     config: LogConfig,
@@ -25,10 +27,12 @@ impl LogStore {
         let catalog = Catalog::open(&data_dir.join("catalog"))?;
         let tables_dir = data_dir.join("tables");
         std::fs::create_dir_all(&tables_dir).map_err(LogError::io(&tables_dir))?;
+        let transactions = TransactionLog::open(data_dir)?;
         let mut tables = HashMap::new();
         for def in catalog.tables() {
             let dir = table_dir(data_dir, def.id);
-            let log = TableLog::open(def.clone(), &dir, config)?;
+            let ends = transactions.recovered().table_ends(def.id);
+            let log = TableLog::open(def.clone(), &dir, config, ends)?;
             info!(table = %def.name, partitions = def.options.partitions, "recovered table");
             tables.insert(def.name.clone(), Arc::new(log));
         }
@@ -48,10 +52,16 @@ impl LogStore {
         }
         Ok(LogStore {
             data_dir: data_dir.to_path_buf(),
+            transactions: Arc::new(TransactionCoordinator::new(transactions)),
             catalog: parking_lot::Mutex::new(catalog),
             tables: RwLock::new(tables),
             config,
         })
+    }
+
+    /// Commits transactions that span tables or consumer groups.
+    pub fn transactions(&self) -> &Arc<TransactionCoordinator> {
+        &self.transactions
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<TableLog>> {
@@ -136,7 +146,7 @@ impl LogStore {
         }
         let def = catalog.create_table(def)?;
         let dir = table_dir(&self.data_dir, def.id);
-        let log = match TableLog::open(def.clone(), &dir, self.config) {
+        let log = match TableLog::open(def.clone(), &dir, self.config, None) {
             Ok(log) => Arc::new(log),
             Err(e) => {
                 let _ = catalog.drop_table(&def.name);

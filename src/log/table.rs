@@ -29,6 +29,12 @@ pub struct RoutedRows {
 }
 
 impl RoutedRows {
+    /// The rows, no longer split by partition (a transaction stages them
+    /// and routes them again at COMMIT).
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.parts.into_iter().map(|(_, b)| b).collect()
+    }
+
     fn add(&mut self, parts: Vec<(usize, RecordBatch)>) {
         for (p, b) in parts {
             self.rows += b.num_rows() as u64;
@@ -44,6 +50,11 @@ pub struct OffsetRange {
     pub end: u64,
 }
 
+enum WriterRequest {
+    Append(AppendRequest),
+    Prepare(PrepareRequest),
+}
+
 struct AppendRequest {
     parts: Vec<(usize, RecordBatch)>,
     /// Make every partition durable and rotate the commit log, so that it
@@ -52,11 +63,66 @@ struct AppendRequest {
     reply: oneshot::Sender<Result<(), LogError>>,
 }
 
+/// A transaction's records for this table: written and fsynced, then held
+/// (the writer takes nothing else) until the transaction's outcome is
+/// known.
+struct PrepareRequest {
+    parts: Vec<(usize, RecordBatch)>,
+    /// Every partition's end offset once the frames are written.
+    prepared: oneshot::Sender<Result<Vec<u64>, LogError>>,
+    /// A message publishes the frames; the sender dropped takes them back.
+    decision: mpsc::Receiver<()>,
+    published: oneshot::Sender<()>,
+}
+
+/// A table's part of a transaction, prepared: see
+/// [`super::transaction`]. Dropped without [`PreparedAppend::publish`],
+/// its frames are taken back.
+pub struct PreparedAppend {
+    table: Arc<TableLog>,
+    ends: Vec<u64>,
+    publish: mpsc::Sender<()>,
+    published: oneshot::Receiver<()>,
+    /// For a keyed table: its live-key index, held until the records are
+    /// noted in it, and the records.
+    keys: Option<(
+        tokio::sync::OwnedMutexGuard<Option<KeyIndex>>,
+        Vec<RecordBatch>,
+    )>,
+}
+
+impl PreparedAppend {
+    pub fn table_id(&self) -> u64 {
+        self.table.def.id
+    }
+
+    pub fn ends(&self) -> &[u64] {
+        &self.ends
+    }
+
+    /// Makes the frames visible (the transaction is durable already).
+    pub async fn publish(self) {
+        if self.publish.send(()).is_err() || self.published.await.is_err() {
+            error!(table = %self.table.def.name, "log writer stopped while publishing a transaction");
+            return;
+        }
+        if let (Some((mut index, records)), Some(keyed)) = (self.keys, &self.table.keyed) {
+            if let Some(index) = index.as_mut() {
+                for b in &records {
+                    if let Err(e) = index.note(&self.table.def, &keyed.codec, b) {
+                        error!(error = %e, "could not note a transaction's keys");
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub struct TableLog {
     pub def: TableDef,
     pub dir: PathBuf,
     partitions: Vec<Arc<PartitionLog>>,
-    sender: mpsc::Sender<AppendRequest>,
+    sender: mpsc::Sender<WriterRequest>,
     round_robin: AtomicU64,
     poisoned: Arc<AtomicBool>,
     counters: Arc<WriteCounters>,
@@ -77,7 +143,7 @@ pub struct TableLog {
 struct KeyedWrites {
     codec: KeyCodec,
     /// The live keys, once a statement needed them.
-    index: tokio::sync::Mutex<Option<KeyIndex>>,
+    index: Arc<tokio::sync::Mutex<Option<KeyIndex>>>,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -93,10 +159,23 @@ const MAX_GROUP: usize = 256;
 
 impl TableLog {
     /// Opens (recovering) or creates the log of `def` under `dir`.
-    pub fn open(def: TableDef, dir: &Path, config: LogConfig) -> Result<TableLog, LogError> {
+    /// `transaction_ends`: the end offsets a committed transaction gave the
+    /// table, which its own commit log may not have recorded yet.
+    pub fn open(
+        def: TableDef,
+        dir: &Path,
+        config: LogConfig,
+        transaction_ends: Option<&[u64]>,
+    ) -> Result<TableLog, LogError> {
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let n = def.options.partitions as usize;
-        let (mut commit_log, committed, journal) = CommitLog::open(dir, n)?;
+        let (mut commit_log, own_ends, journal) = CommitLog::open(dir, n)?;
+        let mut committed = own_ends.clone();
+        if let Some(ends) = transaction_ends.filter(|e| e.len() == n) {
+            for (c, e) in committed.iter_mut().zip(ends) {
+                *c = (*c).max(*e);
+            }
+        }
         let mut partitions = Vec::with_capacity(n);
         let mut writers = Vec::with_capacity(n);
         for (k, end) in committed.iter().enumerate() {
@@ -116,6 +195,10 @@ impl TableLog {
             // The disk lost committed frames: record what is really there, so
             // frames written after restart are not taken for committed ones.
             warn!(table = %def.name, ?committed, ?recovered, "log shorter than its commit record");
+        }
+        if recovered != own_ends {
+            // Also where a transaction committed frames the table's own
+            // log does not name yet.
             commit_log.commit(&recovered)?;
         }
         let (sender, receiver) = mpsc::channel();
@@ -159,7 +242,7 @@ impl TableLog {
             keyed: match def_keyed {
                 true => Some(KeyedWrites {
                     codec: KeyCodec::new(&def_for_keys)?,
-                    index: tokio::sync::Mutex::new(None),
+                    index: Arc::new(tokio::sync::Mutex::new(None)),
                 }),
                 false => None,
             },
@@ -232,31 +315,9 @@ impl TableLog {
             return self.commit_routed(parts).await;
         };
         let mut index = keyed.index.lock().await;
-        let mut batches: Vec<RecordBatch> = batches
-            .iter()
-            .map(|b| as_stored(&self.def, b))
-            .collect::<Result<_, _>>()?;
-        if on_conflict_do_nothing {
-            if index.is_none() {
-                *index = Some(KeyIndex::build(&self.def, &keyed.codec, &self.partitions).await?);
-            }
-            let live = index.as_ref().map(|i| i as &KeyIndex);
-            let mut seen = std::collections::HashSet::new();
-            let mut kept = Vec::with_capacity(batches.len());
-            for b in &batches {
-                let keys = keyed.codec.keys(b)?;
-                let keep: arrow::array::BooleanArray = keys
-                    .iter()
-                    .map(|k| {
-                        let k: Box<[u8]> = Box::from(k.as_ref());
-                        let new = !live.is_some_and(|l| l.is_live(&k)) && seen.insert(k);
-                        Some(new)
-                    })
-                    .collect();
-                kept.push(compute::filter_record_batch(b, &keep)?);
-            }
-            batches = kept;
-        }
+        let batches = self
+            .statement_records(&mut index, batches, on_conflict_do_nothing, &[])
+            .await?;
         let mut parts = RoutedRows::default();
         for batch in &batches {
             parts.add(self.route(batch)?);
@@ -268,6 +329,130 @@ impl TableLog {
             }
         }
         Ok(n)
+    }
+
+    /// The records a statement inside a transaction writes, to be staged
+    /// and committed later with [`TableLog::prepare`] or
+    /// [`TableLog::append_staged`]. `staged` holds the transaction's
+    /// earlier records for this table: ON CONFLICT DO NOTHING sees their
+    /// keys as live (or not) as it would once they are committed.
+    pub async fn stage(
+        &self,
+        batches: Vec<RecordBatch>,
+        on_conflict_do_nothing: bool,
+        staged: &[RecordBatch],
+    ) -> Result<Vec<RecordBatch>, LogError> {
+        let Some(keyed) = &self.keyed else {
+            return batches.iter().map(|b| as_stored(&self.def, b)).collect();
+        };
+        let mut index = keyed.index.lock().await;
+        self.statement_records(&mut index, batches, on_conflict_do_nothing, staged)
+            .await
+    }
+
+    /// A keyed table's records of one statement, in stored form: for
+    /// ON CONFLICT DO NOTHING, without those whose key is live in the log
+    /// (as `staged` leaves it) or repeats an earlier record.
+    async fn statement_records(
+        &self,
+        index: &mut Option<KeyIndex>,
+        batches: Vec<RecordBatch>,
+        on_conflict_do_nothing: bool,
+        staged: &[RecordBatch],
+    ) -> Result<Vec<RecordBatch>, LogError> {
+        let batches: Vec<RecordBatch> = batches
+            .iter()
+            .map(|b| as_stored(&self.def, b))
+            .collect::<Result<_, _>>()?;
+        let Some(keyed) = self.keyed.as_ref().filter(|_| on_conflict_do_nothing) else {
+            return Ok(batches);
+        };
+        if index.is_none() {
+            *index = Some(KeyIndex::build(&self.def, &keyed.codec, &self.partitions).await?);
+        }
+        let mut pending = KeyIndex::default();
+        for b in staged {
+            pending.note(&self.def, &keyed.codec, b)?;
+        }
+        let live = index.as_ref();
+        let mut seen = std::collections::HashSet::new();
+        let mut kept = Vec::with_capacity(batches.len());
+        for b in &batches {
+            let keys = keyed.codec.keys(b)?;
+            let keep: arrow::array::BooleanArray = keys
+                .iter()
+                .map(|k| {
+                    let is_live = match pending.get(k.as_ref()) {
+                        Some(live) => live,
+                        None => live.is_some_and(|l| l.is_live(k.as_ref())),
+                    };
+                    let k: Box<[u8]> = Box::from(k.as_ref());
+                    Some(!is_live && seen.insert(k))
+                })
+                .collect();
+            kept.push(compute::filter_record_batch(b, &keep)?);
+        }
+        Ok(kept)
+    }
+
+    /// Appends a transaction's staged records (from [`TableLog::stage`])
+    /// in one atomic commit: a transaction that wrote to this table only.
+    pub async fn append_staged(&self, records: Vec<RecordBatch>) -> Result<u64, LogError> {
+        let mut parts = RoutedRows::default();
+        for batch in &records {
+            parts.add(self.route(batch)?);
+        }
+        let Some(keyed) = &self.keyed else {
+            return self.commit_routed(parts).await;
+        };
+        let mut index = keyed.index.lock().await;
+        let n = self.commit_routed(parts).await?;
+        if let Some(index) = index.as_mut() {
+            for b in &records {
+                index.note(&self.def, &keyed.codec, b)?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes a transaction's staged records and holds them, unpublished,
+    /// until the returned handle publishes them or is dropped.
+    pub async fn prepare(
+        self: &Arc<Self>,
+        records: Vec<RecordBatch>,
+    ) -> Result<PreparedAppend, LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.def.name.clone()));
+        }
+        let keys = match &self.keyed {
+            Some(keyed) => Some((keyed.index.clone().lock_owned().await, records.clone())),
+            None => None,
+        };
+        let mut routed = RoutedRows::default();
+        for batch in &records {
+            routed.add(self.route(batch)?);
+        }
+        let parts = coalesce(routed.parts, self.partitions.len())?;
+        let (prepared_tx, prepared_rx) = oneshot::channel();
+        let (publish, decision) = mpsc::channel();
+        let (published_tx, published) = oneshot::channel();
+        let stopped = || LogError::WriterStopped(self.def.name.clone());
+        self.sender
+            .send(WriterRequest::Prepare(PrepareRequest {
+                parts,
+                prepared: prepared_tx,
+                decision,
+                published: published_tx,
+            }))
+            .map_err(|_| stopped())?;
+        let ends = prepared_rx.await.map_err(|_| stopped())??;
+        Ok(PreparedAppend {
+            table: self.clone(),
+            ends,
+            publish,
+            published,
+            keys,
+        })
     }
 
     /// Routes a batch of a statement still being received, so the statement
@@ -305,11 +490,11 @@ impl TableLog {
         let parts = coalesce(routed.parts, self.partitions.len())?;
         let (reply, rx) = oneshot::channel();
         self.sender
-            .send(AppendRequest {
+            .send(WriterRequest::Append(AppendRequest {
                 parts,
                 drop_carried: false,
                 reply,
-            })
+            }))
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
         rx.await
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
@@ -322,11 +507,11 @@ impl TableLog {
     pub async fn drop_carried_frames(&self) -> Result<(), LogError> {
         let (reply, rx) = oneshot::channel();
         self.sender
-            .send(AppendRequest {
+            .send(WriterRequest::Append(AppendRequest {
                 parts: Vec::new(),
                 drop_carried: true,
                 reply,
-            })
+            }))
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
         rx.await
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?
@@ -442,7 +627,7 @@ struct TableWriter {
     partitions: Vec<Arc<PartitionLog>>,
     writers: Vec<PartitionWriter>,
     commit_log: CommitLog,
-    receiver: mpsc::Receiver<AppendRequest>,
+    receiver: mpsc::Receiver<WriterRequest>,
     poisoned: Arc<AtomicBool>,
     event_time_index: Option<usize>,
     counters: Arc<WriteCounters>,
@@ -453,21 +638,39 @@ impl TableWriter {
     fn run(mut self) {
         let span = info_span!("log_writer", table = %self.name);
         let _enter = span.enter();
-        while let Ok(first) = self.receiver.recv() {
+        let mut next = None;
+        loop {
+            let first = match next.take() {
+                Some(r) => r,
+                None => match self.receiver.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                },
+            };
+            let first = match first {
+                WriterRequest::Append(r) => r,
+                WriterRequest::Prepare(p) => {
+                    self.prepare(p);
+                    continue;
+                }
+            };
+            // A transaction's records are never grouped with statements:
+            // their fate is its own.
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
                 match self.receiver.try_recv() {
-                    Ok(r) => group.push(r),
+                    Ok(WriterRequest::Append(r)) => group.push(r),
+                    Ok(prepare) => {
+                        next = Some(prepare);
+                        break;
+                    }
                     Err(_) => break,
                 }
             }
             let result = self.write_group(&group);
             if let Err(e) = &result {
                 error!(error = %e, "append group failed");
-                let undone = self.writers.iter_mut().all(|w| w.abort_group().is_ok());
-                if !undone {
-                    self.poisoned.store(true, Ordering::Release);
-                }
+                self.undo_group();
             }
             for req in group {
                 let _ = req.reply.send(match &result {
@@ -476,6 +679,65 @@ impl TableWriter {
                 });
             }
         }
+    }
+
+    /// Takes back the frames of a group that was not committed; a table
+    /// whose files cannot be put back takes no more writes.
+    fn undo_group(&mut self) {
+        let undone = self.writers.iter_mut().all(|w| w.abort_group().is_ok());
+        if !undone {
+            self.poisoned.store(true, Ordering::Release);
+        }
+    }
+
+    /// A transaction's part: write and fsync its frames, report the new
+    /// ends, then wait for the outcome. Published, the frames get this
+    /// table's own commit record too (the transaction log made them
+    /// durable already).
+    fn prepare(&mut self, req: PrepareRequest) {
+        let ends = match self.write_prepared(&req.parts) {
+            Ok(ends) => ends,
+            Err(e) => {
+                error!(error = %e, "writing a transaction's records failed");
+                self.undo_group();
+                let _ = req.prepared.send(Err(copy_error(&e)));
+                return;
+            }
+        };
+        if req.prepared.send(Ok(ends.clone())).is_err() || req.decision.recv().is_err() {
+            self.undo_group();
+            return;
+        }
+        for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
+            log.publish(w);
+        }
+        self.committed.send_replace(ends.clone());
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters.statements.fetch_add(1, Ordering::Relaxed);
+        let _ = req.published.send(());
+        if let Err(e) = self.commit_log.commit(&ends) {
+            // The transaction log holds these ends until the next start.
+            error!(error = %e, "commit record after a transaction failed");
+            self.poisoned.store(true, Ordering::Release);
+        }
+    }
+
+    fn write_prepared(&mut self, parts: &[(usize, RecordBatch)]) -> Result<Vec<u64>, LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.name.clone()));
+        }
+        for w in &mut self.writers {
+            w.begin_group();
+        }
+        let now = now_us();
+        for (p, batch) in parts {
+            let range = event_range(batch, self.event_time_index);
+            self.writers[*p].write_frame(batch, now, range)?;
+        }
+        for w in &mut self.writers {
+            w.sync()?;
+        }
+        Ok(self.writers.iter().map(|w| w.next_offset()).collect())
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
@@ -657,7 +919,7 @@ mod tests {
     #[tokio::test]
     async fn frames_lost_from_partitions_come_back_from_the_commit_log() {
         let dir = tempfile::tempdir().unwrap();
-        let log = TableLog::open(def(), dir.path(), LogConfig::default()).unwrap();
+        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
         let schema = def().data_schema();
         for i in 0..10 {
             let batch = RecordBatch::try_new(
@@ -679,7 +941,7 @@ mod tests {
                 }
             }
         }
-        let log = TableLog::open(def(), dir.path(), LogConfig::default()).unwrap();
+        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
         let back: Vec<u64> = log.partitions().iter().map(|p| p.end_offset()).collect();
         assert_eq!(back, ends);
         let mut want: Vec<i64> = (0..10).chain(100..110).collect();

@@ -20,8 +20,8 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::stream;
 
-use crate::log::keyed::{latest_records, KeyCodec};
-use crate::log::{FrameMeta, TableLog};
+use crate::log::keyed::{latest_records, staged_latest, KeyCodec};
+use crate::log::{FrameMeta, StagedWrites, TableLog};
 
 use super::sink::LogSink;
 
@@ -109,9 +109,22 @@ impl LogTableProvider {
         projection: &[usize],
         projected: SchemaRef,
         limit: Option<usize>,
+        staged: &[RecordBatch],
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let ends = self.table.commits().borrow().clone();
-        let streams: Vec<Arc<dyn PartitionStream>> = ends
+        // The transaction's own records replace the committed versions of
+        // the keys it wrote.
+        let (hidden, staged_rows) = match staged.is_empty() {
+            true => (None, None),
+            false => {
+                let external = |e: crate::log::LogError| DataFusionError::External(Box::new(e));
+                let codec = KeyCodec::new(&self.table.def).map_err(external)?;
+                let (keys, rows) =
+                    staged_latest(&self.table.def, &codec, staged).map_err(external)?;
+                (Some(Arc::new(keys)), rows)
+            }
+        };
+        let mut streams: Vec<Arc<dyn PartitionStream>> = ends
             .iter()
             .enumerate()
             .map(|(k, &end)| {
@@ -121,9 +134,18 @@ impl LogTableProvider {
                     end,
                     projection: projection.to_vec(),
                     schema: projected.clone(),
+                    hidden: hidden.clone(),
                 }) as Arc<dyn PartitionStream>
             })
             .collect();
+        if let Some(rows) = staged_rows {
+            streams.push(Arc::new(StagedStream::new(
+                &self.table,
+                vec![rows],
+                projection,
+                projected.clone(),
+            )));
+        }
         streaming_scan(projected, streams, limit)
     }
 }
@@ -383,7 +405,7 @@ impl TableProvider for LogTableProvider {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -393,8 +415,17 @@ impl TableProvider for LogTableProvider {
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
         let projected = Arc::new(self.schema.project(&projection)?);
+        // Inside a transaction, its own records not yet committed.
+        let staged: Vec<RecordBatch> = match self.mode {
+            ScanMode::Changelog => vec![],
+            _ => state
+                .config()
+                .get_extension::<parking_lot::Mutex<StagedWrites>>()
+                .map(|s| s.lock().records(self.table.def.id).to_vec())
+                .unwrap_or_default(),
+        };
         if self.mode == ScanMode::Latest {
-            return self.scan_latest(&projection, projected, limit);
+            return self.scan_latest(&projection, projected, limit, &staged);
         }
         let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
         for (k, part) in self.table.partitions().iter().enumerate() {
@@ -431,6 +462,14 @@ impl TableProvider for LogTableProvider {
                 data_columns: self.table.def.columns.len(),
                 changelog: self.mode == ScanMode::Changelog,
             }));
+        }
+        if !staged.is_empty() {
+            streams.push(Arc::new(StagedStream::new(
+                &self.table,
+                staged,
+                &projection,
+                projected.clone(),
+            )));
         }
         if streams.is_empty() {
             streams.push(Arc::new(FrameStream {
@@ -620,6 +659,67 @@ pub(crate) fn changelog_frame(
     }
 }
 
+/// A transaction's own records, not yet committed: they have no
+/// partition, offset or ingestion time yet, so those read as NULL.
+struct StagedStream {
+    rows: Vec<RecordBatch>,
+    schema: SchemaRef,
+}
+
+impl StagedStream {
+    fn new(
+        table: &TableLog,
+        staged: Vec<RecordBatch>,
+        projection: &[usize],
+        schema: SchemaRef,
+    ) -> StagedStream {
+        let data_columns = table.def.columns.len();
+        let rows = staged
+            .iter()
+            .map(|b| {
+                let n = b.num_rows();
+                let columns: Vec<ArrayRef> = projection
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| match i < data_columns {
+                        true => b.column(i).clone(),
+                        false => arrow::array::new_null_array(schema.field(j).data_type(), n),
+                    })
+                    .collect();
+                RecordBatch::try_new_with_options(
+                    schema.clone(),
+                    columns,
+                    &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)),
+                )
+            })
+            .collect::<std::result::Result<Vec<_>, _>>();
+        StagedStream {
+            rows: rows.unwrap_or_default(),
+            schema,
+        }
+    }
+}
+
+impl fmt::Debug for StagedStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StagedStream({} batches)", self.rows.len())
+    }
+}
+
+impl PartitionStream for StagedStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let rows: Vec<Result<RecordBatch>> = self.rows.iter().cloned().map(Ok).collect();
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream::iter(rows),
+        ))
+    }
+}
+
 /// One partition's latest live records of each key.
 struct LatestStream {
     table: Arc<TableLog>,
@@ -627,6 +727,8 @@ struct LatestStream {
     end: u64,
     projection: Vec<usize>,
     schema: SchemaRef,
+    /// Keys a transaction wrote: their committed versions are not read.
+    hidden: Option<Arc<std::collections::HashSet<Box<[u8]>>>>,
 }
 
 impl fmt::Debug for LatestStream {
@@ -651,14 +753,24 @@ impl PartitionStream for LatestStream {
         let projection = self.projection.clone();
         let schema = self.schema.clone();
         let out_schema = schema.clone();
+        let hidden = self.hidden.clone();
         let batches = async move {
             let external = |e: crate::log::LogError| DataFusionError::External(Box::new(e));
             let def = &table.def;
             let codec = KeyCodec::new(def).map_err(external)?;
             let part = &table.partitions()[k];
-            let latest = latest_records(def, &codec, part, end)
+            let mut latest = latest_records(def, &codec, part, end)
                 .await
                 .map_err(external)?;
+            if let Some(hidden) = &hidden {
+                let mut keys = Vec::with_capacity(latest.frames.len());
+                for (_, batch) in &latest.frames {
+                    keys.push(codec.keys(batch).map_err(external)?);
+                }
+                latest
+                    .live
+                    .retain(|&(f, i)| !hidden.contains(keys[f].row(i).as_ref()));
+            }
             let mut out = Vec::new();
             for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
                 let (meta, batch) = &latest.frames[group[0].0];

@@ -10,10 +10,12 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, SendableRecordBatc
 use futures::StreamExt;
 
 use crate::ingest::{conform_batch, IngestError};
-use crate::log::TableLog;
+use crate::log::transaction::stage_statement;
+use crate::log::{StagedWrites, TableLog};
 
 /// Receives the rows of an `INSERT` planned by DataFusion, validates all of
-/// them, then appends them to the log as one atomic statement.
+/// them, then appends them to the log as one atomic statement (or, inside
+/// a transaction block, stages them until COMMIT).
 pub struct LogSink {
     table: Arc<TableLog>,
     schema: SchemaRef,
@@ -51,7 +53,7 @@ impl DataSink for LogSink {
     async fn write_all(
         &self,
         mut data: SendableRecordBatchStream,
-        _ctx: &Arc<TaskContext>,
+        ctx: &Arc<TaskContext>,
     ) -> Result<u64> {
         let mut batches = Vec::new();
         let mut row = 1u64;
@@ -71,9 +73,20 @@ impl DataSink for LogSink {
             batches.push(batch);
             row += n;
         }
-        self.table
-            .append_keyed(batches, self.on_conflict_do_nothing)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))
+        // Inside a transaction block the rows wait for COMMIT.
+        let staging = ctx
+            .session_config()
+            .get_extension::<parking_lot::Mutex<StagedWrites>>();
+        match staging {
+            None => {
+                self.table
+                    .append_keyed(batches, self.on_conflict_do_nothing)
+                    .await
+            }
+            Some(staged) => {
+                stage_statement(&staged, &self.table, batches, self.on_conflict_do_nothing).await
+            }
+        }
+        .map_err(|e| DataFusionError::External(Box::new(e)))
     }
 }

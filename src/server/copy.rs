@@ -1,6 +1,7 @@
 //! `COPY ... FROM STDIN`: the rows of the whole statement are parsed and
 //! validated as they arrive, then appended to the log as one atomic statement
-//! when the client sends CopyDone.
+//! when the client sends CopyDone (inside a transaction block: staged until
+//! COMMIT).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -18,9 +19,10 @@ use tracing::Instrument;
 
 use crate::error::SluiceError;
 use crate::ingest::CopyParser;
+use crate::log::transaction::stage_statement;
 use crate::log::{RoutedRows, TableLog};
 
-use super::handler::{session, Handlers};
+use super::handler::{note_failure, session, Handlers};
 
 pub struct CopyState {
     pub table: Arc<TableLog>,
@@ -77,6 +79,7 @@ impl CopyHandler for Handlers {
             );
         };
         let span = info_span!("copy_from", table = %state.table.def.name);
+        let staging = session(client).transaction.lock().staging();
         let rows = async {
             if let Some(e) = state.error {
                 return Err(e);
@@ -88,11 +91,23 @@ impl CopyHandler for Handlers {
             for batch in parser.finish()? {
                 state.table.route_into(&batch, &mut routed)?;
             }
-            Ok(state.table.append_routed(routed).await?)
+            Ok::<_, SluiceError>(match staging {
+                None => state.table.append_routed(routed).await?,
+                // Inside a transaction block the rows wait for COMMIT.
+                Some(staged) => {
+                    stage_statement(&staged, &state.table, routed.into_batches(), false).await?
+                }
+            })
         }
         .instrument(span)
-        .await
-        .map_err(SluiceError::into_pg)?;
+        .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                note_failure(client);
+                return Err(e.into_pg());
+            }
+        };
         client
             .send(PgWireBackendMessage::CommandComplete(
                 Tag::new("COPY").with_rows(rows as usize).into(),

@@ -17,7 +17,8 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use bytes::{BufMut, BytesMut};
-use datafusion::prelude::DataFrame;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
 use futures::{stream, Stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
@@ -33,16 +34,15 @@ type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 /// A DataFrame's rows, streamed as they are computed. `on_error` runs
 /// when computing them fails after the response has begun (a division by
 /// zero in some row): the statement failed, though it returned.
-pub async fn dataframe(
-    df: DataFrame,
+pub fn physical_plan(
+    schema: Schema,
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
     format: &Format,
     options: Arc<FormatOptions>,
     on_error: impl Fn() + Send + Sync + 'static,
 ) -> PgWireResult<QueryResponse> {
-    let schema = df.schema().as_arrow().clone();
-    let batches = df
-        .execute_stream()
-        .await
+    let batches = datafusion::physical_plan::execute_stream(plan, task)
         .map_err(|e| PgWireError::ApiError(Box::new(e)))?
         .inspect(move |b| {
             if b.is_err() {

@@ -50,6 +50,7 @@ use super::{encode, export};
 use crate::error::SluiceError;
 use crate::ingest::conform_batch;
 use crate::ingest::{BoundParam, CopyParser, PreparedInsert, RowStager};
+use crate::log::transaction::stage_statement;
 use crate::log::{LogStore, TableLog};
 use crate::query::{PointRead, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
 use crate::store::DurableStore;
@@ -57,7 +58,7 @@ use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
 use super::session::{Session, TransactionState};
-use crate::subscribe::{timestamp_us, SubscriptionError, SubscriptionManager};
+use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
 
 /// The connection handlers: one instance serves every connection.
 pub struct Handlers {
@@ -624,8 +625,11 @@ fn prepared_fetch<C: ClientInfo>(client: &C, sql: &str) -> Result<Option<Prepare
     }))
 }
 
-async fn insert_count(df: DataFrame) -> Result<Response, SluiceError> {
-    let batches = df.collect().await?;
+async fn insert_count(
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    task: Arc<datafusion::execution::TaskContext>,
+) -> Result<Response, SluiceError> {
+    let batches = datafusion::physical_plan::collect(plan, task).await?;
     let rows = batches
         .first()
         .and_then(|b| b.column_by_name("count"))
@@ -668,18 +672,11 @@ impl Handlers {
                 .run_plan(client, plan, false, &Format::UnifiedText)
                 .await;
         }
-        // Statements whose effects a ROLLBACK TO SAVEPOINT cannot undo.
-        let effect = matches!(
-            stmt,
-            Statement::Insert { .. }
-                | Statement::CopyFrom(_)
-                | Statement::Update { .. }
-                | Statement::Delete { .. }
-                | Statement::Fetch(_)
-        );
+        // A FETCH moves a cursor, which ROLLBACK TO SAVEPOINT cannot undo.
+        let fetch = matches!(stmt, Statement::Fetch(_));
         let result = self.dispatch(client, stmt, sql, format).await;
-        if effect && result.is_ok() {
-            note_effect(client);
+        if fetch && result.is_ok() {
+            note_fetch(client);
         }
         result
     }
@@ -790,8 +787,8 @@ impl Handlers {
                         .collect();
                     stager.push_row(&fields, i as u64 + 1)?;
                 }
-                let n = log
-                    .append_keyed(stager.finish()?, on_conflict_do_nothing)
+                let n = self
+                    .write(client, &log, stager.finish()?, on_conflict_do_nothing)
                     .await?;
                 Ok(Response::Execution(
                     Tag::new("INSERT").with_oid(0).with_rows(n as usize),
@@ -913,11 +910,11 @@ impl Handlers {
                 assignments,
                 selection,
             } => {
-                self.update(&table, &assignments, selection.as_deref())
+                self.update(client, &table, &assignments, selection.as_deref())
                     .await
             }
             Statement::Delete { table, selection } => {
-                self.delete(&table, selection.as_deref()).await
+                self.delete(client, &table, selection.as_deref()).await
             }
             Statement::Compact { table } => {
                 let log = self.keyed_table(&table, "VACUUM")?;
@@ -1026,20 +1023,75 @@ impl Handlers {
         Ok(log)
     }
 
-    /// Runs a query over the latest rows of a table and collects it.
-    async fn collect_sql(&self, sql: &str) -> Result<Vec<RecordBatch>, SluiceError> {
+    /// Runs a query over the latest rows of a table (as the open
+    /// transaction sees them) and collects it.
+    async fn collect_sql<C: ClientInfo>(
+        &self,
+        client: &C,
+        sql: &str,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
         let stmt = match parse_sql(sql)? {
             Statement::Query(q) => *q,
             _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
         };
         let plan = self.parser.plan(stmt).await?;
-        Ok(self.ctx.execute_logical_plan(plan).await?.collect().await?)
+        let df = self.dataframe(client, plan).await?;
+        let task = Arc::new(df.task_ctx());
+        let physical = self.physical_plan(df).await?;
+        Ok(datafusion::physical_plan::collect(physical, task).await?)
+    }
+
+    /// Rows a statement writes: appended now, or staged in the open
+    /// transaction block until COMMIT.
+    async fn write<C: ClientInfo>(
+        &self,
+        client: &C,
+        log: &Arc<TableLog>,
+        batches: Vec<RecordBatch>,
+        on_conflict_do_nothing: bool,
+    ) -> Result<u64, SluiceError> {
+        let staging = session(client).transaction.lock().staging();
+        Ok(match staging {
+            None => log.append_keyed(batches, on_conflict_do_nothing).await?,
+            Some(staged) => stage_statement(&staged, log, batches, on_conflict_do_nothing).await?,
+        })
+    }
+
+    /// A plan as a DataFrame. Inside a transaction block its scans also
+    /// read the block's own uncommitted rows, and an INSERT stages its
+    /// rows there.
+    async fn dataframe<C: ClientInfo>(
+        &self,
+        client: &C,
+        plan: LogicalPlan,
+    ) -> Result<DataFrame, SluiceError> {
+        let staging = session(client).transaction.lock().staging();
+        match staging {
+            Some(staged) if !matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) => {
+                let mut state = self.ctx.state();
+                state.config_mut().set_extension(staged);
+                Ok(DataFrame::new(state, plan))
+            }
+            _ => Ok(self.ctx.execute_logical_plan(plan).await?),
+        }
+    }
+
+    /// Plans a DataFrame's execution. Scans take their snapshot of the
+    /// log while planning, which no multi-table transaction publishes
+    /// during: a statement sees all of such a transaction or none of it.
+    async fn physical_plan(
+        &self,
+        df: DataFrame,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, SluiceError> {
+        let _snapshot = self.store.transactions().snapshot_guard().await;
+        Ok(df.create_physical_plan().await?)
     }
 
     /// `UPDATE t SET ... [WHERE ...]` on a keyed table: the matching latest
     /// rows with the new values, appended as new versions in one statement.
-    async fn update(
+    async fn update<C: ClientInfo>(
         &self,
+        client: &C,
         table: &str,
         assignments: &[(String, String)],
         selection: Option<&str>,
@@ -1075,11 +1127,11 @@ impl Handlers {
         );
         let mut row = 1;
         let mut batches = Vec::new();
-        for b in self.collect_sql(&sql).await? {
+        for b in self.collect_sql(client, &sql).await? {
             batches.push(conform_batch(def, &b, row)?);
             row += b.num_rows() as u64;
         }
-        let n = log.append_keyed(batches, false).await?;
+        let n = self.write(client, &log, batches, false).await?;
         Ok(Response::Execution(
             Tag::new("UPDATE").with_rows(n as usize),
         ))
@@ -1087,7 +1139,12 @@ impl Handlers {
 
     /// `DELETE FROM t [WHERE ...]` on a keyed table: a tombstone for the key
     /// of each matching latest row, appended in one statement.
-    async fn delete(&self, table: &str, selection: Option<&str>) -> Result<Response, SluiceError> {
+    async fn delete<C: ClientInfo>(
+        &self,
+        client: &C,
+        table: &str,
+        selection: Option<&str>,
+    ) -> Result<Response, SluiceError> {
         let log = self.keyed_table(table, "DELETE")?;
         let keys: Vec<String> = log
             .def
@@ -1102,13 +1159,13 @@ impl Handlers {
             selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
         );
         let tombstones: Vec<RecordBatch> = self
-            .collect_sql(&sql)
+            .collect_sql(client, &sql)
             .await?
             .iter()
             .filter(|b| b.num_rows() > 0)
             .map(|b| crate::log::keyed::tombstones(&log.def, b))
             .collect::<Result<_, _>>()?;
-        let n = log.append_keyed(tombstones, false).await?;
+        let n = self.write(client, &log, tombstones, false).await?;
         Ok(Response::Execution(
             Tag::new("DELETE").with_rows(n as usize),
         ))
@@ -1130,10 +1187,11 @@ impl Handlers {
         })
     }
 
-    /// BEGIN, COMMIT, ROLLBACK. COMMIT makes the positions of the
-    /// subscription cursors that fetched in the block their groups'
-    /// committed offsets; ROLLBACK (or COMMIT of a failed block) rewinds
-    /// them. Cursors declared in the block close with it.
+    /// BEGIN, COMMIT, ROLLBACK. COMMIT makes the block's writes and the
+    /// positions of the subscription cursors that fetched in it durable
+    /// and visible in one commit; ROLLBACK (or COMMIT of a failed block)
+    /// drops the writes and rewinds the cursors. Cursors declared in the
+    /// block close with it.
     async fn transaction<C: ClientInfo>(
         &self,
         client: &C,
@@ -1160,16 +1218,26 @@ impl Handlers {
             TransactionOp::Commit | TransactionOp::Rollback => {}
         }
         let commit = op == TransactionOp::Commit && !state.failed;
+        let staged = std::mem::take(&mut *state.staged.lock());
         let mut cursors = std::mem::take(&mut *s.cursors.lock());
-        let mut result = Ok(());
+        let result = match commit {
+            true => {
+                let moved: Vec<&SubscriptionCursor> = cursors
+                    .values()
+                    .filter(|c| c.fetched_in_transaction())
+                    .collect();
+                crate::transaction::commit(&self.store, &self.subs, staged, &moved).await
+            }
+            false => Ok(()),
+        };
         for cursor in cursors.values_mut() {
             if !cursor.fetched_in_transaction() {
                 continue;
             }
-            if commit && result.is_ok() {
-                result = self.subs.commit(cursor).await;
+            match commit && result.is_ok() {
+                true => SubscriptionManager::committed_in_transaction(cursor),
+                false => cursor.rollback(),
             }
-            cursor.rollback();
         }
         cursors.retain(|_, c| !c.declared_in_transaction);
         s.cursors.lock().extend(cursors);
@@ -1236,19 +1304,21 @@ impl Handlers {
     where
         C: ClientInfo,
     {
-        let df = self.ctx.execute_logical_plan(plan).await?;
+        let df = self.dataframe(client, plan).await?;
+        let task = Arc::new(df.task_ctx());
+        let schema = df.schema().as_arrow().clone();
+        let physical = self.physical_plan(df).await?;
         if is_insert {
-            return insert_count(df).await;
+            return insert_count(physical, task).await;
         }
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         let session = session(client);
-        let resp = encode::dataframe(df, format, options, move || {
+        let resp = encode::physical_plan(schema, physical, task, format, options, move || {
             let mut t = session.transaction.lock();
             if t.open {
                 t.failed = true;
             }
         })
-        .await
         .map_err(encode_error)?;
         Ok(Response::Query(resp))
     }
@@ -1380,15 +1450,15 @@ where
 }
 
 /// A write or FETCH took effect inside the transaction block.
-fn note_effect<C: ClientInfo>(client: &C) {
+fn note_fetch<C: ClientInfo>(client: &C) {
     let s = session(client);
     let mut t = s.transaction.lock();
     if t.open {
-        t.effects += 1;
+        t.fetches += 1;
     }
 }
 
-fn note_failure<C: ClientInfo>(client: &C) {
+pub(super) fn note_failure<C: ClientInfo>(client: &C) {
     let s = session(client);
     let mut t = s.transaction.lock();
     if t.open {
@@ -1658,8 +1728,9 @@ impl Handlers {
     /// Binds a portal's parameters into a prepared INSERT and appends its
     /// rows. A parameter sent in binary is read in the type the client
     /// declared for it at Parse, else in the type of its column.
-    async fn run_insert<S>(
+    async fn run_insert<C: ClientInfo, S>(
         &self,
+        client: &C,
         portal: &Portal<S>,
         insert: &PreparedInsert,
     ) -> Result<Response, SluiceError> {
@@ -1694,8 +1765,8 @@ impl Handlers {
             })
             .collect();
         let batches = insert.stage(&log.def, &params, log.max_statement_bytes())?;
-        let n = log
-            .append_keyed(batches, insert.on_conflict_do_nothing)
+        let n = self
+            .write(client, &log, batches, insert.on_conflict_do_nothing)
             .await?;
         Ok(Response::Execution(
             Tag::new("INSERT").with_oid(0).with_rows(n as usize),
@@ -1735,13 +1806,10 @@ impl Handlers {
             // a point read's CPU. `SLUICE_LOG=sluice=debug` shows them.
             Prepared::Insert(insert) => {
                 let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
-                let response = self
-                    .run_insert(portal, insert)
+                self.run_insert(client, portal, insert)
                     .instrument(span)
                     .await
-                    .map_err(SluiceError::into_pg)?;
-                note_effect(client);
-                Ok(response)
+                    .map_err(SluiceError::into_pg)
             }
             Prepared::PointRead { params, read, .. } => {
                 let params = bound_parameters(portal, params)?;
@@ -1771,15 +1839,10 @@ impl Handlers {
                     .replace_params_with_values(&params)
                     .map_err(|e| SluiceError::from(e).into_pg())?;
                 let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
-                let response = self
-                    .run_plan(client, plan, *is_insert, &portal.result_column_format)
+                self.run_plan(client, plan, *is_insert, &portal.result_column_format)
                     .instrument(span)
                     .await
-                    .map_err(SluiceError::into_pg)?;
-                if *is_insert {
-                    note_effect(client);
-                }
-                Ok(response)
+                    .map_err(SluiceError::into_pg)
             }
         }
     }

@@ -92,6 +92,9 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         views.compaction_horizon(),
     );
     let subs = SubscriptionManager::open(store.clone(), views.clone())?;
+    // Every table and consumer group now holds in its own files what the
+    // transaction log committed.
+    store.transactions().clear()?;
     let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
     let handlers = Arc::new(Handlers::new(store, views, subs, ctx, objects.clone()));
     let listener = TcpListener::bind(config.listen).await?;

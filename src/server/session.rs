@@ -1,6 +1,7 @@
 //! Per-connection state kept in pgwire's session extensions.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -8,25 +9,42 @@ use sluice_sql::TransactionOp;
 
 use super::copy::CopyState;
 use crate::error::SluiceError;
+use crate::log::transaction::StagedMark;
+use crate::log::StagedWrites;
 use crate::subscribe::SubscriptionCursor;
 
 /// The connection's transaction block, as BEGIN, COMMIT, ROLLBACK and
 /// savepoints move it.
-#[derive(Debug, Default, Clone)]
+#[derive(Default, Clone)]
 pub struct TransactionState {
     pub open: bool,
     /// A statement failed inside the block: everything but COMMIT,
     /// ROLLBACK or ROLLBACK TO SAVEPOINT is refused until then, as in
     /// PostgreSQL.
     pub failed: bool,
-    /// Writes and FETCHes that took effect in the block. They take effect
-    /// as they run, so a ROLLBACK TO SAVEPOINT can only go back past none.
-    pub effects: u64,
-    /// Open savepoints, oldest first, with `effects` when each was set.
-    pub savepoints: Vec<(String, u64)>,
+    /// FETCHes that moved a cursor in the block. A cursor's position is
+    /// not saved at a savepoint, so ROLLBACK TO SAVEPOINT can only go back
+    /// past none.
+    pub fetches: u64,
+    /// Records written in the block, committed at COMMIT.
+    pub staged: Arc<Mutex<StagedWrites>>,
+    /// Open savepoints, oldest first.
+    pub savepoints: Vec<Savepoint>,
+}
+
+#[derive(Clone)]
+pub struct Savepoint {
+    name: String,
+    fetches: u64,
+    staged: StagedMark,
 }
 
 impl TransactionState {
+    /// The records a statement writes go here when a block is open.
+    pub fn staging(&self) -> Option<Arc<Mutex<StagedWrites>>> {
+        self.open.then(|| self.staged.clone())
+    }
+
     /// SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT; the command
     /// tag.
     pub fn savepoint(&mut self, op: &TransactionOp) -> Result<&'static str, SluiceError> {
@@ -39,13 +57,17 @@ impl TransactionState {
         if !self.open {
             return Err(SluiceError::NoTransactionBlock(verb));
         }
-        let found = self.savepoints.iter().rposition(|(n, _)| n == name);
+        let found = self.savepoints.iter().rposition(|s| &s.name == name);
         match op {
             TransactionOp::Savepoint(_) => {
                 if self.failed {
                     return Err(SluiceError::TransactionAborted);
                 }
-                self.savepoints.push((name.clone(), self.effects));
+                self.savepoints.push(Savepoint {
+                    name: name.clone(),
+                    fetches: self.fetches,
+                    staged: self.staged.lock().mark(),
+                });
                 Ok("SAVEPOINT")
             }
             TransactionOp::Release(_) => {
@@ -58,12 +80,13 @@ impl TransactionState {
             }
             _ => {
                 let at = found.ok_or_else(|| SluiceError::UndefinedSavepoint(name.clone()))?;
-                let since = self.effects - self.savepoints[at].1;
+                let since = self.fetches - self.savepoints[at].fetches;
                 if since > 0 {
                     return Err(SluiceError::Unsupported(format!(
-                        "ROLLBACK TO SAVEPOINT cannot undo the {since} write or FETCH statements run since savepoint \"{name}\": statements take effect as they run, even inside a transaction block"
+                        "ROLLBACK TO SAVEPOINT cannot undo the {since} FETCH statements run since savepoint \"{name}\": a cursor's position is not saved at a savepoint; ROLLBACK the whole transaction instead"
                     )));
                 }
+                self.staged.lock().rollback_to(&self.savepoints[at].staged);
                 self.savepoints.truncate(at + 1);
                 self.failed = false;
                 Ok("ROLLBACK")

@@ -30,6 +30,7 @@ use tracing::{info, warn};
 
 use crate::checkpoint::now_us;
 use crate::error::SluiceError;
+use crate::log::transaction::OffsetsEntry;
 use crate::log::{LogError, LogStore, RecordFile, TableLog};
 use crate::query::{changelog_frame, project_frame};
 use crate::stream::{change_schema, View, ViewManager};
@@ -47,6 +48,10 @@ struct GroupOffsets {
     /// commit over it.
     generation: u64,
     committed_at_us: i64,
+    /// Raised by every commit: orders this record against one a
+    /// transaction wrote to the transaction log.
+    #[serde(default)]
+    seq: u64,
 }
 
 /// One consumer group.
@@ -57,7 +62,7 @@ pub struct Subscription {
     /// The offsets file, open for appending; `None` until the first
     /// commit of a group without one, or after a failed write (the next
     /// commit then rewrites the file whole).
-    file: tokio::sync::Mutex<Option<RecordFile>>,
+    file: Arc<tokio::sync::Mutex<Option<RecordFile>>>,
 }
 
 /// Past this size a group's offsets file is rewritten with its newest record.
@@ -89,6 +94,17 @@ impl Subscription {
     /// Writes new offsets durably, then makes them the group's.
     async fn store(&self, next: GroupOffsets) -> Result<(), SubscriptionError> {
         let mut slot = self.file.lock().await;
+        let seq = self.committed.lock().as_ref().map_or(0, |g| g.seq) + 1;
+        self.store_locked(&mut slot, GroupOffsets { seq, ..next })
+            .await
+    }
+
+    /// [`Subscription::store`] with the file already locked.
+    async fn store_locked(
+        &self,
+        slot: &mut Option<RecordFile>,
+        next: GroupOffsets,
+    ) -> Result<(), SubscriptionError> {
         let write_error = |source| SubscriptionError::Write {
             name: self.def.name.clone(),
             source,
@@ -117,8 +133,12 @@ impl Subscription {
         Ok(())
     }
 
-    /// Commits a cursor's position for the group.
-    async fn commit(&self, cursor: &mut SubscriptionCursor) -> Result<(), SubscriptionError> {
+    /// The offsets a cursor's position commits; `None` when they are what
+    /// the group has.
+    fn next_offsets(
+        &self,
+        cursor: &SubscriptionCursor,
+    ) -> Result<Option<GroupOffsets>, SubscriptionError> {
         let current = self.offsets()?;
         if current.generation != cursor.generation {
             return Err(SubscriptionError::ResetSinceDeclare {
@@ -129,7 +149,7 @@ impl Subscription {
         let unchanged =
             current.offsets == cursor.position && cursor.skipped.iter().all(|&s| s == 0);
         if unchanged {
-            return Ok(());
+            return Ok(None);
         }
         let skipped = current
             .skipped
@@ -137,15 +157,62 @@ impl Subscription {
             .zip(&cursor.skipped)
             .map(|(a, b)| a + b)
             .collect();
-        self.store(GroupOffsets {
+        Ok(Some(GroupOffsets {
             offsets: cursor.position.clone(),
             skipped,
             generation: current.generation,
             committed_at_us: now_us(),
-        })
-        .await?;
+            seq: current.seq + 1,
+        }))
+    }
+
+    /// Commits a cursor's position for the group.
+    async fn commit(&self, cursor: &mut SubscriptionCursor) -> Result<(), SubscriptionError> {
+        let mut slot = self.file.lock().await;
+        if let Some(next) = self.next_offsets(cursor)? {
+            self.store_locked(&mut slot, next).await?;
+        }
         cursor.skipped.iter_mut().for_each(|s| *s = 0);
         Ok(())
+    }
+}
+
+/// A group's new offsets in a transaction, with the group's file locked
+/// until they are written.
+pub struct PreparedOffsets {
+    group: Arc<Subscription>,
+    slot: tokio::sync::OwnedMutexGuard<Option<RecordFile>>,
+    next: GroupOffsets,
+}
+
+impl PreparedOffsets {
+    /// The record the transaction log carries for the group.
+    pub fn entry(&self) -> Result<OffsetsEntry, SluiceError> {
+        Ok(OffsetsEntry {
+            subscription: self.group.def.id,
+            seq: self.next.seq,
+            body: serde_json::to_value(&self.next)
+                .map_err(|e| SluiceError::Internal(e.to_string()))?,
+        })
+    }
+
+    /// Writes the offsets to the group's own file: the commit of a
+    /// transaction that moved this group's cursor and wrote nothing else.
+    pub async fn write(mut self) -> Result<(), SubscriptionError> {
+        let group = self.group.clone();
+        group.store_locked(&mut self.slot, self.next).await
+    }
+
+    /// Writes the offsets to the group's own file, once the transaction
+    /// that carries them is durable. A failed write is logged: the
+    /// transaction log holds them until the next start.
+    pub async fn finish(mut self) {
+        let group = self.group.clone();
+        if let Err(e) = group.store_locked(&mut self.slot, self.next.clone()).await {
+            warn!(subscription = %group.def.name, error = %e,
+                  "offsets committed by a transaction not written to the group's file");
+            *group.committed.lock() = Ok(self.next);
+        }
     }
 }
 
@@ -332,10 +399,11 @@ impl SubscriptionManager {
             groups: RwLock::new(HashMap::new()),
         });
         let mut known = Vec::new();
+        let transactions = store.transactions().recovered();
         for def in store.subscription_defs() {
             let path = offsets_path(&manager.dir, def.id);
             known.push(path.clone());
-            let (file, committed) = match open_offsets(&manager.dir, def.id) {
+            let (mut file, mut committed) = match open_offsets(&manager.dir, def.id) {
                 Ok(Some((file, g))) => (Some(file), Ok(g)),
                 Ok(None) => (None, manager.initial_offsets(&def)),
                 Err(reason) => {
@@ -344,13 +412,30 @@ impl SubscriptionManager {
                     (None, Err(reason))
                 }
             };
+            // Offsets a transaction committed that the group's own file
+            // does not hold yet (a crash between the two writes).
+            let newer = transactions
+                .group_offsets(def.id)
+                .and_then(|e| serde_json::from_value::<GroupOffsets>(e.body.clone()).ok())
+                .filter(|t| committed.as_ref().is_ok_and(|g| t.seq > g.seq) || file.is_none());
+            if let Some(t) = newer {
+                let body =
+                    serde_json::to_vec(&t).map_err(|e| SluiceError::Internal(e.to_string()))?;
+                let written = match file.take() {
+                    Some(mut f) => f.append(&body).map(|_| f),
+                    None => RecordFile::create(&path, OFFSETS_PREALLOCATE_BYTES, &body),
+                };
+                file = Some(written?);
+                info!(subscription = %def.name, "offsets recovered from the transaction log");
+                committed = Ok(t);
+            }
             manager.groups.write().insert(
                 def.name.clone(),
                 Arc::new(Subscription {
                     def,
                     path,
                     committed: Mutex::new(committed),
-                    file: tokio::sync::Mutex::new(file),
+                    file: Arc::new(tokio::sync::Mutex::new(file)),
                 }),
             );
         }
@@ -377,6 +462,7 @@ impl SubscriptionManager {
             offsets,
             generation: 0,
             committed_at_us: now_us(),
+            seq: 0,
         })
     }
 
@@ -502,7 +588,7 @@ impl SubscriptionManager {
         let group = Arc::new(Subscription {
             path: offsets_path(&self.dir, def.id),
             committed: Mutex::new(Err("not written yet".into())),
-            file: tokio::sync::Mutex::new(None),
+            file: Arc::new(tokio::sync::Mutex::new(None)),
             def,
         });
         let first = GroupOffsets {
@@ -510,6 +596,7 @@ impl SubscriptionManager {
             offsets,
             generation: 0,
             committed_at_us: now_us(),
+            seq: 0,
         };
         if let Err(e) = group.store(first).await {
             let _ = self.store.drop_subscription_def(&c.name);
@@ -570,6 +657,7 @@ impl SubscriptionManager {
                 offsets,
                 generation,
                 committed_at_us: now_us(),
+                seq: 0,
             })
             .await?;
         Ok(())
@@ -604,6 +692,36 @@ impl SubscriptionManager {
             last_frame: vec![None; source.partitions()],
             group,
         })
+    }
+
+    /// Locks the group of each cursor that moved in a transaction and
+    /// computes its new offsets, for a commit with the transaction's
+    /// writes. Groups are locked in id order; of two cursors of one group,
+    /// the last one's position is committed, as two commits in a row would.
+    pub async fn prepare_commits(
+        &self,
+        cursors: &[&SubscriptionCursor],
+    ) -> Result<Vec<PreparedOffsets>, SluiceError> {
+        let mut last: std::collections::BTreeMap<u64, &SubscriptionCursor> = Default::default();
+        for c in cursors {
+            last.insert(c.group.def.id, c);
+        }
+        let mut out = Vec::new();
+        for cursor in last.into_values() {
+            let group = cursor.group.clone();
+            let slot = group.file.clone().lock_owned().await;
+            if let Some(next) = group.next_offsets(cursor)? {
+                out.push(PreparedOffsets { group, slot, next });
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a transaction committed its cursors' positions: they start
+    /// the next transaction from there.
+    pub fn committed_in_transaction(cursor: &mut SubscriptionCursor) {
+        cursor.skipped.iter_mut().for_each(|s| *s = 0);
+        cursor.at_begin = None;
     }
 
     /// Commits a cursor's position as its group's offsets.
@@ -868,6 +986,7 @@ mod tests {
             skipped: vec![0, 0],
             generation: 1,
             committed_at_us: 5,
+            seq: next,
         }
     }
 
