@@ -121,6 +121,9 @@ pub async fn latest_records(
     })
 }
 
+/// Keys in their comparable form.
+pub type KeySet = std::collections::HashSet<Box<[u8]>>;
+
 /// A transaction's staged records of a keyed table, as its own reads see
 /// them: the keys it wrote (whose committed versions it hides), and the
 /// latest of its records per key that is not a tombstone, in write order.
@@ -128,7 +131,7 @@ pub fn staged_latest(
     def: &TableDef,
     codec: &KeyCodec,
     staged: &[RecordBatch],
-) -> Result<(std::collections::HashSet<Box<[u8]>>, Option<RecordBatch>), LogError> {
+) -> Result<(KeySet, Option<RecordBatch>), LogError> {
     let mut latest: HashMap<Box<[u8]>, (usize, usize, bool)> = HashMap::new();
     for (b, batch) in staged.iter().enumerate() {
         let keys = codec.keys(batch)?;

@@ -20,7 +20,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::stream;
 
-use crate::log::keyed::{latest_records, staged_latest, KeyCodec};
+use crate::log::keyed::{latest_records, staged_latest, KeyCodec, KeySet};
 use crate::log::{FrameMeta, StagedWrites, TableLog};
 
 use super::sink::LogSink;
@@ -728,7 +728,7 @@ struct LatestStream {
     projection: Vec<usize>,
     schema: SchemaRef,
     /// Keys a transaction wrote: their committed versions are not read.
-    hidden: Option<Arc<std::collections::HashSet<Box<[u8]>>>>,
+    hidden: Option<Arc<KeySet>>,
 }
 
 impl fmt::Debug for LatestStream {

@@ -723,7 +723,7 @@ impl Handlers {
                     .parser
                     .plan(ast::Statement::Query(copy.query.clone()))
                     .await?;
-                let df = self.ctx.execute_logical_plan(plan).await?;
+                let df = self.dataframe(client, plan).await?;
                 match &copy.target {
                     ExportTarget::Stdout => match export::to_stdout(df, &copy).await? {
                         export::CopyOut::Stream(response) => Ok(response),

@@ -9,8 +9,11 @@ import pyarrow as pa
 
 PORT = int(sys.argv[1])
 
-with dbapi.connect(f"postgresql://adbc@127.0.0.1:{PORT}/sluice") as conn:
-    conn.autocommit = True
+URI = f"postgresql://adbc@127.0.0.1:{PORT}/sluice"
+
+# autocommit is a connect() argument: without it the driver opens a
+# transaction block (BEGIN TRANSACTION) and nothing is stored until commit.
+with dbapi.connect(URI, autocommit=True) as conn:
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE ad (id BIGINT NOT NULL, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)")
         cur.execute("INSERT INTO ad VALUES (1, 'a', 1.5, '2026-01-01 10:00:00'), (2, NULL, NULL, NULL)")
@@ -52,4 +55,27 @@ with dbapi.connect(f"postgresql://adbc@127.0.0.1:{PORT}/sluice") as conn:
             assert "23502" in str(e), e
         cur.execute("SELECT count(*) FROM ad")
         assert cur.fetchall() == [(4,)]
+
+# A transaction block: the block reads its own rows, rollback discards them,
+# commit stores them for everyone.
+rows = pa.table({
+    "id": pa.array([5, 6], pa.int64()),
+    "name": ["e", "f"],
+    "score": pa.array([5.0, 6.0]),
+    "at": pa.array([None, None], pa.timestamp("us")),
+})
+with dbapi.connect(URI) as conn, dbapi.connect(URI, autocommit=True) as other:
+    with conn.cursor() as cur, other.cursor() as out:
+        assert cur.adbc_ingest("ad", rows, mode="append") == 2
+        cur.execute("SELECT count(*) FROM ad")
+        assert cur.fetchall() == [(6,)]
+        out.execute("SELECT count(*) FROM ad")
+        assert out.fetchall() == [(4,)]
+        conn.rollback()
+        out.execute("SELECT count(*) FROM ad")
+        assert out.fetchall() == [(4,)]
+        assert cur.adbc_ingest("ad", rows, mode="append") == 2
+        conn.commit()
+        out.execute("SELECT count(*) FROM ad")
+        assert out.fetchall() == [(6,)]
 print("adbc scenario ok")

@@ -108,6 +108,25 @@ with Session(engine) as s:
     got = [(i.id, i.name) for i in s.scalars(sa.select(Item).where(Item.id >= 2).order_by(Item.id))]
     assert got == [(2, None), (3, "c")], got
 
+# The ORM's error path: a session that fails part way and rolls back
+# leaves nothing of its work, and sees its own flushed rows before that.
+with Session(engine) as s:
+    s.add_all([Item(id=50, name="x"), Item(id=51, name="y")])
+    s.flush()
+    assert s.scalar(sa.select(sa.func.count()).select_from(Item).where(Item.id >= 50)) == 2
+    s.get(Item, 1).name = "changed"
+    s.delete(s.get(Item, 3))
+    s.flush()
+    try:
+        s.execute(sa.text("SELECT 1 / 0"))
+        raise AssertionError("division by zero passed")
+    except sa.exc.DBAPIError as e:
+        assert e.orig.pgcode == "22012", e.orig.pgcode
+    s.rollback()
+with Session(engine) as s:
+    got = [(i.id, i.name) for i in s.scalars(sa.select(Item).order_by(Item.id))]
+    assert got == [(1, "a"), (2, None), (3, "c")], got
+
 
 # SQLAlchemy over psycopg 3: on connect the dialect looks up types inside
 # a savepoint; then Core with bound parameters, past psycopg's

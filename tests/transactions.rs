@@ -1,0 +1,484 @@
+//! Transaction blocks: writes inside BEGIN are visible to the block at
+//! once, to everyone else at COMMIT (all tables together), and never after
+//! ROLLBACK, a failed block, a dropped connection or a SIGKILL before
+//! COMMIT was acknowledged.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{python_has, scalar, sqlstate, text_rows, Server};
+use futures::SinkExt;
+use rand::{Rng, SeedableRng};
+
+const TABLES: &str = "
+    CREATE TABLE events (id BIGINT, note TEXT) APPEND ONLY WITH (partitions = 3);
+    CREATE TABLE audit (id BIGINT, what TEXT) APPEND ONLY;
+    CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT);
+    INSERT INTO accounts VALUES (1, 100), (2, 200), (3, 300);
+";
+
+async fn copy_in(c: &tokio_postgres::Client, sql: &str, data: &str) -> u64 {
+    let sink = c.copy_in(sql).await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data.to_string()))
+        .await
+        .unwrap();
+    sink.finish().await.unwrap()
+}
+
+/// Everything a block wrote, as an outsider reads it.
+async fn state(c: &tokio_postgres::Client) -> (i64, i64, Vec<String>) {
+    (
+        scalar(c, "SELECT count(*) FROM events").await,
+        scalar(c, "SELECT count(*) FROM audit").await,
+        text_rows(c, "SELECT id, balance FROM accounts ORDER BY id").await,
+    )
+}
+
+#[tokio::test]
+async fn rollback_discards_and_commit_publishes_every_kind_of_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let other = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    let before = state(&other).await;
+
+    // Every kind of write, on three tables.
+    c.batch_execute(
+        "BEGIN;
+         INSERT INTO events VALUES (1, 'a'), (2, 'b');
+         INSERT INTO audit SELECT id, 'copied ' || note FROM events;
+         UPDATE accounts SET balance = balance - 50 WHERE id = 1;
+         DELETE FROM accounts WHERE id = 3;
+         INSERT INTO accounts VALUES (4, 400);",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        copy_in(&c, "COPY events FROM STDIN", "3\tc\n4\td\n").await,
+        2
+    );
+    let insert = c
+        .prepare("INSERT INTO events VALUES ($1, $2)")
+        .await
+        .unwrap();
+    c.execute(&insert, &[&5i64, &"e"]).await.unwrap();
+    // The block reads its own writes ...
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 5);
+    assert_eq!(scalar(&c, "SELECT count(*) FROM audit").await, 2);
+    assert_eq!(
+        text_rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
+        vec!["1|50", "2|200", "4|400"]
+    );
+    // ... and nobody else does.
+    assert_eq!(state(&other).await, before);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(state(&c).await, before);
+    assert_eq!(state(&other).await, before);
+
+    // The same block committed: all of it, for everyone.
+    c.batch_execute(
+        "BEGIN;
+         INSERT INTO events VALUES (1, 'a'), (2, 'b');
+         INSERT INTO audit SELECT id, 'copied ' || note FROM events;
+         UPDATE accounts SET balance = balance - 50 WHERE id = 1;
+         DELETE FROM accounts WHERE id = 3;
+         INSERT INTO accounts VALUES (4, 400);",
+    )
+    .await
+    .unwrap();
+    copy_in(&c, "COPY events FROM STDIN", "3\tc\n4\td\n").await;
+    c.batch_execute("COMMIT").await.unwrap();
+    let after = (
+        4,
+        2,
+        vec!["1|50".to_string(), "2|200".into(), "4|400".into()],
+    );
+    assert_eq!(state(&other).await, after);
+
+    // A connection that goes away mid-block leaves nothing.
+    {
+        let gone = server.connect().await;
+        gone.batch_execute(
+            "BEGIN; INSERT INTO events VALUES (9, 'lost'); INSERT INTO audit VALUES (9, 'lost')",
+        )
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(state(&other).await, after);
+
+    // ROLLBACK TO SAVEPOINT takes back the writes since the savepoint.
+    c.batch_execute(
+        "BEGIN; INSERT INTO events VALUES (10, 'kept'); SAVEPOINT s;
+         INSERT INTO events VALUES (11, 'undone'); DELETE FROM accounts WHERE id = 1;
+         ROLLBACK TO SAVEPOINT s; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        text_rows(&other, "SELECT id FROM events WHERE id >= 10").await,
+        vec!["10"]
+    );
+    assert_eq!(scalar(&other, "SELECT count(*) FROM accounts").await, 3);
+
+    // ON CONFLICT DO NOTHING sees the block's own keys.
+    c.batch_execute(
+        "BEGIN; INSERT INTO accounts VALUES (7, 1);
+         INSERT INTO accounts VALUES (7, 2), (2, 2) ON CONFLICT DO NOTHING; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        text_rows(
+            &other,
+            "SELECT id, balance FROM accounts WHERE id IN (2, 7) ORDER BY id"
+        )
+        .await,
+        vec!["2|200", "7|1"]
+    );
+
+    // And all of it survives a restart (the multi-table commits went
+    // through the transaction log).
+    drop((c, other));
+    let mut server = server;
+    server.restart();
+    let c = server.connect().await;
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 5);
+    assert_eq!(scalar(&c, "SELECT count(*) FROM accounts").await, 4);
+}
+
+#[tokio::test]
+async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    c.batch_execute("BEGIN; INSERT INTO events VALUES (3, 'c')")
+        .await
+        .unwrap();
+    let e = c.simple_query("SELECT 1/0").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e}");
+    let e = c
+        .simple_query("INSERT INTO events VALUES (4, 'd')")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02", "{e}");
+    // Prepared statements too.
+    let e = c
+        .execute("INSERT INTO events VALUES ($1, 'd')", &[&4i64])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02", "{e}");
+    // COMMIT of a failed block rolls it back and says so.
+    let tags = c.simple_query("COMMIT").await.unwrap();
+    let tag = tags.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::CommandComplete(_) => Some(()),
+        _ => None,
+    });
+    assert!(tag.is_some());
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
+
+    // The same through psql, as the issue tried it (going on after errors,
+    // as psql does by default).
+    let (ok, out, err) = psql_on_errors_continue(
+        &server,
+        "BEGIN; INSERT INTO events VALUES (1, 'a'); INSERT INTO events VALUES (2, 'b'); ROLLBACK;
+         SELECT count(*) FROM events;
+         BEGIN; INSERT INTO events VALUES (3, 'c');
+         SELECT 1/0;
+         INSERT INTO events VALUES (4, 'd');
+         COMMIT;
+         SELECT count(*) FROM events;",
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("division by zero"), "{err}");
+    assert!(
+        err.contains(
+            "current transaction is aborted, commands ignored until end of transaction block"
+        ),
+        "{err}"
+    );
+    assert!(out.contains("ROLLBACK"), "{out}");
+    let counts: Vec<&str> = out.lines().filter(|l| l.trim() == "0").collect();
+    assert_eq!(counts.len(), 2, "{out}");
+
+    // Isolation levels that cannot be kept are refused, not pretended.
+    for sql in [
+        "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "SET default_transaction_isolation = 'serializable'",
+        "START TRANSACTION READ ONLY",
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&e), "0A000", "{sql}: {e}");
+    }
+    c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; COMMIT")
+        .await
+        .unwrap();
+}
+
+/// A writer commits the same rows to two tables in each transaction; a
+/// reader never sees one table ahead of the other, whether it reads both
+/// in one statement or one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_never_see_part_of_a_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let setup = server.connect().await;
+    setup
+        .batch_execute(
+            "CREATE TABLE a (n BIGINT) APPEND ONLY WITH (partitions = 2);
+             CREATE TABLE b (n BIGINT) APPEND ONLY WITH (partitions = 2);",
+        )
+        .await
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let c = server.connect().await;
+        let done = done.clone();
+        tokio::spawn(async move {
+            for i in 0..150i64 {
+                c.batch_execute(&format!(
+                    "BEGIN; INSERT INTO a VALUES ({i}), ({i}); INSERT INTO b VALUES ({i}), ({i}); COMMIT"
+                ))
+                .await
+                .unwrap();
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let reader = server.connect().await;
+    let mut reads = 0;
+    while !done.load(Ordering::Acquire) {
+        let both = text_rows(
+            &reader,
+            "SELECT (SELECT count(*) FROM a) AS a, (SELECT count(*) FROM b) AS b",
+        )
+        .await;
+        let (x, y) = both[0].split_once('|').unwrap();
+        assert_eq!(x, y, "one statement saw a part of a transaction");
+        // b read after a: it has at least what a had.
+        let a = scalar(&reader, "SELECT count(*) FROM a").await;
+        let b = scalar(&reader, "SELECT count(*) FROM b").await;
+        assert!(b >= a, "b ({b}) behind a ({a}) read before it");
+        assert_eq!(a % 2, 0, "half a transaction's rows in a");
+        reads += 1;
+    }
+    writer.await.unwrap();
+    assert!(reads > 0);
+    assert_eq!(scalar(&reader, "SELECT count(*) FROM b").await, 300);
+}
+
+fn kills() -> usize {
+    std::env::var("SLUICE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
+
+/// Clients run transactions of several statements over three tables while
+/// the server is killed with SIGKILL at random moments. After each restart
+/// every transaction is wholly present or wholly absent, and every one
+/// whose COMMIT was acknowledged is present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transactions_are_all_or_nothing_through_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE orders (tx TEXT, item BIGINT) APPEND ONLY WITH (partitions = 4);
+         CREATE TABLE lines (tx TEXT, n BIGINT) APPEND ONLY WITH (partitions = 2);
+         CREATE TABLE latest (tx TEXT PRIMARY KEY, items BIGINT);",
+    )
+    .await
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7a);
+    let mut acknowledged: BTreeSet<String> = BTreeSet::new();
+    for round in 0..kills() {
+        let port = server.port;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for client in 0..3 {
+            let stop = stop.clone();
+            let conn = format!("host=127.0.0.1 port={port} user=t dbname=t");
+            clients.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let Ok((c, conn)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await else {
+                    return acked;
+                };
+                tokio::spawn(conn);
+                let mut i = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let tx = format!("r{round}c{client}t{i}");
+                    let items = 1 + i % 5;
+                    let mut sql = String::from("BEGIN;");
+                    for item in 0..items {
+                        sql.push_str(&format!("INSERT INTO orders VALUES ('{tx}', {item});"));
+                    }
+                    sql.push_str(&format!(
+                        "INSERT INTO lines SELECT tx, count(*) FROM orders WHERE tx = '{tx}' GROUP BY tx;
+                         INSERT INTO latest VALUES ('{tx}', {items});
+                         COMMIT;"
+                    ));
+                    match c.batch_execute(&sql).await {
+                        Ok(()) => acked.push(tx),
+                        Err(_) => break,
+                    }
+                    i += 1;
+                }
+                acked
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..700))).await;
+        server.kill9();
+        stop.store(true, Ordering::Release);
+        for client in clients {
+            acknowledged.extend(client.await.unwrap());
+        }
+        server.restart();
+        let c = server.connect().await;
+        let orders = group_counts(&c, "SELECT tx, count(*) FROM orders GROUP BY tx").await;
+        let lines = group_counts(&c, "SELECT tx, sum(n) FROM lines GROUP BY tx").await;
+        let latest = group_counts(&c, "SELECT tx, items FROM latest").await;
+        for (tx, n) in &orders {
+            assert_eq!(lines.get(tx), Some(n), "{tx}: orders without its line");
+            assert_eq!(
+                latest.get(tx),
+                Some(n),
+                "{tx}: orders without its latest row"
+            );
+        }
+        assert_eq!(orders.len(), lines.len(), "lines without orders");
+        assert_eq!(orders.len(), latest.len(), "latest rows without orders");
+        for tx in &acknowledged {
+            assert!(orders.contains_key(tx), "acknowledged {tx} lost");
+        }
+    }
+    assert!(
+        acknowledged.len() > 10,
+        "{} transactions",
+        acknowledged.len()
+    );
+}
+
+/// psql with the script on stdin, going on after an error; (success,
+/// stdout, stderr).
+fn psql_on_errors_continue(server: &Server, script: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(["-U", "test", "-d", "test"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql is installed");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write script");
+    let out = child.wait_with_output().expect("psql runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn group_counts(c: &tokio_postgres::Client, sql: &str) -> BTreeMap<String, i64> {
+    c.query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+        .collect()
+}
+
+fn worker(server: &Server, drain: bool) -> Child {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/read_process_write.py"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
+        .args(["--dsn", &server.conn_string()])
+        .args(["--batch", "170"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if drain {
+        cmd.arg("--drain");
+    }
+    cmd.spawn().expect("python3 runs the worker")
+}
+
+/// The read-process-write example: the worker's per-batch totals and its
+/// subscription offsets commit in one transaction, so through 20 SIGKILLs
+/// (of the server and of the worker) the totals equal the table's sums.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_process_write_is_exact_through_sigkill() {
+    if !python_has("psycopg") {
+        panic!("python3 with psycopg 3 is needed (.ci/run installs it)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE usage (tenant TEXT, tokens BIGINT) APPEND ONLY
+             WITH (partitions = 4, partition_key = 'tenant')",
+    )
+    .await
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x3b);
+    let load = |rng: &mut rand::rngs::StdRng| {
+        let rows: Vec<String> = (0..400)
+            .map(|_| format!("t{}\t{}", rng.random_range(0..9), rng.random_range(1..1000)))
+            .collect();
+        rows.join("\n") + "\n"
+    };
+    let first = load(&mut rng);
+    copy_in(&c, "COPY usage FROM STDIN", &first).await;
+    let mut w = worker(&server, false);
+    for round in 0..20 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..400))).await;
+        if round % 2 == 0 {
+            server.kill9();
+            server.restart();
+            let c = server.connect().await;
+            let more = load(&mut rng);
+            copy_in(&c, "COPY usage FROM STDIN", &more).await;
+        } else {
+            let _ = w.kill();
+        }
+        let _ = w.wait();
+        w = worker(&server, false);
+    }
+    let _ = w.kill();
+    let _ = w.wait();
+    let mut last = worker(&server, true);
+    let status = last.wait().unwrap();
+    assert!(status.success(), "draining worker failed: {status}");
+    let c = server.connect().await;
+    let want = text_rows(&c, "SELECT count(*), sum(tokens) FROM usage").await;
+    let got = text_rows(&c, "SELECT sum(events), sum(tokens) FROM billing_batches").await;
+    assert_eq!(got, want, "totals differ from the table's sums");
+    // No batch counted twice.
+    let batches = scalar(&c, "SELECT count(*) FROM billing_batches").await;
+    let distinct = scalar(
+        &c,
+        "SELECT count(*) FROM (SELECT DISTINCT first_partition, first_offset FROM billing_batches)",
+    )
+    .await;
+    assert_eq!(batches, distinct);
+    // 11 loads of 400 rows, at most 170 a batch.
+    assert!(batches >= 26, "{batches} batches");
+}
