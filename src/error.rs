@@ -48,6 +48,12 @@ pub enum SluiceError {
     ObjectInUse(String),
     #[error("\"{0}\" is not a {1}")]
     WrongObjectType(String, &'static str),
+    /// A function or operator refused its input, as PostgreSQL words it.
+    #[error("{message}")]
+    Evaluation {
+        sqlstate: &'static str,
+        message: String,
+    },
     /// `dependent` names the kind and the name ("materialized view v").
     #[error("cannot drop {kind} {name} because {dependent} depends on it")]
     DependentObjects {
@@ -59,6 +65,9 @@ pub enum SluiceError {
 
 impl SluiceError {
     pub fn sqlstate(&self) -> &'static str {
+        if let Some((code, _)) = self.in_postgres_terms() {
+            return code;
+        }
         match self {
             SluiceError::Sql(e) => e.sqlstate(),
             SluiceError::Ingest(e) => e.sqlstate(),
@@ -80,11 +89,15 @@ impl SluiceError {
             SluiceError::WrongObjectType(..) => "42809",
             SluiceError::ObjectInUse(_) => "55006",
             SluiceError::CheckpointPending { .. } => "58030",
+            SluiceError::Evaluation { sqlstate, .. } => sqlstate,
         }
     }
 
     /// The message without DataFusion's prefixes ("Error during planning:").
     pub fn message(&self) -> String {
+        if let Some((_, message)) = self.in_postgres_terms() {
+            return message;
+        }
         match self {
             SluiceError::DataFusion(e) => match root(e) {
                 DataFusionError::External(inner) => inner.to_string(),
@@ -176,6 +189,66 @@ fn invalid_input(message: &str) -> Option<String> {
     Some(format!(
         "invalid input syntax for type {pg_type}: \"{value}\""
     ))
+}
+
+impl SluiceError {
+    /// Errors of DataFusion's and Arrow's functions that PostgreSQL raises
+    /// too, with its SQLSTATE and wording instead of theirs.
+    fn in_postgres_terms(&self) -> Option<(&'static str, String)> {
+        let SluiceError::DataFusion(e) = self else {
+            return None;
+        };
+        let text = match root(e) {
+            DataFusionError::ArrowError(a, _) => a.to_string(),
+            DataFusionError::Execution(m) => m.clone(),
+            _ => return None,
+        };
+        postgres_wording(&text)
+    }
+}
+
+fn postgres_wording(text: &str) -> Option<(&'static str, String)> {
+    let quoted = |after: &str| -> Option<String> {
+        let rest = text.split(after).nth(1)?;
+        Some(rest.split('\'').next()?.to_string())
+    };
+    if text.contains("cannot take square root of a negative number") {
+        return Some((
+            "2201F",
+            "cannot take square root of a negative number".into(),
+        ));
+    }
+    if text.contains("Error parsing timestamp from '") {
+        let value = quoted("Error parsing timestamp from '")?;
+        return Some((
+            "22007",
+            format!("invalid input syntax for type timestamp: \"{value}\""),
+        ));
+    }
+    if let Some(value) = quoted("Cannot cast value '") {
+        if text.contains("to value of Boolean type") {
+            return Some((
+                "22P02",
+                format!("invalid input syntax for type boolean: \"{value}\""),
+            ));
+        }
+    }
+    if text.contains("Int64Array overflow") {
+        return Some(("22003", "bigint out of range".into()));
+    }
+    if text.contains("Int32Array overflow") {
+        return Some(("22003", "integer out of range".into()));
+    }
+    if text.contains("Int16Array overflow") {
+        return Some(("22003", "smallint out of range".into()));
+    }
+    if text.contains("Overflow happened on") {
+        return Some(("22003", "value out of range: overflow".into()));
+    }
+    if text.contains("negative count not allowed") || text.contains("negative substring length") {
+        return Some(("22011", "negative substring length not allowed".into()));
+    }
+    None
 }
 
 fn root(e: &DataFusionError) -> &DataFusionError {

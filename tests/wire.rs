@@ -178,6 +178,81 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
         .unwrap();
 }
 
+/// Functions refuse what PostgreSQL's refuse, with its SQLSTATE and words,
+/// instead of answering NaN or infinity or an Arrow message.
+#[tokio::test]
+async fn function_errors_are_postgresql_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE f (x DOUBLE PRECISION) APPEND ONLY; INSERT INTO f VALUES (4), (0)",
+    )
+    .await
+    .unwrap();
+    for (sql, code, message) in [
+        (
+            "SELECT sqrt(-1::double)",
+            "2201F",
+            "cannot take square root of a negative number",
+        ),
+        (
+            "SELECT ln(x) FROM f",
+            "2201E",
+            "cannot take logarithm of zero",
+        ),
+        (
+            "SELECT log(-5)",
+            "2201E",
+            "cannot take logarithm of a negative number",
+        ),
+        (
+            "SELECT power(10::double, 400)",
+            "22003",
+            "value out of range: overflow",
+        ),
+        (
+            "SELECT exp(1000::double)",
+            "22003",
+            "value out of range: overflow",
+        ),
+        (
+            "SELECT abs(-9223372036854775808)",
+            "22003",
+            "bigint out of range",
+        ),
+        (
+            "SELECT substr('abc', 1, -1)",
+            "22011",
+            "negative substring length not allowed",
+        ),
+        (
+            "SELECT 'x'::boolean",
+            "22P02",
+            "invalid input syntax for type boolean: \"x\"",
+        ),
+        (
+            "SELECT 'bad'::timestamp",
+            "22007",
+            "invalid input syntax for type timestamp: \"bad\"",
+        ),
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+        let db = e.as_db_error().expect("a server error");
+        assert_eq!(db.message(), message, "{sql}");
+    }
+    let row = c
+        .query_one(
+            "SELECT sqrt(x), power(x, 0.5), exp(0), ln(1) FROM f WHERE x > 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    let values: Vec<f64> = (0..4).map(|i| row.get(i)).collect();
+    assert_eq!(values, [2.0, 2.0, 1.0, 0.0]);
+}
+
 /// Integer arithmetic that leaves its type fails with 22003, as in
 /// PostgreSQL, in constants, over columns, with a bound parameter and in a
 /// view; it never wraps around. Float division by zero fails with 22012.

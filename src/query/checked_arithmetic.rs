@@ -9,6 +9,7 @@
 //! that uses Arrow's checked kernels. The function names its
 //! result column as the operator would (`a + b`), so column names do not
 //! change; EXPLAIN shows PostgreSQL's names for the functions (`int8pl`).
+//! The same rule wraps float math functions ([`super::checked_math`]).
 
 use std::sync::Arc;
 
@@ -43,7 +44,12 @@ impl AnalyzerRule for CheckedArithmetic {
                 return Ok(Transformed::no(node));
             }
             let schema = merge_schema(&node.inputs());
-            let rewritten = node.map_expressions(|e| e.transform_up(|e| checked(e, &schema)))?;
+            let rewritten = node.map_expressions(|e| {
+                e.transform_up(|e| {
+                    checked(e, &schema)?
+                        .transform_data(|e| super::checked_math::checked_function(e, &schema))
+                })
+            })?;
             if rewritten.transformed {
                 rewritten.map_data(|p| p.recompute_schema())
             } else {

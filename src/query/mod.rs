@@ -3,6 +3,7 @@
 //! them together.
 
 mod checked_arithmetic;
+mod checked_math;
 mod checked_sum;
 mod context;
 mod pg_catalog_info;
