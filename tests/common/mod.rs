@@ -131,23 +131,37 @@ impl Server {
         client
     }
 
-    /// Runs psql with the given script on stdin; returns (success, stdout, stderr).
+    /// Runs psql with the given script on stdin, quietly, stopping at the
+    /// first error; returns (success, stdout, stderr).
     pub fn psql(&self, script: &str) -> (bool, String, String) {
+        self.run_psql(
+            script,
+            &["-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"],
+        )
+    }
+
+    /// Runs psql as a user at a terminal would: command tags printed, and
+    /// going on after an error.
+    pub fn psql_on_errors_continue(&self, script: &str) -> (bool, String, String) {
+        self.run_psql(script, &[])
+    }
+
+    fn run_psql(&self, script: &str, flags: &[&str]) -> (bool, String, String) {
         use std::io::Write;
+        let port = self.port.to_string();
         let mut child = Command::new("psql")
             .args([
                 "-X",
-                "-q",
                 "-h",
                 "127.0.0.1",
                 "-p",
-                &self.port.to_string(),
+                &port,
                 "-U",
                 "test",
                 "-d",
                 "test",
             ])
-            .args(["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"])
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
