@@ -691,9 +691,7 @@ impl TableWriter {
     }
 
     /// A transaction's part: write and fsync its frames, report the new
-    /// ends, then wait for the outcome. Published, the frames get this
-    /// table's own commit record too (the transaction log made them
-    /// durable already).
+    /// ends, then wait for the outcome.
     fn prepare(&mut self, req: PrepareRequest) {
         let ends = match self.write_prepared(&req.parts) {
             Ok(ends) => ends,
@@ -714,12 +712,10 @@ impl TableWriter {
         self.committed.send_replace(ends.clone());
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters.statements.fetch_add(1, Ordering::Relaxed);
+        // No commit record of the table's own: the transaction log holds
+        // these ends until the next start, and the table's next group
+        // commit records ends past them.
         let _ = req.published.send(());
-        if let Err(e) = self.commit_log.commit(&ends) {
-            // The transaction log holds these ends until the next start.
-            error!(error = %e, "commit record after a transaction failed");
-            self.poisoned.store(true, Ordering::Release);
-        }
     }
 
     fn write_prepared(&mut self, parts: &[(usize, RecordBatch)]) -> Result<Vec<u64>, LogError> {
@@ -841,7 +837,7 @@ fn restore_carried_frames(
 }
 
 /// Each waiter of a failed group gets its own copy of the error.
-fn copy_error(e: &LogError) -> LogError {
+pub(super) fn copy_error(e: &LogError) -> LogError {
     match e {
         LogError::Io { path, source } => LogError::Io {
             path: path.clone(),

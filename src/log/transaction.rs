@@ -12,9 +12,14 @@
 //!    other writes until told what became of them;
 //! 2. *commit point*: one record in `transactions.log` names every table's
 //!    new end offsets and every consumer group's new offsets, fsynced;
-//! 3. *publish*: each writer makes the frames visible and appends its own
-//!    commit record. Readers are held off meanwhile (the visibility lock),
-//!    so no statement sees one table's rows without the other's.
+//! 3. *publish*: each writer makes the frames visible. Readers are held
+//!    off meanwhile (the visibility lock), so no statement sees one
+//!    table's rows without the other's. The table's own commit log learns
+//!    the new ends with its next group commit; until then this log holds
+//!    them.
+//!
+//! Transactions that reach COMMIT while a group is being committed form
+//! the next group, which commits as one transaction.
 //!
 //! A crash before step 2 leaves frames past every committed end, which
 //! recovery cuts; after it, recovery takes each table's ends as the larger
@@ -276,23 +281,35 @@ pub async fn stage_statement(
     Ok(rows)
 }
 
-/// Commits transactions across tables: one at a time, and never while a
-/// statement takes its snapshot of what is committed.
+/// Commits transactions across tables, never while a statement takes its
+/// snapshot of what is committed. Transactions that reach COMMIT while
+/// another commits wait and then commit together, as one (group commit):
+/// each table prepares once with all their records, and one record of the
+/// transaction log covers them all.
 pub struct TransactionCoordinator {
     log: Arc<parking_lot::Mutex<TransactionLog>>,
-    /// One transaction across tables commits at a time: a table's writer
-    /// waits for the outcome of the one it prepared, so two interleaved
-    /// commits could each wait for the other.
+    /// Transactions waiting for the next group.
+    queue: parking_lot::Mutex<Vec<PendingCommit>>,
+    /// One group commits at a time: a table's writer waits for the outcome
+    /// of the group it prepared, so two interleaved groups could each wait
+    /// for the other.
     one_at_a_time: tokio::sync::Mutex<()>,
     /// Held for reading while a statement snapshots the committed ends of
-    /// the tables it reads; held for writing while a transaction publishes.
+    /// the tables it reads; held for writing while a group publishes.
     visibility: Arc<tokio::sync::RwLock<()>>,
+}
+
+struct PendingCommit {
+    tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
+    offsets: Vec<OffsetsEntry>,
+    reply: tokio::sync::oneshot::Sender<Result<(), LogError>>,
 }
 
 impl TransactionCoordinator {
     pub fn new(log: TransactionLog) -> TransactionCoordinator {
         TransactionCoordinator {
             log: Arc::new(parking_lot::Mutex::new(log)),
+            queue: parking_lot::Mutex::new(Vec::new()),
             one_at_a_time: tokio::sync::Mutex::new(()),
             visibility: Arc::new(tokio::sync::RwLock::new(())),
         }
@@ -316,32 +333,71 @@ impl TransactionCoordinator {
 
     /// Commits `tables`' staged records and `offsets` as one transaction:
     /// all durable and visible when this returns `Ok`, none otherwise.
-    /// Runs to the end on its own task, so a client that goes away in the
-    /// middle cannot leave it half done.
+    /// The group runs to the end on its own task, so a client that goes
+    /// away in the middle cannot leave it half done.
     pub async fn commit(
         self: &Arc<Self>,
         tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
         offsets: Vec<OffsetsEntry>,
     ) -> Result<(), LogError> {
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.queue.lock().push(PendingCommit {
+            tables,
+            offsets,
+            reply,
+        });
         let this = self.clone();
-        let task =
-            tokio::spawn(async move { this.commit_now(tables, offsets).await }.in_current_span());
-        task.await
-            .map_err(|e| LogError::WriterStopped(format!("transaction commit: {e}")))?
+        tokio::spawn(async move { this.commit_queued().await }.in_current_span());
+        result
+            .await
+            .map_err(|_| LogError::WriterStopped("transaction commit".into()))?
     }
 
-    async fn commit_now(
+    /// Commits every transaction queued by now as one group (nothing when
+    /// an earlier call took them already).
+    async fn commit_queued(&self) {
+        let _one = self.one_at_a_time.lock().await;
+        let group = std::mem::take(&mut *self.queue.lock());
+        if group.is_empty() {
+            return;
+        }
+        let mut tables: BTreeMap<u64, (Arc<TableLog>, Vec<RecordBatch>)> = BTreeMap::new();
+        let mut offsets = Vec::new();
+        let mut replies = Vec::with_capacity(group.len());
+        for pending in group {
+            for (table, records) in pending.tables {
+                tables
+                    .entry(table.def.id)
+                    .or_insert_with(|| (table, Vec::new()))
+                    .1
+                    .extend(records);
+            }
+            offsets.extend(pending.offsets);
+            replies.push(pending.reply);
+        }
+        let result = self.commit_group(tables.into_values().collect(), offsets).await;
+        for reply in replies {
+            let _ = reply.send(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(super::table::copy_error(e)),
+            });
+        }
+    }
+
+    async fn commit_group(
         &self,
         tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
         offsets: Vec<OffsetsEntry>,
     ) -> Result<(), LogError> {
-        let _one = self.one_at_a_time.lock().await;
-        // 1. Every table writes its frames and waits. Dropping a prepared
-        // table (on any error below) takes its frames back.
-        let mut prepared = Vec::with_capacity(tables.len());
-        for (table, records) in tables {
-            prepared.push(table.prepare(records).await?);
-        }
+        // 1. Every table writes its frames, all at once, and waits.
+        // Dropping a prepared table (on any error below) takes its frames
+        // back.
+        let prepared = futures::future::try_join_all(
+            tables
+                .into_iter()
+                .map(|(table, records)| async move { table.prepare(records).await }),
+        )
+        .await?;
         // 2. The commit point.
         let ends: Vec<(u64, Vec<u64>)> = prepared
             .iter()
