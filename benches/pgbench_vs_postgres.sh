@@ -6,7 +6,9 @@
 #   1. single-row INSERT (durable on both sides: Sluice fsyncs each commit,
 #      PostgreSQL runs with fsync and synchronous_commit on);
 #   2. point read by key of a 50-row aggregate: a materialized view in
-#      Sluice, a table with a primary key in PostgreSQL.
+#      Sluice, a table with a primary key in PostgreSQL;
+#   3. a transaction block of two INSERTs into one table, and
+#   4. one of an INSERT into each of two tables (committed together).
 #
 #   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
 set -euo pipefail
@@ -45,6 +47,20 @@ cat >"$WORK/read.sql" <<'SQL'
 \set t random(1, 50)
 SELECT tenant, n, tokens FROM totals WHERE tenant = :t;
 SQL
+cat >"$WORK/tx_one.sql" <<'SQL'
+\set id random(1, 1000000000)
+BEGIN;
+INSERT INTO txev (id, tenant, tokens) VALUES (:id, 1, 1);
+INSERT INTO txev (id, tenant, tokens) VALUES (:id, 2, 2);
+COMMIT;
+SQL
+cat >"$WORK/tx_two.sql" <<'SQL'
+\set id random(1, 1000000000)
+BEGIN;
+INSERT INTO txev (id, tenant, tokens) VALUES (:id, 1, 1);
+INSERT INTO audit (id, what) VALUES (:id, 'tx');
+COMMIT;
+SQL
 
 # run NAME PORT USER SCRIPT: tps and latency percentiles of one pgbench run.
 run() {
@@ -73,6 +89,11 @@ S_INSERT=$(run sluice_insert $SLUICE_PORT b "$WORK/insert.sql")
 S_ROWS=$(psql -tA -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "SELECT COUNT(*) FROM ev")
 psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE MATERIALIZED VIEW totals AS SELECT tenant, COUNT(*) AS n, SUM(tokens) AS tokens FROM ev GROUP BY tenant" -c "FLUSH"
 S_READ=$(run sluice_read $SLUICE_PORT b "$WORK/read.sql")
+# The transactions write to tables no view reads, as on the PostgreSQL side.
+psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE txev (id BIGINT, tenant BIGINT, tokens BIGINT) WITH (partitions = 4)" \
+  -c "CREATE TABLE audit (id BIGINT, what TEXT) WITH (partitions = 4)"
+S_TX1=$(run sluice_tx_one $SLUICE_PORT b "$WORK/tx_one.sql")
+S_TX2=$(run sluice_tx_two $SLUICE_PORT b "$WORK/tx_two.sql")
 kill $SLUICE_PID; wait $SLUICE_PID 2>/dev/null || true; SLUICE_PID=
 
 # --- PostgreSQL 15, durable defaults ---
@@ -85,14 +106,23 @@ P_INSERT=$(run postgres_insert $PG_PORT postgres "$WORK/insert.sql")
 psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE totals AS SELECT tenant, COUNT(*) AS n, SUM(tokens) AS tokens FROM ev GROUP BY tenant" \
   -c "ALTER TABLE totals ADD PRIMARY KEY (tenant)" -c "ANALYZE totals"
 P_READ=$(run postgres_read $PG_PORT postgres "$WORK/read.sql")
+psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE txev (id BIGINT, tenant BIGINT, tokens BIGINT)" \
+  -c "CREATE TABLE audit (id BIGINT, what TEXT)"
+P_TX1=$(run postgres_tx_one $PG_PORT postgres "$WORK/tx_one.sql")
+P_TX2=$(run postgres_tx_two $PG_PORT postgres "$WORK/tx_two.sql")
 
-python3 - "$CLIENTS" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" <<'PY'
+python3 - "$CLIENTS" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" <<'PY'
 import sys
 clients, rows = sys.argv[1], int(sys.argv[2])
 runs = [a.split() for a in sys.argv[3:]]
 print(f"clients: {clients}; Sluice stored {rows:,} inserted rows")
 print("| statement | Sluice tps | p50 / p99 ms | PostgreSQL 15 tps | p50 / p99 ms | ratio |")
 print("|---|---|---|---|---|---|")
-for what, s, p in [("single-row INSERT", runs[0], runs[1]), ("point read by key", runs[2], runs[3])]:
+for what, s, p in [
+    ("single-row INSERT", runs[0], runs[1]),
+    ("point read by key", runs[2], runs[3]),
+    ("BEGIN; 2 INSERTs into one table; COMMIT", runs[4], runs[5]),
+    ("BEGIN; INSERT into each of two tables; COMMIT", runs[6], runs[7]),
+]:
     print(f"| {what} | {float(s[1]):,.0f} | {s[2]} / {s[3]} | {float(p[1]):,.0f} | {p[2]} / {p[3]} | {float(s[1]) / float(p[1]):.2f}x |")
 PY

@@ -9,6 +9,51 @@ public class JdbcScenario {
     if (!ok) throw new AssertionError(what);
   }
 
+  static long count(Connection c, String table) throws SQLException {
+    try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table)) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
+  // Autocommit off, as services and DBeaver run it: a batch is the
+  // connection's own until commit(); rollback() and a savepoint take back.
+  static void transactions(String url) throws Exception {
+    try (Connection c = DriverManager.getConnection(url); Connection other = DriverManager.getConnection(url)) {
+      try (Statement st = c.createStatement()) {
+        st.execute("CREATE TABLE jtx (id BIGINT, v TEXT) APPEND ONLY");
+      }
+      c.setAutoCommit(false);
+      for (int round = 0; round < 2; round++) {
+        try (PreparedStatement ps = c.prepareStatement("INSERT INTO jtx VALUES (?, ?)")) {
+          for (int i = 0; i < 20; i++) {
+            ps.setLong(1, i);
+            ps.setString(2, "v" + i);
+            ps.addBatch();
+          }
+          ps.executeBatch();
+        }
+        check(count(c, "jtx") == 20, "own rows " + count(c, "jtx"));
+        check(count(other, "jtx") == 0, "rows seen before commit");
+        if (round == 0) c.rollback();
+      }
+      Savepoint sp = c.setSavepoint();
+      try (Statement st = c.createStatement()) {
+        st.execute("INSERT INTO jtx VALUES (100, 'undone')");
+      }
+      c.rollback(sp);
+      c.commit();
+      check(count(other, "jtx") == 20, "committed " + count(other, "jtx"));
+      try {
+        c.setTransactionIsolation(Connection.TRANSACTION_SERIALIZABLE);
+        count(c, "jtx");
+        throw new AssertionError("SERIALIZABLE accepted");
+      } catch (SQLException e) {
+        check("0A000".equals(e.getSQLState()), "serializable " + e.getSQLState());
+      }
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
     try (Connection c = DriverManager.getConnection(url)) {
@@ -115,6 +160,7 @@ public class JdbcScenario {
       }
       check(schemas.contains("public") && schemas.contains("sluice_catalog"), "schemas " + schemas);
     }
+    transactions(url);
     System.out.println("jdbc scenario ok");
   }
 }

@@ -63,8 +63,38 @@ async def main():
     assert got["flags"] == [True, True] and got["smalls"] == [2, 2] and got["ids"] == [1, 3], got
     version = await c.fetchval("SELECT version()")
     assert version.startswith("PostgreSQL 16.6 (Sluice"), version
+    await transactions(c)
     await c.close()
     print("asyncpg scenario ok")
+
+
+async def transactions(c):
+    """transaction(): rolled back on an exception, nested ones as savepoints,
+    COPY inside; nothing visible to others before the commit."""
+    other = await asyncpg.connect(host="127.0.0.1", port=PORT, user="asyncpg", database="sluice")
+    await c.execute("CREATE TABLE atx (id BIGINT PRIMARY KEY, v TEXT)")
+    try:
+        async with c.transaction():
+            await c.executemany("INSERT INTO atx VALUES ($1, $2)", [(i, "x") for i in range(10)])
+            await c.copy_records_to_table("atx", records=[(20, "c"), (21, "c")])
+            assert await c.fetchval("SELECT count(*) FROM atx") == 12
+            assert await other.fetchval("SELECT count(*) FROM atx") == 0
+            raise RuntimeError("abandon")
+    except RuntimeError:
+        pass
+    assert await other.fetchval("SELECT count(*) FROM atx") == 0
+    async with c.transaction():
+        await c.executemany("INSERT INTO atx VALUES ($1, $2)", [(i, "x") for i in range(10)])
+        try:
+            async with c.transaction():
+                await c.execute("DELETE FROM atx WHERE id < 5")
+                await c.execute("SELECT 1/0")
+        except asyncpg.exceptions.DivisionByZeroError:
+            pass
+        await c.execute("UPDATE atx SET v = 'y' WHERE id = 9")
+    assert await other.fetchval("SELECT count(*) FROM atx") == 10
+    assert await other.fetchval("SELECT v FROM atx WHERE id = 9") == "y"
+    await other.close()
 
 
 asyncio.run(main())

@@ -30,6 +30,25 @@ async function main() {
   await assert.rejects(c.query("INSERT INTO np VALUES (NULL, 'x', 1, NULL)"), (e) => e.code === "23502");
   const v = await c.query("SELECT version() AS v");
   assert.ok(v.rows[0].v.startsWith("PostgreSQL 16.6 (Sluice"), v.rows[0].v);
+  // A transaction block: the connection's own until COMMIT; an error
+  // aborts it (25P02) and its COMMIT answers ROLLBACK.
+  const other = new Client({ host: "127.0.0.1", port, user: "node", database: "sluice" });
+  await other.connect();
+  await c.query("CREATE TABLE ntx (id BIGINT, v TEXT) APPEND ONLY");
+  const count = async (client) => (await client.query("SELECT count(*)::int AS n FROM ntx")).rows[0].n;
+  await c.query("BEGIN");
+  for (let i = 0; i < 5; i++) await c.query("INSERT INTO ntx VALUES ($1, $2)", [i, "x"]);
+  assert.strictEqual(await count(c), 5);
+  assert.strictEqual(await count(other), 0);
+  await assert.rejects(c.query("SELECT 1/0"), (e) => e.code === "22012");
+  await assert.rejects(c.query("INSERT INTO ntx VALUES (9, $1)", ["z"]), (e) => e.code === "25P02");
+  assert.strictEqual((await c.query("COMMIT")).command, "ROLLBACK");
+  assert.strictEqual(await count(other), 0);
+  await c.query("BEGIN");
+  await c.query("INSERT INTO ntx VALUES (1, $1)", ["kept"]);
+  assert.strictEqual((await c.query("COMMIT")).command, "COMMIT");
+  assert.strictEqual(await count(other), 1);
+  await other.end();
   await c.end();
   console.log("node-postgres scenario ok");
 }
