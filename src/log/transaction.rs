@@ -375,7 +375,9 @@ impl TransactionCoordinator {
             offsets.extend(pending.offsets);
             replies.push(pending.reply);
         }
-        let result = self.commit_group(tables.into_values().collect(), offsets).await;
+        let result = self
+            .commit_group(tables.into_values().collect(), offsets)
+            .await;
         for reply in replies {
             let _ = reply.send(match &result {
                 Ok(()) => Ok(()),
