@@ -333,10 +333,7 @@ async fn crash_runs(
 }
 
 fn runs() -> usize {
-    std::env::var("SLUICE_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20)
+    common::crash_runs_or(20)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -266,10 +266,7 @@ async fn readers_never_see_part_of_a_transaction() {
 }
 
 fn kills() -> usize {
-    std::env::var("SLUICE_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8)
+    common::crash_runs_or(8)
 }
 
 /// Clients run transactions of several statements over three tables while

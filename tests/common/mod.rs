@@ -333,6 +333,15 @@ pub async fn more_requests(c: &tokio_postgres::Client, tag: &str) {
     }
 }
 
+/// How many times a crash test kills the server: `SLUICE_CRASH_RUNS`, or
+/// the test's short default for CI.
+pub fn crash_runs_or(default: usize) -> usize {
+    std::env::var("SLUICE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The SQLSTATE of a failed statement.
 pub fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code()
