@@ -1449,7 +1449,7 @@ where
     Ok(Response::Execution(Tag::new("DEALLOCATE")))
 }
 
-/// A write or FETCH took effect inside the transaction block.
+/// A FETCH moved a cursor inside the transaction block.
 fn note_fetch<C: ClientInfo>(client: &C) {
     let s = session(client);
     let mut t = s.transaction.lock();
