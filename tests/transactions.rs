@@ -168,6 +168,20 @@ async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back()
     // COMMIT of a failed block rolls it back (psql below shows its tag).
     c.batch_execute("COMMIT").await.unwrap();
     assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
+    // A statement that fails at Parse (a driver's prepare) aborts the
+    // block as well.
+    c.batch_execute("BEGIN; INSERT INTO events VALUES (5, 'e')")
+        .await
+        .unwrap();
+    let e = c.prepare("SELEC 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42601", "{e}");
+    let e = c
+        .simple_query("INSERT INTO events VALUES (6, 'f')")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02", "{e}");
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
 
     // The same through psql, as the issue tried it (going on after errors,
     // as psql does by default).

@@ -1551,30 +1551,15 @@ impl ExtendedQueryHandler for Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let name = message
-            .name
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
-        let parser = self.query_parser();
-        match StoredStatement::parse(client, &message, parser).await? {
-            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
-            None => client.portal_store().put_empty_statement(&name),
+        // A Parse or Bind that fails inside a block aborts it, as any
+        // failed statement does.
+        let result = self.parse_statement(client, message).await;
+        if result.is_err() {
+            note_failure(client);
         }
-        if !name.is_empty() {
-            session(client).prepared.lock().insert(name);
-        }
-        // Fed, not sent: Sync or Flush sends it with what follows.
-        client
-            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
-            .await?;
-        Ok(())
+        result
     }
 
-    /// Bind as pgwire does it, except that BindComplete is fed rather than
-    /// sent: it goes out with the rest of the reply at Sync or Flush, in
-    /// one write instead of a write of its own (the protocol asks for no
-    /// more; pgbench's prepared statements send Bind, Execute and Sync
-    /// together).
     async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1582,29 +1567,11 @@ impl ExtendedQueryHandler for Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statement_name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
-        let portal_name = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
-        match client.portal_store().get_statement(statement_name) {
-            Some(Entry::Value(statement)) => {
-                let portal = Portal::try_new(&message, statement)?;
-                client.portal_store().put_portal(Arc::new(portal));
-            }
-            Some(Entry::Empty) if message.parameters.is_empty() => {
-                client.portal_store().put_empty_portal(portal_name);
-            }
-            Some(Entry::Empty) => {
-                return Err(SluiceError::Protocol(format!(
-                    "bind message supplies {} parameters, but prepared statement \"{statement_name}\" requires 0",
-                    message.parameters.len()
-                ))
-                .into_pg());
-            }
-            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        let result = self.bind_portal(client, message).await;
+        if result.is_err() {
+            note_failure(client);
         }
-        client
-            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
-            .await?;
-        Ok(())
+        result
     }
 
     /// A point read runs here whole and its rows and CommandComplete are
@@ -1725,6 +1692,69 @@ impl ExtendedQueryHandler for Handlers {
 }
 
 impl Handlers {
+    async fn parse_statement<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        let parser = self.query_parser();
+        match StoredStatement::parse(client, &message, parser).await? {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if !name.is_empty() {
+            session(client).prepared.lock().insert(name);
+        }
+        // Fed, not sent: Sync or Flush sends it with what follows.
+        client
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// Bind as pgwire does it, except that BindComplete is fed rather than
+    /// sent: it goes out with the rest of the reply at Sync or Flush, in
+    /// one write instead of a write of its own (the protocol asks for no
+    /// more; pgbench's prepared statements send Bind, Execute and Sync
+    /// together).
+    async fn bind_portal<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement_name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal_name = message.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) if message.parameters.is_empty() => {
+                client.portal_store().put_empty_portal(portal_name);
+            }
+            Some(Entry::Empty) => {
+                return Err(SluiceError::Protocol(format!(
+                    "bind message supplies {} parameters, but prepared statement \"{statement_name}\" requires 0",
+                    message.parameters.len()
+                ))
+                .into_pg());
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     /// Binds a portal's parameters into a prepared INSERT and appends its
     /// rows. A parameter sent in binary is read in the type the client
     /// declared for it at Parse, else in the type of its column.
