@@ -5,7 +5,7 @@
 //! appending them ([`StagedWrites`]); they become visible and durable at
 //! COMMIT, all together, or never. A transaction that touches one table is
 //! that table's ordinary group commit. One that touches more commits in
-//! three steps, one transaction at a time:
+//! three steps:
 //!
 //! 1. *prepare*: each table's writer writes the records as frames and
 //!    fsyncs them, but neither commits nor publishes them, and takes no
@@ -35,7 +35,6 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
-
 use tracing::Instrument;
 
 use super::error::LogError;
