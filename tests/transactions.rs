@@ -149,16 +149,18 @@ async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back()
     let server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(TABLES).await.unwrap();
+    let fails = |sql: &'static str, code: &'static str| {
+        let c = &c;
+        async move {
+            let e = c.simple_query(sql).await.unwrap_err();
+            assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+        }
+    };
     c.batch_execute("BEGIN; INSERT INTO events VALUES (3, 'c')")
         .await
         .unwrap();
-    let e = c.simple_query("SELECT 1/0").await.unwrap_err();
-    assert_eq!(sqlstate(&e), "22012", "{e}");
-    let e = c
-        .simple_query("INSERT INTO events VALUES (4, 'd')")
-        .await
-        .unwrap_err();
-    assert_eq!(sqlstate(&e), "25P02", "{e}");
+    fails("SELECT 1/0", "22012").await;
+    fails("INSERT INTO events VALUES (4, 'd')", "25P02").await;
     // Prepared statements too.
     let e = c
         .execute("INSERT INTO events VALUES ($1, 'd')", &[&4i64])
@@ -175,11 +177,7 @@ async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back()
         .unwrap();
     let e = c.prepare("SELEC 1").await.unwrap_err();
     assert_eq!(sqlstate(&e), "42601", "{e}");
-    let e = c
-        .simple_query("INSERT INTO events VALUES (6, 'f')")
-        .await
-        .unwrap_err();
-    assert_eq!(sqlstate(&e), "25P02", "{e}");
+    fails("INSERT INTO events VALUES (6, 'f')", "25P02").await;
     c.batch_execute("COMMIT").await.unwrap();
     assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
 

@@ -308,23 +308,29 @@ impl TableLog {
         on_conflict_do_nothing: bool,
     ) -> Result<u64, LogError> {
         let Some(keyed) = &self.keyed else {
-            let mut parts = RoutedRows::default();
-            for batch in &batches {
-                parts.add(self.route(batch)?);
-            }
-            return self.commit_routed(parts).await;
+            return self.commit_records(None, &batches).await;
         };
         let mut index = keyed.index.lock().await;
-        let batches = self
+        let records = self
             .statement_records(&mut index, batches, on_conflict_do_nothing, &[])
             .await?;
+        self.commit_records(Some(&mut index), &records).await
+    }
+
+    /// Routes records, commits them as one statement, and notes them in
+    /// the live-key index when one is built (its lock held by the caller).
+    async fn commit_records(
+        &self,
+        index: Option<&mut Option<KeyIndex>>,
+        records: &[RecordBatch],
+    ) -> Result<u64, LogError> {
         let mut parts = RoutedRows::default();
-        for batch in &batches {
+        for batch in records {
             parts.add(self.route(batch)?);
         }
         let n = self.commit_routed(parts).await?;
-        if let Some(index) = index.as_mut() {
-            for b in &batches {
+        if let (Some(Some(index)), Some(keyed)) = (index, &self.keyed) {
+            for b in records {
                 index.note(&self.def, &keyed.codec, b)?;
             }
         }
@@ -398,21 +404,11 @@ impl TableLog {
     /// Appends a transaction's staged records (from [`TableLog::stage`])
     /// in one atomic commit: a transaction that wrote to this table only.
     pub async fn append_staged(&self, records: Vec<RecordBatch>) -> Result<u64, LogError> {
-        let mut parts = RoutedRows::default();
-        for batch in &records {
-            parts.add(self.route(batch)?);
-        }
         let Some(keyed) = &self.keyed else {
-            return self.commit_routed(parts).await;
+            return self.commit_records(None, &records).await;
         };
         let mut index = keyed.index.lock().await;
-        let n = self.commit_routed(parts).await?;
-        if let Some(index) = index.as_mut() {
-            for b in &records {
-                index.note(&self.def, &keyed.codec, b)?;
-            }
-        }
-        Ok(n)
+        self.commit_records(Some(&mut index), &records).await
     }
 
     /// Writes a transaction's staged records and holds them, unpublished,

@@ -191,10 +191,6 @@ struct StagedTable {
 pub struct StagedMark(Vec<(u64, usize)>);
 
 impl StagedWrites {
-    pub fn is_empty(&self) -> bool {
-        self.tables.values().all(|t| t.records.is_empty())
-    }
-
     /// Arrow memory the staged records take.
     pub fn bytes(&self) -> u64 {
         self.bytes

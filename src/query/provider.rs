@@ -144,7 +144,7 @@ impl LogTableProvider {
                 vec![rows],
                 projection,
                 projected.clone(),
-            )));
+            )?));
         }
         streaming_scan(projected, streams, limit)
     }
@@ -469,7 +469,7 @@ impl TableProvider for LogTableProvider {
                 staged,
                 &projection,
                 projected.clone(),
-            )));
+            )?));
         }
         if streams.is_empty() {
             streams.push(Arc::new(FrameStream {
@@ -672,7 +672,7 @@ impl StagedStream {
         staged: Vec<RecordBatch>,
         projection: &[usize],
         schema: SchemaRef,
-    ) -> StagedStream {
+    ) -> Result<StagedStream> {
         let data_columns = table.def.columns.len();
         let rows = staged
             .iter()
@@ -692,11 +692,8 @@ impl StagedStream {
                     &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)),
                 )
             })
-            .collect::<std::result::Result<Vec<_>, _>>();
-        StagedStream {
-            rows: rows.unwrap_or_default(),
-            schema,
-        }
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(StagedStream { rows, schema })
     }
 }
 
