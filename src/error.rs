@@ -26,6 +26,10 @@ pub enum SluiceError {
     TransactionAborted,
     #[error("{0} can only be used in transaction blocks")]
     NoTransactionBlock(&'static str),
+    #[error("{0}")]
+    ActiveTransaction(&'static str),
+    #[error("cannot execute {0} in a read-only transaction")]
+    ReadOnlyTransaction(&'static str),
     #[error("savepoint \"{0}\" does not exist")]
     UndefinedSavepoint(String),
     #[error("prepared statement \"{0}\" does not exist")]
@@ -77,6 +81,8 @@ impl SluiceError {
             SluiceError::Subscription(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
             SluiceError::NoTransactionBlock(_) => "25P01",
+            SluiceError::ActiveTransaction(_) => "25001",
+            SluiceError::ReadOnlyTransaction(_) => "25006",
             SluiceError::UndefinedSavepoint(_) => "3B001",
             SluiceError::UndefinedPreparedStatement(_) => "26000",
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
@@ -146,6 +152,7 @@ fn log_sqlstate(e: &LogError) -> &'static str {
         LogError::Io { .. } | LogError::Remote { .. } => "58030",
         LogError::Store(s) => s.sqlstate(),
         LogError::TransactionTooLarge { .. } => "54000",
+        LogError::SerializationFailure { .. } => "40001",
         _ => "XX000",
     }
 }

@@ -7,17 +7,23 @@
 //! offsets record; anything more goes through the transaction log
 //! ([`crate::log::transaction`]).
 
+use std::sync::Arc;
+
 use crate::error::SluiceError;
-use crate::log::{LogStore, StagedWrites};
+use crate::log::{LogStore, Snapshot, StagedWrites};
 use crate::subscribe::{SubscriptionCursor, SubscriptionManager};
 
 /// Commits `staged` and the positions of `moved` (cursors that fetched in
-/// the transaction) together.
+/// the transaction) together. A REPEATABLE READ transaction passes its
+/// `snapshot`: its writes to keyed tables then fail with 40001, nothing
+/// committed, when another transaction committed a record of one of their
+/// keys after the snapshot.
 pub async fn commit(
     store: &LogStore,
     subs: &SubscriptionManager,
     staged: StagedWrites,
     moved: &[&SubscriptionCursor],
+    snapshot: Option<Arc<Snapshot>>,
 ) -> Result<(), SluiceError> {
     let mut tables = staged.into_tables();
     let mut offsets = subs.prepare_commits(moved).await?;
@@ -29,7 +35,8 @@ pub async fn commit(
         },
         (1, 0) => match tables.pop() {
             Some((table, records)) => {
-                table.append_staged(records).await?;
+                let since = snapshot.map(|s| s.ends(&table));
+                table.append_staged(records, since.as_deref()).await?;
                 Ok(())
             }
             None => Ok(()),
@@ -39,7 +46,7 @@ pub async fn commit(
                 .iter()
                 .map(|o| o.entry())
                 .collect::<Result<Vec<_>, _>>()?;
-            store.transactions().commit(tables, entries).await?;
+            store.transactions().commit(tables, entries, snapshot).await?;
             for group in offsets {
                 group.finish().await;
             }

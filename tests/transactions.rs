@@ -209,13 +209,12 @@ async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back()
     let counts: Vec<&str> = out.lines().filter(|l| l.trim() == "0").collect();
     assert_eq!(counts.len(), 2, "{out}");
 
-    // Isolation levels that cannot be kept are refused, not pretended.
+    // SERIALIZABLE cannot be kept: refused, not pretended.
     for sql in [
         "BEGIN ISOLATION LEVEL SERIALIZABLE",
-        "BEGIN ISOLATION LEVEL REPEATABLE READ",
         "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
         "SET default_transaction_isolation = 'serializable'",
-        "START TRANSACTION READ ONLY",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
     ] {
         let e = c.simple_query(sql).await.unwrap_err();
         assert_eq!(sqlstate(&e), "0A000", "{sql}: {e}");
@@ -223,6 +222,211 @@ async fn a_failed_block_refuses_everything_until_it_ends_and_commit_rolls_back()
     c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; COMMIT")
         .await
         .unwrap();
+}
+
+async fn fails_with(c: &tokio_postgres::Client, sql: &str, code: &str) {
+    let e = c.batch_execute(sql).await.unwrap_err();
+    assert_eq!(sqlstate(&e), code, "{sql}: {e}");
+}
+
+/// REPEATABLE READ: every statement of the block reads the tables as they
+/// were at its first statement (plus its own writes), and a write to a key
+/// someone else committed since fails with 40001, nothing committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeatable_read_keeps_one_snapshot_and_the_first_committer_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &["--segment-bytes", "4000", "--tiering-interval-ms", "100"],
+    );
+    let c = server.connect().await;
+    let other = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+
+    // One snapshot, over several tables, for the whole block.
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&c, "SHOW transaction_isolation").await,
+        ["repeatable read"]
+    );
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
+    other
+        .batch_execute(
+            "INSERT INTO events VALUES (1, 'x'), (2, 'y');
+             INSERT INTO audit VALUES (1, 'later');
+             UPDATE accounts SET balance = 999 WHERE id = 2;
+             INSERT INTO accounts VALUES (7, 700);",
+        )
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 0);
+    assert_eq!(scalar(&c, "SELECT count(*) FROM audit").await, 0);
+    assert_eq!(
+        text_rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
+        ["1|100", "2|200", "3|300"]
+    );
+    fails_with(&c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "25001").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // Its own writes are seen, on top of the snapshot.
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .await
+        .unwrap();
+    other
+        .batch_execute("INSERT INTO events VALUES (3, 'z')")
+        .await
+        .unwrap();
+    c.batch_execute("INSERT INTO events VALUES (10, 'mine')")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 3);
+    // Appends never conflict.
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 4);
+
+    // A key updated by someone else since the snapshot: 40001 at COMMIT,
+    // on one table and with a second table in the transaction.
+    for second_table in ["", "INSERT INTO audit VALUES (99, 'lost');"] {
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            .await
+            .unwrap();
+        let seen = scalar(&c, "SELECT balance FROM accounts WHERE id = 1").await;
+        other
+            .batch_execute("UPDATE accounts SET balance = balance + 1 WHERE id = 1")
+            .await
+            .unwrap();
+        c.batch_execute(&format!(
+            "UPDATE accounts SET balance = balance - 10 WHERE id = 1; {second_table}"
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            scalar(&c, "SELECT balance FROM accounts WHERE id = 1").await,
+            seen - 10
+        );
+        fails_with(&c, "COMMIT", "40001").await;
+        assert_eq!(
+            scalar(&other, "SELECT balance FROM accounts WHERE id = 1").await,
+            seen + 1,
+            "the concurrent update stays, the stale one is not committed"
+        );
+        assert_eq!(
+            scalar(&other, "SELECT count(*) FROM audit WHERE id = 99").await,
+            0
+        );
+    }
+    // Other keys do not conflict.
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .await
+        .unwrap();
+    other
+        .batch_execute("UPDATE accounts SET balance = 0 WHERE id = 3")
+        .await
+        .unwrap();
+    c.batch_execute("DELETE FROM accounts WHERE id = 7; COMMIT")
+        .await
+        .unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
+        ["1|102", "2|999", "3|0"]
+    );
+
+    // Compaction keeps the versions an open snapshot reads.
+    c.batch_execute(
+        "CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT);
+         SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    )
+    .await
+    .unwrap();
+    let fill = |tag: &'static str| {
+        let other = &other;
+        async move {
+            let values: Vec<String> = (0..100).map(|i| format!("('k{i}', '{tag}')")).collect();
+            other
+                .batch_execute(&format!("INSERT INTO kv VALUES {}", values.join(", ")))
+                .await
+                .unwrap();
+        }
+    };
+    fill("old").await;
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        text_rows(&c, "SHOW transaction_isolation").await,
+        ["repeatable read"]
+    );
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM kv WHERE v = 'old'").await,
+        100
+    );
+    for _ in 0..5 {
+        fill("new").await;
+    }
+    other.batch_execute("VACUUM kv").await.unwrap();
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM kv WHERE v = 'old'").await,
+        100
+    );
+    c.batch_execute("COMMIT; SET default_transaction_isolation = 'read committed'")
+        .await
+        .unwrap();
+    other.batch_execute("VACUUM kv").await.unwrap();
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM changelog(kv) WHERE v = 'old'").await,
+        0,
+        "once the snapshot is gone, compaction removes the old versions"
+    );
+    assert_eq!(
+        text_rows(&c, "SHOW transaction_isolation").await,
+        ["read committed"]
+    );
+}
+
+/// READ ONLY transactions (and a session whose default is READ ONLY)
+/// refuse writes with 25006 and read as usual.
+#[tokio::test]
+async fn read_only_transactions_refuse_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    c.batch_execute("START TRANSACTION READ ONLY").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM accounts").await, 3);
+    fails_with(&c, "INSERT INTO events VALUES (1, 'x')", "25006").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+    c.batch_execute("BEGIN; SET TRANSACTION READ ONLY").await.unwrap();
+    fails_with(&c, "UPDATE accounts SET balance = 0", "25006").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // Read only can be asked after a query; read write cannot.
+    c.batch_execute("BEGIN READ ONLY; SELECT 1").await.unwrap();
+    fails_with(&c, "SET TRANSACTION READ WRITE", "25001").await;
+    c.batch_execute("ROLLBACK").await.unwrap();
+
+    c.batch_execute("SET default_transaction_read_only = on")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&c, "SHOW transaction_read_only").await, ["on"]);
+    for sql in [
+        "INSERT INTO events VALUES (1, 'x')",
+        "DELETE FROM accounts",
+        "CREATE TABLE t2 (a BIGINT) APPEND ONLY",
+        "DROP TABLE events",
+    ] {
+        fails_with(&c, sql, "25006").await;
+    }
+    // A prepared INSERT too.
+    let e = c
+        .execute("INSERT INTO events VALUES ($1, $2)", &[&5i64, &"p"])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25006", "{e}");
+    c.batch_execute("BEGIN READ WRITE; INSERT INTO events VALUES (1, 'x'); COMMIT")
+        .await
+        .unwrap();
+    c.batch_execute("SET default_transaction_read_only = off; INSERT INTO events VALUES (2, 'y')")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM events").await, 2);
 }
 
 /// A writer commits the same rows to two tables in each transaction; a

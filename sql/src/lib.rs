@@ -26,7 +26,7 @@ pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{
     parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView, ExportFormat,
-    ExportTarget, InsertValue, Statement, TransactionOp,
+    ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
 pub use set_returning::rewrite_set_returning;

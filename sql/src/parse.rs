@@ -109,9 +109,79 @@ pub struct CreateView {
     pub allowed_lateness_us: i64,
 }
 
+impl Statement {
+    /// The command, when the statement writes rows or changes the schema:
+    /// what a READ ONLY transaction refuses.
+    pub fn writes(&self) -> Option<&'static str> {
+        Some(match self {
+            Statement::CreateTable(_) => "CREATE TABLE",
+            Statement::DropTable { .. } => "DROP TABLE",
+            Statement::CopyFrom(_) => "COPY FROM",
+            Statement::Insert { .. } => "INSERT",
+            Statement::Update { .. } => "UPDATE",
+            Statement::Delete { .. } => "DELETE",
+            Statement::Compact { .. } => "VACUUM",
+            Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
+            Statement::DropView { .. } => "DROP MATERIALIZED VIEW",
+            Statement::RebuildView { .. } => "ALTER MATERIALIZED VIEW",
+            Statement::CreateSubscription(_) => "CREATE SUBSCRIPTION",
+            Statement::DropSubscription { .. } => "DROP SUBSCRIPTION",
+            Statement::ResetSubscription { .. } => "ALTER SUBSCRIPTION",
+            Statement::Query(q) => match q.as_ref() {
+                ast::Statement::Insert(_) => "INSERT",
+                ast::Statement::Update { .. } => "UPDATE",
+                ast::Statement::Delete(_) => "DELETE",
+                ast::Statement::CreateTable(_) => "CREATE TABLE",
+                ast::Statement::CreateView { .. } => "CREATE VIEW",
+                ast::Statement::AlterTable { .. } => "ALTER TABLE",
+                ast::Statement::Drop { .. } => "DROP",
+                ast::Statement::Truncate { .. } => "TRUNCATE",
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// The isolation levels a transaction here keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Each statement reads the newest committed rows (and READ
+    /// UNCOMMITTED, which PostgreSQL also runs as READ COMMITTED).
+    #[default]
+    ReadCommitted,
+    /// Every statement of the transaction reads the tables as they were
+    /// committed when its first statement ran.
+    RepeatableRead,
+}
+
+impl IsolationLevel {
+    /// The name `SHOW transaction_isolation` answers.
+    pub fn name(self) -> &'static str {
+        match self {
+            IsolationLevel::ReadCommitted => "read committed",
+            IsolationLevel::RepeatableRead => "repeatable read",
+        }
+    }
+}
+
+/// What `BEGIN`, `SET TRANSACTION` or `SET SESSION CHARACTERISTICS` asked
+/// for; `None` leaves a mode as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TransactionModes {
+    pub isolation: Option<IsolationLevel>,
+    pub read_only: Option<bool>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransactionOp {
-    Begin,
+    Begin(TransactionModes),
+    /// `SET TRANSACTION ...`: the open transaction's modes.
+    SetModes(TransactionModes),
+    /// `SET SESSION CHARACTERISTICS AS TRANSACTION ...` and
+    /// `SET default_transaction_isolation | default_transaction_read_only`:
+    /// the modes of the session's later transactions.
+    SetDefaults(TransactionModes),
     Commit,
     Rollback,
     /// `SAVEPOINT name`
@@ -517,10 +587,9 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
         }
-        ast::Statement::StartTransaction { modes, .. } => {
-            check_transaction_modes(&modes)?;
-            Ok(Statement::Transaction(TransactionOp::Begin))
-        }
+        ast::Statement::StartTransaction { modes, .. } => Ok(Statement::Transaction(
+            TransactionOp::Begin(transaction_modes(&modes)?),
+        )),
         ast::Statement::Commit { .. } => Ok(Statement::Transaction(TransactionOp::Commit)),
         ast::Statement::Rollback {
             savepoint: Some(name),
@@ -664,49 +733,84 @@ fn first_words(sql: &str) -> String {
     sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
-/// Isolation levels a transaction here can keep: READ COMMITTED (and READ
-/// UNCOMMITTED, which PostgreSQL also runs as READ COMMITTED). Every
-/// statement reads the newest committed rows plus the transaction's own
-/// writes; nothing pins a snapshot for the whole transaction.
-fn check_isolation(level: &str) -> Result<(), SqlError> {
+/// An isolation level by name. SERIALIZABLE is refused: nothing here
+/// detects the read/write dependencies it would have to fail.
+fn isolation_level(level: &str) -> Result<IsolationLevel, SqlError> {
     let level = level.trim().trim_matches('\'').to_ascii_lowercase();
     match level.split_whitespace().collect::<Vec<_>>().join(" ").as_str() {
-        "read committed" | "read uncommitted" | "default" => Ok(()),
+        "read committed" | "read uncommitted" | "default" => Ok(IsolationLevel::ReadCommitted),
+        "repeatable read" => Ok(IsolationLevel::RepeatableRead),
         other => Err(SqlError::Unsupported(format!(
-            "transaction isolation level {} is not supported: statements in a transaction read the newest committed rows and the transaction's own writes (READ COMMITTED)",
+            "transaction isolation level {} is not supported; use REPEATABLE READ (one snapshot for the whole transaction) or READ COMMITTED",
             other.to_uppercase()
         ))),
     }
 }
 
-fn check_transaction_modes(modes: &[ast::TransactionMode]) -> Result<(), SqlError> {
+/// `on`/`off` (and PostgreSQL's other spellings of a boolean setting).
+fn setting_bool(value: &str) -> Result<bool, SqlError> {
+    match value.trim().trim_matches('\'').to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" | "t" => Ok(true),
+        "off" | "false" | "no" | "0" | "f" | "default" => Ok(false),
+        other => Err(SqlError::InvalidOption(format!(
+            "parameter requires a Boolean value, not \"{other}\""
+        ))),
+    }
+}
+
+fn transaction_modes(modes: &[ast::TransactionMode]) -> Result<TransactionModes, SqlError> {
+    let mut out = TransactionModes::default();
     for mode in modes {
         match mode {
-            ast::TransactionMode::IsolationLevel(level) => check_isolation(&level.to_string())?,
-            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => {
-                return Err(SqlError::Unsupported(
-                    "READ ONLY transactions are not supported; use a READ WRITE transaction".into(),
-                ))
+            ast::TransactionMode::IsolationLevel(level) => {
+                out.isolation = Some(isolation_level(&level.to_string())?)
             }
-            ast::TransactionMode::AccessMode(_) => {}
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadOnly) => {
+                out.read_only = Some(true)
+            }
+            ast::TransactionMode::AccessMode(ast::TransactionAccessMode::ReadWrite) => {
+                out.read_only = Some(false)
+            }
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
-    if let ast::Set::SetTransaction { modes, .. } = &set {
-        check_transaction_modes(modes)?;
+    if let ast::Set::SetTransaction { modes, session, .. } = &set {
+        let modes = transaction_modes(modes)?;
+        return Ok(Statement::Transaction(match session {
+            true => TransactionOp::SetDefaults(modes),
+            false => TransactionOp::SetModes(modes),
+        }));
     }
     if let ast::Set::SingleAssignment {
         variable, values, ..
     } = &set
     {
         let name = variable.to_string().to_lowercase();
-        if name == "transaction_isolation" || name == "default_transaction_isolation" {
-            for v in values {
-                check_isolation(&v.to_string())?;
-            }
+        let value = values
+            .first()
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let modes = match name.as_str() {
+            "transaction_isolation" | "default_transaction_isolation" => TransactionModes {
+                isolation: Some(isolation_level(&value)?),
+                read_only: None,
+            },
+            "transaction_read_only" | "default_transaction_read_only" => TransactionModes {
+                isolation: None,
+                read_only: Some(setting_bool(&value)?),
+            },
+            _ => TransactionModes::default(),
+        };
+        if modes != TransactionModes::default() {
+            return Ok(Statement::Transaction(
+                match name.starts_with("default_") {
+                    true => TransactionOp::SetDefaults(modes),
+                    false => TransactionOp::SetModes(modes),
+                },
+            ));
         }
     }
     match set {

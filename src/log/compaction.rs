@@ -26,6 +26,7 @@ use super::partition::{FrameLocation, PartitionLog};
 use super::remote::{encode_segment, RemoteSegment};
 use super::store::LogStore;
 use super::table::{now_us, TableLog};
+use super::transaction::TransactionCoordinator;
 use crate::store::DurableStore;
 use sluice_catalog::DEFAULT_DELETE_RETENTION_SECS;
 
@@ -56,6 +57,18 @@ pub fn segment_generation(key: &str) -> Option<(u64, u64)> {
 /// that a view restoring from a checkpoint at or above them still finds
 /// the version of each key it had applied (views' checkpointed offsets).
 pub type Horizon = Arc<dyn Fn(&TableLog) -> Vec<u64> + Send + Sync>;
+
+/// `horizon`, lowered to where open REPEATABLE READ snapshots read, so
+/// that each still finds the versions it saw.
+pub fn below_snapshots(horizon: Horizon, transactions: Arc<TransactionCoordinator>) -> Horizon {
+    Arc::new(move |table: &TableLog| {
+        horizon(table)
+            .into_iter()
+            .zip(transactions.snapshot_floor(table))
+            .map(|(h, s)| h.min(s))
+            .collect()
+    })
+}
 
 /// Compacts every partition of a keyed table, one at a time, below
 /// `horizon` (per partition).

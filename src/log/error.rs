@@ -29,6 +29,8 @@ pub enum LogError {
     Store(#[from] crate::store::StoreError),
     #[error("transaction holds more than {limit} bytes of uncommitted rows; COMMIT in smaller transactions or raise --max-statement-bytes")]
     TransactionTooLarge { limit: u64 },
+    #[error("could not serialize access due to concurrent update of table \"{table}\": another transaction committed a row with a key this REPEATABLE READ transaction writes after its snapshot; retry the transaction")]
+    SerializationFailure { table: String },
 }
 
 impl LogError {

@@ -20,7 +20,9 @@ mod tiering;
 pub mod transaction;
 mod watermark;
 
-pub use compaction::{compact_table, spawn_compaction, CompactionReport, Horizon};
+pub use compaction::{
+    below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon,
+};
 pub use error::LogError;
 pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
 pub use record_file::RecordFile;
@@ -28,7 +30,7 @@ pub use remote::RemoteSegment;
 pub use store::LogStore;
 pub use table::{OffsetRange, PreparedAppend, RoutedRows, TableLog};
 pub use tiering::{attach_remote_segments, spawn_tiering, tier_table};
-pub use transaction::{StagedWrites, TransactionCoordinator};
+pub use transaction::{Snapshot, StagedWrites, TransactionCoordinator};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};
 
 /// Limits and sizes of the log, from the server's flags.

@@ -403,25 +403,70 @@ impl TableLog {
 
     /// Appends a transaction's staged records (from [`TableLog::stage`])
     /// in one atomic commit: a transaction that wrote to this table only.
-    pub async fn append_staged(&self, records: Vec<RecordBatch>) -> Result<u64, LogError> {
+    /// `since`: see [`TableLog::check_unchanged_since`].
+    pub async fn append_staged(
+        &self,
+        records: Vec<RecordBatch>,
+        since: Option<&[u64]>,
+    ) -> Result<u64, LogError> {
         let Some(keyed) = &self.keyed else {
             return self.commit_records(None, &records).await;
         };
         let mut index = keyed.index.lock().await;
+        self.check_unchanged_since(since, &records).await?;
         self.commit_records(Some(&mut index), &records).await
     }
 
+    /// For a REPEATABLE READ transaction that read this keyed table at
+    /// `since` (its snapshot's ends): fails with a serialization failure
+    /// when a record of a key among `records` was committed at or after
+    /// them. The caller holds the key index lock, which every write to
+    /// the table takes, so nothing commits between this check and the
+    /// transaction's own commit.
+    async fn check_unchanged_since(
+        &self,
+        since: Option<&[u64]>,
+        records: &[RecordBatch],
+    ) -> Result<(), LogError> {
+        let (Some(since), Some(keyed)) = (since, &self.keyed) else {
+            return Ok(());
+        };
+        let (written, _) = super::keyed::staged_latest(&self.def, &keyed.codec, records)?;
+        let ends = self.committed.borrow().clone();
+        for (k, part) in self.partitions.iter().enumerate() {
+            let from = since.get(k).copied().unwrap_or(0);
+            let end = ends.get(k).copied().unwrap_or(0);
+            for meta in part.frames_in_range(from, end) {
+                let batch = part.read_frame(&meta).await?;
+                let skip = from.saturating_sub(meta.header.base_offset) as usize;
+                let keys = keyed.codec.keys(&batch)?;
+                if (skip..batch.num_rows()).any(|i| written.contains(keys.row(i).as_ref())) {
+                    return Err(LogError::SerializationFailure {
+                        table: self.def.name.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes a transaction's staged records and holds them, unpublished,
-    /// until the returned handle publishes them or is dropped.
+    /// until the returned handle publishes them or is dropped. `since`:
+    /// see [`TableLog::check_unchanged_since`].
     pub async fn prepare(
         self: &Arc<Self>,
         records: Vec<RecordBatch>,
+        since: Option<&[u64]>,
     ) -> Result<PreparedAppend, LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.def.name.clone()));
         }
         let keys = match &self.keyed {
-            Some(keyed) => Some((keyed.index.clone().lock_owned().await, records.clone())),
+            Some(keyed) => {
+                let index = keyed.index.clone().lock_owned().await;
+                self.check_unchanged_since(since, &records).await?;
+                Some((index, records.clone()))
+            }
             None => None,
         };
         let mut routed = RoutedRows::default();
@@ -840,6 +885,10 @@ pub(super) fn copy_error(e: &LogError) -> LogError {
             source: std::io::Error::new(source.kind(), source.to_string()),
         },
         LogError::Poisoned(t) => LogError::Poisoned(t.clone()),
+        LogError::SerializationFailure { table } => LogError::SerializationFailure {
+            table: table.clone(),
+        },
+        LogError::TransactionTooLarge { limit } => LogError::TransactionTooLarge { limit: *limit },
         other => LogError::WriterStopped(other.to_string()),
     }
 }

@@ -28,10 +28,16 @@
 //! own record at start-up, this log is emptied.
 //!
 //! Record: one JSON [`TransactionRecord`] in a [`RecordFile`].
+//!
+//! A REPEATABLE READ transaction reads one [`Snapshot`]: every table's
+//! committed ends when its first statement ran. Its writes to keyed tables
+//! commit only if no other transaction committed a record of the same keys
+//! since (first committer wins, 40001 otherwise), and compaction keeps
+//! every version an open snapshot reads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -292,12 +298,35 @@ pub struct TransactionCoordinator {
     /// Held for reading while a statement snapshots the committed ends of
     /// the tables it reads; held for writing while a group publishes.
     visibility: Arc<tokio::sync::RwLock<()>>,
+    /// The snapshots of open REPEATABLE READ transactions.
+    snapshots: parking_lot::Mutex<Vec<Weak<Snapshot>>>,
 }
 
 struct PendingCommit {
     tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
     offsets: Vec<OffsetsEntry>,
+    /// A REPEATABLE READ transaction's snapshot: its keyed writes are
+    /// checked against what was committed since.
+    snapshot: Option<Arc<Snapshot>>,
     reply: tokio::sync::oneshot::Sender<Result<(), LogError>>,
+}
+
+/// Every table's committed end offsets at one moment: what a REPEATABLE
+/// READ transaction reads, whatever commits after.
+#[derive(Debug)]
+pub struct Snapshot {
+    ends: HashMap<u64, Vec<u64>>,
+}
+
+impl Snapshot {
+    /// Where the snapshot ends in each partition of `table`: nothing of a
+    /// table created after it.
+    pub fn ends(&self, table: &TableLog) -> Vec<u64> {
+        let ends = self.ends.get(&table.def.id);
+        (0..table.partitions().len())
+            .map(|k| ends.and_then(|e| e.get(k)).copied().unwrap_or(0))
+            .collect()
+    }
 }
 
 impl TransactionCoordinator {
@@ -307,7 +336,37 @@ impl TransactionCoordinator {
             queue: parking_lot::Mutex::new(Vec::new()),
             one_at_a_time: tokio::sync::Mutex::new(()),
             visibility: Arc::new(tokio::sync::RwLock::new(())),
+            snapshots: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The committed ends of `tables` at one moment (no multi-table
+    /// transaction publishes meanwhile), kept in mind for compaction
+    /// until the last handle is dropped.
+    pub async fn take_snapshot(&self, tables: &[Arc<TableLog>]) -> Arc<Snapshot> {
+        let _shared = self.visibility.read().await;
+        let snapshot = Arc::new(Snapshot {
+            ends: tables
+                .iter()
+                .map(|t| (t.def.id, t.commits().borrow().clone()))
+                .collect(),
+        });
+        let mut open = self.snapshots.lock();
+        open.retain(|s| s.strong_count() > 0);
+        open.push(Arc::downgrade(&snapshot));
+        snapshot
+    }
+
+    /// Per partition of `table`, the offsets below which every version an
+    /// open snapshot reads lies: compaction works below them only.
+    pub fn snapshot_floor(&self, table: &TableLog) -> Vec<u64> {
+        let mut floor = vec![u64::MAX; table.partitions().len()];
+        for snapshot in self.snapshots.lock().iter().filter_map(Weak::upgrade) {
+            for (f, end) in floor.iter_mut().zip(snapshot.ends(table)) {
+                *f = (*f).min(end);
+            }
+        }
+        floor
     }
 
     /// What the transaction log commits, for recovery.
@@ -330,15 +389,20 @@ impl TransactionCoordinator {
     /// all durable and visible when this returns `Ok`, none otherwise.
     /// The group runs to the end on its own task, so a client that goes
     /// away in the middle cannot leave it half done.
+    /// With a `snapshot` (REPEATABLE READ), fails with nothing committed
+    /// when another transaction committed a record of a key it writes
+    /// since.
     pub async fn commit(
         self: &Arc<Self>,
         tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
         offsets: Vec<OffsetsEntry>,
+        snapshot: Option<Arc<Snapshot>>,
     ) -> Result<(), LogError> {
         let (reply, result) = tokio::sync::oneshot::channel();
         self.queue.lock().push(PendingCommit {
             tables,
             offsets,
+            snapshot,
             reply,
         });
         let this = self.clone();
@@ -349,13 +413,28 @@ impl TransactionCoordinator {
     }
 
     /// Commits every transaction queued by now as one group (nothing when
-    /// an earlier call took them already).
+    /// an earlier call took them already). A transaction with a snapshot
+    /// commits in a group of its own: its check against what others
+    /// committed must not miss a transaction of its own group.
     async fn commit_queued(&self) {
         let _one = self.one_at_a_time.lock().await;
-        let group = std::mem::take(&mut *self.queue.lock());
+        let queued = std::mem::take(&mut *self.queue.lock());
+        let (checked, group): (Vec<_>, Vec<_>) =
+            queued.into_iter().partition(|p| p.snapshot.is_some());
+        self.commit_pending(group).await;
+        for pending in checked {
+            self.commit_pending(vec![pending]).await;
+        }
+    }
+
+    async fn commit_pending(&self, group: Vec<PendingCommit>) {
         if group.is_empty() {
             return;
         }
+        let snapshot = match group.as_slice() {
+            [only] => only.snapshot.clone(),
+            _ => None,
+        };
         let mut tables: BTreeMap<u64, (Arc<TableLog>, Vec<RecordBatch>)> = BTreeMap::new();
         let mut offsets = Vec::new();
         let mut replies = Vec::with_capacity(group.len());
@@ -371,7 +450,7 @@ impl TransactionCoordinator {
             replies.push(pending.reply);
         }
         let result = self
-            .commit_group(tables.into_values().collect(), offsets)
+            .commit_group(tables.into_values().collect(), offsets, snapshot.as_deref())
             .await;
         for reply in replies {
             let _ = reply.send(match &result {
@@ -385,15 +464,17 @@ impl TransactionCoordinator {
         &self,
         tables: Vec<(Arc<TableLog>, Vec<RecordBatch>)>,
         offsets: Vec<OffsetsEntry>,
+        snapshot: Option<&Snapshot>,
     ) -> Result<(), LogError> {
         // 1. Every table writes its frames, all at once, and waits.
         // Dropping a prepared table (on any error below) takes its frames
         // back.
-        let prepared = futures::future::try_join_all(
-            tables
-                .into_iter()
-                .map(|(table, records)| async move { table.prepare(records).await }),
-        )
+        let prepared = futures::future::try_join_all(tables.into_iter().map(
+            |(table, records)| async move {
+                let since = snapshot.map(|s| s.ends(&table));
+                table.prepare(records, since.as_deref()).await
+            },
+        ))
         .await?;
         // 2. The commit point.
         let ends: Vec<(u64, Vec<u64>)> = prepared

@@ -21,7 +21,7 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::stream;
 
 use crate::log::keyed::{latest_records, staged_latest, KeyCodec, KeySet};
-use crate::log::{FrameMeta, StagedWrites, TableLog};
+use crate::log::{FrameMeta, Snapshot, StagedWrites, TableLog};
 
 use super::sink::LogSink;
 
@@ -103,15 +103,15 @@ impl LogTableProvider {
     }
 
     /// The latest live record of each key, from each partition's records
-    /// committed when the scan started.
+    /// below `ends`.
     fn scan_latest(
         &self,
         projection: &[usize],
         projected: SchemaRef,
         limit: Option<usize>,
         staged: &[RecordBatch],
+        ends: Vec<u64>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let ends = self.table.commits().borrow().clone();
         // The transaction's own records replace the committed versions of
         // the keys it wrote.
         let (hidden, staged_rows) = match staged.is_empty() {
@@ -424,8 +424,13 @@ impl TableProvider for LogTableProvider {
                 .map(|s| s.lock().records(self.table.def.id).to_vec())
                 .unwrap_or_default(),
         };
+        // A REPEATABLE READ transaction reads what its snapshot holds.
+        let ends = match state.config().get_extension::<Snapshot>() {
+            Some(snapshot) => snapshot.ends(&self.table),
+            None => self.table.commits().borrow().clone(),
+        };
         if self.mode == ScanMode::Latest {
-            return self.scan_latest(&projection, projected, limit, &staged);
+            return self.scan_latest(&projection, projected, limit, &staged, ends);
         }
         let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
         for (k, part) in self.table.partitions().iter().enumerate() {
@@ -451,7 +456,8 @@ impl TableProvider for LogTableProvider {
                 );
                 let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
             }
-            let mut frames = part.frames_in_range(bounds.lo, bounds.hi);
+            let end = ends.get(k).copied().unwrap_or(0);
+            let mut frames = part.frames_in_range(bounds.lo, bounds.hi.min(end));
             frames.retain(|f| bounds.may_hold(f));
             streams.push(Arc::new(FrameStream {
                 table: self.table.clone(),

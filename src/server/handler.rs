@@ -42,7 +42,7 @@ use sluice_catalog::SqlType;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
     hide_system_columns, parse_sql, rewrite_window_functions, split_statements, ExportTarget,
-    InsertValue, StartAt, Statement, TransactionOp,
+    InsertValue, IsolationLevel, StartAt, Statement, TransactionOp,
 };
 use tracing::{debug, debug_span, info_span, Instrument};
 
@@ -57,7 +57,7 @@ use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
-use super::session::{Session, TransactionState};
+use super::session::{Characteristics, Session, TransactionState};
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
 
 /// The connection handlers: one instance serves every connection.
@@ -231,7 +231,13 @@ impl SluiceQueryParser {
     }
 
     /// SQL that answers statements expressed as queries (SHOW ...).
-    fn query_for(&self, stmt: &Statement) -> Option<String> {
+    /// `characteristics`: the session's current transaction and its
+    /// defaults, which the transaction settings show.
+    fn query_for(
+        &self,
+        stmt: &Statement,
+        characteristics: Option<(Characteristics, Characteristics)>,
+    ) -> Option<String> {
         match stmt {
             Statement::ShowTables => Some(
                 "SELECT table_name AS name FROM information_schema.tables \
@@ -254,7 +260,16 @@ impl SluiceQueryParser {
                     } else {
                         name
                     };
-                    crate::query::setting(&name).map(|v| format!("SELECT '{v}' AS \"{name}\""))
+                    let value = match (transaction_setting(&name), characteristics) {
+                        (Some(setting), Some((current, defaults))) => {
+                            Some(setting.value(match name.starts_with("default_") {
+                                true => defaults,
+                                false => current,
+                            }))
+                        }
+                        _ => crate::query::setting(&name),
+                    };
+                    value.map(|v| format!("SELECT '{v}' AS \"{name}\""))
                 }
                 _ => None,
             },
@@ -314,7 +329,16 @@ impl SluiceQueryParser {
         }
         let piece = pieces.remove(0);
         let stmt = parse_sql(&piece)?;
-        if let Some(q) = self.query_for(&stmt) {
+        if let Some(setting) = shown_transaction_setting(&stmt) {
+            // Answered when it runs, from the session's transaction.
+            return Ok(Prepared::Rows {
+                sql: piece,
+                schema: Arc::new(arrow::datatypes::Schema::new(vec![
+                    arrow::datatypes::Field::new(setting, DataType::Utf8, false),
+                ])),
+            });
+        }
+        if let Some(q) = self.query_for(&stmt, None) {
             let s = self.compat_statement(
                 &q,
                 ast::Statement::Commit {
@@ -658,7 +682,14 @@ impl Handlers {
         if session(client).transaction.lock().failed && !matches!(stmt, Statement::Transaction(_)) {
             return Err(SluiceError::TransactionAborted);
         }
-        if let Some(q) = self.parser.query_for(&stmt) {
+        if let Some(verb) = stmt.writes() {
+            check_writable(client, verb)?;
+        }
+        if !matches!(stmt, Statement::Transaction(_) | Statement::Set { .. }) {
+            self.begin_statement(client).await;
+        }
+        let shown = (characteristics(client), defaults(client));
+        if let Some(q) = self.parser.query_for(&stmt, Some(shown)) {
             let s = self.parser.compat_statement(
                 &q,
                 ast::Statement::Commit {
@@ -921,7 +952,10 @@ impl Handlers {
                 // Closed local segments go to the object store first, so
                 // that compaction reaches every closed segment.
                 crate::log::tier_table(&log, &self.objects).await?;
-                let horizon = (self.views.compaction_horizon())(&log);
+                let horizon = crate::log::below_snapshots(
+                    self.views.compaction_horizon(),
+                    self.store.transactions().clone(),
+                )(&log);
                 let report = crate::log::compact_table(&log, &self.objects, &horizon).await?;
                 tracing::info!(table = %table, ?report, "compacted on request");
                 Ok(Response::Execution(Tag::new("VACUUM")))
@@ -1057,19 +1091,48 @@ impl Handlers {
         })
     }
 
+    /// A statement is about to run: in a REPEATABLE READ block, the first
+    /// takes the snapshot every later one reads.
+    async fn begin_statement<C: ClientInfo>(&self, client: &C) {
+        let s = session(client);
+        let take = {
+            let mut t = s.transaction.lock();
+            t.queried |= t.open;
+            t.open
+                && t.snapshot.is_none()
+                && t.characteristics.isolation == IsolationLevel::RepeatableRead
+        };
+        if !take {
+            return;
+        }
+        let tables = self.store.tables();
+        let snapshot = self.store.transactions().take_snapshot(&tables).await;
+        let mut t = s.transaction.lock();
+        if t.open && t.snapshot.is_none() {
+            t.snapshot = Some(snapshot);
+        }
+    }
+
     /// A plan as a DataFrame. Inside a transaction block its scans also
-    /// read the block's own uncommitted rows, and an INSERT stages its
-    /// rows there.
+    /// read the block's own uncommitted rows (and in REPEATABLE READ, the
+    /// block's snapshot), and an INSERT stages its rows there.
     async fn dataframe<C: ClientInfo>(
         &self,
         client: &C,
         plan: LogicalPlan,
     ) -> Result<DataFrame, SluiceError> {
-        let staging = session(client).transaction.lock().staging();
+        let (staging, snapshot) = {
+            let s = session(client);
+            let t = s.transaction.lock();
+            (t.staging(), t.snapshot.clone())
+        };
         match staging {
             Some(staged) if !matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) => {
                 let mut state = self.ctx.state();
                 state.config_mut().set_extension(staged);
+                if let Some(snapshot) = snapshot {
+                    state.config_mut().set_extension(snapshot);
+                }
                 Ok(DataFrame::new(state, plan))
             }
             _ => Ok(self.ctx.execute_logical_plan(plan).await?),
@@ -1200,14 +1263,34 @@ impl Handlers {
         let s = session(client);
         let state = s.transaction.lock().clone();
         match &op {
-            TransactionOp::Begin => {
+            TransactionOp::Begin(modes) => {
+                if state.failed {
+                    return Err(SluiceError::TransactionAborted);
+                }
                 if !state.open {
                     *s.transaction.lock() = TransactionState {
                         open: true,
+                        characteristics: s.defaults.lock().with(*modes),
                         ..Default::default()
                     };
                 }
                 return Ok(Response::TransactionStart(Tag::new("BEGIN")));
+            }
+            TransactionOp::SetModes(modes) => {
+                // Outside a block PostgreSQL only warns, and nothing
+                // changes.
+                if state.open {
+                    s.transaction.lock().set_modes(*modes)?;
+                }
+                return Ok(Response::Execution(Tag::new("SET")));
+            }
+            TransactionOp::SetDefaults(modes) => {
+                if state.failed {
+                    return Err(SluiceError::TransactionAborted);
+                }
+                let mut defaults = s.defaults.lock();
+                *defaults = defaults.with(*modes);
+                return Ok(Response::Execution(Tag::new("SET")));
             }
             TransactionOp::Savepoint(_)
             | TransactionOp::Release(_)
@@ -1226,7 +1309,14 @@ impl Handlers {
                     .values()
                     .filter(|c| c.fetched_in_transaction())
                     .collect();
-                crate::transaction::commit(&self.store, &self.subs, staged, &moved).await
+                crate::transaction::commit(
+                    &self.store,
+                    &self.subs,
+                    staged,
+                    &moved,
+                    state.snapshot.clone(),
+                )
+                .await
             }
             false => Ok(()),
         };
@@ -1447,6 +1537,74 @@ where
         prepared.remove(&name);
     }
     Ok(Response::Execution(Tag::new("DEALLOCATE")))
+}
+
+/// The characteristics of the transaction a statement runs in: the open
+/// block's, or else the session's defaults.
+fn characteristics<C: ClientInfo>(client: &C) -> Characteristics {
+    let s = session(client);
+    let t = s.transaction.lock();
+    match t.open {
+        true => t.characteristics,
+        false => *s.defaults.lock(),
+    }
+}
+
+fn defaults<C: ClientInfo>(client: &C) -> Characteristics {
+    *session(client).defaults.lock()
+}
+
+/// Refuses a write in a READ ONLY transaction, as PostgreSQL does.
+fn check_writable<C: ClientInfo>(client: &C, verb: &'static str) -> Result<(), SluiceError> {
+    match characteristics(client).read_only {
+        true => Err(SluiceError::ReadOnlyTransaction(verb)),
+        false => Ok(()),
+    }
+}
+
+/// The transaction settings `SHOW` answers from the session.
+#[derive(Clone, Copy)]
+enum TransactionSetting {
+    Isolation,
+    ReadOnly,
+}
+
+impl TransactionSetting {
+    fn value(self, c: Characteristics) -> &'static str {
+        match self {
+            TransactionSetting::Isolation => c.isolation.name(),
+            TransactionSetting::ReadOnly if c.read_only => "on",
+            TransactionSetting::ReadOnly => "off",
+        }
+    }
+}
+
+fn transaction_setting(name: &str) -> Option<TransactionSetting> {
+    match name {
+        "transaction_isolation"
+        | "transaction isolation level"
+        | "default_transaction_isolation" => Some(TransactionSetting::Isolation),
+        "transaction_read_only" | "default_transaction_read_only" => {
+            Some(TransactionSetting::ReadOnly)
+        }
+        _ => None,
+    }
+}
+
+/// The column name of `SHOW <transaction setting>`, when `stmt` is one.
+fn shown_transaction_setting(stmt: &Statement) -> Option<String> {
+    let Statement::Query(q) = stmt else {
+        return None;
+    };
+    let ast::Statement::ShowVariable { variable } = q.as_ref() else {
+        return None;
+    };
+    let name = variable
+        .iter()
+        .map(|i| i.value.to_lowercase())
+        .collect::<Vec<_>>()
+        .join(" ");
+    transaction_setting(&name).map(|_| name)
 }
 
 /// A FETCH moved a cursor inside the transaction block.
@@ -1830,18 +1988,25 @@ impl Handlers {
             {
                 Err(SluiceError::TransactionAborted.into_pg())
             }
+            Prepared::Insert(_) | Prepared::Plan { is_insert: true, .. }
+                if characteristics(client).read_only =>
+            {
+                Err(SluiceError::ReadOnlyTransaction("INSERT").into_pg())
+            }
             // A prepared statement's span is at debug level: drivers run
             // them by the thousand a second, and an enabled span (its
             // fields formatted, its slot taken and freed) cost a tenth of
             // a point read's CPU. `SLUICE_LOG=sluice=debug` shows them.
             Prepared::Insert(insert) => {
                 let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
+                self.begin_statement(client).await;
                 self.run_insert(client, portal, insert)
                     .instrument(span)
                     .await
                     .map_err(SluiceError::into_pg)
             }
             Prepared::PointRead { params, read, .. } => {
+                self.begin_statement(client).await;
                 let params = bound_parameters(portal, params)?;
                 let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
                 let _entered = span.enter();
@@ -1862,6 +2027,7 @@ impl Handlers {
                 params,
                 is_insert,
             } => {
+                self.begin_statement(client).await;
                 let params = bound_parameters(portal, params)?;
                 let plan = plan
                     .as_ref()

@@ -20,7 +20,9 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::checkpoint::Checkpoints;
-use crate::log::{attach_remote_segments, spawn_compaction, spawn_tiering, LogConfig, LogStore};
+use crate::log::{
+    attach_remote_segments, below_snapshots, spawn_compaction, spawn_tiering, LogConfig, LogStore,
+};
 use crate::query::{build_context, session_config};
 use crate::store::DurableStore;
 use crate::stream::ViewManager;
@@ -89,7 +91,7 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         store.clone(),
         objects.clone(),
         config.compaction_interval,
-        views.compaction_horizon(),
+        below_snapshots(views.compaction_horizon(), store.transactions().clone()),
     );
     let subs = SubscriptionManager::open(store.clone(), views.clone())?;
     // Every table and consumer group now holds in its own files what the

@@ -5,19 +5,42 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use sluice_sql::TransactionOp;
+use sluice_sql::{IsolationLevel, TransactionModes, TransactionOp};
 
 use super::copy::CopyState;
 use crate::error::SluiceError;
 use crate::log::transaction::StagedMark;
-use crate::log::StagedWrites;
+use crate::log::{Snapshot, StagedWrites};
 use crate::subscribe::SubscriptionCursor;
+
+/// A transaction's isolation level and access mode.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Characteristics {
+    pub isolation: IsolationLevel,
+    pub read_only: bool,
+}
+
+impl Characteristics {
+    /// These, with what `modes` names changed.
+    pub fn with(self, modes: TransactionModes) -> Characteristics {
+        Characteristics {
+            isolation: modes.isolation.unwrap_or(self.isolation),
+            read_only: modes.read_only.unwrap_or(self.read_only),
+        }
+    }
+}
 
 /// The connection's transaction block, as BEGIN, COMMIT, ROLLBACK and
 /// savepoints move it.
 #[derive(Default, Clone)]
 pub struct TransactionState {
     pub open: bool,
+    pub characteristics: Characteristics,
+    /// A statement other than transaction control ran in the block: the
+    /// isolation level can no longer change.
+    pub queried: bool,
+    /// What a REPEATABLE READ block reads, taken at its first statement.
+    pub snapshot: Option<Arc<Snapshot>>,
     /// A statement failed inside the block: everything but COMMIT,
     /// ROLLBACK or ROLLBACK TO SAVEPOINT is refused until then, as in
     /// PostgreSQL.
@@ -40,6 +63,28 @@ pub struct Savepoint {
 }
 
 impl TransactionState {
+    /// `SET TRANSACTION` in the open block. As in PostgreSQL, the
+    /// isolation level and READ WRITE can only be set before its first
+    /// statement.
+    pub fn set_modes(&mut self, modes: TransactionModes) -> Result<(), SluiceError> {
+        if self.failed {
+            return Err(SluiceError::TransactionAborted);
+        }
+        let next = self.characteristics.with(modes);
+        if self.queried && next.isolation != self.characteristics.isolation {
+            return Err(SluiceError::ActiveTransaction(
+                "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+            ));
+        }
+        if self.queried && self.characteristics.read_only && !next.read_only {
+            return Err(SluiceError::ActiveTransaction(
+                "transaction read-write mode must be set before any query",
+            ));
+        }
+        self.characteristics = next;
+        Ok(())
+    }
+
     /// The records a statement writes go here when a block is open.
     pub fn staging(&self) -> Option<Arc<Mutex<StagedWrites>>> {
         self.open.then(|| self.staged.clone())
@@ -102,6 +147,10 @@ pub struct Session {
     /// Open subscription cursors by name.
     pub cursors: Mutex<HashMap<String, SubscriptionCursor>>,
     pub transaction: Mutex<TransactionState>,
+    /// What later transactions start with (`SET SESSION CHARACTERISTICS`,
+    /// `SET default_transaction_isolation`); autocommit statements are
+    /// held to its READ ONLY too.
+    pub defaults: Mutex<Characteristics>,
     /// Names of the statements prepared with Parse, for DEALLOCATE ALL.
     pub prepared: Mutex<std::collections::HashSet<String>>,
 }
