@@ -46,7 +46,10 @@ pub async fn commit(
                 .iter()
                 .map(|o| o.entry())
                 .collect::<Result<Vec<_>, _>>()?;
-            store.transactions().commit(tables, entries, snapshot).await?;
+            store
+                .transactions()
+                .commit(tables, entries, snapshot)
+                .await?;
             for group in offsets {
                 group.finish().await;
             }

@@ -267,7 +267,12 @@ async fn repeatable_read_keeps_one_snapshot_and_the_first_committer_wins() {
         text_rows(&c, "SELECT id, balance FROM accounts ORDER BY id").await,
         ["1|100", "2|200", "3|300"]
     );
-    fails_with(&c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "25001").await;
+    fails_with(
+        &c,
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "25001",
+    )
+    .await;
     c.batch_execute("ROLLBACK").await.unwrap();
     // Its own writes are seen, on top of the snapshot.
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
@@ -390,11 +395,15 @@ async fn read_only_transactions_refuse_writes() {
     let server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(TABLES).await.unwrap();
-    c.batch_execute("START TRANSACTION READ ONLY").await.unwrap();
+    c.batch_execute("START TRANSACTION READ ONLY")
+        .await
+        .unwrap();
     assert_eq!(scalar(&c, "SELECT count(*) FROM accounts").await, 3);
     fails_with(&c, "INSERT INTO events VALUES (1, 'x')", "25006").await;
     c.batch_execute("ROLLBACK").await.unwrap();
-    c.batch_execute("BEGIN; SET TRANSACTION READ ONLY").await.unwrap();
+    c.batch_execute("BEGIN; SET TRANSACTION READ ONLY")
+        .await
+        .unwrap();
     fails_with(&c, "UPDATE accounts SET balance = 0", "25006").await;
     c.batch_execute("ROLLBACK").await.unwrap();
     // Read only can be asked after a query; read write cannot.

@@ -749,7 +749,12 @@ fn isolation_level(level: &str) -> Result<IsolationLevel, SqlError> {
 
 /// `on`/`off` (and PostgreSQL's other spellings of a boolean setting).
 fn setting_bool(value: &str) -> Result<bool, SqlError> {
-    match value.trim().trim_matches('\'').to_ascii_lowercase().as_str() {
+    match value
+        .trim()
+        .trim_matches('\'')
+        .to_ascii_lowercase()
+        .as_str()
+    {
         "on" | "true" | "yes" | "1" | "t" => Ok(true),
         "off" | "false" | "no" | "0" | "f" | "default" => Ok(false),
         other => Err(SqlError::InvalidOption(format!(
@@ -789,10 +794,7 @@ fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
     } = &set
     {
         let name = variable.to_string().to_lowercase();
-        let value = values
-            .first()
-            .map(|v| v.to_string())
-            .unwrap_or_default();
+        let value = values.first().map(|v| v.to_string()).unwrap_or_default();
         let modes = match name.as_str() {
             "transaction_isolation" | "default_transaction_isolation" => TransactionModes {
                 isolation: Some(isolation_level(&value)?),
@@ -805,12 +807,10 @@ fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
             _ => TransactionModes::default(),
         };
         if modes != TransactionModes::default() {
-            return Ok(Statement::Transaction(
-                match name.starts_with("default_") {
-                    true => TransactionOp::SetDefaults(modes),
-                    false => TransactionOp::SetModes(modes),
-                },
-            ));
+            return Ok(Statement::Transaction(match name.starts_with("default_") {
+                true => TransactionOp::SetDefaults(modes),
+                false => TransactionOp::SetModes(modes),
+            }));
         }
     }
     match set {

@@ -20,9 +20,7 @@ mod tiering;
 pub mod transaction;
 mod watermark;
 
-pub use compaction::{
-    below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon,
-};
+pub use compaction::{below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon};
 pub use error::LogError;
 pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
 pub use record_file::RecordFile;

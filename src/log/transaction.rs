@@ -469,13 +469,12 @@ impl TransactionCoordinator {
         // 1. Every table writes its frames, all at once, and waits.
         // Dropping a prepared table (on any error below) takes its frames
         // back.
-        let prepared = futures::future::try_join_all(tables.into_iter().map(
-            |(table, records)| async move {
+        let prepared =
+            futures::future::try_join_all(tables.into_iter().map(|(table, records)| async move {
                 let since = snapshot.map(|s| s.ends(&table));
                 table.prepare(records, since.as_deref()).await
-            },
-        ))
-        .await?;
+            }))
+            .await?;
         // 2. The commit point.
         let ends: Vec<(u64, Vec<u64>)> = prepared
             .iter()

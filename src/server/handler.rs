@@ -36,6 +36,7 @@ use pgwire::messages::extendedquery::{
     Bind, BindComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
     TARGET_TYPE_BYTE_STATEMENT,
 };
+use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
@@ -1470,7 +1471,22 @@ impl SimpleQueryHandler for Handlers {
                     debug!(error = %e, "statement failed");
                     note_failure(client);
                     if out.is_empty() {
+                        settle_after_error(client);
                         return Err(e.into_pg());
+                    }
+                    // The status pgwire derives from the responses says
+                    // "failed block" after an error; a COMMIT that failed
+                    // ended the block, which a ROLLBACK tag says first.
+                    let status = out
+                        .iter()
+                        .fold(client.transaction_status(), |s, r| match r {
+                            Response::TransactionStart(_) => s.to_in_transaction_state(),
+                            Response::TransactionEnd(_) => s.to_idle_state(),
+                            _ => s,
+                        });
+                    if status != TransactionStatus::Idle && !session(client).transaction.lock().open
+                    {
+                        out.push(Response::TransactionEnd(Tag::new("ROLLBACK")));
                     }
                     out.push(Response::Error(Box::new(pg_error_info(e))));
                     break;
@@ -1613,6 +1629,15 @@ fn note_fetch<C: ClientInfo>(client: &C) {
     let mut t = s.transaction.lock();
     if t.open {
         t.fetches += 1;
+    }
+}
+
+/// After a failed statement: a block that the failure ended (a COMMIT
+/// that could not commit) leaves the connection idle, which the next
+/// ReadyForQuery must say, as PostgreSQL's does.
+fn settle_after_error<C: ClientInfo>(client: &mut C) {
+    if !session(client).transaction.lock().open {
+        client.set_transaction_status(TransactionStatus::Idle);
     }
 }
 
@@ -1844,6 +1869,7 @@ impl ExtendedQueryHandler for Handlers {
         send_notices(client, &notices).await?;
         if result.is_err() {
             note_failure(client);
+            settle_after_error(client);
         }
         result
     }
@@ -1988,9 +2014,10 @@ impl Handlers {
             {
                 Err(SluiceError::TransactionAborted.into_pg())
             }
-            Prepared::Insert(_) | Prepared::Plan { is_insert: true, .. }
-                if characteristics(client).read_only =>
-            {
+            Prepared::Insert(_)
+            | Prepared::Plan {
+                is_insert: true, ..
+            } if characteristics(client).read_only => {
                 Err(SluiceError::ReadOnlyTransaction("INSERT").into_pg())
             }
             // A prepared statement's span is at debug level: drivers run

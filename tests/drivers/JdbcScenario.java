@@ -44,6 +44,28 @@ public class JdbcScenario {
       c.rollback(sp);
       c.commit();
       check(count(other, "jtx") == 20, "committed " + count(other, "jtx"));
+      // REPEATABLE READ reads one snapshot; read-only refuses writes.
+      c.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+      check(c.getTransactionIsolation() == Connection.TRANSACTION_REPEATABLE_READ, "isolation");
+      long seen = count(c, "jtx");
+      try (Statement st = other.createStatement()) {
+        st.execute("INSERT INTO jtx VALUES (200, 'later')");
+      }
+      check(count(c, "jtx") == seen, "snapshot moved");
+      c.commit();
+      check(count(c, "jtx") == seen + 1, "next transaction sees the row");
+      c.commit();
+      c.setTransactionIsolation(Connection.TRANSACTION_READ_COMMITTED);
+      c.setReadOnly(true);
+      try (Statement st = c.createStatement()) {
+        st.execute("INSERT INTO jtx VALUES (300, 'ro')");
+        throw new AssertionError("write in a read-only transaction");
+      } catch (SQLException e) {
+        check("25006".equals(e.getSQLState()), "read only " + e.getSQLState());
+      }
+      c.rollback();
+      c.setReadOnly(false);
+      check(count(other, "jtx") == seen + 1, "committed " + count(other, "jtx"));
       try {
         c.setTransactionIsolation(Connection.TRANSACTION_SERIALIZABLE);
         count(c, "jtx");

@@ -94,6 +94,24 @@ async def transactions(c):
         await c.execute("UPDATE atx SET v = 'y' WHERE id = 9")
     assert await other.fetchval("SELECT count(*) FROM atx") == 10
     assert await other.fetchval("SELECT v FROM atx WHERE id = 9") == "y"
+    # REPEATABLE READ: one snapshot; a key another connection updated
+    # since fails the commit with SerializationError (40001).
+    try:
+        async with c.transaction(isolation="repeatable_read"):
+            before = await c.fetchval("SELECT count(*) FROM atx")
+            await other.execute("INSERT INTO atx VALUES (100, 'new'), (9, 'other')")
+            assert await c.fetchval("SELECT count(*) FROM atx") == before
+            await c.execute("UPDATE atx SET v = 'mine' WHERE id = 9")
+        raise AssertionError("a stale update committed")
+    except asyncpg.exceptions.SerializationError:
+        pass
+    assert await other.fetchval("SELECT v FROM atx WHERE id = 9") == "other"
+    async with c.transaction(readonly=True):
+        try:
+            await c.execute("INSERT INTO atx VALUES (200, 'ro')")
+            raise AssertionError("a write in a read-only transaction")
+        except asyncpg.exceptions.ReadOnlySQLTransactionError:
+            pass
     await other.close()
 
 

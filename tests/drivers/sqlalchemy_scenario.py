@@ -128,6 +128,36 @@ with Session(engine) as s:
     assert got == [(1, "a"), (2, None), (3, "c")], got
 
 
+# Isolation levels as SQLAlchemy sets them: REPEATABLE READ reads one
+# snapshot; a concurrent update of the same key fails the commit (40001).
+rr = engine.execution_options(isolation_level="REPEATABLE READ")
+with Session(rr) as s, Session(engine) as other:
+    assert s.scalar(sa.text("SHOW transaction_isolation")) == "repeatable read"
+    before = s.get(Item, 1).name
+    other.get(Item, 1).name = "theirs"
+    other.commit()
+    s.expire_all()
+    assert s.get(Item, 1).name == before
+    s.get(Item, 1).name = "mine"
+    try:
+        s.commit()
+        raise AssertionError("a stale update committed")
+    except sa.exc.OperationalError as e:
+        assert e.orig.pgcode == "40001", e.orig.pgcode
+        s.rollback()
+with engine.connect() as c:
+    assert c.scalar(sa.select(Item.name).where(Item.id == 1)) == "theirs"
+    c.execute(sa.text("UPDATE sa_items SET name = 'a' WHERE id = 1"))
+    c.commit()
+with engine.connect().execution_options(postgresql_readonly=True) as c:
+    try:
+        c.execute(sa.text("INSERT INTO sa_items VALUES (99, 'ro')"))
+        raise AssertionError("a write in a read-only transaction")
+    except sa.exc.InternalError as e:
+        assert e.orig.pgcode == "25006", e.orig.pgcode
+    c.rollback()
+
+
 # SQLAlchemy over psycopg 3: on connect the dialect looks up types inside
 # a savepoint; then Core with bound parameters, past psycopg's
 # server-side prepare threshold.
