@@ -19,6 +19,9 @@ pub enum FileKind {
     Groups,
     /// Late rows kept for `sluice_catalog.late_rows`. Written once.
     Late,
+    /// The rows each join of the view keeps (one row per join and side,
+    /// the side's rows in Arrow IPC form). Rewritten each epoch.
+    Operators,
     /// Rows the change log of a view that updates rows in place gained
     /// (its rows with `_op`). Written once, listed by every later manifest
     /// while the log is kept.

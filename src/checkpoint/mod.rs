@@ -167,6 +167,7 @@ impl Checkpoints {
             manifest: manifest.clone(),
             appended: Vec::new(),
             groups: Vec::new(),
+            operators: Vec::new(),
             late: Vec::new(),
             changes: Vec::new(),
         };
@@ -179,6 +180,7 @@ impl Checkpoints {
             match file.kind {
                 FileKind::Rows => restored.appended.extend(batches),
                 FileKind::Groups => restored.groups.extend(batches),
+                FileKind::Operators => restored.operators.extend(batches),
                 FileKind::Late => restored.late.extend(batches),
                 FileKind::Changes => restored.changes.extend(batches),
             }
@@ -192,6 +194,8 @@ pub struct RestoredCheckpoint {
     pub manifest: CheckpointManifest,
     pub appended: Vec<RecordBatch>,
     pub groups: Vec<RecordBatch>,
+    /// The joins' state.
+    pub operators: Vec<RecordBatch>,
     pub late: Vec<RecordBatch>,
     /// The view's change log, when it keeps one.
     pub changes: Vec<RecordBatch>,
@@ -206,6 +210,8 @@ pub struct Capture {
     pub appended: Vec<RecordBatch>,
     /// Open groups, rewritten each epoch.
     pub groups: Option<RecordBatch>,
+    /// The joins' state, rewritten each epoch.
+    pub operators: Option<RecordBatch>,
     /// Late rows kept since the previous capture.
     pub late: Option<RecordBatch>,
     /// Whether the view keeps a change log, and what it gained since the
@@ -402,7 +408,7 @@ async fn write_epoch(
             m.files
                 .iter()
                 .filter(|f| match f.kind {
-                    FileKind::Groups => false,
+                    FileKind::Groups | FileKind::Operators => false,
                     // A log that is no longer kept is dropped whole.
                     FileKind::Changes => capture.changes_kept,
                     FileKind::Rows | FileKind::Late => true,
@@ -417,6 +423,9 @@ async fn write_epoch(
     }
     if let Some(g) = &capture.groups {
         new_files.push((FileKind::Groups, "groups.parquet", vec![g.clone()]));
+    }
+    if let Some(o) = &capture.operators {
+        new_files.push((FileKind::Operators, "operators.parquet", vec![o.clone()]));
     }
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
         new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));

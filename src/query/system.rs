@@ -550,18 +550,20 @@ fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBa
         for (k, (&d, &e)) in done.iter().zip(&ends).enumerate() {
             consumer.push(v.def.name.clone());
             kind.push("view");
-            source.push(v.source.name().to_string());
-            partition.push(k as i32);
+            let at = v.source.partition_at(k);
+            source.push(match &at {
+                Some((t, _)) => t.def.name.clone(),
+                None => v.source.name(),
+            });
+            partition.push(at.as_ref().map_or(k, |(_, p)| *p) as i32);
             committed.push(saved.get(k).map(|&c| c as i64));
             processed.push(Some(d as i64));
             end.push(e as i64);
             lag.push(e.saturating_sub(d) as i64);
-            let oldest = match &v.source {
-                crate::stream::ViewSource::Table(t) if e > d => {
-                    t.partitions().get(k).and_then(|p| p.ingested_at(d))
-                }
-                crate::stream::ViewSource::Table(_) => Some(now),
-                crate::stream::ViewSource::View(_) => None,
+            let oldest = match &at {
+                Some((t, p)) if e > d => t.partitions().get(*p).and_then(|p| p.ingested_at(d)),
+                Some(_) => Some(now),
+                None => None,
             };
             lag_seconds.push(oldest.map(|t| (now - t).max(0) as f64 / 1e6));
             skipped.push(0i64);

@@ -49,19 +49,32 @@ impl TableProvider for DeltaTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let stream: Arc<dyn PartitionStream> = Arc::new(DeltaStream {
-            schema: self.schema.clone(),
-            slot: self.slot.clone(),
-        });
-        Ok(Arc::new(StreamingTableExec::try_new(
-            self.schema.clone(),
-            vec![stream],
-            projection,
-            [],
-            false,
-            None,
-        )?))
+        projected_delta_exec(self.schema.clone(), self.slot.clone(), projection)
     }
+}
+
+/// A plan that yields the batches in `slot` each time it runs.
+pub fn delta_exec(schema: SchemaRef, slot: DeltaSlot) -> Result<Arc<dyn ExecutionPlan>> {
+    projected_delta_exec(schema, slot, None)
+}
+
+fn projected_delta_exec(
+    schema: SchemaRef,
+    slot: DeltaSlot,
+    projection: Option<&Vec<usize>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let stream: Arc<dyn PartitionStream> = Arc::new(DeltaStream {
+        schema: schema.clone(),
+        slot,
+    });
+    Ok(Arc::new(StreamingTableExec::try_new(
+        schema,
+        vec![stream],
+        projection,
+        [],
+        false,
+        None,
+    )?))
 }
 
 struct DeltaStream {

@@ -11,6 +11,8 @@
 mod accumulator_audit;
 mod changes;
 mod delta;
+mod graph;
+mod join;
 mod pipeline;
 mod point_index;
 mod retract;

@@ -36,6 +36,7 @@ use super::view::{View, ViewManager};
 use crate::query::LogTableProvider;
 
 use super::delta::{DeltaSlot, DeltaTable};
+use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner};
 
 const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 
@@ -46,13 +47,85 @@ const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 pub enum ViewSource {
     Table(Arc<TableLog>),
     View(Arc<View>),
+    /// Several tables, joined or unioned; offsets are each table's
+    /// partitions in turn.
+    Tables(Vec<Arc<TableLog>>),
 }
 
 impl ViewSource {
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> String {
         match self {
-            ViewSource::Table(t) => &t.def.name,
-            ViewSource::View(v) => &v.def.name,
+            ViewSource::Table(t) => t.def.name.clone(),
+            ViewSource::View(v) => v.def.name.clone(),
+            ViewSource::Tables(ts) => ts
+                .iter()
+                .map(|t| t.def.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// Whether the view reads `relation`.
+    pub fn reads(&self, relation: &str) -> bool {
+        match self {
+            ViewSource::Table(t) => t.def.name == relation,
+            ViewSource::View(v) => v.def.name == relation,
+            ViewSource::Tables(ts) => ts.iter().any(|t| t.def.name == relation),
+        }
+    }
+
+    /// The tables the view reads, in the order of its offsets.
+    pub fn tables(&self) -> Vec<Arc<TableLog>> {
+        match self {
+            ViewSource::Table(t) => vec![t.clone()],
+            ViewSource::View(_) => vec![],
+            ViewSource::Tables(ts) => ts.clone(),
+        }
+    }
+
+    /// The table and its partition at position `k` of the view's offsets.
+    pub fn partition_at(&self, k: usize) -> Option<(Arc<TableLog>, usize)> {
+        let mut at = 0;
+        for t in self.tables() {
+            let n = t.partitions().len();
+            if k < at + n {
+                return Some((t, k - at));
+            }
+            at += n;
+        }
+        None
+    }
+
+    /// Committed end offsets of the tables read, in the order of the
+    /// view's offsets (None for a view over a view).
+    pub fn committed_ends(&self) -> Option<Vec<u64>> {
+        match self {
+            ViewSource::View(_) => None,
+            _ => Some(
+                self.tables()
+                    .iter()
+                    .flat_map(|t| t.commits().borrow().clone())
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Where `table`'s partitions lie in the view's offsets.
+    pub fn offsets_of(&self, table: &str) -> Option<std::ops::Range<usize>> {
+        match self {
+            ViewSource::Table(t) if t.def.name == table => Some(0..t.partitions().len()),
+            ViewSource::Tables(ts) => {
+                let mut at = 0;
+                for t in ts {
+                    let n = t.partitions().len();
+                    if t.def.name == table {
+                        return Some(at..at + n);
+                    }
+                    at += n;
+                }
+                None
+            }
+            _ => None,
         }
     }
 }
@@ -63,6 +136,8 @@ pub struct CompiledView {
     pub schema: SchemaRef,
     pub slot: DeltaSlot,
     pub pipeline: Pipeline,
+    /// The view's joins, run before the pipeline (none for most views).
+    graph: JoinGraph,
     /// Set when the view's windows close by the source's watermark.
     pub closing: Option<WindowClosing>,
     /// Final rows of closed windows.
@@ -147,41 +222,70 @@ pub async fn compile(
     });
     relations.sort();
     relations.dedup();
-    let source_name = match relations.as_slice() {
+    if relations.is_empty() {
+        return Err(unsupported("a materialized view must read a table"));
+    }
+    let mut sources = Vec::with_capacity(relations.len());
+    for name in &relations {
+        sources.push(match (store.table(name), views.view(name)) {
+            (Some(t), _) => ViewSource::Table(t),
+            (None, Some(v)) => ViewSource::View(v),
+            (None, None) => return Err(SluiceError::UndefinedTable(name.clone())),
+        });
+    }
+    let source = match sources.as_slice() {
         [one] => one.clone(),
-        [] => return Err(unsupported("a materialized view must read a table")),
-        _ => {
-            return Err(unsupported(
-                "materialized views over more than one relation (joins) are not supported yet",
-            ))
-        }
+        _ => ViewSource::Tables(
+            sources
+                .iter()
+                .map(|s| match s {
+                    ViewSource::Table(t) => Ok(t.clone()),
+                    other => Err(unsupported(format!(
+                        "a materialized view that combines \"{}\" with other relations must read tables only; \"{}\" is a materialized view",
+                        other.name(),
+                        other.name()
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
     };
-    let source = match (store.table(&source_name), views.view(&source_name)) {
-        (Some(t), _) => ViewSource::Table(t),
-        (None, Some(v)) => ViewSource::View(v),
-        (None, None) => return Err(SluiceError::UndefinedTable(source_name)),
-    };
-    let source_schema = match &source {
-        ViewSource::Table(t) => {
-            hide_system_columns(&mut stmt, |t| t == source_name);
-            datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone()))
-        }
-        ViewSource::View(v) => v.schema.clone(),
-    };
+    let tables: Vec<String> = sources
+        .iter()
+        .filter(|s| matches!(s, ViewSource::Table(_)))
+        .map(|s| s.name())
+        .collect();
+    hide_system_columns(&mut stmt, |t| tables.iter().any(|n| n == t));
 
-    let slot: DeltaSlot = Default::default();
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
-    let ctx = SessionContext::new_with_config(config.with_target_partitions(1));
+    let state = datafusion::execution::SessionStateBuilder::new_from_existing(
+        SessionContext::new_with_config(config.with_target_partitions(1)).state(),
+    )
+    .with_query_planner(Arc::new(ViewQueryPlanner))
+    .build();
+    let ctx = SessionContext::new_with_state(state);
     ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
     ctx.register_udaf(crate::query::checked_sum());
-    ctx.register_table(
-        source_name.as_str(),
-        Arc::new(DeltaTable {
-            schema: source_schema,
-            slot: slot.clone(),
-        }),
-    )?;
+    let mut slots = Vec::with_capacity(sources.len());
+    for (name, source) in relations.iter().zip(&sources) {
+        let schema = match source {
+            ViewSource::View(v) => v.schema.clone(),
+            ViewSource::Table(t) => {
+                datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone()))
+            }
+            ViewSource::Tables(_) => return Err(unsupported("nested sources")),
+        };
+        let slot: DeltaSlot = Default::default();
+        ctx.register_table(
+            name.as_str(),
+            Arc::new(DeltaTable {
+                schema,
+                slot: slot.clone(),
+            }),
+        )?;
+        slots.push(slot);
+    }
+    let slot = slots[0].clone();
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
@@ -189,13 +293,19 @@ pub async fn compile(
     let plan = state.optimize(&plan)?;
     check_nodes(&plan)?;
     let schema = nullable(plan.schema().as_arrow());
+    let has_join = plan.exists(|n| Ok(matches!(n, LogicalPlan::Join(_))))?;
+    if has_join {
+        check_volatile(&plan)?;
+    }
+    let mut graph = JoinGraph::new(relations.clone(), slots);
+    let plan = graph.lift_joins(plan, &state).await?;
 
     let aggregate = find_aggregate(&plan)?;
     // Windows close by the watermark when the view groups by the window of
     // a TUMBLE over the source's WATERMARK column.
-    let table = match &source {
-        ViewSource::Table(t) => Some(t.clone()),
-        ViewSource::View(_) => None,
+    let table = match (&source, graph.is_empty()) {
+        (ViewSource::Table(t), true) => Some(t.clone()),
+        _ => None,
     };
     let watermark = table.as_ref().and_then(|t| t.def.options.watermark.clone());
     let closing = match (&windows[..], &watermark, aggregate, &table) {
@@ -226,17 +336,22 @@ pub async fn compile(
         _ => None,
     };
     if emit.emit_on_window_close && closing.is_none() {
-        return Err(unsupported(
-            "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE or HOP of the \
-             table's WATERMARK column with constant INTERVAL sizes",
-        ));
+        return Err(unsupported(match graph.is_empty() && sources.len() == 1 {
+            true => "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE or HOP of the \
+                     table's WATERMARK column with constant INTERVAL sizes",
+            false => "EMIT ON WINDOW CLOSE is not supported for materialized views with joins or over several tables yet",
+        }));
     }
     // A keyed table's new versions and tombstones, or a source view's rows
-    // changing in place, take earlier rows back.
-    let retracting = match &source {
+    // changing in place, take earlier rows back; so does an outer, semi
+    // or anti join as matches come and go.
+    let retracting = sources.iter().any(|s| match s {
         ViewSource::Table(t) => t.def.is_keyed(),
         ViewSource::View(v) => !v.append_only,
-    };
+        ViewSource::Tables(_) => true,
+    }) || graph
+        .operators()
+        .any(|j| j.join_type != datafusion::common::JoinType::Inner);
     if retracting && closing.is_some() {
         return Err(unsupported(
             "windows that close by the watermark are not supported over keyed tables yet (a later version could reopen a final window); group by the window without a WATERMARK on the table",
@@ -256,6 +371,7 @@ pub async fn compile(
         schema,
         slot,
         pipeline,
+        graph,
         closing,
         closed: Vec::new(),
         retracting,
@@ -315,6 +431,8 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
             | LogicalPlan::Unnest(_)
             | LogicalPlan::Filter(_)
             | LogicalPlan::SubqueryAlias(_)
+            | LogicalPlan::Join(_)
+            | LogicalPlan::Union(_)
             | LogicalPlan::TableScan(_) => {}
             LogicalPlan::Aggregate(a) => {
                 for e in &a.aggr_expr {
@@ -913,9 +1031,23 @@ impl CompiledView {
         ctx: Arc<datafusion::execution::TaskContext>,
         watermark_us: Option<i64>,
     ) -> Result<(), SluiceError> {
+        if !self.graph.is_empty() {
+            return self.apply_input(0, delta, Vec::new(), ctx).await;
+        }
         *self.slot.lock() = delta;
+        let result = self.run_insert(ctx, watermark_us).await;
+        self.slot.lock().clear();
+        result
+    }
+
+    /// Runs the pipeline over the rows in its slots, as inserted rows.
+    async fn run_insert(
+        &mut self,
+        ctx: Arc<datafusion::execution::TaskContext>,
+        watermark_us: Option<i64>,
+    ) -> Result<(), SluiceError> {
         let closing = self.closing;
-        let result = match &mut self.pipeline {
+        match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
                 let out = collect(plan.clone(), ctx).await?;
                 rows.extend(out.into_iter().filter(|b| b.num_rows() > 0));
@@ -938,9 +1070,7 @@ impl CompiledView {
                 }
                 Ok(())
             }
-        };
-        self.slot.lock().clear();
-        result
+        }
     }
 
     /// Takes back rows applied before (earlier versions of keys of a keyed
@@ -954,8 +1084,21 @@ impl CompiledView {
         if rows.iter().all(|b| b.num_rows() == 0) {
             return Ok(());
         }
+        if !self.graph.is_empty() {
+            return self.apply_input(0, Vec::new(), rows, ctx).await;
+        }
         *self.slot.lock() = rows;
-        let result = match &mut self.pipeline {
+        let result = self.run_retract(ctx).await;
+        self.slot.lock().clear();
+        result
+    }
+
+    /// Runs the pipeline over the rows in its slots, as retracted rows.
+    async fn run_retract(
+        &mut self,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
                 let gone = collect(plan.clone(), ctx).await?;
                 remove_rows(&self.schema, rows, &gone)
@@ -964,9 +1107,52 @@ impl CompiledView {
                 let out = collect(agg.input.clone(), ctx).await?;
                 out.iter().try_for_each(|b| agg.retract(b))
             }
+        }
+    }
+
+    /// Applies a delta of source `source` (rows it inserts, rows it takes
+    /// back) through the view's joins, then the pipeline.
+    pub async fn apply_input(
+        &mut self,
+        source: usize,
+        insert: Vec<RecordBatch>,
+        retract: Vec<RecordBatch>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        let insert: Vec<RecordBatch> = insert.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let retract: Vec<RecordBatch> = retract.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if insert.is_empty() && retract.is_empty() {
+            return Ok(());
+        }
+        let outputs = self
+            .graph
+            .propagate(source, &insert, &retract, ctx.clone())
+            .await;
+        let outputs = match outputs {
+            Ok(o) => o,
+            Err(e) => {
+                self.graph.clear();
+                return Err(e);
+            }
         };
-        self.slot.lock().clear();
+        self.graph.fill(source, &insert, &outputs, true);
+        let result = self.run_insert(ctx.clone(), None).await;
+        self.graph.clear();
+        result?;
+        self.graph.fill(source, &retract, &outputs, false);
+        let result = self.run_retract(ctx).await;
+        self.graph.clear();
         result
+    }
+
+    /// The joins' state for a checkpoint (None without joins).
+    pub fn operator_state(&self) -> Result<Option<RecordBatch>, SluiceError> {
+        self.graph.snapshot()
+    }
+
+    /// Puts back the joins' state from a checkpoint.
+    pub fn restore_operators(&mut self, batches: &[RecordBatch]) -> Result<(), SluiceError> {
+        self.graph.restore(batches)
     }
 
     /// Closes the windows the watermark has passed (see [`WindowClosing`]).
@@ -1079,11 +1265,14 @@ impl CompiledView {
         Ok(())
     }
 
-    /// Rows of state held: groups for an aggregate, rows for a filter.
+    /// Rows of state held: groups for an aggregate, rows for a filter,
+    /// and the rows the joins keep.
     pub fn state_rows(&self) -> u64 {
-        match &self.pipeline {
-            Pipeline::Rows { rows, .. } => rows.iter().map(|b| b.num_rows() as u64).sum(),
-            Pipeline::Aggregate(agg) => agg.groups() as u64,
-        }
+        let joins: u64 = self.graph.operators().map(|j| j.state_rows()).sum();
+        joins
+            + match &self.pipeline {
+                Pipeline::Rows { rows, .. } => rows.iter().map(|b| b.num_rows() as u64).sum(),
+                Pipeline::Aggregate(agg) => agg.groups() as u64,
+            }
     }
 }

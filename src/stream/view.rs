@@ -172,9 +172,9 @@ impl View {
     /// a table, or rows another view has published.
     pub fn source_end(&self) -> Vec<u64> {
         match &self.source {
-            ViewSource::Table(t) => t.commits().borrow().clone(),
             ViewSource::View(v) if v.append_only => vec![v.published_rows()],
             ViewSource::View(v) => vec![v.published.read().seq],
+            tables => tables.committed_ends().unwrap_or_default(),
         }
     }
 
@@ -422,8 +422,8 @@ impl ViewManager {
             return Ok(None);
         };
         let ends = match &compiled.source {
-            ViewSource::Table(t) => t.commits().borrow().clone(),
             ViewSource::View(v) => vec![u64::MAX; v.progress().0.len()],
+            tables => tables.committed_ends().unwrap_or_default(),
         };
         let offsets = &restored.manifest.source_offsets;
         if offsets.len() != ends.len() || offsets.iter().zip(&ends).any(|(o, e)| o > e) {
@@ -502,11 +502,12 @@ impl ViewManager {
             let mut views = manager.views();
             views.extend(manager.rebuilding.read().values().cloned());
             for v in views {
-                if v.source.name() != table.def.name {
+                let Some(range) = v.source.offsets_of(&table.def.name) else {
                     continue;
-                }
-                for (h, c) in horizon.iter_mut().zip(v.checkpointed_offsets()) {
-                    *h = (*h).min(c);
+                };
+                let saved = v.checkpointed_offsets();
+                for (h, c) in horizon.iter_mut().zip(saved.get(range).unwrap_or(&[])) {
+                    *h = (*h).min(*c);
                 }
             }
             horizon
@@ -570,6 +571,19 @@ impl ViewManager {
                     "a view over a view rebuilds from its source's rows only: use REBUILD or REBUILD FROM EARLIEST".into(),
                 ))
             }
+            (ViewSource::Tables(ts), None) => ts
+                .iter()
+                .flat_map(|t| t.partitions().iter().map(|p| p.start_offset()).collect::<Vec<_>>())
+                .collect(),
+            (ViewSource::Tables(ts), Some(ts_us)) => ts
+                .iter()
+                .flat_map(|t| {
+                    t.partitions()
+                        .iter()
+                        .map(|p| p.offset_at_time(ts_us))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
         };
         {
             let mut rebuilding = self.rebuilding.write();
@@ -634,7 +648,7 @@ impl ViewManager {
     pub fn dependents(&self, relation: &str) -> Vec<String> {
         self.views()
             .iter()
-            .filter(|v| v.source.name() == relation)
+            .filter(|v| v.source.reads(relation))
             .map(|v| v.def.name.clone())
             .collect()
     }
@@ -695,8 +709,8 @@ impl ViewManager {
         kind: &'static str,
     ) -> Result<Arc<View>, SluiceError> {
         let partitions = match &compiled.source {
-            ViewSource::Table(t) => t.partitions().len(),
             ViewSource::View(_) => 1,
+            tables => tables.tables().iter().map(|t| t.partitions().len()).sum(),
         };
         let first = def
             .start_offsets
@@ -713,6 +727,7 @@ impl ViewManager {
         let manifest = match restored {
             Some(r) => {
                 compiled.restore(r.appended, r.groups)?;
+                compiled.restore_operators(&r.operators)?;
                 restored_changes = r.changes;
                 start.consumed = r.manifest.source_offsets.clone();
                 start.clock = r.manifest.clock.clone();
@@ -754,9 +769,8 @@ impl ViewManager {
             .subscription_defs()
             .iter()
             .any(|s| s.source == def.name);
-        let backfill = match &compiled.source {
-            ViewSource::Table(t) => {
-                let ends = t.commits().borrow().clone();
+        let backfill = match compiled.source.committed_ends() {
+            Some(ends) => {
                 let total: u64 = ends
                     .iter()
                     .zip(&start.consumed)
@@ -768,7 +782,7 @@ impl ViewManager {
                     total_rows: total,
                 })
             }
-            ViewSource::View(_) => None,
+            None => None,
         };
         let applied_rows = Arc::new(AtomicU64::new(0));
         let view = Arc::new(View {
@@ -838,6 +852,9 @@ impl ViewManager {
                 tokio::spawn(follow_changing_view(task, v).instrument(span))
             }
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
+            ViewSource::Tables(ts) => tokio::spawn(
+                follow_tables(task, ts, self.store.transactions().clone()).instrument(span),
+            ),
         };
         *view.task.lock() = Some(handle.abort_handle());
         Ok(view)
@@ -918,9 +935,10 @@ impl ViewTask {
             .compiled
             .appended_since(self.checkpointer.appended_done);
         let groups = self.compiled.state_batch();
-        let (appended, groups) = match (appended, groups) {
-            (Ok(a), Ok(g)) => (a, g),
-            (Err(e), _) | (_, Err(e)) => {
+        let operators = self.compiled.operator_state();
+        let (appended, groups, operators) = match (appended, groups, operators) {
+            (Ok(a), Ok(g), Ok(o)) => (a, g, o),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 warn!(error = %e, "could not capture the view's state for a checkpoint");
                 return;
             }
@@ -931,6 +949,7 @@ impl ViewTask {
             late_count: self.late_count,
             appended,
             groups,
+            operators,
             late: late_rows_batch(&std::mem::take(&mut self.late_unsaved)),
             changes_kept: wanted,
             changes,
@@ -1438,6 +1457,152 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
         task.checkpoint_if_due(clock.state());
         if !task.wait(&mut commits).await {
             return;
+        }
+    }
+}
+
+/// Applies a delta of one source through the joins and the pipeline,
+/// guarded as [`apply_guarded`].
+async fn apply_input_guarded(
+    compiled: &mut CompiledView,
+    source: usize,
+    insert: Vec<RecordBatch>,
+    retract: Vec<RecordBatch>,
+    ctx: Arc<TaskContext>,
+) -> Result<(), SluiceError> {
+    futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        compiled.apply_input(source, insert, retract, ctx),
+    ))
+    .await
+    .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))?
+}
+
+/// The task of a view over several tables (a join or a union): apply each
+/// table's new commits in turn, then publish. The tables' ends are read
+/// together while no multi-table transaction publishes, so the view sees
+/// such a transaction whole or not at all.
+async fn follow_tables(
+    mut task: ViewTask,
+    tables: Vec<Arc<TableLog>>,
+    transactions: Arc<crate::log::TransactionCoordinator>,
+) {
+    let ctx = Arc::new(TaskContext::default());
+    let mut commits: Vec<_> = tables.iter().map(|t| t.commits()).collect();
+    let schemas: Vec<SchemaRef> = tables
+        .iter()
+        .map(|t| datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone())))
+        .collect();
+    let sizes: Vec<usize> = tables.iter().map(|t| t.partitions().len()).collect();
+    let starts: Vec<usize> = sizes
+        .iter()
+        .scan(0, |at, n| {
+            let s = *at;
+            *at += n;
+            Some(s)
+        })
+        .collect();
+    let mut versions: Vec<Option<KeyedVersions>> = Vec::with_capacity(tables.len());
+    for (i, table) in tables.iter().enumerate() {
+        if !table.def.is_keyed() {
+            versions.push(None);
+            continue;
+        }
+        let projection: Vec<usize> = (0..schemas[i].fields().len()).collect();
+        let consumed = &task.consumed[starts[i]..starts[i] + sizes[i]];
+        match KeyedVersions::start(table, &schemas[i], &projection, consumed).await {
+            Ok(v) => versions.push(Some(v)),
+            Err(e) => {
+                task.publish(Err(e), None, Vec::new());
+                return;
+            }
+        }
+    }
+    let mut first = true;
+    loop {
+        let ends: Vec<u64> = {
+            let _whole = transactions.snapshot_guard().await;
+            commits
+                .iter_mut()
+                .flat_map(|c| c.borrow_and_update().clone())
+                .collect()
+        };
+        let behind = ends.iter().zip(&task.consumed).any(|(e, c)| e > c);
+        if behind || first {
+            let started = std::time::Instant::now();
+            let consumed = task.consumed.clone();
+            let compiled = &mut task.compiled;
+            let applied_rows = task.applied_rows.clone();
+            let versions = &mut versions;
+            let result: Result<(), SluiceError> = async {
+                for (i, table) in tables.iter().enumerate() {
+                    let data_columns = table.def.columns.len();
+                    let schema = &schemas[i];
+                    let projection: Vec<usize> = (0..schema.fields().len()).collect();
+                    let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
+                    for (k, part) in table.partitions().iter().enumerate() {
+                        let (from, to) = (consumed[starts[i] + k], ends[starts[i] + k]);
+                        for meta in part.frames_in_range(from, to) {
+                            frames.push((meta.header.ingested_at_us, k, meta));
+                        }
+                    }
+                    frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
+                    for chunk in frames.chunks(FRAMES_PER_DELTA) {
+                        let mut insert = Vec::with_capacity(chunk.len());
+                        let mut gone = Vec::new();
+                        let mut rows_read = 0u64;
+                        for (_, k, meta) in chunk {
+                            let raw = table.partitions()[*k].read_frame(meta).await?;
+                            let full = project_frame(
+                                &raw,
+                                meta,
+                                *k as i32,
+                                &projection,
+                                data_columns,
+                                schema,
+                            )?;
+                            // Rows the checkpoint already covers are skipped.
+                            let skip = consumed[starts[i] + *k]
+                                .saturating_sub(meta.header.base_offset)
+                                as usize;
+                            rows_read += full.num_rows().saturating_sub(skip) as u64;
+                            match versions[i].as_mut() {
+                                Some(v) => insert.push(v.split(&raw, &full, skip, &mut gone)?),
+                                None => insert.push(full.slice(
+                                    skip.min(full.num_rows()),
+                                    full.num_rows().saturating_sub(skip),
+                                )),
+                            }
+                        }
+                        let retract = match (&versions[i], gone.is_empty()) {
+                            (Some(v), false) => vec![v.rows(schema, &gone)?],
+                            _ => Vec::new(),
+                        };
+                        apply_input_guarded(compiled, i, insert, retract, ctx.clone()).await?;
+                        applied_rows.fetch_add(rows_read, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            task.consumed = ends;
+            if !task.publish(result, None, Vec::new()) {
+                return;
+            }
+            if first {
+                info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "view caught up with its sources"
+                );
+            }
+            first = false;
+        }
+        task.checkpoint_if_due(ViewClockState::default());
+        let changed =
+            futures::future::select_all(commits.iter_mut().map(|c| Box::pin(c.changed())));
+        tokio::select! {
+            (r, _, _) = changed => if r.is_err() { return },
+            _ = task.wake.notified() => {},
+            _ = tokio::time::sleep(task.interval) => {},
         }
     }
 }

@@ -1,0 +1,587 @@
+//! The joins of a view's dataflow, and how deltas flow through them.
+//!
+//! A view's optimized plan is cut at each `Join` (innermost first): the
+//! join's two inputs become physical plans run on each delta, as the
+//! single-source pipeline runs its plan, and the join itself becomes a
+//! [`JoinOperator`] whose output the plan above reads through a leaf node
+//! ([`JoinDelta`]) in place of the join. What remains on top, with no join
+//! in it, is the view's pipeline (rows, or an aggregate).
+//!
+//! Every source of the view (a table) has one slot that all the scans of it
+//! read. A delta of one source runs each join's inputs, innermost join
+//! first, twice (the rows it inserts, then those it retracts), feeds them
+//! to the join, and leaves each join's output in its leaf's slot for the
+//! plans above.
+//!
+//! State: the joins' (see [`JoinOperator`]); the plans keep none.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchemaRef, JoinType};
+use datafusion::execution::context::{QueryPlanner, SessionState};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+
+use super::delta::{delta_exec, DeltaSlot};
+use super::join::{JoinOperator, JoinOutput, JoinSide};
+use crate::error::SluiceError;
+
+/// Where the plan above a join reads the join's output.
+pub struct JoinDelta {
+    id: usize,
+    schema: DFSchemaRef,
+    slot: DeltaSlot,
+}
+
+impl fmt::Debug for JoinDelta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JoinDelta({})", self.id)
+    }
+}
+
+impl PartialEq for JoinDelta {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for JoinDelta {}
+
+impl PartialOrd for JoinDelta {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        self.id.partial_cmp(&other.id)
+    }
+}
+
+impl Hash for JoinDelta {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.id.hash(state)
+    }
+}
+
+impl UserDefinedLogicalNodeCore for JoinDelta {
+    fn name(&self) -> &str {
+        "JoinDelta"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![]
+    }
+
+    fn schema(&self) -> &DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        vec![]
+    }
+
+    fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "JoinDelta: join {}", self.id)
+    }
+
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        _inputs: Vec<LogicalPlan>,
+    ) -> datafusion::common::Result<Self> {
+        Ok(JoinDelta {
+            id: self.id,
+            schema: self.schema.clone(),
+            slot: self.slot.clone(),
+        })
+    }
+}
+
+/// Plans [`JoinDelta`] leaves as readers of their slots.
+#[derive(Debug)]
+pub struct ViewQueryPlanner;
+
+struct JoinDeltaPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for JoinDeltaPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn datafusion::logical_expr::UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        _physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn datafusion::catalog::Session,
+        _planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
+    ) -> datafusion::common::Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(leaf) = node.as_any().downcast_ref::<JoinDelta>() else {
+            return Ok(None);
+        };
+        Ok(Some(delta_exec(
+            Arc::new(leaf.schema.as_arrow().clone()),
+            leaf.slot.clone(),
+        )?))
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for ViewQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session_state: &dyn datafusion::catalog::Session,
+    ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(JoinDeltaPlanner)])
+            .create_physical_plan(logical_plan, session_state)
+            .await
+    }
+}
+
+/// One input of a join: the plan that computes it per delta, and what it
+/// reads.
+struct JoinInput {
+    plan: Arc<dyn ExecutionPlan>,
+    /// Sources (by index) its scans read.
+    sources: Vec<usize>,
+    /// Joins (by index) whose output it reads.
+    joins: Vec<usize>,
+}
+
+struct JoinStage {
+    operator: JoinOperator,
+    inputs: [JoinInput; 2],
+    /// Where the plan above reads this join's output.
+    slot: DeltaSlot,
+}
+
+/// The joins of a view, innermost first.
+pub struct JoinGraph {
+    stages: Vec<JoinStage>,
+    /// The slot of each source of the view.
+    source_slots: Vec<DeltaSlot>,
+    /// Source names, to find which source a scan reads.
+    source_names: Vec<String>,
+}
+
+impl JoinGraph {
+    pub fn new(source_names: Vec<String>, source_slots: Vec<DeltaSlot>) -> JoinGraph {
+        JoinGraph {
+            stages: Vec::new(),
+            source_slots,
+            source_names,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    pub fn operators(&self) -> impl Iterator<Item = &JoinOperator> {
+        self.stages.iter().map(|s| &s.operator)
+    }
+
+    /// Replaces every join of `plan` by a [`JoinDelta`] leaf and a stage of
+    /// this graph, innermost first.
+    pub fn lift_joins<'a>(
+        &'a mut self,
+        plan: LogicalPlan,
+        state: &'a SessionState,
+    ) -> futures::future::BoxFuture<'a, Result<LogicalPlan, SluiceError>> {
+        Box::pin(async move {
+            let LogicalPlan::Join(join) = plan else {
+                let inputs = plan.inputs().into_iter().cloned().collect::<Vec<_>>();
+                if inputs.is_empty() {
+                    return Ok(plan);
+                }
+                let mut lifted = Vec::with_capacity(inputs.len());
+                for input in inputs {
+                    lifted.push(self.lift_joins(input, state).await?);
+                }
+                return Ok(plan.with_new_exprs(plan.expressions(), lifted)?);
+            };
+            check_join(&join)?;
+            let left = self.lift_joins(join.left.as_ref().clone(), state).await?;
+            let right = self.lift_joins(join.right.as_ref().clone(), state).await?;
+            let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
+            let left_side = self.side(&left, &left_keys, state).await?;
+            let right_side = self.side(&right, &right_keys, state).await?;
+            let filter = match &join.filter {
+                Some(f) => Some(state.create_physical_expr(f.clone(), &join.schema)?),
+                None => None,
+            };
+            let operator = JoinOperator::new(
+                join.join_type,
+                left_side.1,
+                right_side.1,
+                filter,
+                Arc::new(join.schema.as_arrow().clone()),
+            )?;
+            let id = self.stages.len();
+            let slot = DeltaSlot::default();
+            self.stages.push(JoinStage {
+                operator,
+                inputs: [left_side.0, right_side.0],
+                slot: slot.clone(),
+            });
+            Ok(LogicalPlan::Extension(Extension {
+                node: Arc::new(JoinDelta {
+                    id,
+                    schema: join.schema.clone(),
+                    slot,
+                }),
+            }))
+        })
+    }
+
+    async fn side(
+        &self,
+        plan: &LogicalPlan,
+        keys: &[Expr],
+        state: &SessionState,
+    ) -> Result<(JoinInput, JoinSide), SluiceError> {
+        let physical = state.create_physical_plan(plan).await?;
+        let keys = keys
+            .iter()
+            .map(|k| state.create_physical_expr(k.clone(), plan.schema()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut sources = Vec::new();
+        let mut joins = Vec::new();
+        plan.apply(|n| {
+            match n {
+                LogicalPlan::TableScan(scan) => {
+                    let name = scan.table_name.table();
+                    if let Some(i) = self.source_names.iter().position(|s| s == name) {
+                        sources.push(i);
+                    }
+                }
+                LogicalPlan::Extension(e) => {
+                    if let Some(leaf) = e.node.as_any().downcast_ref::<JoinDelta>() {
+                        joins.push(leaf.id);
+                    }
+                }
+                _ => {}
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        let side = JoinSide::new(physical.schema(), keys)?;
+        Ok((
+            JoinInput {
+                plan: physical,
+                sources,
+                joins,
+            },
+            side,
+        ))
+    }
+
+    /// Runs a delta of source `source` through every join, leaving each
+    /// join's output (inserts, retractions) for the plans above. Returns
+    /// the outputs by join.
+    pub async fn propagate(
+        &mut self,
+        source: usize,
+        insert: &[RecordBatch],
+        retract: &[RecordBatch],
+        ctx: Arc<TaskContext>,
+    ) -> Result<Vec<JoinOutput>, SluiceError> {
+        let mut outputs: Vec<JoinOutput> = Vec::with_capacity(self.stages.len());
+        for j in 0..self.stages.len() {
+            let mut out = JoinOutput::default();
+            for side in 0..2 {
+                let input = &self.stages[j].inputs[side];
+                let reads_delta = input.sources.contains(&source)
+                    || input
+                        .joins
+                        .iter()
+                        .any(|&c| !outputs[c].insert.is_empty() || !outputs[c].retract.is_empty());
+                if !reads_delta {
+                    continue;
+                }
+                let plan = input.plan.clone();
+                let children = input.joins.clone();
+                let ins = self
+                    .run(
+                        &plan,
+                        source,
+                        insert,
+                        &children,
+                        &outputs,
+                        true,
+                        ctx.clone(),
+                    )
+                    .await?;
+                let ret = self
+                    .run(
+                        &plan,
+                        source,
+                        retract,
+                        &children,
+                        &outputs,
+                        false,
+                        ctx.clone(),
+                    )
+                    .await?;
+                let o = self.stages[j].operator.apply(side, &ins, &ret)?;
+                out.insert.extend(o.insert);
+                out.retract.extend(o.retract);
+            }
+            outputs.push(out);
+        }
+        Ok(outputs)
+    }
+
+    /// Runs one input plan with `rows` in the slot of `source` (the
+    /// others empty) and the given joins' inserted (or retracted) rows in
+    /// theirs.
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        source: usize,
+        rows: &[RecordBatch],
+        joins: &[usize],
+        outputs: &[JoinOutput],
+        inserted: bool,
+        ctx: Arc<TaskContext>,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        let child_rows = |c: usize| match inserted {
+            true => outputs[c].insert.clone(),
+            false => outputs[c].retract.clone(),
+        };
+        if rows.is_empty() && joins.iter().all(|&c| child_rows(c).is_empty()) {
+            return Ok(Vec::new());
+        }
+        self.fill(source, rows, outputs, inserted);
+        let result = collect(plan.clone(), ctx).await;
+        self.clear();
+        Ok(result?.into_iter().filter(|b| b.num_rows() > 0).collect())
+    }
+
+    /// Puts `rows` in the slot of `source`, and every join's inserted (or
+    /// retracted) rows in its leaf's slot.
+    pub fn fill(
+        &self,
+        source: usize,
+        rows: &[RecordBatch],
+        outputs: &[JoinOutput],
+        inserted: bool,
+    ) {
+        for (i, slot) in self.source_slots.iter().enumerate() {
+            *slot.lock() = match i == source {
+                true => rows.to_vec(),
+                false => Vec::new(),
+            };
+        }
+        for (stage, out) in self.stages.iter().zip(outputs) {
+            *stage.slot.lock() = match inserted {
+                true => out.insert.clone(),
+                false => out.retract.clone(),
+            };
+        }
+    }
+
+    pub fn clear(&self) {
+        for slot in &self.source_slots {
+            slot.lock().clear();
+        }
+        for stage in &self.stages {
+            stage.slot.lock().clear();
+        }
+    }
+
+    /// Every join's state, for a checkpoint: one row per join and side,
+    /// the side's live rows in Arrow IPC form.
+    pub fn snapshot(&self) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.stages.is_empty() {
+            return Ok(None);
+        }
+        let mut operator = Vec::new();
+        let mut side = Vec::new();
+        let mut state: Vec<Vec<u8>> = Vec::new();
+        for (j, stage) in self.stages.iter().enumerate() {
+            for (s, rows) in stage.operator.snapshot()?.iter().enumerate() {
+                operator.push(j as u32);
+                side.push(s as u8);
+                state.push(ipc_bytes(rows)?);
+            }
+        }
+        Ok(Some(RecordBatch::try_new(
+            operator_state_schema(),
+            vec![
+                Arc::new(arrow::array::UInt32Array::from(operator)),
+                Arc::new(arrow::array::UInt8Array::from(side)),
+                Arc::new(arrow::array::BinaryArray::from_iter_values(state)),
+            ],
+        )?))
+    }
+
+    /// Puts back what [`JoinGraph::snapshot`] wrote.
+    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<(), SluiceError> {
+        for b in batches {
+            let (Some(op), Some(side), Some(state)) = (
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::UInt32Array>(),
+                b.column(1)
+                    .as_any()
+                    .downcast_ref::<arrow::array::UInt8Array>(),
+                b.column(2)
+                    .as_any()
+                    .downcast_ref::<arrow::array::BinaryArray>(),
+            ) else {
+                return Err(bad_state("unexpected columns"));
+            };
+            for i in 0..b.num_rows() {
+                let stage = self
+                    .stages
+                    .get_mut(op.value(i) as usize)
+                    .ok_or_else(|| bad_state("a join the view does not have"))?;
+                let side = side.value(i) as usize;
+                if side > 1 {
+                    return Err(bad_state("a join side other than left or right"));
+                }
+                for rows in ipc_batches(state.value(i))? {
+                    stage.operator.restore(side, &rows)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bad_state(what: &str) -> SluiceError {
+    SluiceError::Internal(format!("the checkpoint's join state is damaged: {what}"))
+}
+
+/// The schema of [`JoinGraph::snapshot`]'s batch.
+pub fn operator_state_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema};
+    Arc::new(Schema::new(vec![
+        Field::new("operator", DataType::UInt32, false),
+        Field::new("side", DataType::UInt8, false),
+        Field::new("state", DataType::Binary, false),
+    ]))
+}
+
+fn ipc_bytes(batch: &RecordBatch) -> Result<Vec<u8>, SluiceError> {
+    let mut out = Vec::new();
+    {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())?;
+        w.write(batch)?;
+        w.finish()?;
+    }
+    Ok(out)
+}
+
+fn ipc_batches(bytes: &[u8]) -> Result<Vec<RecordBatch>, SluiceError> {
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    Ok(reader.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Refuses joins the dataflow cannot keep exact, naming what to change.
+fn check_join(join: &datafusion::logical_expr::Join) -> Result<(), SluiceError> {
+    let refuse = |m: String| Err(SluiceError::Unsupported(m));
+    if join.on.is_empty() {
+        return refuse(
+            "a join in a materialized view needs an equality between columns of its two inputs (ON a.k = b.k); cross joins and joins on inequalities alone are not supported".into(),
+        );
+    }
+    // An input is computed afresh from each delta: it may filter and
+    // project rows, not aggregate them.
+    for input in [&join.left, &join.right] {
+        let mut bad = None;
+        input.apply(|n| {
+            let what = match n {
+                LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) => {
+                    "an aggregate (GROUP BY or DISTINCT)"
+                }
+                LogicalPlan::Window(_) => "a window function",
+                LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => "ORDER BY or LIMIT",
+                _ => return Ok(TreeNodeRecursion::Continue),
+            };
+            bad = Some(what);
+            Ok(TreeNodeRecursion::Stop)
+        })?;
+        if let Some(what) = bad {
+            return refuse(format!(
+                "a join over {what} is not supported in materialized views yet; join the tables first and aggregate the joined rows"
+            ));
+        }
+    }
+    if join.null_aware {
+        return refuse(
+            "NOT IN (subquery) over a column that may be NULL is not supported in materialized views; use NOT EXISTS, or make the column NOT NULL".into(),
+        );
+    }
+    if matches!(join.join_type, JoinType::Full) {
+        return refuse(
+            "FULL OUTER JOIN is not supported in materialized views; use LEFT or RIGHT JOIN".into(),
+        );
+    }
+    if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {
+        return refuse(
+            "this subquery (IN or EXISTS under OR or NOT of a nullable column) is not supported in materialized views; write it as a join".into(),
+        );
+    }
+    let mut changing = None;
+    for e in join
+        .on
+        .iter()
+        .flat_map(|(l, r)| [l, r])
+        .chain(join.filter.iter())
+    {
+        if let Some(f) = not_immutable(e, datafusion::logical_expr::Volatility::Immutable)? {
+            changing = Some(f);
+        }
+    }
+    if let Some(f) = changing {
+        return refuse(format!(
+            "{f}() in a join condition of a materialized view gives a different answer each time it runs, so rows could not be taken back exactly; compute it in the source table instead"
+        ));
+    }
+    Ok(())
+}
+
+/// The first function in `e` whose volatility is above `allowed`.
+fn not_immutable(
+    e: &Expr,
+    allowed: datafusion::logical_expr::Volatility,
+) -> Result<Option<String>, SluiceError> {
+    let mut found = None;
+    e.apply(|n| {
+        if let Expr::ScalarFunction(f) = n {
+            if f.func.signature().volatility > allowed {
+                found = Some(f.func.name().to_string());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// Refuses volatile functions (`random()`) anywhere in a view with joins:
+/// a row taken back must compute to the row that was added.
+pub fn check_volatile(plan: &LogicalPlan) -> Result<(), SluiceError> {
+    let mut found = None;
+    plan.apply(|n| {
+        for e in n.expressions() {
+            let f = not_immutable(&e, datafusion::logical_expr::Volatility::Stable)
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+            if let Some(f) = f {
+                found = Some(f);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match found {
+        Some(f) => Err(SluiceError::Unsupported(format!(
+            "{f}() gives a different answer each time it runs; a materialized view with joins cannot use it, since rows it takes back must compute as they did when added"
+        ))),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,460 @@
+//! The incremental equi-join operator of a view's dataflow.
+//!
+//! Deltas: each input sends rows to insert and rows to retract (weight +1
+//! and -1). A delta on one side is joined with the other side's state and
+//! then added to its own (ΔL⋈R, then L+=ΔL; the same for the right), so
+//! that applying the left's delta and then the right's gives exactly
+//! (L+ΔL)⋈(R+ΔR) − L⋈R, self-joins included.
+//!
+//! State: every live row of each side, indexed by the arrow-row bytes of
+//! its join key (rows whose key has a NULL never match and are kept apart).
+//! A retraction removes one equal row. Outer joins keep nothing more: a
+//! preserved row has its NULL-padded twin exactly while no row of the other
+//! side shares its key, so the twin comes and goes when that side's count
+//! for the key crosses zero. Semi and anti joins emit the preserved row
+//! while some (no) row of the other side shares its key.
+//!
+//! Checkpoint: each side's live rows ([`JoinOperator::snapshot`]); the
+//! index is rebuilt from them on restore.
+//!
+//! Watermark: none yet. A join of two endless streams keeps every row of
+//! both, which `EXPLAIN MATERIALIZED VIEW` will say once it exists.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::compute;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::JoinType;
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::error::SluiceError;
+
+/// One row of a side's state: where it is, and its bytes (to find the
+/// row a retraction names).
+struct Entry {
+    batch: u32,
+    row: u32,
+    bytes: Box<[u8]>,
+}
+
+/// One input of the join and its state.
+pub struct JoinSide {
+    pub schema: SchemaRef,
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    key_rows: RowConverter,
+    whole_rows: RowConverter,
+    batches: Vec<RecordBatch>,
+    /// Live rows by join key.
+    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    /// Live rows whose key has a NULL.
+    null_keyed: Vec<Entry>,
+    live: u64,
+}
+
+impl JoinSide {
+    pub fn new(
+        schema: SchemaRef,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<JoinSide, SluiceError> {
+        let key_fields = keys
+            .iter()
+            .map(|k| k.data_type(&schema).map(SortField::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let row_fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(JoinSide {
+            key_rows: RowConverter::new(key_fields)?,
+            whole_rows: RowConverter::new(row_fields)?,
+            schema,
+            keys,
+            batches: Vec::new(),
+            index: HashMap::new(),
+            null_keyed: Vec::new(),
+            live: 0,
+        })
+    }
+
+    /// The join key of each row, and which rows have a NULL in it.
+    fn keys_of(&self, batch: &RecordBatch) -> Result<(Rows, Vec<bool>), SluiceError> {
+        let columns: Vec<ArrayRef> = self
+            .keys
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
+            .collect::<Result<_, _>>()?;
+        let null: Vec<bool> = (0..batch.num_rows())
+            .map(|i| columns.iter().any(|c| c.is_null(i)))
+            .collect();
+        Ok((self.key_rows.convert_columns(&columns)?, null))
+    }
+
+    fn matches(&self, key: Option<&[u8]>) -> &[Entry] {
+        match key.and_then(|k| self.index.get(k)) {
+            Some(v) => v,
+            None => &[],
+        }
+    }
+
+    fn insert(&mut self, key: Option<&[u8]>, entry: Entry) {
+        self.live += 1;
+        match key {
+            Some(k) => self.index.entry(Box::from(k)).or_default().push(entry),
+            None => self.null_keyed.push(entry),
+        }
+    }
+
+    fn remove(&mut self, key: Option<&[u8]>, bytes: &[u8]) -> Result<(), SluiceError> {
+        let list = match key {
+            Some(k) => self.index.get_mut(k),
+            None => Some(&mut self.null_keyed),
+        };
+        let Some(list) = list else {
+            return Err(gone_missing());
+        };
+        let Some(at) = list.iter().position(|e| &*e.bytes == bytes) else {
+            return Err(gone_missing());
+        };
+        list.swap_remove(at);
+        if list.is_empty() {
+            if let Some(k) = key {
+                self.index.remove(k);
+            }
+        }
+        self.live -= 1;
+        Ok(())
+    }
+
+    /// The live rows, as one batch.
+    pub fn live_rows(&self) -> Result<RecordBatch, SluiceError> {
+        let refs: Vec<(usize, usize)> = self
+            .index
+            .values()
+            .flatten()
+            .chain(self.null_keyed.iter())
+            .map(|e| (e.batch as usize, e.row as usize))
+            .collect();
+        if refs.is_empty() {
+            return Ok(RecordBatch::new_empty(self.schema.clone()));
+        }
+        let batches: Vec<&RecordBatch> = self.batches.iter().collect();
+        Ok(compute::interleave_record_batch(&batches, &refs)?)
+    }
+
+    pub fn live(&self) -> u64 {
+        self.live
+    }
+}
+
+fn gone_missing() -> SluiceError {
+    SluiceError::Internal("a join input retracted a row it never sent".into())
+}
+
+/// Where one side of an output row comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    /// Row of the delta being applied.
+    Delta(u32),
+    /// Row of that side's state.
+    State(u32, u32),
+    /// NULLs (the padding of an outer join).
+    Null,
+}
+
+/// Output rows as they are found: weight +1 or -1 each.
+#[derive(Default)]
+struct Found {
+    insert: Vec<(Source, Source)>,
+    retract: Vec<(Source, Source)>,
+}
+
+impl Found {
+    fn push(&mut self, weight: i8, row: (Source, Source)) {
+        match weight > 0 {
+            true => self.insert.push(row),
+            false => self.retract.push(row),
+        }
+    }
+}
+
+/// The delta a join emits: rows to insert and rows to retract.
+#[derive(Default)]
+pub struct JoinOutput {
+    pub insert: Vec<RecordBatch>,
+    pub retract: Vec<RecordBatch>,
+}
+
+pub struct JoinOperator {
+    pub join_type: JoinType,
+    pub sides: [JoinSide; 2],
+    /// The residual condition, over the joined row (inner joins only).
+    filter: Option<Arc<dyn PhysicalExpr>>,
+    pub schema: SchemaRef,
+    pub rows_in: u64,
+    pub rows_out: u64,
+}
+
+impl JoinOperator {
+    /// `schema`: the joined rows' (both sides' columns, or the preserved
+    /// side's alone for a semi or anti join).
+    pub fn new(
+        join_type: JoinType,
+        left: JoinSide,
+        right: JoinSide,
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+    ) -> Result<JoinOperator, SluiceError> {
+        if !matches!(
+            join_type,
+            JoinType::Inner
+                | JoinType::Left
+                | JoinType::Right
+                | JoinType::LeftSemi
+                | JoinType::LeftAnti
+                | JoinType::RightSemi
+                | JoinType::RightAnti
+        ) {
+            return Err(SluiceError::Unsupported(format!(
+                "{join_type} joins are not supported in materialized views"
+            )));
+        }
+        if filter.is_some() && join_type != JoinType::Inner {
+            return Err(SluiceError::Unsupported(format!(
+                "a {join_type} join in a materialized view can only compare its two inputs with equalities of columns (put other conditions in WHERE, or use an inner join)"
+            )));
+        }
+        Ok(JoinOperator {
+            join_type,
+            sides: [left, right],
+            filter,
+            schema,
+            rows_in: 0,
+            rows_out: 0,
+        })
+    }
+
+    /// The side whose rows an outer, semi or anti join keeps.
+    fn preserved(&self) -> Option<usize> {
+        match self.join_type {
+            JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti => Some(0),
+            JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => Some(1),
+            _ => None,
+        }
+    }
+
+    fn emits_pairs(&self) -> bool {
+        matches!(
+            self.join_type,
+            JoinType::Inner | JoinType::Left | JoinType::Right
+        )
+    }
+
+    fn is_semi(&self) -> bool {
+        matches!(self.join_type, JoinType::LeftSemi | JoinType::RightSemi)
+    }
+
+    fn is_anti(&self) -> bool {
+        matches!(self.join_type, JoinType::LeftAnti | JoinType::RightAnti)
+    }
+
+    /// Applies a delta of `side` (0 left, 1 right); returns the joined
+    /// rows it inserts and retracts.
+    pub fn apply(
+        &mut self,
+        side: usize,
+        insert: &[RecordBatch],
+        retract: &[RecordBatch],
+    ) -> Result<JoinOutput, SluiceError> {
+        let mut out = JoinOutput::default();
+        for (batch, weight) in insert
+            .iter()
+            .map(|b| (b, 1i8))
+            .chain(retract.iter().map(|b| (b, -1i8)))
+        {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            self.rows_in += batch.num_rows() as u64;
+            let found = self.apply_batch(side, batch, weight)?;
+            for (rows, into) in [
+                (&found.insert, &mut out.insert),
+                (&found.retract, &mut out.retract),
+            ] {
+                if rows.is_empty() {
+                    continue;
+                }
+                let joined = self.build(side, batch, rows)?;
+                let joined = match &self.filter {
+                    Some(f) => {
+                        let keep = f.evaluate(&joined)?.into_array(joined.num_rows())?;
+                        let keep =
+                            keep.as_any()
+                                .downcast_ref::<BooleanArray>()
+                                .ok_or_else(|| {
+                                    SluiceError::Internal("join condition is not boolean".into())
+                                })?;
+                        compute::filter_record_batch(&joined, keep)?
+                    }
+                    None => joined,
+                };
+                self.rows_out += joined.num_rows() as u64;
+                if joined.num_rows() > 0 {
+                    into.push(joined);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn apply_batch(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        weight: i8,
+    ) -> Result<Found, SluiceError> {
+        let other = 1 - side;
+        let preserved = self.preserved();
+        let pairs = self.emits_pairs();
+        let (semi, anti) = (self.is_semi(), self.is_anti());
+        let (keys, null) = self.sides[side].keys_of(batch)?;
+        let whole = self.sides[side]
+            .whole_rows
+            .convert_columns(batch.columns())?;
+        let stored = match weight > 0 {
+            true => {
+                self.sides[side].batches.push(batch.clone());
+                Some((self.sides[side].batches.len() - 1) as u32)
+            }
+            false => None,
+        };
+        // (left, right) in output order.
+        let pair = |mine: Source, theirs: Source| match side {
+            0 => (mine, theirs),
+            _ => (theirs, mine),
+        };
+        let mut found = Found::default();
+        for i in 0..batch.num_rows() {
+            let key = (!null[i]).then(|| keys.row(i));
+            let key = key.as_ref().map(|k| k.as_ref());
+            let delta = Source::Delta(i as u32);
+            let matches = self.sides[other].matches(key);
+            if pairs {
+                for m in matches {
+                    found.push(weight, pair(delta, Source::State(m.batch, m.row)));
+                }
+            }
+            if preserved == Some(side) {
+                let keep = match (semi, anti) {
+                    (true, _) => !matches.is_empty(),
+                    (_, true) => matches.is_empty(),
+                    _ => matches.is_empty(),
+                };
+                if keep {
+                    found.push(weight, pair(delta, Source::Null));
+                }
+            }
+            // This side's count for the key crossing zero makes the other
+            // (preserved) side's padded, semi or anti rows come or go.
+            let before = self.sides[side].matches(key).len();
+            match stored {
+                Some(b) => self.sides[side].insert(
+                    key,
+                    Entry {
+                        batch: b,
+                        row: i as u32,
+                        bytes: Box::from(whole.row(i).as_ref()),
+                    },
+                ),
+                None => self.sides[side].remove(key, whole.row(i).as_ref())?,
+            }
+            let after = self.sides[side].matches(key).len();
+            if preserved == Some(other) && key.is_some() && (before == 0) != (after == 0) {
+                // Appeared: padded and anti rows go, semi rows come.
+                let appeared: i8 = if after > 0 { 1 } else { -1 };
+                let w = if semi { appeared } else { -appeared };
+                for m in self.sides[other].matches(key) {
+                    found.push(w, pair(Source::Null, Source::State(m.batch, m.row)));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The output rows `rows` names, for a delta `batch` of `side`.
+    fn build(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        rows: &[(Source, Source)],
+    ) -> Result<RecordBatch, SluiceError> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        let both = self.emits_pairs();
+        for (s, pick) in [(0usize, 0usize), (1, 1)] {
+            // A semi or anti join outputs the preserved side alone.
+            if !both && self.preserved() != Some(s) {
+                continue;
+            }
+            let state = &self.sides[s];
+            for c in 0..state.schema.fields().len() {
+                let field = state.schema.field(c);
+                let null = new_null_array(field.data_type(), 1);
+                let mut arrays: Vec<&dyn Array> = Vec::with_capacity(state.batches.len() + 2);
+                arrays.push(null.as_ref());
+                let delta_at = arrays.len();
+                if side == s {
+                    arrays.push(batch.column(c).as_ref());
+                }
+                let state_at = arrays.len();
+                arrays.extend(state.batches.iter().map(|b| b.column(c).as_ref()));
+                let indices: Vec<(usize, usize)> = rows
+                    .iter()
+                    .map(|r| match if pick == 0 { r.0 } else { r.1 } {
+                        Source::Null => (0, 0),
+                        Source::Delta(i) => (delta_at, i as usize),
+                        Source::State(b, i) => (state_at + b as usize, i as usize),
+                    })
+                    .collect();
+                columns.push(compute::interleave(&arrays, &indices)?);
+            }
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// Each side's live rows, for a checkpoint.
+    pub fn snapshot(&self) -> Result<[RecordBatch; 2], SluiceError> {
+        Ok([self.sides[0].live_rows()?, self.sides[1].live_rows()?])
+    }
+
+    /// Puts back a side's rows from a checkpoint (emitting nothing).
+    pub fn restore(&mut self, side: usize, rows: &RecordBatch) -> Result<(), SluiceError> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let s = &mut self.sides[side];
+        let rows = RecordBatch::try_new(s.schema.clone(), rows.columns().to_vec())?;
+        let (keys, null) = s.keys_of(&rows)?;
+        let whole = s.whole_rows.convert_columns(rows.columns())?;
+        s.batches.push(rows.clone());
+        let b = (s.batches.len() - 1) as u32;
+        for i in 0..rows.num_rows() {
+            let key = (!null[i]).then(|| keys.row(i));
+            s.insert(
+                key.as_ref().map(|k| k.as_ref()),
+                Entry {
+                    batch: b,
+                    row: i as u32,
+                    bytes: Box::from(whole.row(i).as_ref()),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    pub fn state_rows(&self) -> u64 {
+        self.sides[0].live() + self.sides[1].live()
+    }
+}
