@@ -1,0 +1,228 @@
+//! Views with joins, DISTINCT and UNION equal their own query run as a
+//! batch query over the tables: after random inserts, upserts and deletes
+//! on every side (keys from a small domain, NULL keys, multi-table
+//! transactions), and again after SIGKILL at random moments and a restart
+//! from checkpoints.
+
+mod common;
+
+use common::{crash_runs_or, sqlstate, text_rows, Server};
+use rand::{Rng, SeedableRng};
+
+const TABLES: &str = "
+    CREATE TABLE l (k BIGINT, v BIGINT) APPEND ONLY WITH (partitions = 2);
+    CREATE TABLE s (k BIGINT, x BIGINT) APPEND ONLY;
+    CREATE TABLE r (id BIGINT PRIMARY KEY, k BIGINT, w BIGINT) WITH (partitions = 2);
+    CREATE TABLE d (k BIGINT PRIMARY KEY, name TEXT);
+";
+
+/// Every join kind, a three-way join, a self-join, aggregates over joins,
+/// DISTINCT and UNION.
+const VIEWS: &[(&str, &str)] = &[
+    (
+        "inner_lr",
+        "SELECT l.k, l.v, r.id, r.w FROM l JOIN r ON l.k = r.k",
+    ),
+    (
+        "inner_filtered",
+        "SELECT l.v, r.w FROM l JOIN r ON l.k = r.k AND l.v < r.w * 5 WHERE r.w % 3 <> 0",
+    ),
+    (
+        "left_lr",
+        "SELECT l.k, l.v, r.id FROM l LEFT JOIN r ON l.k = r.k",
+    ),
+    (
+        "right_lr",
+        "SELECT l.v, r.id, r.k FROM l RIGHT JOIN r ON l.k = r.k",
+    ),
+    ("semi", "SELECT k, v FROM l WHERE k IN (SELECT k FROM r)"),
+    (
+        "anti",
+        "SELECT k, v FROM l WHERE NOT EXISTS (SELECT 1 FROM d WHERE d.k = l.k)",
+    ),
+    (
+        "three",
+        "SELECT l.v, r.w, d.name FROM l JOIN r ON l.k = r.k JOIN d ON d.k = r.k",
+    ),
+    (
+        "self_join",
+        "SELECT a.v AS a, b.v AS b FROM l a JOIN l b ON a.k = b.k AND a.v < b.v",
+    ),
+    (
+        "agg_over_join",
+        "SELECT d.name, count(*) AS n, sum(l.v) AS total, min(l.v) AS lo, max(l.v) AS hi \
+         FROM l JOIN d ON l.k = d.k GROUP BY d.name",
+    ),
+    (
+        "left_agg",
+        "SELECT l.k, count(r.id) AS matches FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.k",
+    ),
+    (
+        "keyed_both",
+        "SELECT r.id, d.name FROM r LEFT JOIN d ON r.k = d.k",
+    ),
+    ("distinct_k", "SELECT DISTINCT k FROM l"),
+    (
+        "union_all",
+        "SELECT k FROM l UNION ALL SELECT k FROM s UNION ALL SELECT k FROM r",
+    ),
+    ("union_distinct", "SELECT k FROM l UNION SELECT k FROM d"),
+];
+
+type Rand = rand::rngs::StdRng;
+
+fn key(rng: &mut Rand) -> String {
+    match rng.gen_range(0..6) {
+        5 => "NULL".into(),
+        k => k.to_string(),
+    }
+}
+
+/// One random write: appends, upserts, updates or deletes.
+fn one_write(rng: &mut Rand) -> String {
+    match rng.gen_range(0..9) {
+        0..=2 => {
+            let n = rng.gen_range(1..6);
+            let rows: Vec<String> = (0..n)
+                .map(|_| format!("({}, {})", key(rng), rng.gen_range(0..100)))
+                .collect();
+            format!("INSERT INTO l VALUES {}", rows.join(", "))
+        }
+        3 => format!(
+            "INSERT INTO s VALUES ({}, {})",
+            key(rng),
+            rng.gen_range(0..100)
+        ),
+        4 | 5 => format!(
+            "INSERT INTO r VALUES ({}, {}, {})",
+            rng.gen_range(0..8),
+            key(rng),
+            rng.gen_range(0..20)
+        ),
+        6 => format!("UPDATE r SET w = w + 1 WHERE id = {}", rng.gen_range(0..8)),
+        7 => format!(
+            "INSERT INTO d VALUES ({}, '{}')",
+            rng.gen_range(0..5),
+            ["x", "y", "z"][rng.gen_range(0..3)]
+        ),
+        _ => match rng.gen_bool(0.5) {
+            true => format!("DELETE FROM r WHERE id = {}", rng.gen_range(0..8)),
+            false => format!("DELETE FROM d WHERE k = {}", rng.gen_range(0..5)),
+        },
+    }
+}
+
+/// A write alone, or two in one transaction.
+fn random_write(rng: &mut Rand) -> String {
+    match rng.gen_range(0..5) {
+        0 => format!("BEGIN; {}; {}; COMMIT", one_write(rng), one_write(rng)),
+        _ => one_write(rng),
+    }
+}
+
+fn sorted(mut rows: Vec<String>) -> Vec<String> {
+    rows.sort();
+    rows
+}
+
+/// Every view equals its query run over the tables, as multisets.
+async fn check_views(c: &tokio_postgres::Client, when: &str) {
+    c.batch_execute("FLUSH").await.unwrap();
+    let mut sizes = Vec::new();
+    for (name, query) in VIEWS {
+        let view = sorted(text_rows(c, &format!("SELECT * FROM {name}")).await);
+        let batch = sorted(text_rows(c, query).await);
+        assert_eq!(view, batch, "{name} {when}");
+        sizes.push(format!("{name}={}", view.len()));
+    }
+    eprintln!("{when}: {}", sizes.join(" "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_views_equal_batch_queries_through_changes_and_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    let seed = std::env::var("SLUICE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(13);
+    let mut rng = Rand::seed_from_u64(seed);
+    // Some rows before the views: they backfill.
+    for _ in 0..20 {
+        c.batch_execute(&random_write(&mut rng)).await.unwrap();
+    }
+    for (name, query) in VIEWS {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    check_views(&c, "after backfill").await;
+    for round in 0..4 {
+        for _ in 0..30 {
+            c.batch_execute(&random_write(&mut rng)).await.unwrap();
+        }
+        check_views(&c, &format!("after round {round}")).await;
+    }
+    drop(c);
+
+    // SIGKILL while the views are still applying what was just written.
+    let kills = crash_runs_or(3);
+    for kill in 0..kills {
+        let c = server.connect().await;
+        let writes = rng.gen_range(5..40);
+        for _ in 0..writes {
+            c.batch_execute(&random_write(&mut rng)).await.unwrap();
+        }
+        drop(c);
+        tokio::time::sleep(std::time::Duration::from_millis(rng.gen_range(0..400))).await;
+        server.kill9();
+        server.restart();
+        let c = server.connect().await;
+        check_views(&c, &format!("after kill {kill}")).await;
+    }
+}
+
+/// What the dataflow cannot keep exact is refused at CREATE, naming what
+/// to change.
+#[tokio::test]
+async fn joins_that_cannot_be_kept_exact_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    for (query, says) in [
+        ("SELECT * FROM l, r", "needs an equality"),
+        ("SELECT * FROM l JOIN r ON l.v < r.w", "needs an equality"),
+        ("SELECT * FROM l FULL JOIN r ON l.k = r.k", "FULL OUTER JOIN"),
+        (
+            "SELECT * FROM l WHERE k NOT IN (SELECT k FROM r)",
+            "NOT IN (subquery)",
+        ),
+        (
+            "SELECT * FROM l JOIN r ON l.k = r.k AND random() > 0.5",
+            "random()",
+        ),
+        (
+            "SELECT * FROM l LEFT JOIN r ON l.k = r.k AND l.v < r.w",
+            "equalities of columns",
+        ),
+        (
+            "SELECT l.k, t.n FROM l JOIN (SELECT k, count(*) AS n FROM r GROUP BY k) t ON l.k = t.k",
+            "join over an aggregate",
+        ),
+    ] {
+        let e = c
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW bad AS {query}"))
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "0A000", "{query}: {e}");
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains(says), "{query}: {message}");
+    }
+    // Nothing was created.
+    assert!(text_rows(&c, "SELECT view_name FROM sluice_catalog.views")
+        .await
+        .is_empty());
+}
