@@ -54,6 +54,11 @@ const VIEWS: &[(&str, &str)] = &[
          FROM l JOIN d ON l.k = d.k GROUP BY d.name",
     ),
     (
+        "count_distinct",
+        "SELECT d.name, count(DISTINCT l.v) AS values, count(DISTINCT r.w) AS ws \
+         FROM l JOIN d ON l.k = d.k LEFT JOIN r ON r.k = l.k GROUP BY d.name",
+    ),
+    (
         "left_agg",
         "SELECT l.k, count(r.id) AS matches FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.k",
     ),
@@ -62,6 +67,23 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT r.id, d.name FROM r LEFT JOIN d ON r.k = d.k",
     ),
     ("distinct_k", "SELECT DISTINCT k FROM l"),
+    (
+        "having",
+        "SELECT k, count(*) AS n FROM l GROUP BY k HAVING count(*) > 2",
+    ),
+    (
+        "having_join",
+        "SELECT d.name, sum(l.v) AS total FROM l JOIN d ON l.k = d.k GROUP BY d.name HAVING sum(l.v) > 100",
+    ),
+    (
+        "from_subquery",
+        "SELECT t.k, t.doubled, r.id FROM (SELECT k, v * 2 AS doubled FROM l WHERE v > 10) t JOIN r ON r.k = t.k",
+    ),
+    (
+        "case_coalesce",
+        "SELECT CASE WHEN l.v > 50 THEN 'big' ELSE 'small' END AS size, coalesce(r.w, -1) AS w \
+         FROM l LEFT JOIN r ON l.k = r.k",
+    ),
     (
         "union_all",
         "SELECT k FROM l UNION ALL SELECT k FROM s UNION ALL SELECT k FROM r",
@@ -225,4 +247,60 @@ async fn joins_that_cannot_be_kept_exact_are_refused() {
     assert!(text_rows(&c, "SELECT view_name FROM sluice_catalog.views")
         .await
         .is_empty());
+}
+
+/// sql/examples/enrichment.sql: a price change re-derives the tenant's
+/// bill, and a deleted tenant's bill goes (its usage shows as unbilled);
+/// each step equals the batch query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_enrichment_example_follows_price_changes_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/sql/examples/enrichment.sql"
+    ))
+    .unwrap();
+    let (setup, rest) = example.split_once("-- load").unwrap();
+    let (load, change) = rest.split_once("-- change").unwrap();
+    c.batch_execute(setup).await.unwrap();
+    let bill =
+        "SELECT tenant, plan, hour, tokens, cost_cents FROM hourly_bill ORDER BY tenant, hour";
+    let batch_bill = "SELECT u.tenant, t.plan, date_trunc('hour', u.event_time) AS hour, \
+        SUM(u.tokens), SUM(u.tokens * t.price_per_1k_cents) / 1000 \
+        FROM usage u JOIN tenants t ON u.tenant = t.tenant \
+        GROUP BY u.tenant, t.plan, date_trunc('hour', u.event_time) ORDER BY 1, 3";
+
+    c.batch_execute(load).await.unwrap();
+    assert_eq!(
+        text_rows(&c, bill).await,
+        [
+            "acme|pro|2026-11-30 10:00:00|4000|800",
+            "acme|pro|2026-11-30 11:00:00|2000|400",
+            "globex|free|2026-11-30 10:00:00|2000|100",
+            "initech|pro|2026-11-30 11:00:00|5000|1000",
+        ]
+    );
+    assert_eq!(text_rows(&c, bill).await, text_rows(&c, batch_bill).await);
+    assert_eq!(
+        text_rows(&c, "SELECT * FROM unbilled").await,
+        ["hooli|1|700"]
+    );
+
+    c.batch_execute(change).await.unwrap();
+    assert_eq!(
+        text_rows(&c, bill).await,
+        [
+            "acme|enterprise|2026-11-30 10:00:00|4000|600",
+            "acme|enterprise|2026-11-30 11:00:00|2000|300",
+            "globex|free|2026-11-30 10:00:00|2000|100",
+            "hooli|free|2026-11-30 11:00:00|700|35",
+        ]
+    );
+    assert_eq!(text_rows(&c, bill).await, text_rows(&c, batch_bill).await);
+    assert_eq!(
+        text_rows(&c, "SELECT * FROM unbilled").await,
+        ["initech|1|5000"]
+    );
 }

@@ -148,6 +148,46 @@ impl JoinSide {
     pub fn live(&self) -> u64 {
         self.live
     }
+
+    /// Rewrites the state as its live rows alone once retracted rows (a
+    /// keyed table's old versions) outnumber them: a side joined on its
+    /// primary key then holds one row per key.
+    fn compact(&mut self) -> Result<(), SluiceError> {
+        let held: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
+        if held < 4096 || held < 2 * self.live {
+            return Ok(());
+        }
+        let live = self.live_rows()?;
+        self.batches.clear();
+        self.index.clear();
+        self.null_keyed.clear();
+        self.live = 0;
+        self.load(&live)
+    }
+
+    /// Takes `rows` into the state (emitting nothing).
+    fn load(&mut self, rows: &RecordBatch) -> Result<(), SluiceError> {
+        if rows.num_rows() == 0 {
+            return Ok(());
+        }
+        let rows = RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec())?;
+        let (keys, null) = self.keys_of(&rows)?;
+        let whole = self.whole_rows.convert_columns(rows.columns())?;
+        self.batches.push(rows.clone());
+        let b = (self.batches.len() - 1) as u32;
+        for i in 0..rows.num_rows() {
+            let key = (!null[i]).then(|| keys.row(i));
+            self.insert(
+                key.as_ref().map(|k| k.as_ref()),
+                Entry {
+                    batch: b,
+                    row: i as u32,
+                    bytes: Box::from(whole.row(i).as_ref()),
+                },
+            );
+        }
+        Ok(())
+    }
 }
 
 fn gone_missing() -> SluiceError {
@@ -307,6 +347,7 @@ impl JoinOperator {
                 }
             }
         }
+        self.sides[side].compact()?;
         Ok(out)
     }
 
@@ -431,27 +472,7 @@ impl JoinOperator {
 
     /// Puts back a side's rows from a checkpoint (emitting nothing).
     pub fn restore(&mut self, side: usize, rows: &RecordBatch) -> Result<(), SluiceError> {
-        if rows.num_rows() == 0 {
-            return Ok(());
-        }
-        let s = &mut self.sides[side];
-        let rows = RecordBatch::try_new(s.schema.clone(), rows.columns().to_vec())?;
-        let (keys, null) = s.keys_of(&rows)?;
-        let whole = s.whole_rows.convert_columns(rows.columns())?;
-        s.batches.push(rows.clone());
-        let b = (s.batches.len() - 1) as u32;
-        for i in 0..rows.num_rows() {
-            let key = (!null[i]).then(|| keys.row(i));
-            s.insert(
-                key.as_ref().map(|k| k.as_ref()),
-                Entry {
-                    batch: b,
-                    row: i as u32,
-                    bytes: Box::from(whole.row(i).as_ref()),
-                },
-            );
-        }
-        Ok(())
+        self.sides[side].load(rows)
     }
 
     pub fn state_rows(&self) -> u64 {

@@ -481,19 +481,30 @@ pub(super) fn find_aggregate(
     })?;
     match count {
         0 => Ok(None),
-        1 => match plan {
-            LogicalPlan::Aggregate(a) => Ok(Some((a, None))),
-            LogicalPlan::Projection(p) => match p.input.as_ref() {
+        1 => {
+            let refused = || {
+                unsupported(
+                    "only HAVING and a projection may follow GROUP BY in a materialized view (ORDER BY, LIMIT, joins and unions of aggregates are not supported yet)",
+                )
+            };
+            // Above the aggregate: a projection, a HAVING filter, or both.
+            let below_projection = match plan {
+                LogicalPlan::Projection(p) => p.input.as_ref(),
+                other => other,
+            };
+            let aggregate = match below_projection {
+                LogicalPlan::Filter(f) => f.input.as_ref(),
+                other => other,
+            };
+            match aggregate {
+                LogicalPlan::Aggregate(a) if std::ptr::eq(aggregate, plan) => Ok(Some((a, None))),
                 LogicalPlan::Aggregate(a) => Ok(Some((a, Some(plan)))),
-                _ => Err(unsupported(
-                    "only a projection may follow GROUP BY in a materialized view (HAVING, ORDER BY and LIMIT are not supported yet)",
-                )),
-            },
-            _ => Err(unsupported(
-                "only a projection may follow GROUP BY in a materialized view (HAVING, ORDER BY and LIMIT are not supported yet)",
-            )),
-        },
-        _ => Err(unsupported("more than one GROUP BY in a materialized view is not supported yet")),
+                _ => Err(refused()),
+            }
+        }
+        _ => Err(unsupported(
+            "more than one GROUP BY in a materialized view is not supported yet",
+        )),
     }
 }
 
@@ -505,6 +516,8 @@ pub(super) struct AggregatePipeline {
     aggs: Vec<Arc<AggregateFunctionExpr>>,
     agg_schema: SchemaRef,
     output: Option<Vec<Arc<dyn PhysicalExpr>>>,
+    /// HAVING, over the aggregate's rows.
+    having: Option<Arc<dyn PhysicalExpr>>,
     converter: RowConverter,
     /// Group index by the key's row bytes (looked up without allocating).
     groups: HashMap<Vec<u8>, usize>,
@@ -560,6 +573,19 @@ impl AggregatePipeline {
             ),
             _ => None,
         };
+        // HAVING: a filter over the aggregate's rows, below the projection.
+        let having = match projection {
+            Some(LogicalPlan::Projection(p)) => match p.input.as_ref() {
+                LogicalPlan::Filter(f) => Some(&f.predicate),
+                _ => None,
+            },
+            Some(LogicalPlan::Filter(f)) => Some(&f.predicate),
+            _ => None,
+        };
+        let having = match having {
+            Some(e) => Some(state.create_physical_expr(e.clone(), &aggregate.schema)?),
+            None => None,
+        };
         let fields = group_exprs
             .iter()
             .map(|e| e.data_type(input.schema().as_ref()).map(SortField::new))
@@ -570,6 +596,7 @@ impl AggregatePipeline {
             aggs,
             agg_schema,
             output,
+            having,
             converter: RowConverter::new(fields)?,
             groups: HashMap::new(),
             keys: Vec::new(),
@@ -580,14 +607,16 @@ impl AggregatePipeline {
         if retracting {
             for a in &pipeline.aggs {
                 let name = a.fun().name().to_lowercase();
-                if a.is_distinct()
-                    || !matches!(
+                let supported = match a.is_distinct() {
+                    true => matches!(name.as_str(), "count" | "min" | "max"),
+                    false => matches!(
                         name.as_str(),
                         "count" | "sum" | "avg" | "mean" | "min" | "max"
-                    )
-                {
+                    ),
+                };
+                if !supported {
                     return Err(unsupported(format!(
-                        "{} over a keyed table is not supported: views over keyed tables retract rows, which COUNT, SUM, AVG, MIN and MAX (without DISTINCT) can",
+                        "{} is not supported here: this view takes rows back (it reads a keyed table, or has an outer, semi or anti join), which COUNT, COUNT(DISTINCT), SUM, AVG, MIN and MAX can",
                         a.name()
                     )));
                 }
@@ -619,6 +648,15 @@ impl AggregatePipeline {
                 name == "max",
                 a.field().data_type().clone(),
             )?)),
+            "count" if a.is_distinct() => {
+                let input = a
+                    .expressions()
+                    .first()
+                    .map(|e| e.data_type(self.input.schema().as_ref()))
+                    .transpose()?
+                    .ok_or_else(|| unsupported("COUNT(DISTINCT) of no column"))?;
+                Ok(Box::new(RetractableMinMax::count_distinct(input)?))
+            }
             _ => Ok(a.create_sliding_accumulator()?),
         }
     }
@@ -714,7 +752,7 @@ impl AggregatePipeline {
         let all: Vec<usize> = (0..self.accumulators.len())
             .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
             .collect();
-        self.rows_of(schema, &all)
+        self.rows_of(schema, &all, true)
     }
 
     /// Emits the rows of the windows whose `window_end` is at or before
@@ -745,7 +783,7 @@ impl AggregatePipeline {
         if closed.is_empty() {
             return Ok(None);
         }
-        let batch = self.rows_of(schema, &closed)?;
+        let batch = self.rows_of(schema, &closed, true)?;
         let mut is_closed = vec![false; self.keys.len()];
         for g in closed {
             is_closed[g] = true;
@@ -804,11 +842,13 @@ impl AggregatePipeline {
         Ok(arrow::compute::filter_record_batch(batch, &open)?)
     }
 
-    /// Output rows of the given groups.
+    /// Output rows of the given groups (those HAVING keeps, when
+    /// `having`).
     fn rows_of(
         &mut self,
         schema: &SchemaRef,
         groups: &[usize],
+        having: bool,
     ) -> Result<RecordBatch, SluiceError> {
         let n = groups.len();
         let mut columns: Vec<ArrayRef> = if self.group_exprs.is_empty() {
@@ -832,6 +872,19 @@ impl AggregatePipeline {
         let options = RecordBatchOptions::new().with_row_count(Some(n));
         let agg_batch =
             RecordBatch::try_new_with_options(self.agg_schema.clone(), columns, &options)?;
+        let agg_batch = match self.having.as_ref().filter(|_| having) {
+            Some(h) => {
+                let keep = h.evaluate(&agg_batch)?.into_array(n)?;
+                let keep = keep
+                    .as_any()
+                    .downcast_ref::<arrow::array::BooleanArray>()
+                    .ok_or_else(|| SluiceError::Internal("HAVING is not boolean".into()))?;
+                compute::filter_record_batch(&agg_batch, keep)?
+            }
+            None => agg_batch,
+        };
+        let n = agg_batch.num_rows();
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
         match &self.output {
             None => Ok(RecordBatch::try_new_with_options(
                 schema.clone(),
@@ -902,7 +955,8 @@ impl AggregatePipeline {
             return Ok(None);
         }
         let all: Vec<usize> = (0..n).collect();
-        let current = self.rows_of(schema, &all)?;
+        // One row per group: HAVING does not apply to the saved state.
+        let current = self.rows_of(schema, &all, false)?;
         let mut fields: Vec<Field> = schema
             .fields()
             .iter()

@@ -10,11 +10,14 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::Accumulator;
 
-/// MIN or MAX over a multiset of values: taking back the current extreme
-/// gives the next one.
+/// MIN, MAX or COUNT(DISTINCT) over a multiset of values: taking back the
+/// current extreme gives the next one, and a value counts while any copy
+/// of it remains.
 #[derive(Debug)]
 pub struct RetractableMinMax {
     max: bool,
+    /// COUNT(DISTINCT) rather than MIN or MAX.
+    count_distinct: bool,
     data_type: DataType,
     converter: RowConverter,
     /// Values by their order-preserving bytes, with how often each occurs.
@@ -25,9 +28,18 @@ impl RetractableMinMax {
     pub fn new(max: bool, data_type: DataType) -> Result<RetractableMinMax> {
         Ok(RetractableMinMax {
             max,
+            count_distinct: false,
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
             data_type,
             values: BTreeMap::new(),
+        })
+    }
+
+    /// COUNT(DISTINCT) of values of `data_type`.
+    pub fn count_distinct(data_type: DataType) -> Result<RetractableMinMax> {
+        Ok(RetractableMinMax {
+            count_distinct: true,
+            ..RetractableMinMax::new(false, data_type)?
         })
     }
 
@@ -70,6 +82,9 @@ impl Accumulator for RetractableMinMax {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
+        if self.count_distinct {
+            return Ok(ScalarValue::Int64(Some(self.values.len() as i64)));
+        }
         let extreme = if self.max {
             self.values.values().next_back()
         } else {
