@@ -94,7 +94,7 @@ const VIEWS: &[(&str, &str)] = &[
 type Rand = rand::rngs::StdRng;
 
 fn key(rng: &mut Rand) -> String {
-    match rng.gen_range(0..6) {
+    match rng.random_range(0..6) {
         5 => "NULL".into(),
         k => k.to_string(),
     }
@@ -102,41 +102,44 @@ fn key(rng: &mut Rand) -> String {
 
 /// One random write: appends, upserts, updates or deletes.
 fn one_write(rng: &mut Rand) -> String {
-    match rng.gen_range(0..9) {
+    match rng.random_range(0..9) {
         0..=2 => {
-            let n = rng.gen_range(1..6);
+            let n = rng.random_range(1..6);
             let rows: Vec<String> = (0..n)
-                .map(|_| format!("({}, {})", key(rng), rng.gen_range(0..100)))
+                .map(|_| format!("({}, {})", key(rng), rng.random_range(0..100)))
                 .collect();
             format!("INSERT INTO l VALUES {}", rows.join(", "))
         }
         3 => format!(
             "INSERT INTO s VALUES ({}, {})",
             key(rng),
-            rng.gen_range(0..100)
+            rng.random_range(0..100)
         ),
         4 | 5 => format!(
             "INSERT INTO r VALUES ({}, {}, {})",
-            rng.gen_range(0..8),
+            rng.random_range(0..8),
             key(rng),
-            rng.gen_range(0..20)
+            rng.random_range(0..20)
         ),
-        6 => format!("UPDATE r SET w = w + 1 WHERE id = {}", rng.gen_range(0..8)),
+        6 => format!(
+            "UPDATE r SET w = w + 1 WHERE id = {}",
+            rng.random_range(0..8)
+        ),
         7 => format!(
             "INSERT INTO d VALUES ({}, '{}')",
-            rng.gen_range(0..5),
-            ["x", "y", "z"][rng.gen_range(0..3)]
+            rng.random_range(0..5),
+            ["x", "y", "z"][rng.random_range(0..3)]
         ),
-        _ => match rng.gen_bool(0.5) {
-            true => format!("DELETE FROM r WHERE id = {}", rng.gen_range(0..8)),
-            false => format!("DELETE FROM d WHERE k = {}", rng.gen_range(0..5)),
+        _ => match rng.random_bool(0.5) {
+            true => format!("DELETE FROM r WHERE id = {}", rng.random_range(0..8)),
+            false => format!("DELETE FROM d WHERE k = {}", rng.random_range(0..5)),
         },
     }
 }
 
 /// A write alone, or two in one transaction.
 fn random_write(rng: &mut Rand) -> String {
-    match rng.gen_range(0..5) {
+    match rng.random_range(0..5) {
         0 => format!("BEGIN; {}; {}; COMMIT", one_write(rng), one_write(rng)),
         _ => one_write(rng),
     }
@@ -193,12 +196,12 @@ async fn join_views_equal_batch_queries_through_changes_and_sigkill() {
     let kills = crash_runs_or(3);
     for kill in 0..kills {
         let c = server.connect().await;
-        let writes = rng.gen_range(5..40);
+        let writes = rng.random_range(5..40);
         for _ in 0..writes {
             c.batch_execute(&random_write(&mut rng)).await.unwrap();
         }
         drop(c);
-        tokio::time::sleep(std::time::Duration::from_millis(rng.gen_range(0..400))).await;
+        tokio::time::sleep(std::time::Duration::from_millis(rng.random_range(0..400))).await;
         server.kill9();
         server.restart();
         let c = server.connect().await;
@@ -303,4 +306,51 @@ async fn the_enrichment_example_follows_price_changes_and_deletes() {
         text_rows(&c, "SELECT * FROM unbilled").await,
         ["initech|1|5000"]
     );
+
+    // The operator graph, and where its state is.
+    let plan = text_rows(&c, "EXPLAIN MATERIALIZED VIEW hourly_bill")
+        .await
+        .join("\n");
+    assert!(
+        plan.contains("join 0: INNER JOIN ON u.tenant = t.tenant"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("aggregate: GROUP BY u.tenant, t.plan"),
+        "{plan}"
+    );
+    assert!(plan.contains("table tenants (keyed"), "{plan}");
+    let plan = text_rows(&c, "EXPLAIN MATERIALIZED VIEW unbilled")
+        .await
+        .join("\n");
+    assert!(plan.contains("LEFT ANTI JOIN"), "{plan}");
+    let operators = text_rows(
+        &c,
+        "SELECT operator, kind, state_rows > 0, input_rows > 0 FROM sluice_catalog.view_operators \
+         WHERE view_name = 'hourly_bill' ORDER BY operator",
+    )
+    .await;
+    assert_eq!(operators, ["0|join|t|t", "1|aggregate|t|t"]);
+    let plan = text_rows(
+        &c,
+        "EXPLAIN CREATE MATERIALIZED VIEW later AS SELECT t.plan, count(*) FROM usage u \
+         LEFT JOIN tenants t ON u.tenant = t.tenant GROUP BY t.plan",
+    )
+    .await
+    .join("\n");
+    assert!(plan.contains("join 0: LEFT JOIN"), "{plan}");
+    assert!(
+        text_rows(
+            &c,
+            "SELECT view_name FROM sluice_catalog.views WHERE view_name = 'later'"
+        )
+        .await
+        .is_empty(),
+        "EXPLAIN CREATE creates nothing"
+    );
+    let e = c
+        .batch_execute("EXPLAIN MATERIALIZED VIEW nope")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42P01");
 }

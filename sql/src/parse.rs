@@ -58,6 +58,13 @@ pub enum Statement {
     },
     /// `SHOW MATERIALIZED VIEWS`
     ShowViews,
+    /// `EXPLAIN MATERIALIZED VIEW v`: the view's operator graph.
+    ExplainView {
+        name: String,
+    },
+    /// `EXPLAIN CREATE MATERIALIZED VIEW ...`: the graph the view would
+    /// have, without creating it.
+    ExplainCreateView(CreateView),
     /// `FLUSH`: wait until every view reflects every acknowledged row.
     Flush,
     Transaction(TransactionOp),
@@ -319,6 +326,22 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     {
         ["flush"] => return Ok(Statement::Flush),
         ["show", "materialized", "views"] => return Ok(Statement::ShowViews),
+        ["explain", "materialized", "view", _] => {
+            let name = sql.split_whitespace().nth(3).unwrap_or_default();
+            return Ok(Statement::ExplainView {
+                name: unquote_word(name.trim_end_matches(';')),
+            });
+        }
+        ["explain", "create", "materialized", "view", ..] => {
+            let rest = sql.trim_start();
+            return match parse_sql(&rest["explain".len()..])? {
+                Statement::CreateView(view) => Ok(Statement::ExplainCreateView(view)),
+                _ => Err(SqlError::Syntax(
+                    "EXPLAIN CREATE MATERIALIZED VIEW takes a CREATE MATERIALIZED VIEW statement"
+                        .into(),
+                )),
+            };
+        }
         ["vacuum", table] | ["alter", "table", table, "compact"] => {
             return Ok(Statement::Compact {
                 table: table.trim_matches('"').to_string(),
@@ -727,6 +750,14 @@ fn create_view(view: ast::CreateView, clauses: &StreamingClauses) -> Result<Stat
         emit_on_window_close: clauses.emit_on_window_close,
         allowed_lateness_us,
     }))
+}
+
+/// A name as one word of the statement: quoted names keep their case.
+fn unquote_word(word: &str) -> String {
+    match word.strip_prefix('"').and_then(|w| w.strip_suffix('"')) {
+        Some(quoted) => quoted.to_string(),
+        None => word.to_lowercase(),
+    }
 }
 
 fn first_words(sql: &str) -> String {

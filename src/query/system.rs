@@ -83,13 +83,14 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 8] = [
+const SYSTEM_TABLES: [&str; 9] = [
     "checkpoints",
     "lag",
     "late_rows",
     "partitions",
     "subscriptions",
     "tables",
+    "view_operators",
     "views",
     "watermarks",
 ];
@@ -113,6 +114,7 @@ impl SchemaProvider for SystemSchema {
             "subscriptions" => SystemTable::live(Arc::new(move || subscriptions_batch(&subs)))?,
             "late_rows" => SystemTable::live(Arc::new(move || late_rows_batch(&views)))?,
             "views" => SystemTable::live(Arc::new(move || views_batch(&views)))?,
+            "view_operators" => SystemTable::live(Arc::new(move || view_operators_batch(&views)))?,
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(table)))
@@ -668,6 +670,60 @@ fn checkpoints_batch(views: &ViewManager) -> Result<RecordBatch> {
 
 /// Rows each view refused because their window had closed (the newest
 /// 100,000 per view; `sluice_catalog.views.late_rows` counts all).
+/// One row per operator of each view: where its state is and grows.
+fn view_operators_batch(views: &ViewManager) -> Result<RecordBatch> {
+    let mut view_names = vec![];
+    let mut ids = vec![];
+    let mut kinds = vec![];
+    let mut descriptions = vec![];
+    let mut state_rows = vec![];
+    let mut state_bytes = vec![];
+    let mut input_rows = vec![];
+    let mut output_rows = vec![];
+    let mut watermarks = vec![];
+    for v in views.views() {
+        let (operators, watermark) = v.operators();
+        for (i, op) in operators.into_iter().enumerate() {
+            view_names.push(v.def.name.clone());
+            ids.push(i as i32);
+            kinds.push(op.kind);
+            descriptions.push(op.description);
+            state_rows.push(op.state_rows as i64);
+            state_bytes.push(op.state_bytes as i64);
+            input_rows.push(op.input_rows as i64);
+            output_rows.push(op.output_rows as i64);
+            watermarks.push(watermark);
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("view_name", DataType::Utf8, false),
+        Field::new("operator", DataType::Int32, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("description", DataType::Utf8, false),
+        Field::new("state_rows", DataType::Int64, false),
+        Field::new("state_bytes", DataType::Int64, false),
+        Field::new("input_rows", DataType::Int64, false),
+        Field::new("output_rows", DataType::Int64, false),
+        Field::new(
+            "watermark",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        ),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(view_names)),
+        Arc::new(Int32Array::from(ids)),
+        Arc::new(StringArray::from(kinds)),
+        Arc::new(StringArray::from(descriptions)),
+        Arc::new(Int64Array::from(state_rows)),
+        Arc::new(Int64Array::from(state_bytes)),
+        Arc::new(Int64Array::from(input_rows)),
+        Arc::new(Int64Array::from(output_rows)),
+        Arc::new(TimestampMicrosecondArray::from(watermarks)),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
 fn late_rows_batch(views: &ViewManager) -> Result<RecordBatch> {
     let mut view_names = vec![];
     let mut tables = vec![];

@@ -889,6 +889,24 @@ impl Handlers {
                 Ok(Response::Execution(Tag::new("FLUSH")))
             }
             Statement::ShowViews => Err(SluiceError::Unsupported("SHOW MATERIALIZED VIEWS".into())),
+            Statement::ExplainView { name } => {
+                let view = self
+                    .views
+                    .view(&name)
+                    .ok_or_else(|| match self.store.table(&name) {
+                        Some(_) => SluiceError::WrongObjectType(name.clone(), "materialized view"),
+                        None => SluiceError::UndefinedTable(name.clone()),
+                    })?;
+                self.plan_lines(client, &view.explain, format)
+            }
+            Statement::ExplainCreateView(cv) => {
+                let emit = EmitOptions {
+                    emit_on_window_close: cv.emit_on_window_close,
+                    allowed_lateness_us: cv.allowed_lateness_us,
+                };
+                let lines = self.views.explain(&cv.query, emit).await?;
+                self.plan_lines(client, &lines, format)
+            }
             // The simple protocol handles DEALLOCATE before it gets here.
             Statement::Deallocate(_) => Err(SluiceError::Unsupported(
                 "DEALLOCATE in the extended query protocol; send it as a simple query".into(),
@@ -1232,6 +1250,26 @@ impl Handlers {
         let n = self.write(client, &log, tombstones, false).await?;
         Ok(Response::Execution(
             Tag::new("DELETE").with_rows(n as usize),
+        ))
+    }
+
+    /// Lines of a plan as EXPLAIN answers them: one text column.
+    fn plan_lines<C: ClientInfo>(
+        &self,
+        client: &C,
+        lines: &[String],
+        format: &Format,
+    ) -> Result<Response, SluiceError> {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::StringArray::from_iter_values(lines))],
+        )?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        Ok(Response::Query(
+            encode::batches(&schema, vec![batch], format, options).map_err(encode_error)?,
         ))
     }
 

@@ -23,8 +23,9 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::collect;
 use rand::{Rng, SeedableRng};
 
+use super::aggregate::AggregatePipeline;
 use super::delta::{DeltaSlot, DeltaTable};
-use super::pipeline::{find_aggregate, AggregatePipeline};
+use super::pipeline::find_aggregate;
 use crate::query::session_config;
 
 /// The column types of the README's type list, as the log stores them.

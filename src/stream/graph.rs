@@ -30,7 +30,8 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::delta::{delta_exec, DeltaSlot};
-use super::join::{JoinOperator, JoinOutput, JoinSide};
+use super::join::{JoinOperator, JoinSide};
+use super::operator::{Delta, Operator};
 use crate::error::SluiceError;
 
 /// Where the plan above a join reads the join's output.
@@ -153,6 +154,8 @@ struct JoinInput {
 struct JoinStage {
     operator: JoinOperator,
     inputs: [JoinInput; 2],
+    /// The inputs' plans, as EXPLAIN shows them.
+    shown: [String; 2],
     /// Where the plan above reads this join's output.
     slot: DeltaSlot,
 }
@@ -181,6 +184,23 @@ impl JoinGraph {
 
     pub fn operators(&self) -> impl Iterator<Item = &JoinOperator> {
         self.stages.iter().map(|s| &s.operator)
+    }
+
+    /// The joins as `EXPLAIN MATERIALIZED VIEW` shows them, outermost
+    /// first.
+    pub fn explain(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (j, stage) in self.stages.iter().enumerate().rev() {
+            lines.push(format!(
+                "join {j}: {}; keeps every live row of both inputs",
+                stage.operator.stats().description
+            ));
+            for (side, shown) in ["left", "right"].iter().zip(&stage.shown) {
+                lines.push(format!("  {side} input, computed per delta:"));
+                lines.extend(shown.lines().map(|l| format!("    {l}")));
+            }
+        }
+        lines
     }
 
     /// Replaces every join of `plan` by a [`JoinDelta`] leaf and a stage of
@@ -212,18 +232,36 @@ impl JoinGraph {
                 Some(f) => Some(state.create_physical_expr(f.clone(), &join.schema)?),
                 None => None,
             };
+            let description = format!(
+                "{} JOIN ON {}{}",
+                join_kind(join.join_type),
+                join.on
+                    .iter()
+                    .map(|(l, r)| format!("{l} = {r}"))
+                    .collect::<Vec<_>>()
+                    .join(" AND "),
+                join.filter
+                    .as_ref()
+                    .map(|f| format!(" AND {f}"))
+                    .unwrap_or_default()
+            );
             let operator = JoinOperator::new(
                 join.join_type,
                 left_side.1,
                 right_side.1,
                 filter,
                 Arc::new(join.schema.as_arrow().clone()),
+                description,
             )?;
             let id = self.stages.len();
             let slot = DeltaSlot::default();
             self.stages.push(JoinStage {
                 operator,
                 inputs: [left_side.0, right_side.0],
+                shown: [
+                    left.display_indent().to_string(),
+                    right.display_indent().to_string(),
+                ],
                 slot: slot.clone(),
             });
             Ok(LogicalPlan::Extension(Extension {
@@ -286,10 +324,10 @@ impl JoinGraph {
         insert: &[RecordBatch],
         retract: &[RecordBatch],
         ctx: Arc<TaskContext>,
-    ) -> Result<Vec<JoinOutput>, SluiceError> {
-        let mut outputs: Vec<JoinOutput> = Vec::with_capacity(self.stages.len());
+    ) -> Result<Vec<Delta>, SluiceError> {
+        let mut outputs: Vec<Delta> = Vec::with_capacity(self.stages.len());
         for j in 0..self.stages.len() {
-            let mut out = JoinOutput::default();
+            let mut out = Delta::default();
             for side in 0..2 {
                 let input = &self.stages[j].inputs[side];
                 let reads_delta = input.sources.contains(&source)
@@ -324,7 +362,13 @@ impl JoinGraph {
                         ctx.clone(),
                     )
                     .await?;
-                let o = self.stages[j].operator.apply(side, &ins, &ret)?;
+                let o = self.stages[j].operator.apply(
+                    side,
+                    &Delta {
+                        insert: ins,
+                        retract: ret,
+                    },
+                )?;
                 out.insert.extend(o.insert);
                 out.retract.extend(o.retract);
             }
@@ -343,7 +387,7 @@ impl JoinGraph {
         source: usize,
         rows: &[RecordBatch],
         joins: &[usize],
-        outputs: &[JoinOutput],
+        outputs: &[Delta],
         inserted: bool,
         ctx: Arc<TaskContext>,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
@@ -362,13 +406,7 @@ impl JoinGraph {
 
     /// Puts `rows` in the slot of `source`, and every join's inserted (or
     /// retracted) rows in its leaf's slot.
-    pub fn fill(
-        &self,
-        source: usize,
-        rows: &[RecordBatch],
-        outputs: &[JoinOutput],
-        inserted: bool,
-    ) {
+    pub fn fill(&self, source: usize, rows: &[RecordBatch], outputs: &[Delta], inserted: bool) {
         for (i, slot) in self.source_slots.iter().enumerate() {
             *slot.lock() = match i == source {
                 true => rows.to_vec(),
@@ -394,14 +432,14 @@ impl JoinGraph {
 
     /// Every join's state, for a checkpoint: one row per join and side,
     /// the side's live rows in Arrow IPC form.
-    pub fn snapshot(&self) -> Result<Option<RecordBatch>, SluiceError> {
+    pub fn snapshot(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
         if self.stages.is_empty() {
             return Ok(None);
         }
         let mut operator = Vec::new();
         let mut side = Vec::new();
         let mut state: Vec<Vec<u8>> = Vec::new();
-        for (j, stage) in self.stages.iter().enumerate() {
+        for (j, stage) in self.stages.iter_mut().enumerate() {
             for (s, rows) in stage.operator.snapshot()?.iter().enumerate() {
                 operator.push(j as u32);
                 side.push(s as u8);
@@ -444,11 +482,27 @@ impl JoinGraph {
                     return Err(bad_state("a join side other than left or right"));
                 }
                 for rows in ipc_batches(state.value(i))? {
-                    stage.operator.restore(side, &rows)?;
+                    stage.operator.restore_side(side, &rows)?;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A join type as SQL names it.
+fn join_kind(t: JoinType) -> &'static str {
+    match t {
+        JoinType::Inner => "INNER",
+        JoinType::Left => "LEFT",
+        JoinType::Right => "RIGHT",
+        JoinType::Full => "FULL",
+        JoinType::LeftSemi => "LEFT SEMI",
+        JoinType::LeftAnti => "LEFT ANTI",
+        JoinType::RightSemi => "RIGHT SEMI",
+        JoinType::RightAnti => "RIGHT ANTI",
+        JoinType::LeftMark => "LEFT MARK",
+        JoinType::RightMark => "RIGHT MARK",
     }
 }
 

@@ -30,6 +30,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::operator::{Delta, Operator, OperatorStats};
 use crate::error::SluiceError;
 
 /// One row of a side's state: where it is, and its bytes (to find the
@@ -175,8 +176,8 @@ impl JoinSide {
         let whole = self.whole_rows.convert_columns(rows.columns())?;
         self.batches.push(rows.clone());
         let b = (self.batches.len() - 1) as u32;
-        for i in 0..rows.num_rows() {
-            let key = (!null[i]).then(|| keys.row(i));
+        for (i, &has_null) in null.iter().enumerate() {
+            let key = (!has_null).then(|| keys.row(i));
             self.insert(
                 key.as_ref().map(|k| k.as_ref()),
                 Entry {
@@ -221,19 +222,14 @@ impl Found {
     }
 }
 
-/// The delta a join emits: rows to insert and rows to retract.
-#[derive(Default)]
-pub struct JoinOutput {
-    pub insert: Vec<RecordBatch>,
-    pub retract: Vec<RecordBatch>,
-}
-
 pub struct JoinOperator {
     pub join_type: JoinType,
     pub sides: [JoinSide; 2],
     /// The residual condition, over the joined row (inner joins only).
     filter: Option<Arc<dyn PhysicalExpr>>,
     pub schema: SchemaRef,
+    /// `LEFT JOIN ON a.k = b.k`, as EXPLAIN shows it.
+    description: String,
     pub rows_in: u64,
     pub rows_out: u64,
 }
@@ -247,6 +243,7 @@ impl JoinOperator {
         right: JoinSide,
         filter: Option<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
+        description: String,
     ) -> Result<JoinOperator, SluiceError> {
         if !matches!(
             join_type,
@@ -272,6 +269,7 @@ impl JoinOperator {
             sides: [left, right],
             filter,
             schema,
+            description,
             rows_in: 0,
             rows_out: 0,
         })
@@ -303,13 +301,13 @@ impl JoinOperator {
 
     /// Applies a delta of `side` (0 left, 1 right); returns the joined
     /// rows it inserts and retracts.
-    pub fn apply(
+    fn apply_side(
         &mut self,
         side: usize,
         insert: &[RecordBatch],
         retract: &[RecordBatch],
-    ) -> Result<JoinOutput, SluiceError> {
-        let mut out = JoinOutput::default();
+    ) -> Result<Delta, SluiceError> {
+        let mut out = Delta::default();
         for (batch, weight) in insert
             .iter()
             .map(|b| (b, 1i8))
@@ -378,8 +376,8 @@ impl JoinOperator {
             _ => (theirs, mine),
         };
         let mut found = Found::default();
-        for i in 0..batch.num_rows() {
-            let key = (!null[i]).then(|| keys.row(i));
+        for (i, &has_null) in null.iter().enumerate() {
+            let key = (!has_null).then(|| keys.row(i));
             let key = key.as_ref().map(|k| k.as_ref());
             let delta = Source::Delta(i as u32);
             let matches = self.sides[other].matches(key);
@@ -465,17 +463,56 @@ impl JoinOperator {
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 
-    /// Each side's live rows, for a checkpoint.
-    pub fn snapshot(&self) -> Result<[RecordBatch; 2], SluiceError> {
-        Ok([self.sides[0].live_rows()?, self.sides[1].live_rows()?])
-    }
-
     /// Puts back a side's rows from a checkpoint (emitting nothing).
-    pub fn restore(&mut self, side: usize, rows: &RecordBatch) -> Result<(), SluiceError> {
+    pub fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<(), SluiceError> {
         self.sides[side].load(rows)
     }
 
     pub fn state_rows(&self) -> u64 {
         self.sides[0].live() + self.sides[1].live()
+    }
+}
+
+impl Operator for JoinOperator {
+    fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError> {
+        if input > 1 {
+            return Err(SluiceError::Internal(format!(
+                "a join has no input {input}"
+            )));
+        }
+        self.apply_side(input, &delta.insert, &delta.retract)
+    }
+
+    /// Nothing yet: a join of two endless streams keeps every row.
+    fn advance_watermark(&mut self, _watermark_us: i64) -> Result<Delta, SluiceError> {
+        Ok(Delta::default())
+    }
+
+    /// The left side's live rows, then the right's.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        Ok(vec![self.sides[0].live_rows()?, self.sides[1].live_rows()?])
+    }
+
+    fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError> {
+        for (side, rows) in state.iter().enumerate().take(2) {
+            self.sides[side].load(rows)?;
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> OperatorStats {
+        OperatorStats {
+            kind: "join",
+            description: self.description.clone(),
+            state_rows: self.state_rows(),
+            state_bytes: self
+                .sides
+                .iter()
+                .flat_map(|s| s.batches.iter())
+                .map(|b| b.get_array_memory_size() as u64)
+                .sum(),
+            input_rows: self.rows_in,
+            output_rows: self.rows_out,
+        }
     }
 }

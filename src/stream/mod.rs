@@ -9,15 +9,18 @@
 
 #[cfg(test)]
 mod accumulator_audit;
+mod aggregate;
 mod changes;
 mod delta;
 mod graph;
 mod join;
+pub mod operator;
 mod pipeline;
 mod point_index;
 mod retract;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};
+pub use operator::OperatorStats;
 pub use pipeline::ViewSource;
 pub use view::{BackfillProgress, EmitOptions, LateRow, View, ViewManager};

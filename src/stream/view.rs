@@ -30,6 +30,7 @@ use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTrac
 use crate::query::{project_frame, LogTableProvider};
 
 use super::changes::{change_schema, ChangeTracker};
+use super::operator::OperatorStats;
 pub use super::pipeline::EmitOptions;
 use super::pipeline::{compile, CompiledView, ViewSource, WindowClosing};
 use super::point_index::PointIndex;
@@ -56,6 +57,8 @@ struct Published {
     late: Vec<LateRow>,
     /// Indexes of `batches` built by point reads; a publish drops them.
     indexes: Mutex<Vec<Arc<PointIndex>>>,
+    /// Each operator's counters as of this publish.
+    operators: Vec<OperatorStats>,
 }
 
 /// A source row that arrived after its window had closed.
@@ -74,6 +77,8 @@ pub struct View {
     pub def: ViewDef,
     pub schema: SchemaRef,
     pub source: ViewSource,
+    /// The operator graph, as `EXPLAIN MATERIALIZED VIEW` shows it.
+    pub explain: Vec<String>,
     /// Published rows never change; new rows are only appended.
     pub append_only: bool,
     published: RwLock<Published>,
@@ -156,6 +161,13 @@ impl View {
     pub fn snapshot_with_seq(&self) -> (Vec<RecordBatch>, u64) {
         let p = self.published.read();
         (p.batches.clone(), p.seq)
+    }
+
+    /// Each operator's counters as of the last publish, and the view's
+    /// watermark.
+    pub fn operators(&self) -> (Vec<OperatorStats>, Option<i64>) {
+        let p = self.published.read();
+        (p.operators.clone(), p.watermark_us)
     }
 
     /// Rows in the last published snapshot.
@@ -514,6 +526,17 @@ impl ViewManager {
         })
     }
 
+    /// The operator graph a view over `query` would have, without
+    /// creating it (`EXPLAIN CREATE MATERIALIZED VIEW`).
+    pub async fn explain(
+        &self,
+        query: &ast::Query,
+        emit: EmitOptions,
+    ) -> Result<Vec<String>, SluiceError> {
+        let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
+        Ok(compiled.explain)
+    }
+
     /// Progress of a view's rebuild, or else of its own backfill.
     pub fn progress(&self, name: &str) -> Option<BackfillProgress> {
         if let Some(new) = self.rebuilding.read().get(name) {
@@ -747,6 +770,7 @@ impl ViewManager {
             late_count: start.late_count,
             late: start.late.clone(),
             indexes: Default::default(),
+            operators: compiled.operator_stats(),
         };
         let (progress, _) = watch::channel(start.consumed.clone());
         let (checkpointed, _) = watch::channel(start.consumed.clone());
@@ -788,6 +812,7 @@ impl ViewManager {
         let view = Arc::new(View {
             schema: compiled.schema.clone(),
             source: compiled.source.clone(),
+            explain: compiled.explain.clone(),
             append_only: compiled.append_only(),
             published: RwLock::new(published),
             progress,
@@ -1229,6 +1254,7 @@ impl View {
             p.seq += 1;
             p.consumed = consumed.to_vec();
             p.state_rows = compiled.state_rows();
+            p.operators = compiled.operator_stats();
             p.watermark_us = watermark_us;
             p.late_count += late.len() as u64;
             let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());

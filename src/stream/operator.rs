@@ -1,0 +1,62 @@
+//! What every operator of a view's dataflow is: something that takes
+//! deltas on its inputs and gives deltas out, moves with the watermark,
+//! and can be written into a checkpoint and read back.
+//!
+//! A view is a graph of these (see `graph.rs` for the joins and
+//! `pipeline.rs` for the view's last stage): sources (a table's commits),
+//! filters and projections (DataFusion physical plans run per delta),
+//! joins ([`super::join::JoinOperator`]) and the aggregate
+//! ([`super::aggregate::AggregatePipeline`]) or the view's rows.
+
+use arrow::record_batch::RecordBatch;
+
+use crate::error::SluiceError;
+
+/// Rows an edge of the graph carries at once: rows inserted (weight +1)
+/// and rows taken back (weight -1).
+#[derive(Debug, Default, Clone)]
+pub struct Delta {
+    pub insert: Vec<RecordBatch>,
+    pub retract: Vec<RecordBatch>,
+}
+
+impl Delta {
+    pub fn is_empty(&self) -> bool {
+        self.insert
+            .iter()
+            .chain(&self.retract)
+            .all(|b| b.num_rows() == 0)
+    }
+}
+
+/// What `sluice_catalog.view_operators` and `EXPLAIN MATERIALIZED VIEW`
+/// show of an operator.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorStats {
+    /// "join", "aggregate", "rows", "source".
+    pub kind: &'static str,
+    /// One line: what the operator computes.
+    pub description: String,
+    pub state_rows: u64,
+    pub state_bytes: u64,
+    pub input_rows: u64,
+    pub output_rows: u64,
+}
+
+pub trait Operator: Send {
+    /// Applies a delta that arrived on input `input`; returns the delta it
+    /// sends on.
+    fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError>;
+
+    /// The watermark moved to `watermark_us`: state it makes final or
+    /// obsolete is emitted or dropped.
+    fn advance_watermark(&mut self, watermark_us: i64) -> Result<Delta, SluiceError>;
+
+    /// The operator's state, for a checkpoint.
+    fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError>;
+
+    /// Puts back what [`Operator::snapshot`] wrote.
+    fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError>;
+
+    fn stats(&self) -> OperatorStats;
+}
