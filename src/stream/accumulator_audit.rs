@@ -191,7 +191,7 @@ impl Harness {
 
     /// The view's rows, printed and sorted.
     fn rows(&mut self) -> Vec<String> {
-        let b = self.pipeline.snapshot(&self.out).expect("snapshot");
+        let b = self.pipeline.rows(&self.out).expect("snapshot");
         let opts = FormatOptions::default().with_null("NULL");
         let fmts: Vec<ArrayFormatter> = b
             .columns()
@@ -243,7 +243,7 @@ async fn checkpoints_never_change_the_state_they_capture() {
             }
             let mut restored = Harness::new(&schema, aggregate, false).await.unwrap();
             if let Some(s) = &last_state {
-                restored.pipeline.restore(s).expect("restore");
+                restored.pipeline.restore_groups(s).expect("restore");
             }
             assert_eq!(
                 restored.rows(),
@@ -297,7 +297,7 @@ async fn retracting_accumulators_survive_checkpoints() {
             let mut restored = Harness::new(&schema, aggregate, true).await.unwrap();
             let s = live.pipeline.state_batch(&live.out).expect("state_batch");
             if let Some(s) = s.as_ref().or(last_state.as_ref()) {
-                restored.pipeline.restore(s).expect("restore");
+                restored.pipeline.restore_groups(s).expect("restore");
             }
             assert_eq!(
                 restored.rows(),
