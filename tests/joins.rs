@@ -68,6 +68,23 @@ const VIEWS: &[(&str, &str)] = &[
     ),
     ("distinct_k", "SELECT DISTINCT k FROM l"),
     (
+        "join_over_aggregate",
+        "SELECT l.k, l.v, t.n, t.top FROM l JOIN (SELECT k, count(*) AS n, max(w) AS top FROM r GROUP BY k) t ON l.k = t.k",
+    ),
+    (
+        "two_aggregates",
+        "SELECT a.k, a.n, b.total FROM (SELECT k, count(*) AS n FROM l GROUP BY k) a \
+         LEFT JOIN (SELECT k, sum(w) AS total FROM r GROUP BY k) b ON a.k = b.k",
+    ),
+    (
+        "aggregate_over_join_over_aggregate",
+        "SELECT d.name, sum(t.n) AS n FROM d JOIN (SELECT k, count(*) AS n FROM l GROUP BY k) t ON d.k = t.k GROUP BY d.name",
+    ),
+    (
+        "join_over_distinct",
+        "SELECT d.name, t.k FROM d JOIN (SELECT DISTINCT k FROM s) t ON d.k = t.k",
+    ),
+    (
         "having",
         "SELECT k, count(*) AS n FROM l GROUP BY k HAVING count(*) > 2",
     ),
@@ -234,8 +251,8 @@ async fn joins_that_cannot_be_kept_exact_are_refused() {
             "equalities of columns",
         ),
         (
-            "SELECT l.k, t.n FROM l JOIN (SELECT k, count(*) AS n FROM r GROUP BY k) t ON l.k = t.k",
-            "join over an aggregate",
+            "SELECT l.k, t.n FROM l JOIN (SELECT k, v, row_number() OVER (PARTITION BY k ORDER BY v) AS n FROM l) t ON l.k = t.k",
+            "window function",
         ),
     ] {
         let e = c

@@ -157,7 +157,7 @@ impl Harness {
                 .map(|f| f.as_ref().clone().with_nullable(true))
                 .collect::<Vec<Field>>(),
         ));
-        let pipeline = AggregatePipeline::new(&ctx, agg, projection, retracting)
+        let pipeline = AggregatePipeline::new(&ctx.state(), agg, projection, retracting)
             .await
             .ok()?;
         Some(Harness {

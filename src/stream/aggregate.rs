@@ -27,7 +27,7 @@ use arrow::compute;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::execution::context::SessionContext;
+use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Accumulator, Aggregate, LogicalPlan};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::PhysicalExpr;
@@ -66,16 +66,19 @@ pub(super) struct AggregatePipeline {
     closing: Option<(usize, i64)>,
     description: String,
     rows_in: u64,
+    /// Inside the graph (below a join): each delta emits the changed
+    /// groups' rows, their old rows taken back, in this schema.
+    emits_changes: Option<SchemaRef>,
+    rows_out: u64,
 }
 
 impl AggregatePipeline {
     pub(super) async fn new(
-        ctx: &SessionContext,
+        state: &SessionState,
         aggregate: &Aggregate,
         projection: Option<&LogicalPlan>,
         retracting: bool,
     ) -> Result<AggregatePipeline, SluiceError> {
-        let state = ctx.state();
         let input = state.create_physical_plan(&aggregate.input).await?;
         let in_schema: &DFSchema = aggregate.input.schema();
         let group_exprs = aggregate
@@ -162,6 +165,8 @@ impl AggregatePipeline {
                     .join(", ")
             ),
             rows_in: 0,
+            emits_changes: None,
+            rows_out: 0,
         };
         if retracting {
             for a in &pipeline.aggs {
@@ -251,6 +256,49 @@ impl AggregatePipeline {
     pub(super) fn attach(&mut self, schema: SchemaRef, closing: Option<(usize, i64)>) {
         self.view_schema = schema;
         self.closing = closing;
+    }
+
+    /// Makes the aggregate an operator inside the graph: each delta emits
+    /// the rows (in `schema`, the aggregate's own) of the groups it changed,
+    /// and takes back their rows before.
+    pub(super) fn emit_changes(&mut self, schema: SchemaRef) {
+        self.view_schema = schema.clone();
+        self.emits_changes = Some(schema);
+    }
+
+    /// The groups the rows of `batch` belong to (that exist now).
+    fn groups_of(&self, batch: &RecordBatch, into: &mut Vec<usize>) -> Result<(), SluiceError> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        if self.group_exprs.is_empty() {
+            into.push(0);
+            return Ok(());
+        }
+        let key_columns = self
+            .group_exprs
+            .iter()
+            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self.converter.convert_columns(&key_columns)?;
+        into.extend((0..n).filter_map(|i| self.groups.get(rows.row(i).as_ref()).copied()));
+        Ok(())
+    }
+
+    /// The rows of `groups` that are rows of the aggregate (a group whose
+    /// rows are all taken back is none).
+    fn visible_rows(
+        &mut self,
+        schema: &SchemaRef,
+        groups: &[usize],
+    ) -> Result<RecordBatch, SluiceError> {
+        let shown: Vec<usize> = groups
+            .iter()
+            .copied()
+            .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
+            .collect();
+        self.rows_of(schema, &shown, true)
     }
 
     fn feed(&mut self, batch: &RecordBatch, retract: bool) -> Result<(), SluiceError> {
@@ -645,13 +693,40 @@ impl Operator for AggregatePipeline {
     /// Feeds the rows; emits nothing, since the view reads its groups
     /// whole ([`AggregatePipeline::rows`]).
     fn apply(&mut self, _input: usize, delta: &Delta) -> Result<Delta, SluiceError> {
+        let Some(schema) = self.emits_changes.clone() else {
+            for b in &delta.insert {
+                self.update(b)?;
+            }
+            for b in &delta.retract {
+                self.retract(b)?;
+            }
+            return Ok(Delta::default());
+        };
+        let mut before = Vec::new();
+        for b in delta.insert.iter().chain(&delta.retract) {
+            self.groups_of(b, &mut before)?;
+        }
+        before.sort_unstable();
+        before.dedup();
+        let old = self.visible_rows(&schema, &before)?;
         for b in &delta.insert {
             self.update(b)?;
         }
         for b in &delta.retract {
             self.retract(b)?;
         }
-        Ok(Delta::default())
+        let mut after = Vec::new();
+        for b in delta.insert.iter().chain(&delta.retract) {
+            self.groups_of(b, &mut after)?;
+        }
+        after.sort_unstable();
+        after.dedup();
+        let new = self.visible_rows(&schema, &after)?;
+        self.rows_out += (old.num_rows() + new.num_rows()) as u64;
+        Ok(Delta {
+            insert: vec![new],
+            retract: vec![old],
+        })
     }
 
     /// Emits the final rows of the windows the watermark closed.
@@ -691,7 +766,10 @@ impl Operator for AggregatePipeline {
                 .map(|a| a.size() as u64)
                 .sum(),
             input_rows: self.rows_in,
-            output_rows: self.groups() as u64,
+            output_rows: match self.emits_changes {
+                Some(_) => self.rows_out,
+                None => self.groups() as u64,
+            },
         }
     }
 }

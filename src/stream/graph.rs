@@ -29,14 +29,17 @@ use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalN
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
+use super::aggregate::AggregatePipeline;
 use super::delta::{delta_exec, DeltaSlot};
 use super::join::{JoinOperator, JoinSide};
-use super::operator::{Delta, Operator};
+use super::operator::{Delta, Operator, OperatorStats};
 use crate::error::SluiceError;
 
 /// Where the plan above a join reads the join's output.
 pub struct JoinDelta {
     id: usize,
+    /// "join" or "aggregate".
+    kind: &'static str,
     schema: DFSchemaRef,
     slot: DeltaSlot,
 }
@@ -85,7 +88,7 @@ impl UserDefinedLogicalNodeCore for JoinDelta {
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "JoinDelta: join {}", self.id)
+        write!(f, "OperatorOutput: {} {}", self.kind, self.id)
     }
 
     fn with_exprs_and_inputs(
@@ -95,6 +98,7 @@ impl UserDefinedLogicalNodeCore for JoinDelta {
     ) -> datafusion::common::Result<Self> {
         Ok(JoinDelta {
             id: self.id,
+            kind: self.kind,
             schema: self.schema.clone(),
             slot: self.slot.clone(),
         })
@@ -141,28 +145,34 @@ impl QueryPlanner for ViewQueryPlanner {
     }
 }
 
-/// One input of a join: the plan that computes it per delta, and what it
+/// One input of a stage: the plan that computes it per delta, and what it
 /// reads.
-struct JoinInput {
+struct StageInput {
     plan: Arc<dyn ExecutionPlan>,
     /// Sources (by index) its scans read.
     sources: Vec<usize>,
-    /// Joins (by index) whose output it reads.
-    joins: Vec<usize>,
+    /// Stages (by index) whose output it reads.
+    stages: Vec<usize>,
+    /// The plan, as EXPLAIN shows it.
+    shown: String,
 }
 
-struct JoinStage {
-    operator: JoinOperator,
-    inputs: [JoinInput; 2],
-    /// The inputs' plans, as EXPLAIN shows them.
-    shown: [String; 2],
-    /// Where the plan above reads this join's output.
+/// A join, or an aggregate below a join, with the plans of its inputs.
+struct Stage {
+    operator: Box<dyn Operator>,
+    /// "join" or "aggregate".
+    kind: &'static str,
+    inputs: Vec<StageInput>,
+    /// Where the plan above reads this stage's output.
     slot: DeltaSlot,
+    /// Whether it takes rows back from inputs that never do (an outer,
+    /// semi or anti join; an aggregate whose rows change).
+    retracts: bool,
 }
 
-/// The joins of a view, innermost first.
+/// The joins of a view (and the aggregates below them), innermost first.
 pub struct JoinGraph {
-    stages: Vec<JoinStage>,
+    stages: Vec<Stage>,
     /// The slot of each source of the view.
     source_slots: Vec<DeltaSlot>,
     /// Source names, to find which source a scan reads.
@@ -182,49 +192,75 @@ impl JoinGraph {
         self.stages.is_empty()
     }
 
-    pub fn operators(&self) -> impl Iterator<Item = &JoinOperator> {
-        self.stages.iter().map(|s| &s.operator)
+    /// Each stage's counters, innermost first.
+    pub fn stats(&self) -> Vec<OperatorStats> {
+        self.stages.iter().map(|s| s.operator.stats()).collect()
     }
 
-    /// The joins as `EXPLAIN MATERIALIZED VIEW` shows them, outermost
+    /// Whether some stage takes rows back even when its inputs never do.
+    pub fn retracts(&self) -> bool {
+        self.stages.iter().any(|s| s.retracts)
+    }
+
+    /// The stages as `EXPLAIN MATERIALIZED VIEW` shows them, outermost
     /// first.
     pub fn explain(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (j, stage) in self.stages.iter().enumerate().rev() {
+            let keeps = match stage.kind {
+                "join" => "keeps every live row of both inputs",
+                _ => "keeps its groups; emits the changed groups' rows",
+            };
             lines.push(format!(
-                "join {j}: {}; keeps every live row of both inputs",
+                "{} {j}: {}; {keeps}",
+                stage.kind,
                 stage.operator.stats().description
             ));
-            for (side, shown) in ["left", "right"].iter().zip(&stage.shown) {
-                lines.push(format!("  {side} input, computed per delta:"));
-                lines.extend(shown.lines().map(|l| format!("    {l}")));
+            let sides: &[&str] = match stage.inputs.len() {
+                2 => &["left input", "right input"],
+                _ => &["input"],
+            };
+            for (side, input) in sides.iter().zip(&stage.inputs) {
+                lines.push(format!("  {side}, computed per delta:"));
+                lines.extend(input.shown.lines().map(|l| format!("    {l}")));
             }
         }
         lines
     }
 
-    /// Replaces every join of `plan` by a [`JoinDelta`] leaf and a stage of
-    /// this graph, innermost first.
+    /// Replaces every join of `plan`, and every aggregate below a join, by
+    /// a [`JoinDelta`] leaf and a stage of this graph, innermost first.
     pub fn lift_joins<'a>(
         &'a mut self,
         plan: LogicalPlan,
         state: &'a SessionState,
+        under_join: bool,
     ) -> futures::future::BoxFuture<'a, Result<LogicalPlan, SluiceError>> {
         Box::pin(async move {
-            let LogicalPlan::Join(join) = plan else {
-                let inputs = plan.inputs().into_iter().cloned().collect::<Vec<_>>();
-                if inputs.is_empty() {
-                    return Ok(plan);
+            let join = match plan {
+                LogicalPlan::Join(join) => join,
+                LogicalPlan::Aggregate(aggregate) if under_join => {
+                    return self.lift_aggregate(aggregate, state).await;
                 }
-                let mut lifted = Vec::with_capacity(inputs.len());
-                for input in inputs {
-                    lifted.push(self.lift_joins(input, state).await?);
+                plan => {
+                    let inputs = plan.inputs().into_iter().cloned().collect::<Vec<_>>();
+                    if inputs.is_empty() {
+                        return Ok(plan);
+                    }
+                    let mut lifted = Vec::with_capacity(inputs.len());
+                    for input in inputs {
+                        lifted.push(self.lift_joins(input, state, under_join).await?);
+                    }
+                    return Ok(plan.with_new_exprs(plan.expressions(), lifted)?);
                 }
-                return Ok(plan.with_new_exprs(plan.expressions(), lifted)?);
             };
             check_join(&join)?;
-            let left = self.lift_joins(join.left.as_ref().clone(), state).await?;
-            let right = self.lift_joins(join.right.as_ref().clone(), state).await?;
+            let left = self
+                .lift_joins(join.left.as_ref().clone(), state, true)
+                .await?;
+            let right = self
+                .lift_joins(join.right.as_ref().clone(), state, true)
+                .await?;
             let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
             let left_side = self.side(&left, &left_keys, state).await?;
             let right_side = self.side(&right, &right_keys, state).await?;
@@ -253,24 +289,73 @@ impl JoinGraph {
                 Arc::new(join.schema.as_arrow().clone()),
                 description,
             )?;
-            let id = self.stages.len();
-            let slot = DeltaSlot::default();
-            self.stages.push(JoinStage {
-                operator,
-                inputs: [left_side.0, right_side.0],
-                shown: [
-                    left.display_indent().to_string(),
-                    right.display_indent().to_string(),
-                ],
-                slot: slot.clone(),
-            });
-            Ok(LogicalPlan::Extension(Extension {
-                node: Arc::new(JoinDelta {
-                    id,
-                    schema: join.schema.clone(),
-                    slot,
-                }),
-            }))
+            Ok(self.push_stage(
+                Box::new(operator),
+                "join",
+                vec![left_side.0, right_side.0],
+                join.join_type != JoinType::Inner,
+                join.schema.clone(),
+            ))
+        })
+    }
+
+    /// An aggregate below a join: a stage whose output is the rows of the
+    /// groups each delta changed (their old rows taken back).
+    async fn lift_aggregate(
+        &mut self,
+        aggregate: datafusion::logical_expr::Aggregate,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let input = self
+            .lift_joins(aggregate.input.as_ref().clone(), state, true)
+            .await?;
+        let aggregate = datafusion::logical_expr::Aggregate::try_new(
+            Arc::new(input.clone()),
+            aggregate.group_expr.clone(),
+            aggregate.aggr_expr.clone(),
+        )?;
+        // Its rows change in place, so it takes rows back like a keyed
+        // table: retractable accumulators.
+        let mut operator = AggregatePipeline::new(state, &aggregate, None, true).await?;
+        operator.emit_changes(Arc::new(aggregate.schema.as_arrow().clone()));
+        let (stage_input, _) = self.side(&input, &[], state).await?;
+        let stage_input = StageInput {
+            plan: operator.input.clone(),
+            ..stage_input
+        };
+        Ok(self.push_stage(
+            Box::new(operator),
+            "aggregate",
+            vec![stage_input],
+            true,
+            aggregate.schema.clone(),
+        ))
+    }
+
+    fn push_stage(
+        &mut self,
+        operator: Box<dyn Operator>,
+        kind: &'static str,
+        inputs: Vec<StageInput>,
+        retracts: bool,
+        schema: DFSchemaRef,
+    ) -> LogicalPlan {
+        let id = self.stages.len();
+        let slot = DeltaSlot::default();
+        self.stages.push(Stage {
+            operator,
+            kind,
+            inputs,
+            slot: slot.clone(),
+            retracts,
+        });
+        LogicalPlan::Extension(Extension {
+            node: Arc::new(JoinDelta {
+                id,
+                kind,
+                schema,
+                slot,
+            }),
         })
     }
 
@@ -279,7 +364,7 @@ impl JoinGraph {
         plan: &LogicalPlan,
         keys: &[Expr],
         state: &SessionState,
-    ) -> Result<(JoinInput, JoinSide), SluiceError> {
+    ) -> Result<(StageInput, JoinSide), SluiceError> {
         let physical = state.create_physical_plan(plan).await?;
         let keys = keys
             .iter()
@@ -306,10 +391,11 @@ impl JoinGraph {
         })?;
         let side = JoinSide::new(physical.schema(), keys)?;
         Ok((
-            JoinInput {
+            StageInput {
                 plan: physical,
                 sources,
-                joins,
+                stages: joins,
+                shown: plan.display_indent().to_string(),
             },
             side,
         ))
@@ -328,18 +414,18 @@ impl JoinGraph {
         let mut outputs: Vec<Delta> = Vec::with_capacity(self.stages.len());
         for j in 0..self.stages.len() {
             let mut out = Delta::default();
-            for side in 0..2 {
+            for side in 0..self.stages[j].inputs.len() {
                 let input = &self.stages[j].inputs[side];
                 let reads_delta = input.sources.contains(&source)
                     || input
-                        .joins
+                        .stages
                         .iter()
                         .any(|&c| !outputs[c].insert.is_empty() || !outputs[c].retract.is_empty());
                 if !reads_delta {
                     continue;
                 }
                 let plan = input.plan.clone();
-                let children = input.joins.clone();
+                let children = input.stages.clone();
                 let ins = self
                     .run(
                         &plan,
@@ -472,18 +558,23 @@ impl JoinGraph {
             ) else {
                 return Err(bad_state("unexpected columns"));
             };
+            // Each stage's batches in the order its snapshot gave them.
+            let mut by_stage: Vec<Vec<(u8, RecordBatch)>> = vec![Vec::new(); self.stages.len()];
             for i in 0..b.num_rows() {
-                let stage = self
-                    .stages
+                let at = by_stage
                     .get_mut(op.value(i) as usize)
-                    .ok_or_else(|| bad_state("a join the view does not have"))?;
-                let side = side.value(i) as usize;
-                if side > 1 {
-                    return Err(bad_state("a join side other than left or right"));
-                }
+                    .ok_or_else(|| bad_state("an operator the view does not have"))?;
                 for rows in ipc_batches(state.value(i))? {
-                    stage.operator.restore_side(side, &rows)?;
+                    at.push((side.value(i), rows));
                 }
+            }
+            for (stage, mut batches) in self.stages.iter_mut().zip(by_stage) {
+                if batches.is_empty() {
+                    continue;
+                }
+                batches.sort_by_key(|(s, _)| *s);
+                let batches: Vec<RecordBatch> = batches.into_iter().map(|(_, b)| b).collect();
+                stage.operator.restore(&batches)?;
             }
         }
         Ok(())
@@ -543,15 +634,12 @@ fn check_join(join: &datafusion::logical_expr::Join) -> Result<(), SluiceError> 
             "a join in a materialized view needs an equality between columns of its two inputs (ON a.k = b.k); cross joins and joins on inequalities alone are not supported".into(),
         );
     }
-    // An input is computed afresh from each delta: it may filter and
-    // project rows, not aggregate them.
+    // An input is computed afresh from each delta, but for its joins and
+    // aggregates, which are stages of their own.
     for input in [&join.left, &join.right] {
         let mut bad = None;
         input.apply(|n| {
             let what = match n {
-                LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_) => {
-                    "an aggregate (GROUP BY or DISTINCT)"
-                }
                 LogicalPlan::Window(_) => "a window function",
                 LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => "ORDER BY or LIMIT",
                 _ => return Ok(TreeNodeRecursion::Continue),
@@ -561,7 +649,7 @@ fn check_join(join: &datafusion::logical_expr::Join) -> Result<(), SluiceError> 
         })?;
         if let Some(what) = bad {
             return refuse(format!(
-                "a join over {what} is not supported in materialized views yet; join the tables first and aggregate the joined rows"
+                "a join over {what} is not supported in materialized views yet"
             ));
         }
     }

@@ -463,11 +463,6 @@ impl JoinOperator {
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 
-    /// Puts back a side's rows from a checkpoint (emitting nothing).
-    pub fn restore_side(&mut self, side: usize, rows: &RecordBatch) -> Result<(), SluiceError> {
-        self.sides[side].load(rows)
-    }
-
     pub fn state_rows(&self) -> u64 {
         self.sides[0].live() + self.sides[1].live()
     }

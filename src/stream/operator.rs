@@ -43,7 +43,7 @@ pub struct OperatorStats {
     pub output_rows: u64,
 }
 
-pub trait Operator: Send {
+pub trait Operator: Send + Sync {
     /// Applies a delta that arrived on input `input`; returns the delta it
     /// sends on.
     fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError>;

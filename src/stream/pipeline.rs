@@ -294,7 +294,7 @@ pub async fn compile(
         check_volatile(&plan)?;
     }
     let mut graph = JoinGraph::new(relations.clone(), slots);
-    let plan = graph.lift_joins(plan, &state).await?;
+    let plan = graph.lift_joins(plan, &state, false).await?;
 
     let aggregate = find_aggregate(&plan)?;
     // Windows close by the watermark when the view groups by the window of
@@ -345,9 +345,7 @@ pub async fn compile(
         ViewSource::Table(t) => t.def.is_keyed(),
         ViewSource::View(v) => !v.append_only,
         ViewSource::Tables(_) => true,
-    }) || graph
-        .operators()
-        .any(|j| j.join_type != datafusion::common::JoinType::Inner);
+    }) || graph.retracts();
     if retracting && closing.is_some() {
         return Err(unsupported(
             "windows that close by the watermark are not supported over keyed tables yet (a later version could reopen a final window); group by the window without a WATERMARK on the table",
@@ -359,7 +357,8 @@ pub async fn compile(
             rows: Vec::new(),
         },
         Some((aggregate, projection)) => {
-            let mut agg = AggregatePipeline::new(&ctx, aggregate, projection, retracting).await?;
+            let mut agg =
+                AggregatePipeline::new(&ctx.state(), aggregate, projection, retracting).await?;
             agg.attach(
                 schema.clone(),
                 closing.map(|c| (c.group_index, c.lateness_us)),
@@ -498,6 +497,13 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
                         return Ok(TreeNodeRecursion::Stop);
                     }
                 }
+            }
+            LogicalPlan::Window(_) => {
+                bad = Some(
+                    "window functions (OVER ...) are not supported in materialized views yet"
+                        .to_string(),
+                );
+                return Ok(TreeNodeRecursion::Stop);
             }
             other => {
                 bad = Some(format!(
@@ -683,7 +689,7 @@ impl CompiledView {
 
     /// Every operator's counters, innermost first.
     pub fn operator_stats(&self) -> Vec<super::operator::OperatorStats> {
-        let mut out: Vec<_> = self.graph.operators().map(|j| j.stats()).collect();
+        let mut out = self.graph.stats();
         out.push(match &self.pipeline {
             Pipeline::Aggregate(agg) => agg.stats(),
             Pipeline::Rows { rows, .. } => {
@@ -821,7 +827,7 @@ impl CompiledView {
     /// Rows of state held: groups for an aggregate, rows for a filter,
     /// and the rows the joins keep.
     pub fn state_rows(&self) -> u64 {
-        let joins: u64 = self.graph.operators().map(|j| j.state_rows()).sum();
+        let joins: u64 = self.graph.stats().iter().map(|s| s.state_rows).sum();
         joins
             + match &self.pipeline {
                 Pipeline::Rows { rows, .. } => rows.iter().map(|b| b.num_rows() as u64).sum(),
