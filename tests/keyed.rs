@@ -446,3 +446,61 @@ async fn young_tombstones_stay_and_the_dirty_ratio_shows() {
     // versions the tombstones delete (the young tombstones stay).
     assert!((ratio - 103.0 / 603.0).abs() < 1e-9, "dirty ratio {ratio}");
 }
+
+/// UPDATE and DELETE sent by drivers as prepared statements with `$n`
+/// parameters (psycopg 3, asyncpg, JDBC, node-postgres) bind them.
+#[tokio::test]
+async fn prepared_update_and_delete_bind_their_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE kv (k BIGINT PRIMARY KEY, v TEXT, n BIGINT);
+         INSERT INTO kv VALUES (1, 'a', 10), (2, 'b', 20), (3, 'c', 30);",
+    )
+    .await
+    .unwrap();
+    let update = c
+        .prepare("UPDATE kv SET v = $1, n = n + $2 WHERE k = $3")
+        .await
+        .unwrap();
+    assert_eq!(c.execute(&update, &[&"A", &5i64, &1i64]).await.unwrap(), 1);
+    assert_eq!(c.execute(&update, &[&"B", &7i64, &2i64]).await.unwrap(), 1);
+    assert_eq!(
+        c.execute(
+            "DELETE FROM kv WHERE k = $1 OR v = $2",
+            &[&3i64, &"nothing"]
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    // Inside a transaction block too, and rolled back.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute("DELETE FROM kv WHERE k = $1", &[&1i64])
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM kv").await, 1);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let rows: Vec<String> = c
+        .query("SELECT k, v, n FROM kv ORDER BY k", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}|{}|{}",
+                r.get::<_, i64>(0),
+                r.get::<_, String>(1),
+                r.get::<_, i64>(2)
+            )
+        })
+        .collect();
+    assert_eq!(rows, ["1|A|15", "2|B|27"]);
+    // A wrong type for a parameter is the driver's error, not a crash.
+    let e = c
+        .execute("UPDATE kv SET n = $1 WHERE k = 1", &[&"not a number"])
+        .await
+        .unwrap_err();
+    assert!(!sqlstate(&e).is_empty(), "{e}");
+}

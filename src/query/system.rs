@@ -552,9 +552,9 @@ fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBa
         for (k, (&d, &e)) in done.iter().zip(&ends).enumerate() {
             consumer.push(v.def.name.clone());
             kind.push("view");
-            let at = v.source.partition_at(k);
+            let at = v.source.input_at(k);
             source.push(match &at {
-                Some((t, _)) => t.def.name.clone(),
+                Some((input, _)) => input.name(),
                 None => v.source.name(),
             });
             partition.push(at.as_ref().map_or(k, |(_, p)| *p) as i32);
@@ -563,9 +563,11 @@ fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBa
             end.push(e as i64);
             lag.push(e.saturating_sub(d) as i64);
             let oldest = match &at {
-                Some((t, p)) if e > d => t.partitions().get(*p).and_then(|p| p.ingested_at(d)),
-                Some(_) => Some(now),
-                None => None,
+                Some((crate::stream::ViewSource::Table(t), p)) if e > d => {
+                    t.partitions().get(*p).and_then(|p| p.ingested_at(d))
+                }
+                Some((crate::stream::ViewSource::Table(_), _)) => Some(now),
+                _ => None,
             };
             lag_seconds.push(oldest.map(|t| (now - t).max(0) as f64 / 1e6));
             skipped.push(0i64);

@@ -161,12 +161,28 @@ pub enum Prepared {
     /// Executed as in the simple protocol when the portal runs (no
     /// parameters, no result rows).
     Direct(String),
+    /// `UPDATE` or `DELETE` with parameters: the query that finds the rows
+    /// it writes, planned with its placeholders, bound when it runs.
+    Modify {
+        change: Arc<RowChange>,
+        plan: Box<LogicalPlan>,
+        params: ParamFields,
+    },
     /// Executed as in the simple protocol, returning rows of a schema
     /// known when it was prepared (FETCH from a subscription cursor).
     Rows {
         sql: String,
         schema: SchemaRef,
     },
+}
+
+/// What an `UPDATE` or `DELETE` writes for the rows its query finds.
+#[derive(Debug)]
+pub enum RowChange {
+    /// New versions of the rows (the query gives every column).
+    Update { table: String },
+    /// Tombstones of the rows' keys (the query gives the key columns).
+    Delete { table: String },
 }
 
 /// A planned statement's parameter types in order, found once when it is
@@ -402,9 +418,120 @@ impl SluiceQueryParser {
                 }
                 Prepared::plan(plan, false)
             }
+            Statement::Update {
+                table,
+                assignments,
+                selection,
+            } => {
+                let sql = update_query(&self.store, &table, &assignments, selection.as_deref())?;
+                self.prepare_change(piece, RowChange::Update { table }, &sql)
+                    .await
+            }
+            Statement::Delete { table, selection } => {
+                let sql = delete_query(&self.store, &table, selection.as_deref())?;
+                self.prepare_change(piece, RowChange::Delete { table }, &sql)
+                    .await
+            }
             _ => Ok(Prepared::Direct(piece)),
         }
     }
+
+    /// An UPDATE or DELETE: with parameters, its query planned now and
+    /// bound when it runs; without, run as a simple query.
+    async fn prepare_change(
+        &self,
+        piece: String,
+        change: RowChange,
+        sql: &str,
+    ) -> Result<Prepared, SluiceError> {
+        let stmt = match parse_sql(sql)? {
+            Statement::Query(q) => *q,
+            _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
+        };
+        let plan = self.plan(stmt).await?;
+        let params = ordered_parameter_types(&plan)?;
+        if params.is_empty() {
+            return Ok(Prepared::Direct(piece));
+        }
+        Ok(Prepared::Modify {
+            change: Arc::new(change),
+            plan: Box::new(plan),
+            params: Arc::new(params),
+        })
+    }
+}
+
+/// A keyed table by name, for statements only keyed tables take.
+fn keyed_table(store: &LogStore, table: &str, what: &str) -> Result<Arc<TableLog>, SluiceError> {
+    let log = store
+        .table(table)
+        .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+    if !log.def.is_keyed() {
+        return Err(SluiceError::Unsupported(format!(
+            "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
+        )));
+    }
+    Ok(log)
+}
+
+/// The query that gives an UPDATE's new versions: every column of the
+/// matching latest rows, the assigned ones replaced.
+fn update_query(
+    store: &LogStore,
+    table: &str,
+    assignments: &[(String, String)],
+    selection: Option<&str>,
+) -> Result<String, SluiceError> {
+    let log = keyed_table(store, table, "UPDATE")?;
+    let def = &log.def;
+    for (column, _) in assignments {
+        if def.column_index(column).is_none() {
+            return Err(SluiceError::Sql(sluice_sql::SqlError::UndefinedColumn(
+                column.clone(),
+            )));
+        }
+        if def.options.primary_key.contains(column) {
+            return Err(SluiceError::Unsupported(format!(
+                "UPDATE cannot change primary key column \"{column}\": DELETE the row and INSERT it under the new key"
+            )));
+        }
+    }
+    let items: Vec<String> = def
+        .columns
+        .iter()
+        .map(
+            |c| match assignments.iter().rev().find(|(name, _)| name == &c.name) {
+                Some((_, expr)) => format!("({expr}) AS \"{}\"", c.name),
+                None => format!("\"{}\"", c.name),
+            },
+        )
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM \"{table}\"{}",
+        items.join(", "),
+        selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    ))
+}
+
+/// The query that gives the keys a DELETE takes back.
+fn delete_query(
+    store: &LogStore,
+    table: &str,
+    selection: Option<&str>,
+) -> Result<String, SluiceError> {
+    let log = keyed_table(store, table, "DELETE")?;
+    let keys: Vec<String> = log
+        .def
+        .options
+        .primary_key
+        .iter()
+        .map(|k| format!("\"{k}\""))
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM \"{table}\"{}",
+        keys.join(", "),
+        selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    ))
 }
 
 /// The parameters' types in order, as fields: a `$n::type` cast keeps the
@@ -547,9 +674,9 @@ impl QueryParser for SluiceQueryParser {
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
         match stmt {
-            Prepared::Plan { params, .. } | Prepared::PointRead { params, .. } => {
-                wire_types(params)
-            }
+            Prepared::Plan { params, .. }
+            | Prepared::PointRead { params, .. }
+            | Prepared::Modify { params, .. } => wire_types(params),
             Prepared::Insert(insert) => insert
                 .param_types()
                 .iter()
@@ -967,7 +1094,7 @@ impl Handlers {
                 self.delete(client, &table, selection.as_deref()).await
             }
             Statement::Compact { table } => {
-                let log = self.keyed_table(&table, "VACUUM")?;
+                let log = keyed_table(&self.store, &table, "VACUUM")?;
                 // Closed local segments go to the object store first, so
                 // that compaction reaches every closed segment.
                 crate::log::tier_table(&log, &self.objects).await?;
@@ -1062,32 +1189,33 @@ impl Handlers {
         }
     }
 
-    /// A keyed table by name, for statements only keyed tables take.
-    fn keyed_table(&self, table: &str, what: &str) -> Result<Arc<TableLog>, SluiceError> {
-        let log = self
-            .store
-            .table(table)
-            .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
-        if !log.def.is_keyed() {
-            return Err(SluiceError::Unsupported(format!(
-                "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
-            )));
-        }
-        Ok(log)
-    }
-
-    /// Runs a query over the latest rows of a table (as the open
-    /// transaction sees them) and collects it.
-    async fn collect_sql<C: ClientInfo>(
+    /// Lines of a plan as EXPLAIN answers them: one text column.
+    fn plan_lines<C: ClientInfo>(
         &self,
         client: &C,
-        sql: &str,
+        lines: &[String],
+        format: &Format,
+    ) -> Result<Response, SluiceError> {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow::array::StringArray::from_iter_values(lines))],
+        )?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        Ok(Response::Query(
+            encode::batches(&schema, vec![batch], format, options).map_err(encode_error)?,
+        ))
+    }
+
+    /// Runs a plan over the latest rows of the tables (as the open
+    /// transaction sees them) and collects it.
+    async fn collect_plan<C: ClientInfo>(
+        &self,
+        client: &C,
+        plan: LogicalPlan,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
-        let stmt = match parse_sql(sql)? {
-            Statement::Query(q) => *q,
-            _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
-        };
-        let plan = self.parser.plan(stmt).await?;
         let df = self.dataframe(client, plan).await?;
         let task = Arc::new(df.task_ctx());
         let physical = self.physical_plan(df).await?;
@@ -1178,45 +1306,16 @@ impl Handlers {
         assignments: &[(String, String)],
         selection: Option<&str>,
     ) -> Result<Response, SluiceError> {
-        let log = self.keyed_table(table, "UPDATE")?;
-        let def = &log.def;
-        for (column, _) in assignments {
-            if def.column_index(column).is_none() {
-                return Err(SluiceError::Sql(sluice_sql::SqlError::UndefinedColumn(
-                    column.clone(),
-                )));
-            }
-            if def.options.primary_key.contains(column) {
-                return Err(SluiceError::Unsupported(format!(
-                    "UPDATE cannot change primary key column \"{column}\": DELETE the row and INSERT it under the new key"
-                )));
-            }
-        }
-        let items: Vec<String> = def
-            .columns
-            .iter()
-            .map(
-                |c| match assignments.iter().rev().find(|(name, _)| name == &c.name) {
-                    Some((_, expr)) => format!("({expr}) AS \"{}\"", c.name),
-                    None => format!("\"{}\"", c.name),
-                },
-            )
-            .collect();
-        let sql = format!(
-            "SELECT {} FROM \"{table}\"{}",
-            items.join(", "),
-            selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
-        );
-        let mut row = 1;
-        let mut batches = Vec::new();
-        for b in self.collect_sql(client, &sql).await? {
-            batches.push(conform_batch(def, &b, row)?);
-            row += b.num_rows() as u64;
-        }
-        let n = self.write(client, &log, batches, false).await?;
-        Ok(Response::Execution(
-            Tag::new("UPDATE").with_rows(n as usize),
-        ))
+        let sql = update_query(&self.store, table, assignments, selection)?;
+        let plan = self.plan_query(&sql).await?;
+        self.change_rows(
+            client,
+            &RowChange::Update {
+                table: table.to_string(),
+            },
+            plan,
+        )
+        .await
     }
 
     /// `DELETE FROM t [WHERE ...]` on a keyed table: a tombstone for the key
@@ -1227,50 +1326,62 @@ impl Handlers {
         table: &str,
         selection: Option<&str>,
     ) -> Result<Response, SluiceError> {
-        let log = self.keyed_table(table, "DELETE")?;
-        let keys: Vec<String> = log
-            .def
-            .options
-            .primary_key
-            .iter()
-            .map(|k| format!("\"{k}\""))
-            .collect();
-        let sql = format!(
-            "SELECT {} FROM \"{table}\"{}",
-            keys.join(", "),
-            selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
-        );
-        let tombstones: Vec<RecordBatch> = self
-            .collect_sql(client, &sql)
-            .await?
-            .iter()
-            .filter(|b| b.num_rows() > 0)
-            .map(|b| crate::log::keyed::tombstones(&log.def, b))
-            .collect::<Result<_, _>>()?;
-        let n = self.write(client, &log, tombstones, false).await?;
-        Ok(Response::Execution(
-            Tag::new("DELETE").with_rows(n as usize),
-        ))
+        let sql = delete_query(&self.store, table, selection)?;
+        let plan = self.plan_query(&sql).await?;
+        self.change_rows(
+            client,
+            &RowChange::Delete {
+                table: table.to_string(),
+            },
+            plan,
+        )
+        .await
     }
 
-    /// Lines of a plan as EXPLAIN answers them: one text column.
-    fn plan_lines<C: ClientInfo>(
+    async fn plan_query(&self, sql: &str) -> Result<LogicalPlan, SluiceError> {
+        let stmt = match parse_sql(sql)? {
+            Statement::Query(q) => *q,
+            _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
+        };
+        self.parser.plan(stmt).await
+    }
+
+    /// Runs an UPDATE's or DELETE's query and writes what it found: new
+    /// versions, or tombstones of the keys.
+    async fn change_rows<C: ClientInfo>(
         &self,
         client: &C,
-        lines: &[String],
-        format: &Format,
+        change: &RowChange,
+        plan: LogicalPlan,
     ) -> Result<Response, SluiceError> {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-            arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(arrow::array::StringArray::from_iter_values(lines))],
-        )?;
-        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        Ok(Response::Query(
-            encode::batches(&schema, vec![batch], format, options).map_err(encode_error)?,
-        ))
+        let found = self.collect_plan(client, plan).await?;
+        match change {
+            RowChange::Update { table } => {
+                let log = keyed_table(&self.store, table, "UPDATE")?;
+                let mut row = 1;
+                let mut batches = Vec::new();
+                for b in found {
+                    batches.push(conform_batch(&log.def, &b, row)?);
+                    row += b.num_rows() as u64;
+                }
+                let n = self.write(client, &log, batches, false).await?;
+                Ok(Response::Execution(
+                    Tag::new("UPDATE").with_rows(n as usize),
+                ))
+            }
+            RowChange::Delete { table } => {
+                let log = keyed_table(&self.store, table, "DELETE")?;
+                let tombstones: Vec<RecordBatch> = found
+                    .iter()
+                    .filter(|b| b.num_rows() > 0)
+                    .map(|b| crate::log::keyed::tombstones(&log.def, b))
+                    .collect::<Result<_, _>>()?;
+                let n = self.write(client, &log, tombstones, false).await?;
+                Ok(Response::Execution(
+                    Tag::new("DELETE").with_rows(n as usize),
+                ))
+            }
+        }
     }
 
     /// Refuses to drop a relation something still reads.
@@ -2047,7 +2158,10 @@ impl Handlers {
                     .await
                     .map_err(SluiceError::into_pg)
             }
-            Prepared::Plan { .. } | Prepared::Insert(_) | Prepared::PointRead { .. }
+            Prepared::Plan { .. }
+            | Prepared::Insert(_)
+            | Prepared::PointRead { .. }
+            | Prepared::Modify { .. }
                 if session(client).transaction.lock().failed =>
             {
                 Err(SluiceError::TransactionAborted.into_pg())
@@ -2057,6 +2171,31 @@ impl Handlers {
                 is_insert: true, ..
             } if characteristics(client).read_only => {
                 Err(SluiceError::ReadOnlyTransaction("INSERT").into_pg())
+            }
+            Prepared::Modify { change, .. } if characteristics(client).read_only => {
+                Err(SluiceError::ReadOnlyTransaction(match change.as_ref() {
+                    RowChange::Update { .. } => "UPDATE",
+                    RowChange::Delete { .. } => "DELETE",
+                })
+                .into_pg())
+            }
+            Prepared::Modify {
+                change,
+                plan,
+                params,
+            } => {
+                self.begin_statement(client).await;
+                let params = bound_parameters(portal, params)?;
+                let span = debug_span!("statement", sql = %truncate(&portal.statement.id));
+                let plan = plan
+                    .as_ref()
+                    .clone()
+                    .replace_params_with_values(&params)
+                    .map_err(|e| SluiceError::from(e).into_pg())?;
+                self.change_rows(client, change, plan)
+                    .instrument(span)
+                    .await
+                    .map_err(SluiceError::into_pg)
             }
             // A prepared statement's span is at debug level: drivers run
             // them by the thousand a second, and an enabled span (its

@@ -41,9 +41,10 @@ const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 pub enum ViewSource {
     Table(Arc<TableLog>),
     View(Arc<View>),
-    /// Several tables, joined or unioned; offsets are each table's
-    /// partitions in turn.
-    Tables(Vec<Arc<TableLog>>),
+    /// Several tables and views, joined or unioned. The view's offsets
+    /// are each input's in turn: a table's partitions, or one position in
+    /// a view's rows.
+    Several(Vec<ViewSource>),
 }
 
 impl ViewSource {
@@ -51,9 +52,9 @@ impl ViewSource {
         match self {
             ViewSource::Table(t) => t.def.name.clone(),
             ViewSource::View(v) => v.def.name.clone(),
-            ViewSource::Tables(ts) => ts
+            ViewSource::Several(inputs) => inputs
                 .iter()
-                .map(|t| t.def.name.as_str())
+                .map(|i| i.name())
                 .collect::<Vec<_>>()
                 .join(", "),
         }
@@ -62,65 +63,81 @@ impl ViewSource {
     /// Whether the view reads `relation`.
     pub fn reads(&self, relation: &str) -> bool {
         match self {
-            ViewSource::Table(t) => t.def.name == relation,
-            ViewSource::View(v) => v.def.name == relation,
-            ViewSource::Tables(ts) => ts.iter().any(|t| t.def.name == relation),
+            ViewSource::Several(inputs) => inputs.iter().any(|i| i.reads(relation)),
+            one => one.name() == relation,
         }
     }
 
-    /// The tables the view reads, in the order of its offsets.
-    pub fn tables(&self) -> Vec<Arc<TableLog>> {
+    /// The tables and views read, in the order of the view's offsets.
+    pub fn inputs(&self) -> Vec<ViewSource> {
         match self {
-            ViewSource::Table(t) => vec![t.clone()],
-            ViewSource::View(_) => vec![],
-            ViewSource::Tables(ts) => ts.clone(),
+            ViewSource::Several(inputs) => inputs.clone(),
+            one => vec![one.clone()],
         }
     }
 
-    /// The table and its partition at position `k` of the view's offsets.
-    pub fn partition_at(&self, k: usize) -> Option<(Arc<TableLog>, usize)> {
+    /// How many of the view's offsets an input takes.
+    fn width(&self) -> usize {
+        match self {
+            ViewSource::Table(t) => t.partitions().len(),
+            ViewSource::View(_) => 1,
+            ViewSource::Several(inputs) => inputs.iter().map(|i| i.width()).sum(),
+        }
+    }
+
+    /// How many offsets the view keeps.
+    pub fn offsets(&self) -> usize {
+        self.width()
+    }
+
+    /// The input and its partition at position `k` of the view's offsets.
+    pub fn input_at(&self, k: usize) -> Option<(ViewSource, usize)> {
         let mut at = 0;
-        for t in self.tables() {
-            let n = t.partitions().len();
+        for input in self.inputs() {
+            let n = input.width();
             if k < at + n {
-                return Some((t, k - at));
+                return Some((input, k - at));
             }
             at += n;
         }
         None
     }
 
-    /// Committed end offsets of the tables read, in the order of the
-    /// view's offsets (None for a view over a view).
-    pub fn committed_ends(&self) -> Option<Vec<u64>> {
-        match self {
-            ViewSource::View(_) => None,
-            _ => Some(
-                self.tables()
-                    .iter()
-                    .flat_map(|t| t.commits().borrow().clone())
-                    .collect(),
-            ),
-        }
+    /// How far each input can be read now, in the order of the view's
+    /// offsets: a table's committed ends, an append-only view's rows, or
+    /// how many times a view whose rows change has published.
+    pub fn ends(&self) -> Vec<u64> {
+        self.inputs()
+            .iter()
+            .flat_map(|i| match i {
+                ViewSource::Table(t) => t.commits().borrow().clone(),
+                ViewSource::View(v) if v.append_only => vec![v.published_rows()],
+                ViewSource::View(v) => vec![v.published_seq()],
+                ViewSource::Several(_) => vec![],
+            })
+            .collect()
     }
 
     /// Where `table`'s partitions lie in the view's offsets.
     pub fn offsets_of(&self, table: &str) -> Option<std::ops::Range<usize>> {
-        match self {
-            ViewSource::Table(t) if t.def.name == table => Some(0..t.partitions().len()),
-            ViewSource::Tables(ts) => {
-                let mut at = 0;
-                for t in ts {
-                    let n = t.partitions().len();
-                    if t.def.name == table {
-                        return Some(at..at + n);
-                    }
-                    at += n;
-                }
-                None
+        let mut at = 0;
+        for input in self.inputs() {
+            let n = input.width();
+            if matches!(&input, ViewSource::Table(t) if t.def.name == table) {
+                return Some(at..at + n);
             }
-            _ => None,
+            at += n;
         }
+        None
+    }
+
+    /// Whether an input is a view whose rows change in place: the view
+    /// then starts from its inputs' rows rather than from a checkpoint,
+    /// which does not say which of those rows it saw.
+    pub fn reads_changing_view(&self) -> bool {
+        self.inputs()
+            .iter()
+            .any(|i| matches!(i, ViewSource::View(v) if !v.append_only))
     }
 }
 
@@ -231,19 +248,7 @@ pub async fn compile(
     }
     let source = match sources.as_slice() {
         [one] => one.clone(),
-        _ => ViewSource::Tables(
-            sources
-                .iter()
-                .map(|s| match s {
-                    ViewSource::Table(t) => Ok(t.clone()),
-                    other => Err(unsupported(format!(
-                        "a materialized view that combines \"{}\" with other relations must read tables only; \"{}\" is a materialized view",
-                        other.name(),
-                        other.name()
-                    ))),
-                })
-                .collect::<Result<_, _>>()?,
-        ),
+        _ => ViewSource::Several(sources.clone()),
     };
     let tables: Vec<String> = sources
         .iter()
@@ -269,7 +274,7 @@ pub async fn compile(
             ViewSource::Table(t) => {
                 datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone()))
             }
-            ViewSource::Tables(_) => return Err(unsupported("nested sources")),
+            ViewSource::Several(_) => return Err(unsupported("nested sources")),
         };
         let slot: DeltaSlot = Default::default();
         ctx.register_table(
@@ -344,7 +349,7 @@ pub async fn compile(
     let retracting = sources.iter().any(|s| match s {
         ViewSource::Table(t) => t.def.is_keyed(),
         ViewSource::View(v) => !v.append_only,
-        ViewSource::Tables(_) => true,
+        ViewSource::Several(_) => true,
     }) || graph.retracts();
     if retracting && closing.is_some() {
         return Err(unsupported(

@@ -180,14 +180,16 @@ impl View {
             .sum()
     }
 
+    /// How many times the view has published (a position in its rows for
+    /// a view over it, when they change in place).
+    pub fn published_seq(&self) -> u64 {
+        self.published.read().seq
+    }
+
     /// What the view still has to apply of its source: committed rows of
     /// a table, or rows another view has published.
     pub fn source_end(&self) -> Vec<u64> {
-        match &self.source {
-            ViewSource::View(v) if v.append_only => vec![v.published_rows()],
-            ViewSource::View(v) => vec![v.published.read().seq],
-            tables => tables.committed_ends().unwrap_or_default(),
-        }
+        self.source.ends()
     }
 
     /// Source offsets the last committed checkpoint covers.
@@ -403,7 +405,9 @@ impl ViewManager {
             // A view over a view that changes rows in place starts again
             // from that view's rows (restored already), not from its own
             // checkpoint, which does not say which of those rows it saw.
-            let restored = if compiled.retracting && matches!(compiled.source, ViewSource::View(_))
+            let restored = if compiled.retracting
+                && (matches!(compiled.source, ViewSource::View(_))
+                    || compiled.source.reads_changing_view())
             {
                 None
             } else {
@@ -433,10 +437,16 @@ impl ViewManager {
         let Some(restored) = self.checkpoints.load_latest(def.id, &def.name).await? else {
             return Ok(None);
         };
-        let ends = match &compiled.source {
-            ViewSource::View(v) => vec![u64::MAX; v.progress().0.len()],
-            tables => tables.committed_ends().unwrap_or_default(),
-        };
+        // A view input may restore to fewer rows than this view had read:
+        // the view waits for it to catch up.
+        let ends: Vec<u64> = (0..compiled.source.offsets())
+            .map(|k| match compiled.source.input_at(k) {
+                Some((ViewSource::Table(t), p)) => {
+                    t.commits().borrow().get(p).copied().unwrap_or(0)
+                }
+                _ => u64::MAX,
+            })
+            .collect();
         let offsets = &restored.manifest.source_offsets;
         if offsets.len() != ends.len() || offsets.iter().zip(&ends).any(|(o, e)| o > e) {
             warn!(view = %def.name, ?offsets, ?ends, "checkpoint is ahead of the log; rebuilding the view from the log");
@@ -594,19 +604,26 @@ impl ViewManager {
                     "a view over a view rebuilds from its source's rows only: use REBUILD or REBUILD FROM EARLIEST".into(),
                 ))
             }
-            (ViewSource::Tables(ts), None) => ts
-                .iter()
-                .flat_map(|t| t.partitions().iter().map(|p| p.start_offset()).collect::<Vec<_>>())
-                .collect(),
-            (ViewSource::Tables(ts), Some(ts_us)) => ts
-                .iter()
-                .flat_map(|t| {
-                    t.partitions()
-                        .iter()
-                        .map(|p| p.offset_at_time(ts_us))
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
+            (ViewSource::Several(inputs), from) => {
+                let mut offsets = Vec::new();
+                for input in inputs {
+                    match (input, from) {
+                        (ViewSource::Table(t), None) => {
+                            offsets.extend(t.partitions().iter().map(|p| p.start_offset()))
+                        }
+                        (ViewSource::Table(t), Some(ts)) => {
+                            offsets.extend(t.partitions().iter().map(|p| p.offset_at_time(ts)))
+                        }
+                        (_, None) => offsets.push(0),
+                        (_, Some(_)) => {
+                            return Err(SluiceError::Unsupported(
+                                "a view that reads a view rebuilds from its sources' rows only: use REBUILD or REBUILD FROM EARLIEST".into(),
+                            ))
+                        }
+                    }
+                }
+                offsets
+            }
         };
         {
             let mut rebuilding = self.rebuilding.write();
@@ -731,10 +748,7 @@ impl ViewManager {
         restored: Option<RestoredCheckpoint>,
         kind: &'static str,
     ) -> Result<Arc<View>, SluiceError> {
-        let partitions = match &compiled.source {
-            ViewSource::View(_) => 1,
-            tables => tables.tables().iter().map(|t| t.partitions().len()).sum(),
-        };
+        let partitions = compiled.source.offsets();
         let first = def
             .start_offsets
             .clone()
@@ -793,8 +807,10 @@ impl ViewManager {
             .subscription_defs()
             .iter()
             .any(|s| s.source == def.name);
-        let backfill = match compiled.source.committed_ends() {
-            Some(ends) => {
+        let backfill = match &compiled.source {
+            ViewSource::View(_) => None,
+            source => {
+                let ends = source.ends();
                 let total: u64 = ends
                     .iter()
                     .zip(&start.consumed)
@@ -806,7 +822,6 @@ impl ViewManager {
                     total_rows: total,
                 })
             }
-            None => None,
         };
         let applied_rows = Arc::new(AtomicU64::new(0));
         let view = Arc::new(View {
@@ -877,8 +892,8 @@ impl ViewManager {
                 tokio::spawn(follow_changing_view(task, v).instrument(span))
             }
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
-            ViewSource::Tables(ts) => tokio::spawn(
-                follow_tables(task, ts, self.store.transactions().clone()).instrument(span),
+            ViewSource::Several(inputs) => tokio::spawn(
+                follow_inputs(task, inputs, self.store.transactions().clone()).instrument(span),
             ),
         };
         *view.task.lock() = Some(handle.abort_handle());
@@ -1503,23 +1518,57 @@ async fn apply_input_guarded(
     .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))?
 }
 
-/// The task of a view over several tables (a join or a union): apply each
-/// table's new commits in turn, then publish. The tables' ends are read
-/// together while no multi-table transaction publishes, so the view sees
-/// such a transaction whole or not at all.
-async fn follow_tables(
+/// How a view over several inputs reads one of them.
+enum InputReader {
+    /// A table's new frames; a keyed table's versions to take back.
+    Table {
+        table: Arc<TableLog>,
+        schema: SchemaRef,
+        versions: Option<KeyedVersions>,
+    },
+    /// The new rows of a view whose rows only grow.
+    AppendView(Arc<View>),
+    /// A view whose rows change in place: each publish compared with the
+    /// one before.
+    ChangingView(Arc<View>, Box<ChangeTracker>),
+}
+
+impl InputReader {
+    /// Where this input can be read to now (its offsets in the view's).
+    fn ends(&self) -> Vec<u64> {
+        match self {
+            InputReader::Table { table, .. } => table.commits().borrow().clone(),
+            InputReader::AppendView(v) => vec![v.published_rows()],
+            InputReader::ChangingView(v, _) => vec![v.published_seq()],
+        }
+    }
+
+    fn watch(&self) -> watch::Receiver<Vec<u64>> {
+        match self {
+            InputReader::Table { table, .. } => table.commits(),
+            InputReader::AppendView(v) | InputReader::ChangingView(v, _) => v.progress.subscribe(),
+        }
+    }
+}
+
+/// The task of a view over several inputs (a join or a union): apply each
+/// input's news in turn, then publish. The tables' ends are read together
+/// while no multi-table transaction publishes, so the view sees such a
+/// transaction whole or not at all.
+async fn follow_inputs(
     mut task: ViewTask,
-    tables: Vec<Arc<TableLog>>,
+    inputs: Vec<ViewSource>,
     transactions: Arc<crate::log::TransactionCoordinator>,
 ) {
     let ctx = Arc::new(TaskContext::default());
-    let mut commits: Vec<_> = tables.iter().map(|t| t.commits()).collect();
-    let schemas: Vec<SchemaRef> = tables
+    let widths: Vec<usize> = inputs
         .iter()
-        .map(|t| datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone())))
+        .map(|i| match i {
+            ViewSource::Table(t) => t.partitions().len(),
+            _ => 1,
+        })
         .collect();
-    let sizes: Vec<usize> = tables.iter().map(|t| t.partitions().len()).collect();
-    let starts: Vec<usize> = sizes
+    let starts: Vec<usize> = widths
         .iter()
         .scan(0, |at, n| {
             let s = *at;
@@ -1527,30 +1576,61 @@ async fn follow_tables(
             Some(s)
         })
         .collect();
-    let mut versions: Vec<Option<KeyedVersions>> = Vec::with_capacity(tables.len());
-    for (i, table) in tables.iter().enumerate() {
-        if !table.def.is_keyed() {
-            versions.push(None);
-            continue;
-        }
-        let projection: Vec<usize> = (0..schemas[i].fields().len()).collect();
-        let consumed = &task.consumed[starts[i]..starts[i] + sizes[i]];
-        match KeyedVersions::start(table, &schemas[i], &projection, consumed).await {
-            Ok(v) => versions.push(Some(v)),
-            Err(e) => {
-                task.publish(Err(e), None, Vec::new());
+    let mut readers = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        let reader = match input {
+            ViewSource::Table(table) => {
+                let schema = datafusion::datasource::TableProvider::schema(&LogTableProvider::new(
+                    table.clone(),
+                ));
+                let versions = match table.def.is_keyed() {
+                    false => None,
+                    true => {
+                        let projection: Vec<usize> = (0..schema.fields().len()).collect();
+                        let consumed = &task.consumed[starts[i]..starts[i] + widths[i]];
+                        match KeyedVersions::start(table, &schema, &projection, consumed).await {
+                            Ok(v) => Some(v),
+                            Err(e) => {
+                                task.publish(Err(e), None, Vec::new());
+                                return;
+                            }
+                        }
+                    }
+                };
+                InputReader::Table {
+                    table: table.clone(),
+                    schema,
+                    versions,
+                }
+            }
+            ViewSource::View(v) if v.append_only => InputReader::AppendView(v.clone()),
+            ViewSource::View(v) => match ChangeTracker::new(&v.schema, &[]) {
+                Ok(t) => InputReader::ChangingView(v.clone(), Box::new(t)),
+                Err(e) => {
+                    task.publish(Err(e), None, Vec::new());
+                    return;
+                }
+            },
+            ViewSource::Several(_) => {
+                task.publish(
+                    Err(SluiceError::Internal("nested view inputs".into())),
+                    None,
+                    Vec::new(),
+                );
                 return;
             }
-        }
+        };
+        readers.push(reader);
     }
+    let mut watches: Vec<_> = readers.iter().map(|r| r.watch()).collect();
     let mut first = true;
     loop {
         let ends: Vec<u64> = {
             let _whole = transactions.snapshot_guard().await;
-            commits
-                .iter_mut()
-                .flat_map(|c| c.borrow_and_update().clone())
-                .collect()
+            for w in watches.iter_mut() {
+                w.borrow_and_update();
+            }
+            readers.iter().flat_map(|r| r.ends()).collect()
         };
         let behind = ends.iter().zip(&task.consumed).any(|(e, c)| e > c);
         if behind || first {
@@ -1558,59 +1638,72 @@ async fn follow_tables(
             let consumed = task.consumed.clone();
             let compiled = &mut task.compiled;
             let applied_rows = task.applied_rows.clone();
-            let versions = &mut versions;
+            let readers = &mut readers;
             let result: Result<(), SluiceError> = async {
-                for (i, table) in tables.iter().enumerate() {
-                    let data_columns = table.def.columns.len();
-                    let schema = &schemas[i];
-                    let projection: Vec<usize> = (0..schema.fields().len()).collect();
-                    let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
-                    for (k, part) in table.partitions().iter().enumerate() {
-                        let (from, to) = (consumed[starts[i] + k], ends[starts[i] + k]);
-                        for meta in part.frames_in_range(from, to) {
-                            frames.push((meta.header.ingested_at_us, k, meta));
-                        }
-                    }
-                    frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
-                    for chunk in frames.chunks(FRAMES_PER_DELTA) {
-                        let mut insert = Vec::with_capacity(chunk.len());
-                        let mut gone = Vec::new();
-                        let mut rows_read = 0u64;
-                        for (_, k, meta) in chunk {
-                            let raw = table.partitions()[*k].read_frame(meta).await?;
-                            let full = project_frame(
-                                &raw,
-                                meta,
-                                *k as i32,
-                                &projection,
-                                data_columns,
+                for (i, reader) in readers.iter_mut().enumerate() {
+                    let at = starts[i];
+                    match reader {
+                        InputReader::Table {
+                            table,
+                            schema,
+                            versions,
+                        } => {
+                            let range = (&consumed[at..at + widths[i]], &ends[at..at + widths[i]]);
+                            let rows = apply_table_news(
+                                compiled,
+                                i,
+                                table,
                                 schema,
-                            )?;
-                            // Rows the checkpoint already covers are skipped.
-                            let skip = consumed[starts[i] + *k]
-                                .saturating_sub(meta.header.base_offset)
-                                as usize;
-                            rows_read += full.num_rows().saturating_sub(skip) as u64;
-                            match versions[i].as_mut() {
-                                Some(v) => insert.push(v.split(&raw, &full, skip, &mut gone)?),
-                                None => insert.push(full.slice(
-                                    skip.min(full.num_rows()),
-                                    full.num_rows().saturating_sub(skip),
-                                )),
+                                versions,
+                                range,
+                                ctx.clone(),
+                            )
+                            .await?;
+                            applied_rows.fetch_add(rows, Ordering::Relaxed);
+                        }
+                        InputReader::AppendView(v) => {
+                            let mut skip = consumed[at] as usize;
+                            let mut delta = Vec::new();
+                            for b in v.snapshot() {
+                                if skip >= b.num_rows() {
+                                    skip -= b.num_rows();
+                                    continue;
+                                }
+                                delta.push(b.slice(skip, b.num_rows() - skip));
+                                skip = 0;
+                            }
+                            apply_input_guarded(compiled, i, delta, Vec::new(), ctx.clone())
+                                .await?;
+                        }
+                        InputReader::ChangingView(v, tracker) => {
+                            if ends[at] <= consumed[at] && !first {
+                                continue;
+                            }
+                            let (batches, _) = v.snapshot_with_seq();
+                            if let Some(diff) = tracker.diff(&batches)? {
+                                let (inserts, deletes) = split_changes(&diff, &v.schema)?;
+                                apply_input_guarded(
+                                    compiled,
+                                    i,
+                                    vec![inserts],
+                                    vec![deletes],
+                                    ctx.clone(),
+                                )
+                                .await?;
                             }
                         }
-                        let retract = match (&versions[i], gone.is_empty()) {
-                            (Some(v), false) => vec![v.rows(schema, &gone)?],
-                            _ => Vec::new(),
-                        };
-                        apply_input_guarded(compiled, i, insert, retract, ctx.clone()).await?;
-                        applied_rows.fetch_add(rows_read, Ordering::Relaxed);
                     }
                 }
                 Ok(())
             }
             .await;
-            task.consumed = ends;
+            // An append-only view input may have restored fewer rows than
+            // the checkpoint had read: the position stays until it is back.
+            task.consumed = ends
+                .iter()
+                .zip(&consumed)
+                .map(|(e, c)| (*e).max(*c))
+                .collect();
             if !task.publish(result, None, Vec::new()) {
                 return;
             }
@@ -1624,11 +1717,59 @@ async fn follow_tables(
         }
         task.checkpoint_if_due(ViewClockState::default());
         let changed =
-            futures::future::select_all(commits.iter_mut().map(|c| Box::pin(c.changed())));
+            futures::future::select_all(watches.iter_mut().map(|c| Box::pin(c.changed())));
         tokio::select! {
             (r, _, _) = changed => if r.is_err() { return },
             _ = task.wake.notified() => {},
             _ = tokio::time::sleep(task.interval) => {},
         }
     }
+}
+
+/// Applies a table's frames from `range.0` to `range.1` (per partition) to
+/// the view, as input `input`; returns the rows read.
+async fn apply_table_news(
+    compiled: &mut CompiledView,
+    input: usize,
+    table: &Arc<TableLog>,
+    schema: &SchemaRef,
+    versions: &mut Option<KeyedVersions>,
+    range: (&[u64], &[u64]),
+    ctx: Arc<TaskContext>,
+) -> Result<u64, SluiceError> {
+    let (consumed, ends) = range;
+    let data_columns = table.def.columns.len();
+    let projection: Vec<usize> = (0..schema.fields().len()).collect();
+    let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
+    for (k, part) in table.partitions().iter().enumerate() {
+        for meta in part.frames_in_range(consumed[k], ends[k]) {
+            frames.push((meta.header.ingested_at_us, k, meta));
+        }
+    }
+    frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
+    let mut read = 0u64;
+    for chunk in frames.chunks(FRAMES_PER_DELTA) {
+        let mut insert = Vec::with_capacity(chunk.len());
+        let mut gone = Vec::new();
+        for (_, k, meta) in chunk {
+            let raw = table.partitions()[*k].read_frame(meta).await?;
+            let full = project_frame(&raw, meta, *k as i32, &projection, data_columns, schema)?;
+            // Rows the checkpoint already covers are skipped.
+            let skip = consumed[*k].saturating_sub(meta.header.base_offset) as usize;
+            read += full.num_rows().saturating_sub(skip) as u64;
+            match versions.as_mut() {
+                Some(v) => insert.push(v.split(&raw, &full, skip, &mut gone)?),
+                None => insert.push(full.slice(
+                    skip.min(full.num_rows()),
+                    full.num_rows().saturating_sub(skip),
+                )),
+            }
+        }
+        let retract = match (versions.as_ref(), gone.is_empty()) {
+            (Some(v), false) => vec![v.rows(schema, &gone)?],
+            _ => Vec::new(),
+        };
+        apply_input_guarded(compiled, input, insert, retract, ctx.clone()).await?;
+    }
+    Ok(read)
 }

@@ -76,6 +76,33 @@ public class JdbcScenario {
     }
   }
 
+  // UPDATE and DELETE as prepared statements with parameters.
+  static void updates(String url) throws Exception {
+    try (Connection c = DriverManager.getConnection(url)) {
+      try (Statement st = c.createStatement()) {
+        st.execute("CREATE TABLE jkv (k BIGINT PRIMARY KEY, v TEXT)");
+        st.execute("INSERT INTO jkv VALUES (1, 'a'), (2, 'b'), (3, 'c')");
+      }
+      try (PreparedStatement ps = c.prepareStatement("UPDATE jkv SET v = ? WHERE k = ?")) {
+        for (int round = 0; round < 6; round++) {
+          ps.setString(1, "v" + round);
+          ps.setLong(2, 1 + round % 2);
+          check(ps.executeUpdate() == 1, "update counts one row");
+        }
+      }
+      try (PreparedStatement ps = c.prepareStatement("DELETE FROM jkv WHERE k = ?")) {
+        ps.setLong(1, 3);
+        check(ps.executeUpdate() == 1, "delete counts one row");
+      }
+      try (Statement st = c.createStatement();
+          ResultSet rs = st.executeQuery("SELECT k, v FROM jkv ORDER BY k")) {
+        StringBuilder got = new StringBuilder();
+        while (rs.next()) got.append(rs.getLong(1)).append('=').append(rs.getString(2)).append(' ');
+        check(got.toString().equals("1=v4 2=v5 "), "rows after updates: " + got);
+      }
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
     try (Connection c = DriverManager.getConnection(url)) {
@@ -183,6 +210,7 @@ public class JdbcScenario {
       check(schemas.contains("public") && schemas.contains("sluice_catalog"), "schemas " + schemas);
     }
     transactions(url);
+    updates(url);
     System.out.println("jdbc scenario ok");
   }
 }

@@ -94,6 +94,11 @@ async def transactions(c):
         await c.execute("UPDATE atx SET v = 'y' WHERE id = 9")
     assert await other.fetchval("SELECT count(*) FROM atx") == 10
     assert await other.fetchval("SELECT v FROM atx WHERE id = 9") == "y"
+    # UPDATE and DELETE with parameters (prepared, as asyncpg always does).
+    assert await c.execute("UPDATE atx SET v = $1 WHERE id = $2", "z", 8) == "UPDATE 1"
+    assert await c.execute("DELETE FROM atx WHERE id = $1", 7) == "DELETE 1"
+    assert await other.fetchval("SELECT v FROM atx WHERE id = 8") == "z"
+    assert await other.fetchval("SELECT count(*) FROM atx") == 9
     # REPEATABLE READ: one snapshot; a key another connection updated
     # since fails the commit with SerializationError (40001).
     try:
