@@ -1524,7 +1524,7 @@ enum InputReader {
     Table {
         table: Arc<TableLog>,
         schema: SchemaRef,
-        versions: Option<KeyedVersions>,
+        versions: Option<Box<KeyedVersions>>,
     },
     /// The new rows of a view whose rows only grow.
     AppendView(Arc<View>),
@@ -1589,7 +1589,7 @@ async fn follow_inputs(
                         let projection: Vec<usize> = (0..schema.fields().len()).collect();
                         let consumed = &task.consumed[starts[i]..starts[i] + widths[i]];
                         match KeyedVersions::start(table, &schema, &projection, consumed).await {
-                            Ok(v) => Some(v),
+                            Ok(v) => Some(Box::new(v)),
                             Err(e) => {
                                 task.publish(Err(e), None, Vec::new());
                                 return;
@@ -1733,7 +1733,7 @@ async fn apply_table_news(
     input: usize,
     table: &Arc<TableLog>,
     schema: &SchemaRef,
-    versions: &mut Option<KeyedVersions>,
+    versions: &mut Option<Box<KeyedVersions>>,
     range: (&[u64], &[u64]),
     ctx: Arc<TaskContext>,
 ) -> Result<u64, SluiceError> {
