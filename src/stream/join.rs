@@ -8,7 +8,9 @@
 //!
 //! State: every live row of each side, indexed by the arrow-row bytes of
 //! its join key (rows whose key has a NULL never match and are kept apart).
-//! A retraction removes one equal row. Outer joins keep nothing more: a
+//! A retraction removes one equal row (found by comparing the arrow-row
+//! form of the key's rows, made for a batch the first time a retraction
+//! needs it). Outer joins keep nothing more: a
 //! preserved row has its NULL-padded twin exactly while no row of the other
 //! side shares its key, so the twin comes and goes when that side's count
 //! for the key crosses zero. Semi and anti joins emit the preserved row
@@ -33,12 +35,10 @@ use datafusion::physical_expr::PhysicalExpr;
 use super::operator::{Delta, Operator, OperatorStats};
 use crate::error::SluiceError;
 
-/// One row of a side's state: where it is, and its bytes (to find the
-/// row a retraction names).
+/// One row of a side's state: where it is.
 struct Entry {
     batch: u32,
     row: u32,
-    bytes: Box<[u8]>,
 }
 
 /// One input of the join and its state.
@@ -48,6 +48,10 @@ pub struct JoinSide {
     key_rows: RowConverter,
     whole_rows: RowConverter,
     batches: Vec<RecordBatch>,
+    /// The rows of a batch in arrow-row form, to find the row a
+    /// retraction names; made the first time one does (a side that never
+    /// retracts never pays for them).
+    whole: Vec<Option<Rows>>,
     /// Live rows by join key.
     index: HashMap<Box<[u8]>, Vec<Entry>>,
     /// Live rows whose key has a NULL.
@@ -75,6 +79,7 @@ impl JoinSide {
             schema,
             keys,
             batches: Vec::new(),
+            whole: Vec::new(),
             index: HashMap::new(),
             null_keyed: Vec::new(),
             live: 0,
@@ -109,7 +114,32 @@ impl JoinSide {
         }
     }
 
-    fn remove(&mut self, key: Option<&[u8]>, bytes: &[u8]) -> Result<(), SluiceError> {
+    /// Keeps a batch (its rows are then entries' `batch`).
+    fn push_batch(&mut self, batch: RecordBatch) -> u32 {
+        self.batches.push(batch);
+        self.whole.push(None);
+        (self.batches.len() - 1) as u32
+    }
+
+    /// Removes one live row with key `key` equal to `row` (arrow-row
+    /// bytes).
+    fn remove(&mut self, key: Option<&[u8]>, row: &[u8]) -> Result<(), SluiceError> {
+        let candidates: Vec<u32> = {
+            let list = match key {
+                Some(k) => self.index.get(k),
+                None => Some(&self.null_keyed),
+            };
+            list.map(|l| l.iter().map(|e| e.batch).collect())
+                .unwrap_or_default()
+        };
+        for b in candidates {
+            if self.whole[b as usize].is_none() {
+                let rows = self
+                    .whole_rows
+                    .convert_columns(self.batches[b as usize].columns())?;
+                self.whole[b as usize] = Some(rows);
+            }
+        }
         let list = match key {
             Some(k) => self.index.get_mut(k),
             None => Some(&mut self.null_keyed),
@@ -117,7 +147,12 @@ impl JoinSide {
         let Some(list) = list else {
             return Err(gone_missing());
         };
-        let Some(at) = list.iter().position(|e| &*e.bytes == bytes) else {
+        let whole = &self.whole;
+        let Some(at) = list.iter().position(|e| {
+            whole[e.batch as usize]
+                .as_ref()
+                .is_some_and(|rows| rows.row(e.row as usize).as_ref() == row)
+        }) else {
             return Err(gone_missing());
         };
         list.swap_remove(at);
@@ -160,6 +195,7 @@ impl JoinSide {
         }
         let live = self.live_rows()?;
         self.batches.clear();
+        self.whole.clear();
         self.index.clear();
         self.null_keyed.clear();
         self.live = 0;
@@ -173,9 +209,7 @@ impl JoinSide {
         }
         let rows = RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec())?;
         let (keys, null) = self.keys_of(&rows)?;
-        let whole = self.whole_rows.convert_columns(rows.columns())?;
-        self.batches.push(rows.clone());
-        let b = (self.batches.len() - 1) as u32;
+        let b = self.push_batch(rows);
         for (i, &has_null) in null.iter().enumerate() {
             let key = (!has_null).then(|| keys.row(i));
             self.insert(
@@ -183,7 +217,6 @@ impl JoinSide {
                 Entry {
                     batch: b,
                     row: i as u32,
-                    bytes: Box::from(whole.row(i).as_ref()),
                 },
             );
         }
@@ -360,15 +393,17 @@ impl JoinOperator {
         let pairs = self.emits_pairs();
         let (semi, anti) = (self.is_semi(), self.is_anti());
         let (keys, null) = self.sides[side].keys_of(batch)?;
-        let whole = self.sides[side]
-            .whole_rows
-            .convert_columns(batch.columns())?;
-        let stored = match weight > 0 {
-            true => {
-                self.sides[side].batches.push(batch.clone());
-                Some((self.sides[side].batches.len() - 1) as u32)
-            }
-            false => None,
+        // A retraction's rows in arrow-row form, to find each one.
+        let (stored, retracted) = match weight > 0 {
+            true => (Some(self.sides[side].push_batch(batch.clone())), None),
+            false => (
+                None,
+                Some(
+                    self.sides[side]
+                        .whole_rows
+                        .convert_columns(batch.columns())?,
+                ),
+            ),
         };
         // (left, right) in output order.
         let pair = |mine: Source, theirs: Source| match side {
@@ -399,16 +434,16 @@ impl JoinOperator {
             // This side's count for the key crossing zero makes the other
             // (preserved) side's padded, semi or anti rows come or go.
             let before = self.sides[side].matches(key).len();
-            match stored {
-                Some(b) => self.sides[side].insert(
+            match (stored, &retracted) {
+                (Some(b), _) => self.sides[side].insert(
                     key,
                     Entry {
                         batch: b,
                         row: i as u32,
-                        bytes: Box::from(whole.row(i).as_ref()),
                     },
                 ),
-                None => self.sides[side].remove(key, whole.row(i).as_ref())?,
+                (None, Some(rows)) => self.sides[side].remove(key, rows.row(i).as_ref())?,
+                (None, None) => return Err(gone_missing()),
             }
             let after = self.sides[side].matches(key).len();
             if preserved == Some(other) && key.is_some() && (before == 0) != (after == 0) {

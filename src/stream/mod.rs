@@ -1,11 +1,14 @@
 //! Materialized views kept up to date from the log.
 //!
-//! A view follows one source table: for each group commit of the table it
-//! reads the new frames of every partition, runs them through the view's
-//! compiled pipeline (DataFusion physical plans and accumulators), and then
-//! publishes a new snapshot of its rows together with the offsets it has
-//! consumed. Readers see the last published snapshot: a consistent cut at a
-//! commit of the source table, never half a statement.
+//! A view is a graph of incremental operators ([`operator::Operator`]):
+//! its sources (tables and views) send deltas, DataFusion plans filter
+//! and project them, joins ([`join`]) and aggregates below joins run as
+//! stages of the view's graph ([`graph`]), and the last stage is the
+//! aggregate ([`aggregate`]) or the view's rows ([`rows`]). A background
+//! task per view reads each group commit of its sources, runs it through
+//! the graph, and publishes a new snapshot of the view's rows together with
+//! the offsets it has consumed. Readers see the last published snapshot: a
+//! consistent cut at commits of the sources, never half a statement.
 
 #[cfg(test)]
 mod accumulator_audit;
@@ -18,6 +21,7 @@ pub mod operator;
 mod pipeline;
 mod point_index;
 mod retract;
+mod rows;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};

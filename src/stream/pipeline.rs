@@ -5,13 +5,11 @@
 //! and AVG (running DataFusion accumulators per group), optionally over
 //! `TUMBLE` windows. Everything else is refused with 0A000 at CREATE.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute;
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
@@ -25,7 +23,8 @@ use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
 
 use super::aggregate::AggregatePipeline;
-use super::operator::Operator;
+use super::operator::{Delta, Operator};
+use super::rows::RowsOperator;
 use super::view::{View, ViewManager};
 use crate::query::LogTableProvider;
 
@@ -193,7 +192,7 @@ pub struct EmitOptions {
 pub enum Pipeline {
     Rows {
         plan: Arc<dyn ExecutionPlan>,
-        rows: Vec<RecordBatch>,
+        rows: RowsOperator,
     },
     Aggregate(Box<AggregatePipeline>),
 }
@@ -359,7 +358,7 @@ pub async fn compile(
     let pipeline = match aggregate {
         None => Pipeline::Rows {
             plan: state.create_physical_plan(&plan).await?,
-            rows: Vec::new(),
+            rows: RowsOperator::new(schema.clone()),
         },
         Some((aggregate, projection)) => {
             let mut agg =
@@ -427,50 +426,6 @@ pub async fn compile(
         closed: Vec::new(),
         retracting,
     })
-}
-
-/// Removes one row equal to each row of `gone` from `rows`.
-fn remove_rows(
-    schema: &SchemaRef,
-    rows: &mut Vec<RecordBatch>,
-    gone: &[RecordBatch],
-) -> Result<(), SluiceError> {
-    let fields = schema
-        .fields()
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let mut pending: HashMap<Vec<u8>, usize> = HashMap::new();
-    for b in gone {
-        let encoded = converter.convert_columns(b.columns())?;
-        for r in encoded.iter() {
-            *pending.entry(r.as_ref().to_vec()).or_insert(0) += 1;
-        }
-    }
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let mut kept = Vec::with_capacity(rows.len());
-    for b in rows.drain(..) {
-        let encoded = converter.convert_columns(b.columns())?;
-        let keep: arrow::array::BooleanArray = encoded
-            .iter()
-            .map(|r| match pending.get_mut(r.as_ref()) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    Some(false)
-                }
-                _ => Some(true),
-            })
-            .collect();
-        let b = compute::filter_record_batch(&b, &keep)?;
-        if b.num_rows() > 0 {
-            kept.push(b);
-        }
-    }
-    *rows = kept;
-    Ok(())
 }
 
 /// Refuses plan nodes the incremental pipeline cannot maintain.
@@ -596,8 +551,14 @@ impl CompiledView {
         let closing = self.closing;
         match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
-                let out = collect(plan.clone(), ctx).await?;
-                rows.extend(out.into_iter().filter(|b| b.num_rows() > 0));
+                let insert = collect(plan.clone(), ctx).await?;
+                rows.apply(
+                    0,
+                    &Delta {
+                        insert,
+                        retract: Vec::new(),
+                    },
+                )?;
                 Ok(())
             }
             Pipeline::Aggregate(agg) => {
@@ -647,8 +608,15 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
-                let gone = collect(plan.clone(), ctx).await?;
-                remove_rows(&self.schema, rows, &gone)
+                let retract = collect(plan.clone(), ctx).await?;
+                rows.apply(
+                    0,
+                    &Delta {
+                        insert: Vec::new(),
+                        retract,
+                    },
+                )?;
+                Ok(())
             }
             Pipeline::Aggregate(agg) => {
                 let out = collect(agg.input.clone(), ctx).await?;
@@ -697,17 +665,7 @@ impl CompiledView {
         let mut out = self.graph.stats();
         out.push(match &self.pipeline {
             Pipeline::Aggregate(agg) => agg.stats(),
-            Pipeline::Rows { rows, .. } => {
-                let held: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
-                super::operator::OperatorStats {
-                    kind: "rows",
-                    description: "the view's rows".into(),
-                    state_rows: held,
-                    state_bytes: rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
-                    input_rows: 0,
-                    output_rows: held,
-                }
-            }
+            Pipeline::Rows { rows, .. } => rows.stats(),
         });
         out
     }
@@ -740,7 +698,7 @@ impl CompiledView {
         let emit_open = !self.closing.is_some_and(|c| c.emit_on_close);
         match &mut self.pipeline {
             Pipeline::Rows { rows, .. } => {
-                for b in rows.iter() {
+                for b in rows.batches() {
                     out.push(RecordBatch::try_new(
                         self.schema.clone(),
                         b.columns().to_vec(),
@@ -768,7 +726,7 @@ impl CompiledView {
         let batches = match &self.pipeline {
             // Rows that can be taken back are state, not appended for good.
             Pipeline::Rows { .. } if self.retracting => return Ok(Vec::new()),
-            Pipeline::Rows { rows, .. } => rows,
+            Pipeline::Rows { rows, .. } => rows.batches(),
             Pipeline::Aggregate(_) => &self.closed,
         };
         batches
@@ -787,7 +745,7 @@ impl CompiledView {
     pub fn appended_batches(&self) -> usize {
         match &self.pipeline {
             Pipeline::Rows { .. } if self.retracting => 0,
-            Pipeline::Rows { rows, .. } => rows.len(),
+            Pipeline::Rows { rows, .. } => rows.batches().len(),
             Pipeline::Aggregate(_) => self.closed.len(),
         }
     }
@@ -797,10 +755,11 @@ impl CompiledView {
         match &mut self.pipeline {
             // A filter over a keyed table rewrites its rows each epoch.
             Pipeline::Rows { rows, .. } if self.retracting => {
-                if rows.is_empty() {
+                let held = rows.snapshot()?;
+                if held.is_empty() {
                     return Ok(None);
                 }
-                Ok(Some(compute::concat_batches(&self.schema, rows.iter())?))
+                Ok(Some(compute::concat_batches(&self.schema, held.iter())?))
             }
             Pipeline::Rows { .. } => Ok(None),
             Pipeline::Aggregate(agg) => Ok(agg.snapshot()?.into_iter().next()),
@@ -818,7 +777,7 @@ impl CompiledView {
             Pipeline::Rows { rows, .. } => {
                 rows.extend(appended);
                 if self.retracting {
-                    rows.extend(groups.into_iter().filter(|b| b.num_rows() > 0));
+                    rows.restore(&groups)?;
                 }
             }
             Pipeline::Aggregate(agg) => {
@@ -835,7 +794,7 @@ impl CompiledView {
         let joins: u64 = self.graph.stats().iter().map(|s| s.state_rows).sum();
         joins
             + match &self.pipeline {
-                Pipeline::Rows { rows, .. } => rows.iter().map(|b| b.num_rows() as u64).sum(),
+                Pipeline::Rows { rows, .. } => rows.stats().state_rows,
                 Pipeline::Aggregate(agg) => agg.groups() as u64,
             }
     }

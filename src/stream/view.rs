@@ -1649,17 +1649,17 @@ async fn follow_inputs(
                             versions,
                         } => {
                             let range = (&consumed[at..at + widths[i]], &ends[at..at + widths[i]]);
-                            let rows = apply_table_news(
+                            apply_table_news(
                                 compiled,
                                 i,
                                 table,
                                 schema,
                                 versions,
                                 range,
+                                &applied_rows,
                                 ctx.clone(),
                             )
                             .await?;
-                            applied_rows.fetch_add(rows, Ordering::Relaxed);
                         }
                         InputReader::AppendView(v) => {
                             let mut skip = consumed[at] as usize;
@@ -1727,7 +1727,8 @@ async fn follow_inputs(
 }
 
 /// Applies a table's frames from `range.0` to `range.1` (per partition) to
-/// the view, as input `input`; returns the rows read.
+/// the view, as input `input`, counting the rows read in `applied`.
+#[allow(clippy::too_many_arguments)]
 async fn apply_table_news(
     compiled: &mut CompiledView,
     input: usize,
@@ -1735,8 +1736,9 @@ async fn apply_table_news(
     schema: &SchemaRef,
     versions: &mut Option<Box<KeyedVersions>>,
     range: (&[u64], &[u64]),
+    applied: &AtomicU64,
     ctx: Arc<TaskContext>,
-) -> Result<u64, SluiceError> {
+) -> Result<(), SluiceError> {
     let (consumed, ends) = range;
     let data_columns = table.def.columns.len();
     let projection: Vec<usize> = (0..schema.fields().len()).collect();
@@ -1747,10 +1749,10 @@ async fn apply_table_news(
         }
     }
     frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
-    let mut read = 0u64;
     for chunk in frames.chunks(FRAMES_PER_DELTA) {
         let mut insert = Vec::with_capacity(chunk.len());
         let mut gone = Vec::new();
+        let mut read = 0u64;
         for (_, k, meta) in chunk {
             let raw = table.partitions()[*k].read_frame(meta).await?;
             let full = project_frame(&raw, meta, *k as i32, &projection, data_columns, schema)?;
@@ -1770,6 +1772,7 @@ async fn apply_table_news(
             _ => Vec::new(),
         };
         apply_input_guarded(compiled, input, insert, retract, ctx.clone()).await?;
+        applied.fetch_add(read, Ordering::Relaxed);
     }
-    Ok(read)
+    Ok(())
 }
