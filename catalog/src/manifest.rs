@@ -20,8 +20,13 @@ pub enum FileKind {
     /// Late rows kept for `sluice_catalog.late_rows`. Written once.
     Late,
     /// The rows each join of the view keeps (one row per join and side,
-    /// the side's rows in Arrow IPC form). Rewritten each epoch.
+    /// the side's rows in Arrow IPC form). Written whole when a join took
+    /// rows out since the last epoch, kept otherwise.
     Operators,
+    /// What the joins' state gained since the last epoch, when it only
+    /// gained rows: written once, listed by every later manifest until the
+    /// next whole `Operators` file.
+    OperatorRows,
     /// Rows the change log of a view that updates rows in place gained
     /// (its rows with `_op`). Written once, listed by every later manifest
     /// while the log is kept.

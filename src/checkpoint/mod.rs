@@ -180,7 +180,7 @@ impl Checkpoints {
             match file.kind {
                 FileKind::Rows => restored.appended.extend(batches),
                 FileKind::Groups => restored.groups.extend(batches),
-                FileKind::Operators => restored.operators.extend(batches),
+                FileKind::Operators | FileKind::OperatorRows => restored.operators.extend(batches),
                 FileKind::Late => restored.late.extend(batches),
                 FileKind::Changes => restored.changes.extend(batches),
             }
@@ -210,8 +210,10 @@ pub struct Capture {
     pub appended: Vec<RecordBatch>,
     /// Open groups, rewritten each epoch.
     pub groups: Option<RecordBatch>,
-    /// The joins' state, rewritten each epoch.
+    /// The joins' state: all of it, or what it gained since the last
+    /// capture (`operators_whole` false).
     pub operators: Option<RecordBatch>,
+    pub operators_whole: bool,
     /// Late rows kept since the previous capture.
     pub late: Option<RecordBatch>,
     /// Whether the view keeps a change log, and what it gained since the
@@ -408,7 +410,11 @@ async fn write_epoch(
             m.files
                 .iter()
                 .filter(|f| match f.kind {
-                    FileKind::Groups | FileKind::Operators => false,
+                    FileKind::Groups => false,
+                    // The joins' state is kept unless written whole again.
+                    FileKind::Operators | FileKind::OperatorRows => {
+                        !(capture.operators.is_some() && capture.operators_whole)
+                    }
                     // A log that is no longer kept is dropped whole.
                     FileKind::Changes => capture.changes_kept,
                     FileKind::Rows | FileKind::Late => true,
@@ -424,8 +430,16 @@ async fn write_epoch(
     if let Some(g) = &capture.groups {
         new_files.push((FileKind::Groups, "groups.parquet", vec![g.clone()]));
     }
-    if let Some(o) = &capture.operators {
-        new_files.push((FileKind::Operators, "operators.parquet", vec![o.clone()]));
+    match (&capture.operators, capture.operators_whole) {
+        (Some(o), true) => {
+            new_files.push((FileKind::Operators, "operators.parquet", vec![o.clone()]))
+        }
+        (Some(o), false) if o.num_rows() > 0 => new_files.push((
+            FileKind::OperatorRows,
+            "operator-rows.parquet",
+            vec![o.clone()],
+        )),
+        _ => {}
     }
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
         new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));

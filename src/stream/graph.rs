@@ -19,6 +19,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use arrow::compute;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -516,33 +517,31 @@ impl JoinGraph {
         }
     }
 
-    /// Every join's state, for a checkpoint: one row per join and side,
-    /// the side's live rows in Arrow IPC form.
-    pub fn snapshot(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
+    /// Every stage's state for a checkpoint: one row per stage and part
+    /// (a join's side), the rows in Arrow IPC form. When every stage only
+    /// gained rows since the last capture, that is all it holds, and the
+    /// second value is false; otherwise it holds the whole state (true).
+    pub fn capture(&mut self) -> Result<Option<(RecordBatch, bool)>, SluiceError> {
         if self.stages.is_empty() {
             return Ok(None);
         }
-        let mut operator = Vec::new();
-        let mut side = Vec::new();
-        let mut state: Vec<Vec<u8>> = Vec::new();
-        for (j, stage) in self.stages.iter_mut().enumerate() {
-            for (s, rows) in stage.operator.snapshot()?.iter().enumerate() {
-                operator.push(j as u32);
-                side.push(s as u8);
-                state.push(ipc_bytes(rows)?);
-            }
+        let mut gains = Vec::with_capacity(self.stages.len());
+        for stage in &mut self.stages {
+            gains.push(stage.operator.appended_since_capture()?);
         }
-        Ok(Some(RecordBatch::try_new(
-            operator_state_schema(),
-            vec![
-                Arc::new(arrow::array::UInt32Array::from(operator)),
-                Arc::new(arrow::array::UInt8Array::from(side)),
-                Arc::new(arrow::array::BinaryArray::from_iter_values(state)),
-            ],
-        )?))
+        if gains.iter().all(|g| g.is_some()) {
+            let parts = gains.into_iter().map(|g| g.unwrap_or_default()).collect();
+            return Ok(Some((state_batch(parts)?, false)));
+        }
+        let mut parts = Vec::with_capacity(self.stages.len());
+        for stage in &mut self.stages {
+            parts.push(stage.operator.snapshot()?);
+        }
+        Ok(Some((state_batch(parts)?, true)))
     }
 
-    /// Puts back what [`JoinGraph::snapshot`] wrote.
+    /// Puts back what [`JoinGraph::capture`] wrote, in the order written
+    /// (a whole state, then what it gained).
     pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<(), SluiceError> {
         for b in batches {
             let (Some(op), Some(side), Some(state)) = (
@@ -564,9 +563,16 @@ impl JoinGraph {
                 let at = by_stage
                     .get_mut(op.value(i) as usize)
                     .ok_or_else(|| bad_state("an operator the view does not have"))?;
-                for rows in ipc_batches(state.value(i))? {
-                    at.push((side.value(i), rows));
-                }
+                // One batch per part, as it was written.
+                let rows = ipc_batches(state.value(i))?;
+                let schema = rows
+                    .first()
+                    .map(|b| b.schema())
+                    .ok_or_else(|| bad_state("an empty part"))?;
+                at.push((
+                    side.value(i),
+                    compute::concat_batches(&schema, rows.iter())?,
+                ));
             }
             for (stage, mut batches) in self.stages.iter_mut().zip(by_stage) {
                 if batches.is_empty() {
@@ -595,6 +601,28 @@ fn join_kind(t: JoinType) -> &'static str {
         JoinType::LeftMark => "LEFT MARK",
         JoinType::RightMark => "RIGHT MARK",
     }
+}
+
+/// Stages' state parts as one batch: a row per stage and part, in IPC form.
+fn state_batch(stages: Vec<Vec<RecordBatch>>) -> Result<RecordBatch, SluiceError> {
+    let mut operator = Vec::new();
+    let mut side = Vec::new();
+    let mut state: Vec<Vec<u8>> = Vec::new();
+    for (j, parts) in stages.iter().enumerate() {
+        for (s, rows) in parts.iter().enumerate() {
+            operator.push(j as u32);
+            side.push(s as u8);
+            state.push(ipc_bytes(rows)?);
+        }
+    }
+    Ok(RecordBatch::try_new(
+        operator_state_schema(),
+        vec![
+            Arc::new(arrow::array::UInt32Array::from(operator)),
+            Arc::new(arrow::array::UInt8Array::from(side)),
+            Arc::new(arrow::array::BinaryArray::from_iter_values(state)),
+        ],
+    )?)
 }
 
 fn bad_state(what: &str) -> SluiceError {

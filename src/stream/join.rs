@@ -52,6 +52,12 @@ pub struct JoinSide {
     /// retraction names; made the first time one does (a side that never
     /// retracts never pays for them).
     whole: Vec<Option<Rows>>,
+    /// Batches the last checkpoint capture held: the later ones are what
+    /// the state gained since, unless `rewritten`.
+    captured: usize,
+    /// A row was taken out (or the state compacted) since the last
+    /// capture: the next one writes the whole side.
+    rewritten: bool,
     /// Live rows by join key.
     index: HashMap<Box<[u8]>, Vec<Entry>>,
     /// Live rows whose key has a NULL.
@@ -80,6 +86,8 @@ impl JoinSide {
             keys,
             batches: Vec::new(),
             whole: Vec::new(),
+            captured: 0,
+            rewritten: false,
             index: HashMap::new(),
             null_keyed: Vec::new(),
             live: 0,
@@ -156,6 +164,7 @@ impl JoinSide {
             return Err(gone_missing());
         };
         list.swap_remove(at);
+        self.rewritten = true;
         if list.is_empty() {
             if let Some(k) = key {
                 self.index.remove(k);
@@ -163,6 +172,15 @@ impl JoinSide {
         }
         self.live -= 1;
         Ok(())
+    }
+
+    /// Rows added since the last capture, or `None` when rows were taken
+    /// out meanwhile; either way, what follows counts from now.
+    fn appended_since_capture(&mut self) -> Option<Vec<RecordBatch>> {
+        let appended = (!self.rewritten).then(|| self.batches[self.captured..].to_vec());
+        self.captured = self.batches.len();
+        self.rewritten = false;
+        appended
     }
 
     /// The live rows, as one batch.
@@ -196,6 +214,7 @@ impl JoinSide {
         let live = self.live_rows()?;
         self.batches.clear();
         self.whole.clear();
+        self.rewritten = true;
         self.index.clear();
         self.null_keyed.clear();
         self.live = 0;
@@ -520,12 +539,41 @@ impl Operator for JoinOperator {
 
     /// The left side's live rows, then the right's.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
-        Ok(vec![self.sides[0].live_rows()?, self.sides[1].live_rows()?])
+        let state = vec![self.sides[0].live_rows()?, self.sides[1].live_rows()?];
+        for side in &mut self.sides {
+            side.captured = side.batches.len();
+            side.rewritten = false;
+        }
+        Ok(state)
+    }
+
+    /// Each side's new rows, concatenated (left, then right), while
+    /// neither side had rows taken out.
+    fn appended_since_capture(&mut self) -> Result<Option<Vec<RecordBatch>>, SluiceError> {
+        let left = self.sides[0].appended_since_capture();
+        let right = self.sides[1].appended_since_capture();
+        let (Some(left), Some(right)) = (left, right) else {
+            // Taken by the full snapshot the caller makes instead.
+            return Ok(None);
+        };
+        let concat =
+            |side: &JoinSide, batches: Vec<RecordBatch>| -> Result<RecordBatch, SluiceError> {
+                Ok(compute::concat_batches(&side.schema, batches.iter())?)
+            };
+        Ok(Some(vec![
+            concat(&self.sides[0], left)?,
+            concat(&self.sides[1], right)?,
+        ]))
     }
 
     fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError> {
         for (side, rows) in state.iter().enumerate().take(2) {
             self.sides[side].load(rows)?;
+        }
+        // What a checkpoint holds already is no gain for the next one.
+        for side in &mut self.sides {
+            side.captured = side.batches.len();
+            side.rewritten = false;
         }
         Ok(())
     }

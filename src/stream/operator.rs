@@ -55,6 +55,15 @@ pub trait Operator: Send + Sync {
     /// The operator's state, for a checkpoint.
     fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError>;
 
+    /// What the state gained since the last snapshot or call, when that is
+    /// all that changed (nothing was taken out or rewritten), so that a
+    /// checkpoint writes only that; `None` when a checkpoint must write the
+    /// whole state again ([`Operator::snapshot`]). Restoring the snapshot
+    /// and then every such gain, in order, gives the state.
+    fn appended_since_capture(&mut self) -> Result<Option<Vec<RecordBatch>>, SluiceError> {
+        Ok(None)
+    }
+
     /// Puts back what [`Operator::snapshot`] wrote.
     fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError>;
 

@@ -670,9 +670,10 @@ impl CompiledView {
         out
     }
 
-    /// The joins' state for a checkpoint (None without joins).
-    pub fn operator_state(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
-        self.graph.snapshot()
+    /// The joins' state for a checkpoint (None without joins): what it
+    /// gained since the last capture (false), or all of it (true).
+    pub fn operator_state(&mut self) -> Result<Option<(RecordBatch, bool)>, SluiceError> {
+        self.graph.capture()
     }
 
     /// Puts back the joins' state from a checkpoint.
