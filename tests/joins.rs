@@ -19,6 +19,21 @@ const TABLES: &str = "
 /// Every join kind, a three-way join, a self-join, aggregates over joins,
 /// DISTINCT and UNION.
 const VIEWS: &[(&str, &str)] = &[
+    // Views that views below join: one whose rows only grow, one whose
+    // rows change in place.
+    ("big_l", "SELECT k, v FROM l WHERE v > 50"),
+    (
+        "agg_r",
+        "SELECT k, count(*) AS n, sum(w) AS total FROM r GROUP BY k",
+    ),
+    (
+        "join_append_view",
+        "SELECT b.k, b.v, d.name FROM big_l b JOIN d ON b.k = d.k",
+    ),
+    (
+        "join_changing_view",
+        "SELECT l.v, a.n, a.total FROM l LEFT JOIN agg_r a ON l.k = a.k",
+    ),
     (
         "inner_lr",
         "SELECT l.k, l.v, r.id, r.w FROM l JOIN r ON l.k = r.k",

@@ -276,28 +276,37 @@ impl AggregatePipeline {
             into.push(0);
             return Ok(());
         }
-        let key_columns = self
-            .group_exprs
-            .iter()
-            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let rows = self.converter.convert_columns(&key_columns)?;
+        let rows = self.converter.convert_columns(&self.group_keys(batch)?)?;
         into.extend((0..n).filter_map(|i| self.groups.get(rows.row(i).as_ref()).copied()));
         Ok(())
     }
 
-    /// The rows of `groups` that are rows of the aggregate (a group whose
-    /// rows are all taken back is none).
+    /// The GROUP BY values of each row.
+    fn group_keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, SluiceError> {
+        let n = batch.num_rows();
+        Ok(self
+            .group_exprs
+            .iter()
+            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Of `groups`, those that are rows of the aggregate: a group whose
+    /// rows were all taken back is none (a global aggregate keeps its one
+    /// row).
+    fn shown(&self, groups: impl Iterator<Item = usize>) -> Vec<usize> {
+        groups
+            .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
+            .collect()
+    }
+
+    /// The rows of those of `groups` that are rows of the aggregate.
     fn visible_rows(
         &mut self,
         schema: &SchemaRef,
         groups: &[usize],
     ) -> Result<RecordBatch, SluiceError> {
-        let shown: Vec<usize> = groups
-            .iter()
-            .copied()
-            .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
-            .collect();
+        let shown = self.shown(groups.iter().copied());
         self.rows_of(schema, &shown, true)
     }
 
@@ -307,11 +316,7 @@ impl AggregatePipeline {
         if n == 0 {
             return Ok(());
         }
-        let key_columns = self
-            .group_exprs
-            .iter()
-            .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let key_columns = self.group_keys(batch)?;
         let args: Vec<Vec<ArrayRef>> = self
             .aggs
             .iter()
@@ -363,11 +368,7 @@ impl AggregatePipeline {
 
     /// The view's rows now: one per group.
     pub(super) fn rows(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
-        // A group whose rows were all taken back is no row of the view
-        // (a global aggregate keeps its one row).
-        let all: Vec<usize> = (0..self.accumulators.len())
-            .filter(|&g| !self.retracting || self.group_exprs.is_empty() || self.group_rows[g] > 0)
-            .collect();
+        let all = self.shown(0..self.accumulators.len());
         self.rows_of(schema, &all, true)
     }
 
