@@ -432,6 +432,11 @@ fn fast_timestamps(text: &StringArray) -> Option<Vec<i64>> {
 }
 
 fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
+    // `YYYY-MM-DD HH:MM`, which PostgreSQL reads as whole minutes.
+    if b.len() == 16 {
+        let text = std::str::from_utf8(b).ok()?;
+        return parse_timestamp_us(timestamp_with_seconds(text)?.as_bytes());
+    }
     if b.len() < 19
         || b[4] != b'-'
         || b[7] != b'-'
@@ -461,6 +466,26 @@ fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
     }
     let days = days_from_civil(y, mo, d);
     Some(((days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000) + micros)
+}
+
+/// `YYYY-MM-DD HH:MM` (or with `T`) completed with `:00`; `None` for any
+/// other text.
+pub fn timestamp_with_seconds(text: &str) -> Option<String> {
+    let b = text.trim().as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    (b.len() == 16
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && (b[10] == b' ' || b[10] == b'T')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && &b[11..13] < b"24".as_slice()
+        && &b[14..16] < b"60".as_slice())
+    .then(|| format!("{}:00", text.trim()))
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {

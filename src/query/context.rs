@@ -75,6 +75,7 @@ pub fn build_context(
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(existing)
                 .with_type_planner(Arc::new(OidArrayTypePlanner))
                 .with_analyzer_rule(Arc::new(super::CheckedArithmetic))
+                .with_analyzer_rule(Arc::new(super::TimestampText))
                 .build();
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,

@@ -13,6 +13,7 @@ mod point_read;
 mod provider;
 mod sink;
 mod system;
+mod timestamp_text;
 mod view_table;
 
 pub use checked_arithmetic::CheckedArithmetic;
@@ -22,3 +23,4 @@ pub use pg_functions::{setting, version_string};
 pub use point_read::PointRead;
 pub(crate) use provider::{changelog_frame, project_frame};
 pub use provider::{LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
+pub use timestamp_text::TimestampText;

@@ -265,6 +265,7 @@ pub async fn compile(
     .build();
     let ctx = SessionContext::new_with_state(state);
     ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
+    ctx.add_analyzer_rule(Arc::new(crate::query::TimestampText));
     ctx.register_udaf(crate::query::checked_sum());
     let mut slots = Vec::with_capacity(sources.len());
     for (name, source) in relations.iter().zip(&sources) {
