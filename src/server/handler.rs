@@ -267,11 +267,7 @@ impl SluiceQueryParser {
             }
             Statement::Query(q) => match q.as_ref() {
                 ast::Statement::ShowVariable { variable } => {
-                    let name = variable
-                        .iter()
-                        .map(|i| i.value.to_lowercase())
-                        .collect::<Vec<_>>()
-                        .join(" ");
+                    let name = shown_name(variable);
                     let name = if name == "time zone" {
                         "timezone".to_string()
                     } else {
@@ -1764,12 +1760,17 @@ fn shown_transaction_setting(stmt: &Statement) -> Option<String> {
     let ast::Statement::ShowVariable { variable } = q.as_ref() else {
         return None;
     };
-    let name = variable
+    let name = shown_name(variable);
+    transaction_setting(&name).map(|_| name)
+}
+
+/// The setting `SHOW` names (`transaction isolation level` in words).
+fn shown_name(variable: &[ast::Ident]) -> String {
+    variable
         .iter()
         .map(|i| i.value.to_lowercase())
         .collect::<Vec<_>>()
-        .join(" ");
-    transaction_setting(&name).map(|_| name)
+        .join(" ")
 }
 
 /// A FETCH moved a cursor inside the transaction block.

@@ -710,18 +710,17 @@ impl Operator for AggregatePipeline {
         before.sort_unstable();
         before.dedup();
         let old = self.visible_rows(&schema, &before)?;
+        let existed = self.keys.len();
         for b in &delta.insert {
             self.update(b)?;
         }
         for b in &delta.retract {
             self.retract(b)?;
         }
-        let mut after = Vec::new();
-        for b in delta.insert.iter().chain(&delta.retract) {
-            self.groups_of(b, &mut after)?;
-        }
-        after.sort_unstable();
-        after.dedup();
+        // The groups changed: those the rows were in, and the ones they
+        // made (new groups are added at the end).
+        let mut after = before;
+        after.extend(existed..self.keys.len());
         let new = self.visible_rows(&schema, &after)?;
         self.rows_out += (old.num_rows() + new.num_rows()) as u64;
         Ok(Delta {

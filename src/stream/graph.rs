@@ -4,7 +4,7 @@
 //! join's two inputs become physical plans run on each delta, as the
 //! single-source pipeline runs its plan, and the join itself becomes a
 //! [`JoinOperator`] whose output the plan above reads through a leaf node
-//! ([`JoinDelta`]) in place of the join. What remains on top, with no join
+//! ([`StageOutput`]) in place of the join. What remains on top, with no join
 //! in it, is the view's pipeline (rows, or an aggregate).
 //!
 //! Every source of the view (a table) has one slot that all the scans of it
@@ -37,7 +37,7 @@ use super::operator::{Delta, Operator, OperatorStats};
 use crate::error::SluiceError;
 
 /// Where the plan above a join reads the join's output.
-pub struct JoinDelta {
+pub struct StageOutput {
     id: usize,
     /// "join" or "aggregate".
     kind: &'static str,
@@ -45,35 +45,35 @@ pub struct JoinDelta {
     slot: DeltaSlot,
 }
 
-impl fmt::Debug for JoinDelta {
+impl fmt::Debug for StageOutput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "JoinDelta({})", self.id)
+        write!(f, "StageOutput({})", self.id)
     }
 }
 
-impl PartialEq for JoinDelta {
+impl PartialEq for StageOutput {
     fn eq(&self, other: &Self) -> bool {
         self.id == other.id
     }
 }
 
-impl Eq for JoinDelta {}
+impl Eq for StageOutput {}
 
-impl PartialOrd for JoinDelta {
+impl PartialOrd for StageOutput {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         self.id.partial_cmp(&other.id)
     }
 }
 
-impl Hash for JoinDelta {
+impl Hash for StageOutput {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.id.hash(state)
     }
 }
 
-impl UserDefinedLogicalNodeCore for JoinDelta {
+impl UserDefinedLogicalNodeCore for StageOutput {
     fn name(&self) -> &str {
-        "JoinDelta"
+        "StageOutput"
     }
 
     fn inputs(&self) -> Vec<&LogicalPlan> {
@@ -97,7 +97,7 @@ impl UserDefinedLogicalNodeCore for JoinDelta {
         _exprs: Vec<Expr>,
         _inputs: Vec<LogicalPlan>,
     ) -> datafusion::common::Result<Self> {
-        Ok(JoinDelta {
+        Ok(StageOutput {
             id: self.id,
             kind: self.kind,
             schema: self.schema.clone(),
@@ -106,14 +106,14 @@ impl UserDefinedLogicalNodeCore for JoinDelta {
     }
 }
 
-/// Plans [`JoinDelta`] leaves as readers of their slots.
+/// Plans [`StageOutput`] leaves as readers of their slots.
 #[derive(Debug)]
 pub struct ViewQueryPlanner;
 
-struct JoinDeltaPlanner;
+struct StageOutputPlanner;
 
 #[async_trait]
-impl ExtensionPlanner for JoinDeltaPlanner {
+impl ExtensionPlanner for StageOutputPlanner {
     async fn plan_extension(
         &self,
         _planner: &dyn PhysicalPlanner,
@@ -123,7 +123,7 @@ impl ExtensionPlanner for JoinDeltaPlanner {
         _session: &dyn datafusion::catalog::Session,
         _planning_ctx: &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext,
     ) -> datafusion::common::Result<Option<Arc<dyn ExecutionPlan>>> {
-        let Some(leaf) = node.as_any().downcast_ref::<JoinDelta>() else {
+        let Some(leaf) = node.as_any().downcast_ref::<StageOutput>() else {
             return Ok(None);
         };
         Ok(Some(delta_exec(
@@ -140,7 +140,7 @@ impl QueryPlanner for ViewQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn datafusion::catalog::Session,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(JoinDeltaPlanner)])
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(StageOutputPlanner)])
             .create_physical_plan(logical_plan, session_state)
             .await
     }
@@ -230,7 +230,7 @@ impl JoinGraph {
     }
 
     /// Replaces every join of `plan`, and every aggregate below a join, by
-    /// a [`JoinDelta`] leaf and a stage of this graph, innermost first.
+    /// a [`StageOutput`] leaf and a stage of this graph, innermost first.
     pub fn lift_joins<'a>(
         &'a mut self,
         plan: LogicalPlan,
@@ -351,7 +351,7 @@ impl JoinGraph {
             retracts,
         });
         LogicalPlan::Extension(Extension {
-            node: Arc::new(JoinDelta {
+            node: Arc::new(StageOutput {
                 id,
                 kind,
                 schema,
@@ -382,7 +382,7 @@ impl JoinGraph {
                     }
                 }
                 LogicalPlan::Extension(e) => {
-                    if let Some(leaf) = e.node.as_any().downcast_ref::<JoinDelta>() {
+                    if let Some(leaf) = e.node.as_any().downcast_ref::<StageOutput>() {
                         joins.push(leaf.id);
                     }
                 }
@@ -479,8 +479,8 @@ impl JoinGraph {
         ctx: Arc<TaskContext>,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
         let child_rows = |c: usize| match inserted {
-            true => outputs[c].insert.clone(),
-            false => outputs[c].retract.clone(),
+            true => &outputs[c].insert,
+            false => &outputs[c].retract,
         };
         if rows.is_empty() && joins.iter().all(|&c| child_rows(c).is_empty()) {
             return Ok(Vec::new());

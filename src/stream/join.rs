@@ -48,6 +48,8 @@ pub struct JoinSide {
     key_rows: RowConverter,
     whole_rows: RowConverter,
     batches: Vec<RecordBatch>,
+    /// Rows in `batches`, live or taken out.
+    held: u64,
     /// The rows of a batch in arrow-row form, to find the row a
     /// retraction names; made the first time one does (a side that never
     /// retracts never pays for them).
@@ -85,6 +87,7 @@ impl JoinSide {
             schema,
             keys,
             batches: Vec::new(),
+            held: 0,
             whole: Vec::new(),
             captured: 0,
             rewritten: false,
@@ -124,6 +127,7 @@ impl JoinSide {
 
     /// Keeps a batch (its rows are then entries' `batch`).
     fn push_batch(&mut self, batch: RecordBatch) -> u32 {
+        self.held += batch.num_rows() as u64;
         self.batches.push(batch);
         self.whole.push(None);
         (self.batches.len() - 1) as u32
@@ -207,12 +211,12 @@ impl JoinSide {
     /// keyed table's old versions) outnumber them: a side joined on its
     /// primary key then holds one row per key.
     fn compact(&mut self) -> Result<(), SluiceError> {
-        let held: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
-        if held < 4096 || held < 2 * self.live {
+        if self.held < 4096 || self.held < 2 * self.live {
             return Ok(());
         }
         let live = self.live_rows()?;
         self.batches.clear();
+        self.held = 0;
         self.whole.clear();
         self.rewritten = true;
         self.index.clear();

@@ -55,7 +55,8 @@ impl Operator for RowsOperator {
         }
         self.extend(delta.insert.iter().cloned());
         remove_rows(&self.schema, &mut self.rows, &delta.retract)?;
-        Ok(delta.clone())
+        // The view's last stage: readers take its rows, nothing follows.
+        Ok(Delta::default())
     }
 
     fn advance_watermark(&mut self, _watermark_us: i64) -> Result<Delta, SluiceError> {

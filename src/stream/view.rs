@@ -1323,6 +1323,21 @@ async fn follow_changing_view(mut task: ViewTask, upstream: Arc<View>) {
     }
 }
 
+/// The rows of an append-only view's `batches` past the first `skip`.
+fn rows_after(batches: Vec<RecordBatch>, skip: u64) -> Vec<RecordBatch> {
+    let mut skip = skip as usize;
+    let mut rows = Vec::new();
+    for b in batches {
+        if skip >= b.num_rows() {
+            skip -= b.num_rows();
+            continue;
+        }
+        rows.push(b.slice(skip, b.num_rows() - skip));
+        skip = 0;
+    }
+    rows
+}
+
 /// A change batch (the source's columns and `_op`) as its inserted rows
 /// and its deleted rows.
 fn split_changes(
@@ -1358,16 +1373,7 @@ async fn follow_view(mut task: ViewTask, upstream: Arc<View>) {
         let total: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let consumed = task.consumed[0];
         if total > consumed || first {
-            let mut delta = Vec::new();
-            let mut skip = consumed as usize;
-            for b in batches {
-                if skip >= b.num_rows() {
-                    skip -= b.num_rows();
-                    continue;
-                }
-                delta.push(b.slice(skip, b.num_rows() - skip));
-                skip = 0;
-            }
+            let delta = rows_after(batches, consumed);
             let result = apply_guarded(&mut task.compiled, delta, ctx.clone(), None).await;
             task.consumed = vec![total.max(consumed)];
             if !task.publish(result, None, Vec::new()) {
@@ -1663,16 +1669,7 @@ async fn follow_inputs(
                             .await?;
                         }
                         InputReader::AppendView(v) => {
-                            let mut skip = consumed[at] as usize;
-                            let mut delta = Vec::new();
-                            for b in v.snapshot() {
-                                if skip >= b.num_rows() {
-                                    skip -= b.num_rows();
-                                    continue;
-                                }
-                                delta.push(b.slice(skip, b.num_rows() - skip));
-                                skip = 0;
-                            }
+                            let delta = rows_after(v.snapshot(), consumed[at]);
                             apply_input_guarded(compiled, i, delta, Vec::new(), ctx.clone())
                                 .await?;
                         }
