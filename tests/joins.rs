@@ -352,6 +352,14 @@ async fn the_enrichment_example_follows_price_changes_and_deletes() {
         "{plan}"
     );
     assert!(plan.contains("table tenants (keyed"), "{plan}");
+    // Through the extended protocol too (drivers prepare it): the rows
+    // are described as one text column.
+    let lines = c
+        .query("EXPLAIN MATERIALIZED VIEW hourly_bill", &[])
+        .await
+        .unwrap();
+    assert!(lines.len() > 3, "{lines:?}");
+    assert!(lines[0].get::<_, String>("QUERY PLAN").starts_with("reads"));
     let plan = text_rows(&c, "EXPLAIN MATERIALIZED VIEW unbilled")
         .await
         .join("\n");

@@ -383,7 +383,19 @@ fn convert_text(
                 safe: true,
                 ..Default::default()
             };
-            let out = cast_with_options(text, &ty.to_arrow(), &options)?;
+            // Whole minutes, which Arrow's parser does not read.
+            let completed: Option<StringArray> = (ty.is_timestamp()
+                && text
+                    .iter()
+                    .flatten()
+                    .any(|v| timestamp_with_seconds(v).is_some()))
+            .then(|| {
+                text.iter()
+                    .map(|v| v.map(|v| timestamp_with_seconds(v).unwrap_or_else(|| v.to_string())))
+                    .collect()
+            });
+            let out =
+                cast_with_options(completed.as_ref().unwrap_or(text), &ty.to_arrow(), &options)?;
             if out.null_count() != text.null_count() {
                 let i = (0..text.len())
                     .find(|&i| text.is_valid(i) && out.is_null(i))
@@ -471,9 +483,15 @@ fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
 /// `YYYY-MM-DD HH:MM` (or with `T`) completed with `:00`; `None` for any
 /// other text.
 pub fn timestamp_with_seconds(text: &str) -> Option<String> {
-    let b = text.trim().as_bytes();
+    let text = text.trim();
+    let b = text.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    (b.len() == 16
+    // Minutes, then the end or a zone (`+02`, `-05:30`, `Z`, ` UTC`).
+    let zone = b
+        .get(16)
+        .is_none_or(|c| matches!(c, b'+' | b'-' | b'Z' | b' '));
+    (b.len() >= 16
+        && zone
         && digits(0..4)
         && b[4] == b'-'
         && digits(5..7)
@@ -485,7 +503,7 @@ pub fn timestamp_with_seconds(text: &str) -> Option<String> {
         && digits(14..16)
         && &b[11..13] < b"24".as_slice()
         && &b[14..16] < b"60".as_slice())
-    .then(|| format!("{}:00", text.trim()))
+    .then(|| format!("{}:00{}", &text[..16], &text[16..]))
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {

@@ -414,6 +414,11 @@ impl SluiceQueryParser {
                 }
                 Prepared::plan(plan, false)
             }
+            // Answered when it runs, as rows of one text column.
+            Statement::ExplainView { .. } | Statement::ExplainCreateView(_) => Ok(Prepared::Rows {
+                sql: piece,
+                schema: plan_lines_schema(),
+            }),
             Statement::Update {
                 table,
                 assignments,
@@ -455,6 +460,13 @@ impl SluiceQueryParser {
             params: Arc::new(params),
         })
     }
+}
+
+/// What EXPLAIN answers: one text column.
+fn plan_lines_schema() -> SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
+    ]))
 }
 
 /// A keyed table by name, for statements only keyed tables take.
@@ -1192,9 +1204,7 @@ impl Handlers {
         lines: &[String],
         format: &Format,
     ) -> Result<Response, SluiceError> {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-            arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
-        ]));
+        let schema = plan_lines_schema();
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(arrow::array::StringArray::from_iter_values(lines))],
