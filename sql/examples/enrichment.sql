@@ -4,8 +4,10 @@
 -- deleting a tenant removes its bill.
 --
 -- Run with psql against a server: psql -h 127.0.0.1 -p 5455 -f sql/examples/enrichment.sql
+-- It also runs after the README's first example, whose usage rows then
+-- join in too.
 
-CREATE TABLE usage (
+CREATE TABLE IF NOT EXISTS usage (
     event_id   TEXT,
     tenant     TEXT,
     tokens     BIGINT,
