@@ -8,7 +8,7 @@ mod manifest;
 mod store;
 mod types;
 
-pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState};
+pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, StatePartId, ViewClockState};
 pub use store::{checked_body, with_checksum, write_atomically, Catalog, CatalogError};
 pub use types::{
     ColumnDef, SqlType, SubscriptionDef, SubscriptionStart, TableDef, TableOptions, ViewDef,

@@ -19,13 +19,15 @@ pub enum FileKind {
     Groups,
     /// Late rows kept for `sluice_catalog.late_rows`. Written once.
     Late,
-    /// The rows each join of the view keeps (one row per join and side,
-    /// the side's rows in Arrow IPC form). Written whole when a join took
-    /// rows out since the last epoch, kept otherwise.
+    /// The rows one part of an operator's state holds (a join's side,
+    /// named by the file's `part`, in that side's own columns). Written
+    /// whole when an operator took rows out since the last epoch, kept
+    /// otherwise. (Files without `part`, from earlier versions, hold every
+    /// part as a row of Arrow IPC bytes.)
     Operators,
-    /// What the joins' state gained since the last epoch, when it only
-    /// gained rows: written once, listed by every later manifest until the
-    /// next whole `Operators` file.
+    /// What one part of an operator's state gained since the last epoch,
+    /// when the operators only gained rows: written once, listed by every
+    /// later manifest until the next whole `Operators` files.
     OperatorRows,
     /// Rows the change log of a view that updates rows in place gained
     /// (its rows with `_op`). Written once, listed by every later manifest
@@ -41,6 +43,18 @@ pub struct CheckpointFile {
     pub rows: u64,
     pub bytes: u64,
     pub crc32c: u32,
+    /// For operator state: which stage of the view's dataflow and which
+    /// part of its state the file holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<StatePartId>,
+}
+
+/// An operator's place in a view's dataflow and the part of its state
+/// (0 and 1: a join's left and right side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatePartId {
+    pub stage: u32,
+    pub part: u32,
 }
 
 /// The view's event-time clock: enough to make the same watermark
@@ -141,6 +155,7 @@ mod tests {
                 rows: 2,
                 bytes: 100,
                 crc32c: 9,
+                part: None,
             }],
         };
         let bytes = m.encode();

@@ -2,6 +2,9 @@
 //! the file, so types (unsigned counters, timestamps, lists of distinct
 //! values) come back exactly as written.
 
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -11,11 +14,15 @@ use parquet::errors::ParquetError;
 use parquet::file::properties::WriterProperties;
 
 pub fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
+    encode_with(batches, Compression::SNAPPY)
+}
+
+fn encode_with(batches: &[RecordBatch], compression: Compression) -> Result<Bytes, ParquetError> {
     let Some(first) = batches.first() else {
         return Ok(Bytes::new());
     };
     let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
+        .set_compression(compression)
         .build();
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, first.schema(), Some(props))?;
@@ -24,6 +31,37 @@ pub fn encode_parquet(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
     }
     writer.close()?;
     Ok(Bytes::from(out))
+}
+
+/// One part of an operator's state (a join side's rows, an aggregate's
+/// groups). Not compressed (Parquet's dictionaries still shrink repeated
+/// values): a join's state can hold every row of its inputs, the first
+/// checkpoint after a backfill writes all of it before `FLUSH` returns,
+/// and Snappy made that write take nearly twice as long for a third fewer
+/// bytes. Columns whose names repeat (a side with both inputs' `k` of a
+/// join below it) are written by position (`c0`, `c1`, ...); a join reads
+/// its sides back by position.
+pub fn encode_state_part(batches: &[RecordBatch]) -> Result<Bytes, ParquetError> {
+    let Some(first) = batches.first() else {
+        return Ok(Bytes::new());
+    };
+    let fields = first.schema().fields().clone();
+    let names: std::collections::HashSet<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    if names.len() == fields.len() {
+        return encode_with(batches, Compression::UNCOMPRESSED);
+    }
+    let schema = Arc::new(Schema::new(
+        fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
+            .collect::<Vec<_>>(),
+    ));
+    let batches = batches
+        .iter()
+        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+        .collect::<Result<Vec<_>, _>>()?;
+    encode_with(&batches, Compression::UNCOMPRESSED)
 }
 
 pub fn decode_parquet(bytes: Bytes) -> Result<Vec<RecordBatch>, ParquetError> {
@@ -72,5 +110,18 @@ mod tests {
         let bytes = encode_parquet(std::slice::from_ref(&batch)).unwrap();
         let back = decode_parquet(bytes).unwrap();
         assert_eq!(back, vec![batch]);
+    }
+
+    /// A join side whose columns share a name is written by position.
+    #[test]
+    fn state_parts_with_repeated_names_round_trip_by_position() {
+        let k = Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef;
+        let batch = RecordBatch::try_from_iter(vec![("k", k.clone()), ("k", k)]).unwrap();
+        let back =
+            decode_parquet(encode_state_part(&[batch.clone(), batch.clone()]).unwrap()).unwrap();
+        let back = arrow::compute::concat_batches(&back[0].schema(), &back).unwrap();
+        assert_eq!(back.num_rows(), 4);
+        assert_eq!(back.schema().field(1).name(), "c1");
+        assert_eq!(&back.column(0).slice(0, 2), batch.column(0));
     }
 }

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use sluice_catalog::{CheckpointFile, CheckpointManifest, FileKind, ViewClockState};
+use sluice_catalog::{CheckpointFile, CheckpointManifest, FileKind, StatePartId, ViewClockState};
 use tokio::task::AbortHandle;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::store::{DurableStore, StoreError};
 
-pub use format::{decode_parquet, encode_parquet};
+pub use format::{decode_parquet, encode_parquet, encode_state_part};
 
 /// Attempts kept for `sluice_catalog.checkpoints`.
 const RECORDS_KEPT: usize = 2_000;
@@ -180,7 +180,12 @@ impl Checkpoints {
             match file.kind {
                 FileKind::Rows => restored.appended.extend(batches),
                 FileKind::Groups => restored.groups.extend(batches),
-                FileKind::Operators | FileKind::OperatorRows => restored.operators.extend(batches),
+                FileKind::Operators | FileKind::OperatorRows => {
+                    restored.operators.push(RestoredPart {
+                        id: file.part,
+                        rows: batches,
+                    })
+                }
                 FileKind::Late => restored.late.extend(batches),
                 FileKind::Changes => restored.changes.extend(batches),
             }
@@ -189,13 +194,20 @@ impl Checkpoints {
     }
 }
 
+/// One operator state file read back: a part's rows, or (`id` None) a
+/// file of an earlier version holding every part as Arrow IPC bytes.
+pub struct RestoredPart {
+    pub id: Option<StatePartId>,
+    pub rows: Vec<RecordBatch>,
+}
+
 /// What a view gets back from its newest checkpoint.
 pub struct RestoredCheckpoint {
     pub manifest: CheckpointManifest,
     pub appended: Vec<RecordBatch>,
     pub groups: Vec<RecordBatch>,
-    /// The joins' state.
-    pub operators: Vec<RecordBatch>,
+    /// The operators' state, file by file in the order written.
+    pub operators: Vec<RestoredPart>,
     pub late: Vec<RecordBatch>,
     /// The view's change log, when it keeps one.
     pub changes: Vec<RecordBatch>,
@@ -210,9 +222,9 @@ pub struct Capture {
     pub appended: Vec<RecordBatch>,
     /// Open groups, rewritten each epoch.
     pub groups: Option<RecordBatch>,
-    /// The joins' state: all of it, or what it gained since the last
-    /// capture (`operators_whole` false).
-    pub operators: Option<RecordBatch>,
+    /// The operators' state, part by part: all of it, or what it gained
+    /// since the last capture (`operators_whole` false).
+    pub operators: Option<Vec<OperatorPart>>,
     pub operators_whole: bool,
     /// Late rows kept since the previous capture.
     pub late: Option<RecordBatch>,
@@ -220,6 +232,12 @@ pub struct Capture {
     /// previous capture.
     pub changes_kept: bool,
     pub changes: Option<RecordBatch>,
+}
+
+/// Rows of one part of one operator's state (see `Operator::snapshot`).
+pub struct OperatorPart {
+    pub id: StatePartId,
+    pub rows: Vec<RecordBatch>,
 }
 
 /// Called with each committed manifest.
@@ -423,50 +441,75 @@ async fn write_epoch(
                 .collect()
         })
         .unwrap_or_default();
-    let mut new_files: Vec<(FileKind, &str, Vec<RecordBatch>)> = Vec::new();
+    let mut new_files: Vec<NewFile> = Vec::new();
+    let mut add = |kind, name: String, batches: Vec<RecordBatch>| {
+        new_files.push(NewFile {
+            kind,
+            name,
+            batches,
+            part: None,
+        })
+    };
     if capture.appended.iter().any(|b| b.num_rows() > 0) {
-        new_files.push((FileKind::Rows, "rows.parquet", capture.appended.clone()));
+        add(
+            FileKind::Rows,
+            "rows.parquet".into(),
+            capture.appended.clone(),
+        );
     }
     if let Some(g) = &capture.groups {
-        new_files.push((FileKind::Groups, "groups.parquet", vec![g.clone()]));
-    }
-    match (&capture.operators, capture.operators_whole) {
-        (Some(o), true) => {
-            new_files.push((FileKind::Operators, "operators.parquet", vec![o.clone()]))
-        }
-        (Some(o), false) if o.num_rows() > 0 => new_files.push((
-            FileKind::OperatorRows,
-            "operator-rows.parquet",
-            vec![o.clone()],
-        )),
-        _ => {}
+        add(FileKind::Groups, "groups.parquet".into(), vec![g.clone()]);
     }
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
-        new_files.push((FileKind::Late, "late.parquet", vec![l.clone()]));
+        add(FileKind::Late, "late.parquet".into(), vec![l.clone()]);
     }
     if let Some(c) = capture.changes.as_ref().filter(|c| c.num_rows() > 0) {
-        new_files.push((FileKind::Changes, "changes.parquet", vec![c.clone()]));
+        add(FileKind::Changes, "changes.parquet".into(), vec![c.clone()]);
+    }
+    // Each part of each operator's state is a file of its own columns.
+    for p in capture.operators.iter().flatten() {
+        if p.rows.iter().all(|b| b.num_rows() == 0) {
+            continue;
+        }
+        let (kind, name) = match capture.operators_whole {
+            true => (FileKind::Operators, "operators"),
+            false => (FileKind::OperatorRows, "operator-rows"),
+        };
+        new_files.push(NewFile {
+            kind,
+            name: format!("{name}-{}-{}.parquet", p.id.stage, p.id.part),
+            batches: p.rows.clone(),
+            part: Some(p.id),
+        });
     }
     let mut puts: Vec<(String, Bytes)> = Vec::new();
-    for (kind, name, batches) in new_files {
+    for NewFile {
+        kind,
+        name,
+        batches,
+        part,
+    } in new_files
+    {
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let data: Bytes = tokio::task::spawn_blocking(move || encode_parquet(&batches))
-            .await
-            .map_err(|e| StoreError::Corrupt {
-                key: name.to_string(),
-                reason: e.to_string(),
-            })?
-            .map_err(|e| StoreError::Corrupt {
-                key: name.to_string(),
-                reason: e.to_string(),
-            })?;
-        let key = CheckpointManifest::data_key(view_id, epoch, name);
+        let corrupt = |e: String| StoreError::Corrupt {
+            key: name.clone(),
+            reason: e,
+        };
+        let data: Bytes = tokio::task::spawn_blocking(move || match part {
+            Some(_) => encode_state_part(&batches),
+            None => encode_parquet(&batches),
+        })
+        .await
+        .map_err(|e| corrupt(e.to_string()))?
+        .map_err(|e| corrupt(e.to_string()))?;
+        let key = CheckpointManifest::data_key(view_id, epoch, &name);
         let file = CheckpointFile {
             key: key.clone(),
             kind,
             rows,
             bytes: data.len() as u64,
             crc32c: crc32c::crc32c(&data),
+            part,
         };
         puts.push((key, data));
         files.push(file);
@@ -491,6 +534,14 @@ async fn write_epoch(
         )
         .await?;
     Ok(manifest)
+}
+
+/// A data file an epoch writes.
+struct NewFile {
+    kind: FileKind,
+    name: String,
+    batches: Vec<RecordBatch>,
+    part: Option<StatePartId>,
 }
 
 /// After epoch n commits, epoch n-1 stays as a fallback; what only epochs

@@ -19,7 +19,6 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use arrow::compute;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -29,11 +28,13 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use sluice_catalog::StatePartId;
 
 use super::aggregate::AggregatePipeline;
 use super::delta::{delta_exec, DeltaSlot};
 use super::join::{JoinOperator, JoinSide};
-use super::operator::{Delta, Operator, OperatorStats};
+use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 
 /// Where the plan above a join reads the join's output.
@@ -517,11 +518,11 @@ impl JoinGraph {
         }
     }
 
-    /// Every stage's state for a checkpoint: one row per stage and part
-    /// (a join's side), the rows in Arrow IPC form. When every stage only
+    /// Every stage's state for a checkpoint, part by part (a join's
+    /// sides), as the batches the stages hold. When every stage only
     /// gained rows since the last capture, that is all it holds, and the
     /// second value is false; otherwise it holds the whole state (true).
-    pub fn capture(&mut self) -> Result<Option<(RecordBatch, bool)>, SluiceError> {
+    pub fn capture(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
         if self.stages.is_empty() {
             return Ok(None);
         }
@@ -531,60 +532,87 @@ impl JoinGraph {
         }
         if gains.iter().all(|g| g.is_some()) {
             let parts = gains.into_iter().map(|g| g.unwrap_or_default()).collect();
-            return Ok(Some((state_batch(parts)?, false)));
+            return Ok(Some((numbered_parts(parts), false)));
         }
         let mut parts = Vec::with_capacity(self.stages.len());
         for stage in &mut self.stages {
             parts.push(stage.operator.snapshot()?);
         }
-        Ok(Some((state_batch(parts)?, true)))
+        Ok(Some((numbered_parts(parts), true)))
     }
 
     /// Puts back what [`JoinGraph::capture`] wrote, in the order written
     /// (a whole state, then what it gained).
-    pub fn restore(&mut self, batches: &[RecordBatch]) -> Result<(), SluiceError> {
-        for b in batches {
-            let (Some(op), Some(side), Some(state)) = (
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<arrow::array::UInt32Array>(),
-                b.column(1)
-                    .as_any()
-                    .downcast_ref::<arrow::array::UInt8Array>(),
-                b.column(2)
-                    .as_any()
-                    .downcast_ref::<arrow::array::BinaryArray>(),
-            ) else {
-                return Err(bad_state("unexpected columns"));
-            };
-            // Each stage's batches in the order its snapshot gave them.
-            let mut by_stage: Vec<Vec<(u8, RecordBatch)>> = vec![Vec::new(); self.stages.len()];
-            for i in 0..b.num_rows() {
-                let at = by_stage
-                    .get_mut(op.value(i) as usize)
-                    .ok_or_else(|| bad_state("an operator the view does not have"))?;
-                // One batch per part, as it was written.
-                let rows = ipc_batches(state.value(i))?;
-                let schema = rows
-                    .first()
-                    .map(|b| b.schema())
-                    .ok_or_else(|| bad_state("an empty part"))?;
-                at.push((
-                    side.value(i),
-                    compute::concat_batches(&schema, rows.iter())?,
-                ));
-            }
-            for (stage, mut batches) in self.stages.iter_mut().zip(by_stage) {
-                if batches.is_empty() {
-                    continue;
+    pub fn restore(&mut self, files: &[RestoredPart]) -> Result<(), SluiceError> {
+        for file in files {
+            match file.id {
+                Some(id) => self.restore_part(id.stage, id.part as usize, &file.rows)?,
+                None => {
+                    for b in &file.rows {
+                        self.restore_ipc_parts(b)?;
+                    }
                 }
-                batches.sort_by_key(|(s, _)| *s);
-                let batches: Vec<RecordBatch> = batches.into_iter().map(|(_, b)| b).collect();
-                stage.operator.restore(&batches)?;
             }
         }
         Ok(())
     }
+
+    fn restore_part(
+        &mut self,
+        stage: u32,
+        part: usize,
+        rows: &[RecordBatch],
+    ) -> Result<(), SluiceError> {
+        let stage = self
+            .stages
+            .get_mut(stage as usize)
+            .ok_or_else(|| bad_state("an operator the view does not have"))?;
+        stage.operator.restore(part, rows)
+    }
+
+    /// A state file of an earlier version: a row per stage and part, the
+    /// rows in Arrow IPC form.
+    fn restore_ipc_parts(&mut self, b: &RecordBatch) -> Result<(), SluiceError> {
+        let (Some(op), Some(side), Some(state)) = (
+            b.column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt32Array>(),
+            b.column(1)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt8Array>(),
+            b.column(2)
+                .as_any()
+                .downcast_ref::<arrow::array::BinaryArray>(),
+        ) else {
+            return Err(bad_state("unexpected columns"));
+        };
+        for i in 0..b.num_rows() {
+            let reader = arrow::ipc::reader::StreamReader::try_new(
+                std::io::Cursor::new(state.value(i)),
+                None,
+            )?;
+            let rows = reader.collect::<Result<Vec<_>, _>>()?;
+            self.restore_part(op.value(i), side.value(i) as usize, &rows)?;
+        }
+        Ok(())
+    }
+}
+
+/// Stages' state parts, each named by its stage and part.
+fn numbered_parts(stages: Vec<Vec<StatePart>>) -> Vec<OperatorPart> {
+    let mut out = Vec::new();
+    for (stage, parts) in stages.into_iter().enumerate() {
+        for (part, rows) in parts.into_iter().enumerate() {
+            out.push(OperatorPart {
+                id: StatePartId {
+                    stage: stage as u32,
+                    part: part as u32,
+                },
+                rows,
+            });
+        }
+    }
+    out
 }
 
 /// A join type as SQL names it.
@@ -603,55 +631,8 @@ fn join_kind(t: JoinType) -> &'static str {
     }
 }
 
-/// Stages' state parts as one batch: a row per stage and part, in IPC form.
-fn state_batch(stages: Vec<Vec<RecordBatch>>) -> Result<RecordBatch, SluiceError> {
-    let mut operator = Vec::new();
-    let mut side = Vec::new();
-    let mut state: Vec<Vec<u8>> = Vec::new();
-    for (j, parts) in stages.iter().enumerate() {
-        for (s, rows) in parts.iter().enumerate() {
-            operator.push(j as u32);
-            side.push(s as u8);
-            state.push(ipc_bytes(rows)?);
-        }
-    }
-    Ok(RecordBatch::try_new(
-        operator_state_schema(),
-        vec![
-            Arc::new(arrow::array::UInt32Array::from(operator)),
-            Arc::new(arrow::array::UInt8Array::from(side)),
-            Arc::new(arrow::array::BinaryArray::from_iter_values(state)),
-        ],
-    )?)
-}
-
 fn bad_state(what: &str) -> SluiceError {
     SluiceError::Internal(format!("the checkpoint's join state is damaged: {what}"))
-}
-
-/// The schema of [`JoinGraph::snapshot`]'s batch.
-pub fn operator_state_schema() -> arrow::datatypes::SchemaRef {
-    use arrow::datatypes::{DataType, Field, Schema};
-    Arc::new(Schema::new(vec![
-        Field::new("operator", DataType::UInt32, false),
-        Field::new("side", DataType::UInt8, false),
-        Field::new("state", DataType::Binary, false),
-    ]))
-}
-
-fn ipc_bytes(batch: &RecordBatch) -> Result<Vec<u8>, SluiceError> {
-    let mut out = Vec::new();
-    {
-        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())?;
-        w.write(batch)?;
-        w.finish()?;
-    }
-    Ok(out)
-}
-
-fn ipc_batches(bytes: &[u8]) -> Result<Vec<RecordBatch>, SluiceError> {
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
-    Ok(reader.collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Refuses joins the dataflow cannot keep exact, naming what to change.
@@ -753,5 +734,122 @@ pub fn check_volatile(plan: &LogicalPlan) -> Result<(), SluiceError> {
             "{f}() gives a different answer each time it runs; a materialized view with joins cannot use it, since rows it takes back must compute as they did when added"
         ))),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, BinaryArray, Int64Array, UInt32Array, UInt8Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::Column;
+
+    use super::*;
+
+    /// A graph of one inner join of (k, v) with (k, w) on k.
+    fn one_join() -> JoinGraph {
+        let side = |name: &str| {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Int64, true),
+                Field::new(name, DataType::Int64, true),
+            ]));
+            JoinSide::new(schema, vec![Arc::new(Column::new("k", 0))]).unwrap()
+        };
+        let (left, right) = (side("v"), side("w"));
+        let schema = Arc::new(Schema::new(
+            [
+                left.schema.fields().to_vec(),
+                right.schema.fields().to_vec(),
+            ]
+            .concat(),
+        ));
+        let join =
+            JoinOperator::new(JoinType::Inner, left, right, None, schema, "ON k".into()).unwrap();
+        let mut graph = JoinGraph::new(Vec::new(), Vec::new());
+        graph.stages.push(Stage {
+            operator: Box::new(join),
+            kind: "join",
+            inputs: Vec::new(),
+            slot: DeltaSlot::default(),
+            retracts: false,
+        });
+        graph
+    }
+
+    fn rows(name: &str, k: Vec<i64>, v: Vec<i64>) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![
+            ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+            (name, Arc::new(Int64Array::from(v)) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn ipc(batch: &RecordBatch) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema()).unwrap();
+        w.write(batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    }
+
+    /// A checkpoint written before each part had a file of its own (one
+    /// row per stage and part, Arrow IPC bytes) restores, and the next
+    /// capture writes the restored state part by part.
+    #[test]
+    fn restores_the_earlier_state_format_and_captures_parts() {
+        let left = rows("v", vec![1, 2, 2], vec![10, 20, 21]);
+        let right = rows("w", vec![2], vec![200]);
+        let old = RecordBatch::try_from_iter(vec![
+            (
+                "operator",
+                Arc::new(UInt32Array::from(vec![0, 0])) as ArrayRef,
+            ),
+            ("side", Arc::new(UInt8Array::from(vec![0, 1])) as ArrayRef),
+            (
+                "state",
+                Arc::new(BinaryArray::from_vec(vec![&ipc(&left), &ipc(&right)])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let mut graph = one_join();
+        graph
+            .restore(&[RestoredPart {
+                id: None,
+                rows: vec![old],
+            }])
+            .unwrap();
+        assert_eq!(graph.stats()[0].state_rows, 4);
+        // Nothing was gained since the restore.
+        let (parts, whole) = graph.capture().unwrap().unwrap();
+        assert!(!whole);
+        assert!(parts
+            .iter()
+            .all(|p| p.rows.iter().all(|b| b.num_rows() == 0)));
+
+        // A right row taken out: the next capture is the whole state.
+        graph.stages[0]
+            .operator
+            .apply(
+                1,
+                &Delta {
+                    insert: Vec::new(),
+                    retract: vec![right.clone()],
+                },
+            )
+            .unwrap();
+        let (parts, whole) = graph.capture().unwrap().unwrap();
+        assert!(whole);
+        let mut again = one_join();
+        let files: Vec<RestoredPart> = parts
+            .into_iter()
+            .map(|p| RestoredPart {
+                id: Some(p.id),
+                rows: p.rows,
+            })
+            .collect();
+        again.restore(&files).unwrap();
+        assert_eq!(again.stats()[0].state_rows, 3);
     }
 }

@@ -16,7 +16,9 @@
 //! for the key crosses zero. Semi and anti joins emit the preserved row
 //! while some (no) row of the other side shares its key.
 //!
-//! Checkpoint: each side's live rows ([`JoinOperator::snapshot`]); the
+//! Checkpoint: each side's live rows ([`JoinOperator::snapshot`]), or
+//! only the batches a side gained since the last checkpoint while no row
+//! was taken out; each side is a Parquet file of its own columns. The
 //! index is rebuilt from them on restore.
 //!
 //! Watermark: none yet. A join of two endless streams keeps every row of
@@ -32,7 +34,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::operator::{Delta, Operator, OperatorStats};
+use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use crate::error::SluiceError;
 
 /// One row of a side's state: where it is.
@@ -61,7 +63,7 @@ pub struct JoinSide {
     /// capture: the next one writes the whole side.
     rewritten: bool,
     /// Live rows by join key.
-    index: HashMap<Box<[u8]>, Vec<Entry>>,
+    index: HashMap<Box<[u8]>, Vec<Entry>, ahash::RandomState>,
     /// Live rows whose key has a NULL.
     null_keyed: Vec<Entry>,
     live: u64,
@@ -91,7 +93,7 @@ impl JoinSide {
             whole: Vec::new(),
             captured: 0,
             rewritten: false,
-            index: HashMap::new(),
+            index: HashMap::default(),
             null_keyed: Vec::new(),
             live: 0,
         })
@@ -120,7 +122,13 @@ impl JoinSide {
     fn insert(&mut self, key: Option<&[u8]>, entry: Entry) {
         self.live += 1;
         match key {
-            Some(k) => self.index.entry(Box::from(k)).or_default().push(entry),
+            // Most rows find their key present: no key copied for them.
+            Some(k) => match self.index.get_mut(k) {
+                Some(list) => list.push(entry),
+                None => {
+                    self.index.insert(Box::from(k), vec![entry]);
+                }
+            },
             None => self.null_keyed.push(entry),
         }
     }
@@ -185,6 +193,15 @@ impl JoinSide {
         self.captured = self.batches.len();
         self.rewritten = false;
         appended
+    }
+
+    /// The live rows: the batches held when none was taken out, else one
+    /// batch of the live rows gathered.
+    fn live_batches(&self) -> Result<Vec<RecordBatch>, SluiceError> {
+        if self.held == self.live {
+            return Ok(self.batches.clone());
+        }
+        Ok(vec![self.live_rows()?])
     }
 
     /// The live rows, as one batch.
@@ -456,7 +473,11 @@ impl JoinOperator {
             }
             // This side's count for the key crossing zero makes the other
             // (preserved) side's padded, semi or anti rows come or go.
-            let before = self.sides[side].matches(key).len();
+            let counts = preserved == Some(other) && key.is_some();
+            let before = match counts {
+                true => self.sides[side].matches(key).len(),
+                false => 0,
+            };
             match (stored, &retracted) {
                 (Some(b), _) => self.sides[side].insert(
                     key,
@@ -468,8 +489,11 @@ impl JoinOperator {
                 (None, Some(rows)) => self.sides[side].remove(key, rows.row(i).as_ref())?,
                 (None, None) => return Err(gone_missing()),
             }
-            let after = self.sides[side].matches(key).len();
-            if preserved == Some(other) && key.is_some() && (before == 0) != (after == 0) {
+            let after = match counts {
+                true => self.sides[side].matches(key).len(),
+                false => 0,
+            };
+            if counts && (before == 0) != (after == 0) {
                 // Appeared: padded and anti rows go, semi rows come.
                 let appeared: i8 = if after > 0 { 1 } else { -1 };
                 let w = if semi { appeared } else { -appeared };
@@ -506,7 +530,10 @@ impl JoinOperator {
                     arrays.push(batch.column(c).as_ref());
                 }
                 let state_at = arrays.len();
-                arrays.extend(state.batches.iter().map(|b| b.column(c).as_ref()));
+                // The delta's own side is never taken from its state.
+                if side != s {
+                    arrays.extend(state.batches.iter().map(|b| b.column(c).as_ref()));
+                }
                 let indices: Vec<(usize, usize)> = rows
                     .iter()
                     .map(|r| match if pick == 0 { r.0 } else { r.1 } {
@@ -541,9 +568,10 @@ impl Operator for JoinOperator {
         Ok(Delta::default())
     }
 
-    /// The left side's live rows, then the right's.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
-        let state = vec![self.sides[0].live_rows()?, self.sides[1].live_rows()?];
+    /// The left side's live rows, then the right's (the batches held,
+    /// not copies, unless rows were taken out of them).
+    fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
+        let state = vec![self.sides[0].live_batches()?, self.sides[1].live_batches()?];
         for side in &mut self.sides {
             side.captured = side.batches.len();
             side.rewritten = false;
@@ -551,34 +579,29 @@ impl Operator for JoinOperator {
         Ok(state)
     }
 
-    /// Each side's new rows, concatenated (left, then right), while
-    /// neither side had rows taken out.
-    fn appended_since_capture(&mut self) -> Result<Option<Vec<RecordBatch>>, SluiceError> {
+    /// Each side's new batches (left, then right), while neither side
+    /// had rows taken out.
+    fn appended_since_capture(&mut self) -> Result<Option<Vec<StatePart>>, SluiceError> {
         let left = self.sides[0].appended_since_capture();
         let right = self.sides[1].appended_since_capture();
         let (Some(left), Some(right)) = (left, right) else {
             // Taken by the full snapshot the caller makes instead.
             return Ok(None);
         };
-        let concat =
-            |side: &JoinSide, batches: Vec<RecordBatch>| -> Result<RecordBatch, SluiceError> {
-                Ok(compute::concat_batches(&side.schema, batches.iter())?)
-            };
-        Ok(Some(vec![
-            concat(&self.sides[0], left)?,
-            concat(&self.sides[1], right)?,
-        ]))
+        Ok(Some(vec![left, right]))
     }
 
-    fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError> {
-        for (side, rows) in state.iter().enumerate().take(2) {
-            self.sides[side].load(rows)?;
+    fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        let side = self
+            .sides
+            .get_mut(part)
+            .ok_or_else(|| SluiceError::Internal(format!("a join has no side {part}")))?;
+        for batch in rows {
+            side.load(batch)?;
         }
         // What a checkpoint holds already is no gain for the next one.
-        for side in &mut self.sides {
-            side.captured = side.batches.len();
-            side.rewritten = false;
-        }
+        side.captured = side.batches.len();
+        side.rewritten = false;
         Ok(())
     }
 

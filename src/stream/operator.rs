@@ -29,6 +29,9 @@ impl Delta {
     }
 }
 
+/// One part of an operator's state: the batches it holds.
+pub type StatePart = Vec<RecordBatch>;
+
 /// What `sluice_catalog.view_operators` and `EXPLAIN MATERIALIZED VIEW`
 /// show of an operator.
 #[derive(Debug, Clone, Default)]
@@ -52,20 +55,24 @@ pub trait Operator: Send + Sync {
     /// obsolete is emitted or dropped.
     fn advance_watermark(&mut self, watermark_us: i64) -> Result<Delta, SluiceError>;
 
-    /// The operator's state, for a checkpoint.
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError>;
+    /// The operator's state, for a checkpoint: its parts (a join's two
+    /// sides), each as the batches it holds. A checkpoint writes each part
+    /// as a Parquet file of its own, straight from these batches.
+    fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError>;
 
     /// What the state gained since the last snapshot or call, when that is
     /// all that changed (nothing was taken out or rewritten), so that a
     /// checkpoint writes only that; `None` when a checkpoint must write the
     /// whole state again ([`Operator::snapshot`]). Restoring the snapshot
     /// and then every such gain, in order, gives the state.
-    fn appended_since_capture(&mut self) -> Result<Option<Vec<RecordBatch>>, SluiceError> {
+    fn appended_since_capture(&mut self) -> Result<Option<Vec<StatePart>>, SluiceError> {
         Ok(None)
     }
 
-    /// Puts back what [`Operator::snapshot`] wrote.
-    fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError>;
+    /// Puts back rows of part `part` that [`Operator::snapshot`] or
+    /// [`Operator::appended_since_capture`] gave, in the order they were
+    /// written.
+    fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError>;
 
     fn stats(&self) -> OperatorStats;
 }

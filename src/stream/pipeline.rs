@@ -19,6 +19,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{hide_system_columns, rewrite_window_functions};
 
+use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
 
@@ -673,13 +674,13 @@ impl CompiledView {
 
     /// The joins' state for a checkpoint (None without joins): what it
     /// gained since the last capture (false), or all of it (true).
-    pub fn operator_state(&mut self) -> Result<Option<(RecordBatch, bool)>, SluiceError> {
+    pub fn operator_state(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
         self.graph.capture()
     }
 
     /// Puts back the joins' state from a checkpoint.
-    pub fn restore_operators(&mut self, batches: &[RecordBatch]) -> Result<(), SluiceError> {
-        self.graph.restore(batches)
+    pub fn restore_operators(&mut self, files: &[RestoredPart]) -> Result<(), SluiceError> {
+        self.graph.restore(files)
     }
 
     /// Closes the windows the watermark has passed (see [`WindowClosing`]).
@@ -757,14 +758,14 @@ impl CompiledView {
         match &mut self.pipeline {
             // A filter over a keyed table rewrites its rows each epoch.
             Pipeline::Rows { rows, .. } if self.retracting => {
-                let held = rows.snapshot()?;
+                let held = rows.snapshot()?.concat();
                 if held.is_empty() {
                     return Ok(None);
                 }
                 Ok(Some(compute::concat_batches(&self.schema, held.iter())?))
             }
             Pipeline::Rows { .. } => Ok(None),
-            Pipeline::Aggregate(agg) => Ok(agg.snapshot()?.into_iter().next()),
+            Pipeline::Aggregate(agg) => Ok(agg.snapshot()?.concat().into_iter().next()),
         }
     }
 
@@ -779,12 +780,12 @@ impl CompiledView {
             Pipeline::Rows { rows, .. } => {
                 rows.extend(appended);
                 if self.retracting {
-                    rows.restore(&groups)?;
+                    rows.restore(0, &groups)?;
                 }
             }
             Pipeline::Aggregate(agg) => {
                 self.closed.extend(appended);
-                agg.restore(&groups)?;
+                agg.restore(0, &groups)?;
             }
         }
         Ok(())

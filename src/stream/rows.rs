@@ -18,7 +18,7 @@ use arrow::compute;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
-use super::operator::{Delta, Operator, OperatorStats};
+use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use crate::error::SluiceError;
 
 pub struct RowsOperator {
@@ -63,12 +63,12 @@ impl Operator for RowsOperator {
         Ok(Delta::default())
     }
 
-    fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
-        Ok(self.rows.clone())
+    fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
+        Ok(vec![self.rows.clone()])
     }
 
-    fn restore(&mut self, state: &[RecordBatch]) -> Result<(), SluiceError> {
-        self.extend(state.iter().cloned());
+    fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        self.extend(rows.iter().cloned());
         Ok(())
     }
 
