@@ -1,9 +1,16 @@
-//! Compiling a view's query into an incremental pipeline.
+//! Compiling a view's query into its dataflow, and running deltas
+//! through it.
 //!
-//! Supported shapes: filters and projections of one table (rows are
-//! appended), and one `GROUP BY` with COUNT, COUNT(DISTINCT), SUM, MIN, MAX
-//! and AVG (running DataFusion accumulators per group), optionally over
-//! `TUMBLE` windows. Everything else is refused with 0A000 at CREATE.
+//! The optimized plan is cut at each join (and each aggregate below a
+//! join) into the stages of a [`JoinGraph`]; what is left on top ends in
+//! the view's last operator: [`RowsOperator`] (the view's rows) or an
+//! [`AggregatePipeline`] (one `GROUP BY`, optionally over `TUMBLE`/`HOP`
+//! windows that close by the watermark). Filters, projections, window
+//! assignment, DISTINCT and UNION are DataFusion plans run on each delta
+//! between them. Every delta, of one source or several, takes one path
+//! ([`CompiledView::apply_input`]): the graph's stages, then the last
+//! operator. What the engine cannot keep exact is refused with 0A000 at
+//! CREATE.
 
 use std::sync::Arc;
 
@@ -145,9 +152,9 @@ impl ViewSource {
 pub struct CompiledView {
     pub source: ViewSource,
     pub schema: SchemaRef,
-    pub slot: DeltaSlot,
     pub pipeline: Pipeline,
-    /// The view's joins, run before the pipeline (none for most views).
+    /// The view's stages below its last operator: joins, and aggregates
+    /// under them (none for most views). Every delta runs through it.
     graph: JoinGraph,
     /// The operator graph, as `EXPLAIN MATERIALIZED VIEW` shows it.
     pub explain: Vec<String>,
@@ -287,7 +294,6 @@ pub async fn compile(
         )?;
         slots.push(slot);
     }
-    let slot = slots[0].clone();
     let state = ctx.state();
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
@@ -421,7 +427,6 @@ pub async fn compile(
         explain,
         source,
         schema,
-        slot,
         pipeline,
         graph,
         closing,
@@ -525,7 +530,7 @@ pub(super) fn find_aggregate(
 
 impl CompiledView {
     /// Runs one delta (rows of the source table, with hidden columns)
-    /// through the pipeline.
+    /// through the view's graph.
     /// `watermark_us` is the view's watermark before this delta: rows
     /// for windows that closed by then are dropped (a HOP row may still
     /// count in its open windows).
@@ -535,13 +540,8 @@ impl CompiledView {
         ctx: Arc<datafusion::execution::TaskContext>,
         watermark_us: Option<i64>,
     ) -> Result<(), SluiceError> {
-        if !self.graph.is_empty() {
-            return self.apply_input(0, delta, Vec::new(), ctx).await;
-        }
-        *self.slot.lock() = delta;
-        let result = self.run_insert(ctx, watermark_us).await;
-        self.slot.lock().clear();
-        result
+        self.apply_delta(0, delta, Vec::new(), ctx, watermark_us)
+            .await
     }
 
     /// Runs the pipeline over the rows in its slots, as inserted rows.
@@ -591,16 +591,7 @@ impl CompiledView {
         rows: Vec<RecordBatch>,
         ctx: Arc<datafusion::execution::TaskContext>,
     ) -> Result<(), SluiceError> {
-        if rows.iter().all(|b| b.num_rows() == 0) {
-            return Ok(());
-        }
-        if !self.graph.is_empty() {
-            return self.apply_input(0, Vec::new(), rows, ctx).await;
-        }
-        *self.slot.lock() = rows;
-        let result = self.run_retract(ctx).await;
-        self.slot.lock().clear();
-        result
+        self.apply_delta(0, Vec::new(), rows, ctx, None).await
     }
 
     /// Runs the pipeline over the rows in its slots, as retracted rows.
@@ -636,6 +627,20 @@ impl CompiledView {
         retract: Vec<RecordBatch>,
         ctx: Arc<datafusion::execution::TaskContext>,
     ) -> Result<(), SluiceError> {
+        self.apply_delta(source, insert, retract, ctx, None).await
+    }
+
+    /// The one path of every delta: the graph's stages (joins, aggregates
+    /// below them; none for most views) in order, then the last operator
+    /// (rows or an aggregate), its inserted rows first.
+    async fn apply_delta(
+        &mut self,
+        source: usize,
+        insert: Vec<RecordBatch>,
+        retract: Vec<RecordBatch>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+        watermark_us: Option<i64>,
+    ) -> Result<(), SluiceError> {
         let insert: Vec<RecordBatch> = insert.into_iter().filter(|b| b.num_rows() > 0).collect();
         let retract: Vec<RecordBatch> = retract.into_iter().filter(|b| b.num_rows() > 0).collect();
         if insert.is_empty() && retract.is_empty() {
@@ -652,14 +657,26 @@ impl CompiledView {
                 return Err(e);
             }
         };
-        self.graph.fill(source, &insert, &outputs, true);
-        let result = self.run_insert(ctx.clone(), None).await;
-        self.graph.clear();
-        result?;
-        self.graph.fill(source, &retract, &outputs, false);
-        let result = self.run_retract(ctx).await;
-        self.graph.clear();
-        result
+        let reaches_top = |rows: &[RecordBatch], inserted: bool| {
+            !rows.is_empty()
+                || outputs.iter().any(|o| match inserted {
+                    true => !o.insert.is_empty(),
+                    false => !o.retract.is_empty(),
+                })
+        };
+        if reaches_top(&insert, true) {
+            self.graph.fill(source, &insert, &outputs, true);
+            let result = self.run_insert(ctx.clone(), watermark_us).await;
+            self.graph.clear();
+            result?;
+        }
+        if reaches_top(&retract, false) {
+            self.graph.fill(source, &retract, &outputs, false);
+            let result = self.run_retract(ctx).await;
+            self.graph.clear();
+            result?;
+        }
+        Ok(())
     }
 
     /// Every operator's counters, innermost first.
