@@ -678,3 +678,130 @@ async fn rebuild_swaps_atomically_and_reports_progress() {
         assert_eq!(sqlstate(&e), state, "{sql}: {e}");
     }
 }
+
+/// `(partition, offset)` of every row a FETCH sent through the simple
+/// protocol, as psql sends it.
+async fn fetch_simple(c: &tokio_postgres::Client, sql: &str) -> Vec<(i32, i64)> {
+    c.simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                r.get("_partition").and_then(|v| v.parse().ok()).unwrap(),
+                r.get("_offset").and_then(|v| v.parse().ok()).unwrap(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn lag(c: &tokio_postgres::Client, group: &str) -> i64 {
+    scalar(
+        c,
+        &format!("SELECT CAST(SUM(lag_records) AS BIGINT) FROM sluice_catalog.lag WHERE consumer = '{group}'"),
+    )
+    .await
+}
+
+/// The next FETCH's rows are read ahead while the client works; nothing of
+/// that shows: every row once, in order, nothing committed before the
+/// FETCH that returns it, and a cursor declared again, a FETCH of another
+/// count, a transaction or the tail each read for themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let admin = server.connect().await;
+    c.batch_execute(SETUP).await.unwrap();
+    insert_usage(&c, 0, 1000).await;
+    c.batch_execute("CREATE SUBSCRIPTION g FROM usage; DECLARE c SUBSCRIPTION CURSOR FOR g")
+        .await
+        .unwrap();
+
+    // Counts that repeat (read ahead) and change (not), both protocols;
+    // after each FETCH the group has committed exactly what it returned.
+    let mut seen = Vec::new();
+    let counts = [100, 100, 100, 50, 50, 100, 7, 100, 100, 100, 100, 100, 100];
+    for (i, n) in counts.iter().enumerate() {
+        let sql = format!("FETCH {n} FROM c");
+        let rows = match i % 3 {
+            2 => fetch(&c, &sql).await,
+            _ => fetch_simple(&c, &sql).await,
+        };
+        seen.extend(rows);
+        assert_eq!(
+            lag(&admin, "g").await,
+            1000 - seen.len() as i64,
+            "after FETCH {i}"
+        );
+    }
+    assert_eq!(seen.len(), 1000);
+    let unique: HashSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), 1000, "a row was fetched twice");
+    for p in 0..4 {
+        let offsets: Vec<i64> = seen.iter().filter(|r| r.0 == p).map(|r| r.1).collect();
+        assert!(
+            offsets.windows(2).all(|w| w[1] == w[0] + 1),
+            "partition {p} out of order"
+        );
+    }
+
+    // At the tail a read-ahead finds too few rows; the next FETCH sees rows
+    // committed after it.
+    insert_usage(&c, 1000, 5).await;
+    assert_eq!(fetch_simple(&c, "FETCH 4 FROM c").await.len(), 4);
+    insert_usage(&c, 1005, 10).await;
+    assert_eq!(fetch_simple(&c, "FETCH 4 FROM c").await.len(), 4);
+    assert_eq!(fetch_simple(&c, "FETCH 100 FROM c").await.len(), 7);
+
+    // A cursor declared again at another place reads from there.
+    c.batch_execute("CREATE SUBSCRIPTION h FROM usage; DECLARE d SUBSCRIPTION CURSOR FOR h")
+        .await
+        .unwrap();
+    let first = fetch_simple(&c, "FETCH 10 FROM d").await;
+    let second = fetch_simple(&c, "FETCH 10 FROM d").await;
+    c.batch_execute(
+        "CLOSE d; ALTER SUBSCRIPTION h RESET TO EARLIEST; DECLARE d SUBSCRIPTION CURSOR FOR h",
+    )
+    .await
+    .unwrap();
+    assert_eq!(fetch_simple(&c, "FETCH 10 FROM d").await, first);
+    // A FETCH rolled back returns the same rows again.
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(fetch_simple(&c, "FETCH 10 FROM d").await, second);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(fetch_simple(&c, "FETCH 10 FROM d").await, second);
+    let third = fetch_simple(&c, "FETCH 10 FROM d").await;
+    // A read-ahead left behind by a closed connection commits nothing.
+    drop(c);
+    assert_eq!(lag(&admin, "h").await, 1015 - 30);
+    admin
+        .batch_execute("DECLARE e SUBSCRIPTION CURSOR FOR h")
+        .await
+        .unwrap();
+    let next = fetch_simple(&admin, "FETCH 10 FROM e").await;
+    assert!(next
+        .iter()
+        .all(|r| !third.contains(r) && !second.contains(r)));
+    assert_eq!(next.len(), 10);
+    // A RESET after the read-ahead began still refuses the old cursor.
+    fetch_simple(&admin, "FETCH 10 FROM e").await;
+    admin
+        .batch_execute("ALTER SUBSCRIPTION h RESET TO EARLIEST")
+        .await
+        .unwrap();
+    let e = admin.simple_query("FETCH 10 FROM e").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "55000", "{e}");
+    assert_eq!(lag(&admin, "h").await, 1015);
+    // Nor is a dropped group read from one.
+    admin
+        .batch_execute("CLOSE e; DECLARE e SUBSCRIPTION CURSOR FOR h")
+        .await
+        .unwrap();
+    fetch_simple(&admin, "FETCH 10 FROM e").await;
+    admin.batch_execute("DROP SUBSCRIPTION h").await.unwrap();
+    let e = admin.simple_query("FETCH 10 FROM e").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42704", "{e}");
+}

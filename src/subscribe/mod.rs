@@ -279,7 +279,10 @@ impl Source {
 }
 
 /// An open `DECLARE ... SUBSCRIPTION CURSOR`: a group and where this
-/// reader is in it.
+/// reader is in it. A copy reads on from the same place on its own (a
+/// read-ahead of the next FETCH); only the copy that commits moves the
+/// group.
+#[derive(Clone)]
 pub struct SubscriptionCursor {
     pub name: String,
     pub group: Arc<Subscription>,
@@ -292,8 +295,9 @@ pub struct SubscriptionCursor {
     generation: u64,
     /// Declared inside a transaction block: closed when it ends.
     pub declared_in_transaction: bool,
-    /// Position before the first FETCH of the open transaction.
-    at_begin: Option<(Vec<u64>, Vec<u64>)>,
+    /// Position (and skipped records, and the partition next in turn)
+    /// before the first FETCH of the open transaction.
+    at_begin: Option<(Vec<u64>, Vec<u64>, usize)>,
     /// The last frame read per partition (its base offset and rows), since
     /// a frame usually holds more rows than one FETCH takes.
     last_frame: Vec<Option<(u64, RecordBatch)>>,
@@ -303,7 +307,11 @@ impl SubscriptionCursor {
     /// Remembers where a transaction's first FETCH started.
     pub fn begin_fetch_in_transaction(&mut self) {
         if self.at_begin.is_none() {
-            self.at_begin = Some((self.position.clone(), self.skipped.clone()));
+            self.at_begin = Some((
+                self.position.clone(),
+                self.skipped.clone(),
+                self.next_partition,
+            ));
         }
     }
 
@@ -312,11 +320,22 @@ impl SubscriptionCursor {
         self.at_begin.is_some()
     }
 
+    /// True when `other` reads the same group from the same place: a
+    /// FETCH from either returns the same rows.
+    pub fn same_place(&self, other: &SubscriptionCursor) -> bool {
+        self.group.def.id == other.group.def.id
+            && self.generation == other.generation
+            && self.position == other.position
+            && self.skipped == other.skipped
+            && self.next_partition == other.next_partition
+    }
+
     /// Goes back to where the transaction's first FETCH started.
     pub fn rollback(&mut self) {
-        if let Some((position, skipped)) = self.at_begin.take() {
+        if let Some((position, skipped, next_partition)) = self.at_begin.take() {
             self.position = position;
             self.skipped = skipped;
+            self.next_partition = next_partition;
         }
     }
 }
@@ -730,6 +749,12 @@ impl SubscriptionManager {
         group.commit(cursor).await?;
         cursor.at_begin = None;
         Ok(())
+    }
+
+    /// Whether the cursor's group still exists (it may have been dropped
+    /// since the cursor last read).
+    pub fn group_exists(&self, cursor: &SubscriptionCursor) -> bool {
+        self.groups.read().contains_key(&cursor.group.def.name)
     }
 
     /// `FETCH`: up to `count` rows from the cursor's position; with a
