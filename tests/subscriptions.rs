@@ -704,12 +704,15 @@ async fn lag(c: &tokio_postgres::Client, group: &str) -> i64 {
     .await
 }
 
-/// The next FETCH's rows are read ahead while the client works; nothing of
-/// that shows: every row once, in order, nothing committed before the
-/// FETCH that returns it, and a cursor declared again, a FETCH of another
-/// count, a transaction or the tail each read for themselves.
+/// FETCHes of changing counts through both protocols: every row once, in
+/// order per partition, and after each FETCH the group has committed
+/// exactly what it returned. At the tail a FETCH sees rows committed since
+/// the last; a cursor declared again after RESET starts over; a FETCH
+/// rolled back returns the same rows again (the partition next in turn
+/// goes back too); a closed connection commits nothing more; a cursor
+/// declared before a RESET or of a dropped group is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
+async fn fetch_commits_what_it_returns_and_rollback_returns_it_again() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let c = server.connect().await;
@@ -720,8 +723,8 @@ async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
         .await
         .unwrap();
 
-    // Counts that repeat (read ahead) and change (not), both protocols;
-    // after each FETCH the group has committed exactly what it returned.
+    // Counts that repeat and change, both protocols; after each FETCH the
+    // group has committed exactly what it returned.
     let mut seen = Vec::new();
     let counts = [100, 100, 100, 50, 50, 100, 7, 100, 100, 100, 100, 100, 100];
     for (i, n) in counts.iter().enumerate() {
@@ -748,8 +751,7 @@ async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
         );
     }
 
-    // At the tail a read-ahead finds too few rows; the next FETCH sees rows
-    // committed after it.
+    // At the tail, the next FETCH sees rows committed after the last.
     insert_usage(&c, 1000, 5).await;
     assert_eq!(fetch_simple(&c, "FETCH 4 FROM c").await.len(), 4);
     insert_usage(&c, 1005, 10).await;
@@ -774,7 +776,7 @@ async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
     c.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(fetch_simple(&c, "FETCH 10 FROM d").await, second);
     let third = fetch_simple(&c, "FETCH 10 FROM d").await;
-    // A read-ahead left behind by a closed connection commits nothing.
+    // A closed connection commits nothing more.
     drop(c);
     assert_eq!(lag(&admin, "h").await, 1015 - 30);
     admin
@@ -786,7 +788,7 @@ async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
         .iter()
         .all(|r| !third.contains(r) && !second.contains(r)));
     assert_eq!(next.len(), 10);
-    // A RESET after the read-ahead began still refuses the old cursor.
+    // A RESET refuses the cursors declared before it.
     fetch_simple(&admin, "FETCH 10 FROM e").await;
     admin
         .batch_execute("ALTER SUBSCRIPTION h RESET TO EARLIEST")
@@ -795,7 +797,7 @@ async fn reading_ahead_changes_nothing_a_fetch_returns_or_commits() {
     let e = admin.simple_query("FETCH 10 FROM e").await.unwrap_err();
     assert_eq!(sqlstate(&e), "55000", "{e}");
     assert_eq!(lag(&admin, "h").await, 1015);
-    // Nor is a dropped group read from one.
+    // A dropped group's cursor is refused.
     admin
         .batch_execute("CLOSE e; DECLARE e SUBSCRIPTION CURSOR FOR h")
         .await

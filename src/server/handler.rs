@@ -58,7 +58,6 @@ use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
-use super::read_ahead::ReadAhead;
 use super::session::{Characteristics, Session, TransactionState};
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
 
@@ -1498,8 +1497,7 @@ impl Handlers {
     }
 
     /// FETCH from a subscription cursor. Outside a transaction block the
-    /// new position is committed before the rows are sent, and the next
-    /// FETCH's rows are read ahead (see [`ReadAhead`]).
+    /// new position is committed before the rows are sent.
     async fn fetch<C: ClientInfo>(
         &self,
         client: &C,
@@ -1508,31 +1506,11 @@ impl Handlers {
     ) -> Result<Response, SluiceError> {
         let s = session(client);
         let in_transaction = s.transaction.lock().open;
-        let options = FormatOptions::from_client_metadata(client.metadata());
-        let ahead = s.read_ahead.lock().take();
         let mut cursor = s
             .cursors
             .lock()
             .remove(&fetch.cursor)
             .ok_or_else(|| SubscriptionError::UndefinedCursor(fetch.cursor.clone()))?;
-        let fetched = match ahead {
-            Some(ahead) if !in_transaction => {
-                ahead.take(&cursor, &fetch.count, format, &options).await
-            }
-            _ => None,
-        };
-        if let Some(fetched) = fetched.filter(|f| self.subs.group_exists(f.cursor())) {
-            let (mut moved, notices, count, resp) = fetched.into_parts();
-            if let Err(e) = self.subs.commit(&mut moved).await {
-                s.cursors.lock().insert(cursor.name.clone(), cursor);
-                return Err(e);
-            }
-            let _ = SCAN_NOTICES.try_with(|n| n.lock().extend(notices));
-            *s.read_ahead.lock() =
-                ReadAhead::start(&self.subs, &moved, &fetch.count, count, format, &options);
-            s.cursors.lock().insert(moved.name.clone(), moved);
-            return Ok(Response::Query(resp));
-        }
         cursor.begin_fetch_in_transaction();
         let timeout = fetch
             .timeout_us
@@ -1552,17 +1530,12 @@ impl Handlers {
         if result.is_err() && !in_transaction {
             cursor.rollback();
         }
-        if let (Ok(batches), false) = (&result, in_transaction) {
-            let count = batches.iter().map(|b| b.num_rows()).sum();
-            *s.read_ahead.lock() =
-                ReadAhead::start(&self.subs, &cursor, &fetch.count, count, format, &options);
-        }
         let schema = cursor.schema.clone();
         s.cursors.lock().insert(cursor.name.clone(), cursor);
         let _ = SCAN_NOTICES.try_with(|n| n.lock().extend(notices));
         let batches = result?;
-        let mut resp =
-            encode::batches(&schema, batches, format, Arc::new(options)).map_err(encode_error)?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let mut resp = encode::batches(&schema, batches, format, options).map_err(encode_error)?;
         resp.set_command_tag("FETCH");
         Ok(Response::Query(resp))
     }

@@ -5,7 +5,6 @@ mod copy;
 mod encode;
 mod export;
 mod handler;
-mod read_ahead;
 mod session;
 
 use std::net::SocketAddr;

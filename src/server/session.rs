@@ -8,7 +8,6 @@ use parking_lot::Mutex;
 use sluice_sql::{IsolationLevel, TransactionModes, TransactionOp};
 
 use super::copy::CopyState;
-use super::read_ahead::ReadAhead;
 use crate::error::SluiceError;
 use crate::log::transaction::StagedMark;
 use crate::log::{Snapshot, StagedWrites};
@@ -147,8 +146,6 @@ pub struct Session {
     pub copy: Mutex<Option<CopyState>>,
     /// Open subscription cursors by name.
     pub cursors: Mutex<HashMap<String, SubscriptionCursor>>,
-    /// The next FETCH's rows, read while the client deals with the last.
-    pub read_ahead: Mutex<Option<ReadAhead>>,
     pub transaction: Mutex<TransactionState>,
     /// What later transactions start with (`SET SESSION CHARACTERISTICS`,
     /// `SET default_transaction_isolation`); autocommit statements are

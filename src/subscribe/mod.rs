@@ -279,10 +279,7 @@ impl Source {
 }
 
 /// An open `DECLARE ... SUBSCRIPTION CURSOR`: a group and where this
-/// reader is in it. A copy reads on from the same place on its own (a
-/// read-ahead of the next FETCH); only the copy that commits moves the
-/// group.
-#[derive(Clone)]
+/// reader is in it.
 pub struct SubscriptionCursor {
     pub name: String,
     pub group: Arc<Subscription>,
@@ -318,16 +315,6 @@ impl SubscriptionCursor {
     /// True when a FETCH of the open transaction moved the cursor.
     pub fn fetched_in_transaction(&self) -> bool {
         self.at_begin.is_some()
-    }
-
-    /// True when `other` reads the same group from the same place: a
-    /// FETCH from either returns the same rows.
-    pub fn same_place(&self, other: &SubscriptionCursor) -> bool {
-        self.group.def.id == other.group.def.id
-            && self.generation == other.generation
-            && self.position == other.position
-            && self.skipped == other.skipped
-            && self.next_partition == other.next_partition
     }
 
     /// Goes back to where the transaction's first FETCH started.
@@ -749,12 +736,6 @@ impl SubscriptionManager {
         group.commit(cursor).await?;
         cursor.at_begin = None;
         Ok(())
-    }
-
-    /// Whether the cursor's group still exists (it may have been dropped
-    /// since the cursor last read).
-    pub fn group_exists(&self, cursor: &SubscriptionCursor) -> bool {
-        self.groups.read().contains_key(&cursor.group.def.name)
     }
 
     /// `FETCH`: up to `count` rows from the cursor's position; with a
