@@ -275,6 +275,11 @@ pub async fn compile(
     ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
     ctx.add_analyzer_rule(Arc::new(crate::query::TimestampText));
     ctx.register_udaf(crate::query::checked_sum());
+    // A lone COUNT(DISTINCT x) per group stays one aggregate with a
+    // distinct accumulator, which the aggregate operator keeps (and takes
+    // rows back from); the batch rewrite into two nested GROUP BYs would
+    // be refused.
+    ctx.remove_optimizer_rule("single_distinct_aggregation_to_group_by");
     let mut slots = Vec::with_capacity(sources.len());
     for (name, source) in relations.iter().zip(&sources) {
         let schema = match source {
