@@ -72,10 +72,19 @@ async fn a_lone_count_distinct_equals_its_batch_query_across_checkpoints() {
         .await
         .unwrap();
     let views = [
-        ("per_user", "SELECT user_id, COUNT(DISTINCT tokens) FROM ev GROUP BY user_id ORDER BY 1"),
+        (
+            "per_user",
+            "SELECT user_id, COUNT(DISTINCT tokens) FROM ev GROUP BY user_id ORDER BY 1",
+        ),
         ("users", "SELECT COUNT(DISTINCT user_id) FROM ev"),
-        ("sums", "SELECT user_id, SUM(DISTINCT tokens) FROM ev GROUP BY user_id ORDER BY 1"),
-        ("keyed", "SELECT user_id, COUNT(DISTINCT tokens) FROM kv GROUP BY user_id ORDER BY 1"),
+        (
+            "sums",
+            "SELECT user_id, SUM(DISTINCT tokens) FROM ev GROUP BY user_id ORDER BY 1",
+        ),
+        (
+            "keyed",
+            "SELECT user_id, COUNT(DISTINCT tokens) FROM kv GROUP BY user_id ORDER BY 1",
+        ),
     ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut next_key = 0;

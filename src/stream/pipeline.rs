@@ -545,7 +545,7 @@ impl CompiledView {
         ctx: Arc<datafusion::execution::TaskContext>,
         watermark_us: Option<i64>,
     ) -> Result<(), SluiceError> {
-        self.apply_delta(0, delta, Vec::new(), ctx, watermark_us)
+        self.apply_input(0, delta, Vec::new(), ctx, watermark_us)
             .await
     }
 
@@ -596,7 +596,7 @@ impl CompiledView {
         rows: Vec<RecordBatch>,
         ctx: Arc<datafusion::execution::TaskContext>,
     ) -> Result<(), SluiceError> {
-        self.apply_delta(0, Vec::new(), rows, ctx, None).await
+        self.apply_input(0, Vec::new(), rows, ctx, None).await
     }
 
     /// Runs the pipeline over the rows in its slots, as retracted rows.
@@ -623,22 +623,12 @@ impl CompiledView {
         }
     }
 
-    /// Applies a delta of source `source` (rows it inserts, rows it takes
-    /// back) through the view's joins, then the pipeline.
+    /// The one path of every delta: source `source`'s inserted and
+    /// taken-back rows through the graph's stages (joins, aggregates below
+    /// them; none for most views) in order, then the last operator (rows
+    /// or an aggregate), its inserted rows first. `watermark_us` is as
+    /// for [`CompiledView::apply`].
     pub async fn apply_input(
-        &mut self,
-        source: usize,
-        insert: Vec<RecordBatch>,
-        retract: Vec<RecordBatch>,
-        ctx: Arc<datafusion::execution::TaskContext>,
-    ) -> Result<(), SluiceError> {
-        self.apply_delta(source, insert, retract, ctx, None).await
-    }
-
-    /// The one path of every delta: the graph's stages (joins, aggregates
-    /// below them; none for most views) in order, then the last operator
-    /// (rows or an aggregate), its inserted rows first.
-    async fn apply_delta(
         &mut self,
         source: usize,
         insert: Vec<RecordBatch>,

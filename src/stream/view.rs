@@ -1519,7 +1519,7 @@ async fn apply_input_guarded(
     ctx: Arc<TaskContext>,
 ) -> Result<(), SluiceError> {
     futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
-        compiled.apply_input(source, insert, retract, ctx),
+        compiled.apply_input(source, insert, retract, ctx, None),
     ))
     .await
     .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))?
