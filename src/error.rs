@@ -58,6 +58,14 @@ pub enum SluiceError {
         sqlstate: &'static str,
         message: String,
     },
+    #[error("invalid value for parameter \"{name}\": \"{value}\"")]
+    InvalidParameter { name: String, value: String },
+    /// A cancel request or `statement_timeout` stopped the statement.
+    #[error("{}", match .0 {
+        crate::query::cancel::CancelReason::User => "canceling statement due to user request",
+        crate::query::cancel::CancelReason::Timeout => "canceling statement due to statement timeout",
+    })]
+    Canceled(crate::query::cancel::CancelReason),
     /// `dependent` names the kind and the name ("materialized view v").
     #[error("cannot drop {kind} {name} because {dependent} depends on it")]
     DependentObjects {
@@ -96,6 +104,8 @@ impl SluiceError {
             SluiceError::ObjectInUse(_) => "55006",
             SluiceError::CheckpointPending { .. } => "58030",
             SluiceError::Evaluation { sqlstate, .. } => sqlstate,
+            SluiceError::Canceled(_) => "57014",
+            SluiceError::InvalidParameter { .. } => "22023",
         }
     }
 

@@ -59,6 +59,11 @@ enum Command {
         /// How often each view commits a checkpoint, in milliseconds.
         #[arg(long, default_value_t = 1000)]
         checkpoint_interval_ms: u64,
+        /// The most client connections open at once; one more is refused
+        /// with SQLSTATE 53300 (cancel requests are not counted). 0: no
+        /// limit.
+        #[arg(long, default_value_t = 100)]
+        max_connections: usize,
     },
 }
 
@@ -85,6 +90,7 @@ fn main() -> std::process::ExitCode {
             max_statement_bytes,
             object_store,
             checkpoint_interval_ms,
+            max_connections,
         } => {
             sluice::server::install_panic_hook();
             // Deep statements recurse while they are parsed, planned and
@@ -117,6 +123,7 @@ fn main() -> std::process::ExitCode {
                 compaction_interval: std::time::Duration::from_millis(
                     compaction_interval_ms.max(1),
                 ),
+                max_connections: (max_connections > 0).then_some(max_connections),
             };
             match runtime.block_on(serve(config)) {
                 Ok(()) => std::process::ExitCode::SUCCESS,

@@ -632,6 +632,14 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             TransactionOp::Release(ident_name(&name)),
         )),
         ast::Statement::Set(set) => set_statement(set),
+        // RESET is SET ... TO DEFAULT; RESET ALL names every setting.
+        ast::Statement::Reset(r) => Ok(Statement::Set {
+            name: match r.reset {
+                ast::Reset::ALL => "all".into(),
+                ast::Reset::ConfigurationParameter(p) => p.to_string().to_lowercase(),
+            },
+            value: "DEFAULT".into(),
+        }),
         ast::Statement::Update(update) => update_statement(update),
         ast::Statement::Delete(delete) => delete_statement(delete),
         ast::Statement::Truncate(_) => Err(SqlError::Unsupported(

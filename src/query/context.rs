@@ -76,6 +76,7 @@ pub fn build_context(
                 .with_type_planner(Arc::new(OidArrayTypePlanner))
                 .with_analyzer_rule(Arc::new(super::CheckedArithmetic))
                 .with_analyzer_rule(Arc::new(super::TimestampText))
+                .with_physical_optimizer_rule(Arc::new(super::YieldingJoins))
                 .build();
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,

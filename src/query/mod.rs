@@ -1,7 +1,8 @@
 //! The query side: DataFusion table providers over the log, the insert sink,
-//! the `sluice_catalog` system tables, point reads of views, and the session context that ties
-//! them together.
+//! the `sluice_catalog` system tables, point reads of views, stopping a
+//! running statement, and the session context that ties them together.
 
+pub mod cancel;
 mod checked_arithmetic;
 mod checked_math;
 mod checked_sum;
@@ -15,6 +16,7 @@ mod sink;
 mod system;
 mod timestamp_text;
 mod view_table;
+mod yielding_joins;
 
 pub use checked_arithmetic::CheckedArithmetic;
 pub use checked_sum::checked_sum;
@@ -24,3 +26,4 @@ pub use point_read::PointRead;
 pub(crate) use provider::{changelog_frame, project_frame};
 pub use provider::{LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
 pub use timestamp_text::TimestampText;
+pub use yielding_joins::YieldingJoins;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{
     create_udf, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -152,20 +153,6 @@ fn current_setting(name: &str) -> Result<Option<String>> {
         None => Err(DataFusionError::Plan(format!(
             "unrecognized configuration parameter \"{name}\""
         ))),
-    }
-}
-
-/// Sleeps without holding up the runtime's other tasks.
-fn sleep(seconds: f64) {
-    if seconds.is_nan() || seconds <= 0.0 || !seconds.is_finite() {
-        return;
-    }
-    let d = Duration::from_secs_f64(seconds.min(86_400.0));
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| std::thread::sleep(d))
-        }
-        _ => std::thread::sleep(d),
     }
 }
 
@@ -497,32 +484,67 @@ pub fn register(ctx: &SessionContext) {
             })
         }),
     ));
-    ctx.register_udf(create_udf(
-        "pg_sleep",
-        vec![DataType::Float64],
-        DataType::Utf8,
-        Volatility::Volatile,
-        Arc::new(|args| {
-            let seconds = match args.first() {
-                Some(ColumnarValue::Scalar(ScalarValue::Float64(Some(s)))) => *s,
-                Some(ColumnarValue::Array(a)) => {
-                    let a = arrow::compute::cast(a, &DataType::Float64)?;
-                    let a = a.as_primitive::<Float64Type>();
-                    (0..a.len())
-                        .filter(|&i| a.is_valid(i))
-                        .map(|i| a.value(i))
-                        .sum()
-                }
-                _ => 0.0,
-            };
-            sleep(seconds);
-            // PostgreSQL's pg_sleep returns void, which prints as an empty
-            // string.
-            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
-                Some(String::new()),
-            )))
-        }),
-    ));
+    ctx.register_udf(AsyncScalarUDF::new(Arc::new(PgSleep::default())).into_scalar_udf());
+}
+
+/// `pg_sleep(seconds)`: waits without holding a thread, so that a cancel
+/// or `statement_timeout` can stop it (the statement's result stream is
+/// dropped while it waits). Returns void, which prints as an empty string.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgSleep {
+    signature: Signature,
+}
+
+impl Default for PgSleep {
+    fn default() -> Self {
+        PgSleep {
+            signature: Signature::exact(vec![DataType::Float64], Volatility::Volatile),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgSleep {
+    fn name(&self) -> &str {
+        "pg_sleep"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Err(DataFusionError::Internal(
+            "pg_sleep runs as an async function".into(),
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl AsyncScalarUDFImpl for PgSleep {
+    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let seconds: f64 = match args.args.first() {
+            Some(ColumnarValue::Scalar(ScalarValue::Float64(Some(s)))) => *s,
+            Some(ColumnarValue::Array(a)) => {
+                let a = arrow::compute::cast(a, &DataType::Float64)?;
+                let a = a.as_primitive::<Float64Type>();
+                (0..a.len())
+                    .filter(|&i| a.is_valid(i))
+                    .map(|i| a.value(i))
+                    .sum()
+            }
+            _ => 0.0,
+        };
+        if seconds.is_finite() && seconds > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(seconds.min(86_400.0))).await;
+        }
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+            Some(String::new()),
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, SendableRecordBatchStream};
 use futures::StreamExt;
 
+use super::cancel::StatementWatch;
+use crate::error::SluiceError;
 use crate::ingest::{conform_batch, IngestError};
 use crate::log::transaction::stage_statement;
 use crate::log::{StagedWrites, TableLog};
@@ -59,7 +61,19 @@ impl DataSink for LogSink {
         let mut row = 1u64;
         let mut staged = 0u64;
         let limit = self.table.max_statement_bytes();
-        while let Some(batch) = data.next().await {
+        // A cancel or timeout stops the SELECT that feeds the rows, and is
+        // looked at once more before they are appended; never during.
+        let watch = ctx
+            .session_config()
+            .get_extension::<StatementWatch>()
+            .map(|w| w.as_ref().clone())
+            .unwrap_or_else(StatementWatch::never);
+        let cancelled = |e: SluiceError| DataFusionError::External(Box::new(e));
+        while let Some(batch) = watch
+            .run(async { Ok(data.next().await) })
+            .await
+            .map_err(cancelled)?
+        {
             let batch = batch?;
             let n = batch.num_rows() as u64;
             let batch = conform_batch(&self.table.def, &batch, row)
@@ -73,6 +87,7 @@ impl DataSink for LogSink {
             batches.push(batch);
             row += n;
         }
+        watch.check().map_err(cancelled)?;
         // Inside a transaction block the rows wait for COMMIT.
         let staging = ctx
             .session_config()

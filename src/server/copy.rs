@@ -23,6 +23,7 @@ use crate::log::transaction::stage_statement;
 use crate::log::{RoutedRows, TableLog};
 
 use super::handler::{note_failure, session, Handlers};
+use crate::query::cancel::StatementWatch;
 
 pub struct CopyState {
     pub table: Arc<TableLog>,
@@ -31,6 +32,9 @@ pub struct CopyState {
     pub routed: RoutedRows,
     /// The first error; later data is read and dropped, as PostgreSQL does.
     pub error: Option<SluiceError>,
+    /// The COPY statement's: a cancel or timeout during the data is its
+    /// error, and nothing is stored.
+    pub watch: StatementWatch,
 }
 
 #[async_trait]
@@ -45,6 +49,11 @@ impl CopyHandler for Handlers {
         let mut guard = s.copy.lock();
         if let Some(state) = guard.as_mut() {
             if state.error.is_none() {
+                if let Err(e) = state.watch.check() {
+                    state.error = Some(e);
+                    state.parser = None;
+                    state.routed = RoutedRows::default();
+                }
                 if let Some(parser) = state.parser.as_mut() {
                     let fed = parser
                         .feed(&copy_data.data)
@@ -91,6 +100,8 @@ impl CopyHandler for Handlers {
             for batch in parser.finish()? {
                 state.table.route_into(&batch, &mut routed)?;
             }
+            // The last look: from here the rows are committed.
+            state.watch.check()?;
             Ok::<_, SluiceError>(match staging {
                 None => state.table.append_routed(routed).await?,
                 // Inside a transaction block the rows wait for COMMIT.

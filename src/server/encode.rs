@@ -17,8 +17,6 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use bytes::{BufMut, BytesMut};
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
 use futures::{stream, Stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
@@ -31,24 +29,21 @@ use crate::ingest::{postgres_timestamp, write_postgres_timestamp};
 
 type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 
-/// A DataFrame's rows, streamed as they are computed. `on_error` runs
+/// A query's rows, streamed as they are computed. `on_error` runs
 /// when computing them fails after the response has begun (a division by
 /// zero in some row): the statement failed, though it returned.
-pub fn physical_plan(
+pub fn computed(
     schema: Schema,
-    plan: Arc<dyn ExecutionPlan>,
-    task: Arc<TaskContext>,
+    batches: impl Stream<Item = Result<RecordBatch, SluiceError>> + Send + 'static,
     format: &Format,
     options: Arc<FormatOptions>,
     on_error: impl Fn() + Send + Sync + 'static,
 ) -> PgWireResult<QueryResponse> {
-    let batches = datafusion::physical_plan::execute_stream(plan, task)
-        .map_err(|e| PgWireError::ApiError(Box::new(e)))?
-        .inspect(move |b| {
-            if b.is_err() {
-                on_error();
-            }
-        });
+    let batches = batches.inspect(move |b| {
+        if b.is_err() {
+            on_error();
+        }
+    });
     stream_of(&schema, batches, format, options)
 }
 

@@ -20,6 +20,7 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::{Sink, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use pgwire::api::query::{send_query_response, ExtendedQueryHandler, SimpleQueryHandler};
@@ -30,6 +31,7 @@ use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type, DEFAULT_NAME,
 };
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyDone, CopyOutResponse};
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
@@ -37,7 +39,7 @@ use pgwire::messages::extendedquery::{
     TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::TransactionStatus;
-use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
 use sluice_sql::sqlparser::ast;
@@ -59,6 +61,9 @@ use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
 use super::session::{Characteristics, Session, TransactionState};
+use crate::query::cancel::{
+    cancellable, parse_timeout, show_timeout, ConnectionRegistry, StatementWatch,
+};
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
 
 /// The connection handlers: one instance serves every connection.
@@ -70,6 +75,7 @@ pub struct Handlers {
     ctx: Arc<SessionContext>,
     compat: Arc<PostgresCompatibilityParser>,
     parser: Arc<SluiceQueryParser>,
+    connections: Arc<ConnectionRegistry>,
 }
 
 impl Handlers {
@@ -79,6 +85,7 @@ impl Handlers {
         subs: Arc<SubscriptionManager>,
         ctx: Arc<SessionContext>,
         objects: Arc<DurableStore>,
+        connections: Arc<ConnectionRegistry>,
     ) -> Handlers {
         let compat = Arc::new(PostgresCompatibilityParser::new());
         Handlers {
@@ -93,6 +100,7 @@ impl Handlers {
             subs,
             ctx,
             compat,
+            connections,
         }
     }
 }
@@ -103,9 +111,60 @@ pub(super) fn session<C: ClientInfo>(client: &C) -> Arc<Session> {
         .get_or_insert_with(Session::default)
 }
 
-pub struct StartupHandlerImpl;
+/// Start-up as pgwire's no-password handler does it, and then the
+/// connection is registered: counted against `--max-connections` (53300
+/// beyond it, after authentication, as PostgreSQL does) and reachable by
+/// a cancel request naming the key it was sent.
+pub struct StartupHandlerImpl {
+    connections: Arc<ConnectionRegistry>,
+}
 
-impl NoopStartupHandler for StartupHandlerImpl {}
+#[async_trait]
+impl NoopStartupHandler for StartupHandlerImpl {
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (pid, secret) = client.pid_and_secret_key();
+        let registered = self
+            .connections
+            .register(
+                pid,
+                secret.to_bytes().to_vec(),
+                session(client).cancel.clone(),
+            )
+            .map_err(|e| {
+                PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+                    "FATAL".into(),
+                    "53300".into(),
+                    e.to_string(),
+                )))
+            })?;
+        client.session_extensions().insert(registered);
+        Ok(())
+    }
+}
+
+/// A cancel request: the connection it names stops its running statement.
+pub struct CancelListener {
+    connections: Arc<ConnectionRegistry>,
+}
+
+#[async_trait]
+impl CancelHandler for CancelListener {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let found = self
+            .connections
+            .cancel(request.pid, &request.secret_key.to_bytes());
+        debug!(pid = request.pid, found, "cancel request");
+    }
+}
 
 impl PgWireServerHandlers for Handlers {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
@@ -117,7 +176,15 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(StartupHandlerImpl)
+        Arc::new(StartupHandlerImpl {
+            connections: self.connections.clone(),
+        })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(CancelListener {
+            connections: self.connections.clone(),
+        })
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
@@ -135,6 +202,7 @@ impl Handlers {
             ctx: self.ctx.clone(),
             compat: self.compat.clone(),
             parser: self.parser.clone(),
+            connections: self.connections.clone(),
         }
     }
 }
@@ -248,13 +316,8 @@ impl SluiceQueryParser {
     }
 
     /// SQL that answers statements expressed as queries (SHOW ...).
-    /// `characteristics`: the session's current transaction and its
-    /// defaults, which the transaction settings show.
-    fn query_for(
-        &self,
-        stmt: &Statement,
-        characteristics: Option<(Characteristics, Characteristics)>,
-    ) -> Option<String> {
+    /// `session`: what the settings kept by the session show.
+    fn query_for(&self, stmt: &Statement, session: Option<&SessionSettings>) -> Option<String> {
         match stmt {
             Statement::ShowTables => Some(
                 "SELECT table_name AS name FROM information_schema.tables \
@@ -273,14 +336,19 @@ impl SluiceQueryParser {
                     } else {
                         name
                     };
-                    let value = match (transaction_setting(&name), characteristics) {
-                        (Some(setting), Some((current, defaults))) => {
-                            Some(setting.value(match name.starts_with("default_") {
-                                true => defaults,
-                                false => current,
-                            }))
+                    let value = match (transaction_setting(&name), session) {
+                        (Some(setting), Some(s)) => Some(
+                            setting
+                                .value(match name.starts_with("default_") {
+                                    true => s.defaults,
+                                    false => s.current,
+                                })
+                                .to_string(),
+                        ),
+                        (None, Some(s)) if name == "statement_timeout" => {
+                            Some(show_timeout(s.statement_timeout))
                         }
-                        _ => crate::query::setting(&name),
+                        _ => crate::query::setting(&name).map(str::to_string),
                     };
                     value.map(|v| format!("SELECT '{v}' AS \"{name}\""))
                 }
@@ -342,8 +410,8 @@ impl SluiceQueryParser {
         }
         let piece = pieces.remove(0);
         let stmt = parse_sql(&piece)?;
-        if let Some(setting) = shown_transaction_setting(&stmt) {
-            // Answered when it runs, from the session's transaction.
+        if let Some(setting) = shown_session_setting(&stmt) {
+            // Answered when it runs, from the session.
             return Ok(Prepared::Rows {
                 sql: piece,
                 schema: Arc::new(arrow::datatypes::Schema::new(vec![
@@ -785,10 +853,17 @@ fn prepared_fetch<C: ClientInfo>(client: &C, sql: &str) -> Result<Option<Prepare
     }))
 }
 
+/// Runs an `INSERT ... SELECT` plan. A cancel stops it while the SELECT
+/// computes; the rows are appended when the plan's sink has them all.
 async fn insert_count(
     plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
-    task: Arc<datafusion::execution::TaskContext>,
+    task: datafusion::execution::TaskContext,
+    watch: StatementWatch,
 ) -> Result<Response, SluiceError> {
+    // The sink looks at the statement's watch (see `LogSink`).
+    let mut config = task.session_config().clone();
+    config.set_extension(Arc::new(watch));
+    let task = Arc::new(task.with_session_config(config));
     let batches = datafusion::physical_plan::collect(plan, task).await?;
     let rows = batches
         .first()
@@ -815,6 +890,7 @@ impl Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = parse_sql(sql)?;
+        session(client).cancel.begin();
         if session(client).transaction.lock().failed && !matches!(stmt, Statement::Transaction(_)) {
             return Err(SluiceError::TransactionAborted);
         }
@@ -824,8 +900,12 @@ impl Handlers {
         if !matches!(stmt, Statement::Transaction(_) | Statement::Set { .. }) {
             self.begin_statement(client).await;
         }
-        let shown = (characteristics(client), defaults(client));
-        if let Some(q) = self.parser.query_for(&stmt, Some(shown)) {
+        let shown = SessionSettings {
+            current: characteristics(client),
+            defaults: defaults(client),
+            statement_timeout: session(client).cancel.timeout(),
+        };
+        if let Some(q) = self.parser.query_for(&stmt, Some(&shown)) {
             let s = self.parser.compat_statement(
                 &q,
                 ast::Statement::Commit {
@@ -919,6 +999,7 @@ impl Handlers {
                     parser: Some(parser),
                     routed: Default::default(),
                     error: None,
+                    watch: session(client).cancel.watch(),
                 });
                 Ok(Response::CopyIn(CopyResponse::new(
                     format,
@@ -1114,6 +1195,19 @@ impl Handlers {
                 tracing::info!(table = %table, ?report, "compacted on request");
                 Ok(Response::Execution(Tag::new("VACUUM")))
             }
+            Statement::Set { name, value } if name == "statement_timeout" || name == "all" => {
+                let timeout = match value.to_lowercase().as_str() {
+                    "default" | "" => None,
+                    v => Some(
+                        parse_timeout(v).ok_or_else(|| SluiceError::InvalidParameter {
+                            name: name.clone(),
+                            value: value.clone(),
+                        })?,
+                    ),
+                };
+                session(client).cancel.set_timeout(timeout);
+                Ok(Response::Execution(Tag::new("SET")))
+            }
             Statement::Set { .. } => Ok(Response::Execution(Tag::new("SET"))),
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
@@ -1237,6 +1331,8 @@ impl Handlers {
         batches: Vec<RecordBatch>,
         on_conflict_do_nothing: bool,
     ) -> Result<u64, SluiceError> {
+        // The last look before the rows are committed.
+        session(client).cancel.watch().check()?;
         let staging = session(client).transaction.lock().staging();
         Ok(match staging {
             None => log.append_keyed(batches, on_conflict_do_nothing).await?,
@@ -1516,11 +1612,17 @@ impl Handlers {
             .timeout_us
             .map(|us| std::time::Duration::from_micros(us.max(0) as u64));
         let mut notices = Vec::new();
+        let watch = s.cancel.watch();
         let result = async {
-            let batches = self
-                .subs
-                .fetch(&mut cursor, fetch.count, timeout, &mut notices)
+            // A cancel while the FETCH reads or waits for rows stops it
+            // with nothing committed; the cursor goes back below.
+            let batches = watch
+                .run(
+                    self.subs
+                        .fetch(&mut cursor, fetch.count, timeout, &mut notices),
+                )
                 .await?;
+            watch.check()?;
             if !in_transaction {
                 self.subs.commit(&mut cursor).await?;
             }
@@ -1551,15 +1653,19 @@ impl Handlers {
         C: ClientInfo,
     {
         let df = self.dataframe(client, plan).await?;
-        let task = Arc::new(df.task_ctx());
+        let task = df.task_ctx();
         let schema = df.schema().as_arrow().clone();
         let physical = self.physical_plan(df).await?;
-        if is_insert {
-            return insert_count(physical, task).await;
-        }
-        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         let session = session(client);
-        let resp = encode::physical_plan(schema, physical, task, format, options, move || {
+        let watch = session.cancel.watch();
+        if is_insert {
+            return insert_count(physical, task, watch).await;
+        }
+        let task = Arc::new(task);
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let batches = datafusion::physical_plan::execute_stream(physical, task)?;
+        let batches = cancellable(batches, watch);
+        let resp = encode::computed(schema, batches, format, options, move || {
             let mut t = session.transaction.lock();
             if t.open {
                 t.failed = true;
@@ -1762,8 +1868,17 @@ fn transaction_setting(name: &str) -> Option<TransactionSetting> {
     }
 }
 
-/// The column name of `SHOW <transaction setting>`, when `stmt` is one.
-fn shown_transaction_setting(stmt: &Statement) -> Option<String> {
+/// What `SHOW` answers from the session rather than the server.
+struct SessionSettings {
+    /// The open transaction's (or the defaults, outside a block).
+    current: Characteristics,
+    defaults: Characteristics,
+    statement_timeout: Option<std::time::Duration>,
+}
+
+/// The column name of `SHOW <setting>`, when `stmt` shows a setting the
+/// session keeps (a transaction setting, `statement_timeout`).
+fn shown_session_setting(stmt: &Statement) -> Option<String> {
     let Statement::Query(q) = stmt else {
         return None;
     };
@@ -1771,7 +1886,7 @@ fn shown_transaction_setting(stmt: &Statement) -> Option<String> {
         return None;
     };
     let name = shown_name(variable);
-    transaction_setting(&name).map(|_| name)
+    (transaction_setting(&name).is_some() || name == "statement_timeout").then_some(name)
 }
 
 /// The setting `SHOW` names (`transaction isolation level` in words).
@@ -2160,6 +2275,7 @@ impl Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        session(client).cancel.begin();
         match &portal.statement.statement {
             Prepared::Empty => Ok(Response::EmptyQuery),
             Prepared::Direct(sql) | Prepared::Rows { sql, .. } => {

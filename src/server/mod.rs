@@ -23,6 +23,7 @@ use crate::checkpoint::Checkpoints;
 use crate::log::{
     attach_remote_segments, below_snapshots, spawn_compaction, spawn_tiering, LogConfig, LogStore,
 };
+use crate::query::cancel::ConnectionRegistry;
 use crate::query::{build_context, session_config};
 use crate::store::DurableStore;
 use crate::stream::ViewManager;
@@ -72,6 +73,8 @@ pub struct ServerConfig {
     pub checkpoint_interval: std::time::Duration,
     pub tiering_interval: std::time::Duration,
     pub compaction_interval: std::time::Duration,
+    /// Connections beyond this many are refused (53300); None: no limit.
+    pub max_connections: Option<usize>,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
@@ -98,7 +101,15 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     // transaction log committed.
     store.transactions().clear()?;
     let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
-    let handlers = Arc::new(Handlers::new(store, views, subs, ctx, objects.clone()));
+    let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
+    let handlers = Arc::new(Handlers::new(
+        store,
+        views,
+        subs,
+        ctx,
+        objects.clone(),
+        connections,
+    ));
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");

@@ -11,6 +11,7 @@ use super::copy::CopyState;
 use crate::error::SluiceError;
 use crate::log::transaction::StagedMark;
 use crate::log::{Snapshot, StagedWrites};
+use crate::query::cancel::StatementCancel;
 use crate::subscribe::SubscriptionCursor;
 
 /// A transaction's isolation level and access mode.
@@ -153,4 +154,7 @@ pub struct Session {
     pub defaults: Mutex<Characteristics>,
     /// Names of the statements prepared with Parse, for DEALLOCATE ALL.
     pub prepared: Mutex<std::collections::HashSet<String>>,
+    /// The running statement, as a cancel request or `statement_timeout`
+    /// stops it.
+    pub cancel: Arc<StatementCancel>,
 }

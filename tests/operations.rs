@@ -1,0 +1,291 @@
+//! Keeping the server standing: cancel requests (a driver's `cancel()`,
+//! psql's Ctrl-C), `statement_timeout`, and `--max-connections`.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{scalar, sqlstate, text_rows, Server};
+use tokio_postgres::NoTls;
+
+/// The server's words for a failure.
+fn message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| e.to_string())
+}
+
+/// A query that runs for minutes unless it is stopped.
+const LONG_QUERY: &str =
+    "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_stops_a_long_query_and_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let token = c.cancel_token();
+    let running = tokio::spawn(async move {
+        let r = c.simple_query(LONG_QUERY).await;
+        (c, r)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cancelled_at = Instant::now();
+    token.cancel_query(NoTls).await.expect("send the cancel");
+    let (c, result) = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the query stopped")
+        .unwrap();
+    let stopped_after = cancelled_at.elapsed();
+    let e = result.expect_err("a cancelled query fails");
+    assert_eq!(sqlstate(&e), "57014");
+    assert!(
+        message(&e).contains("canceling statement due to user request"),
+        "{e}"
+    );
+    assert!(
+        stopped_after < Duration::from_secs(1),
+        "stopped {stopped_after:?} after the cancel"
+    );
+    assert_eq!(scalar(&c, "SELECT 41 + 1").await, 42);
+
+    // A prepared statement (extended protocol) is cancelled the same way.
+    let token = c.cancel_token();
+    let running = tokio::spawn(async move {
+        let r = c.query(LONG_QUERY, &[]).await;
+        (c, r)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let (c, result) = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the prepared query stopped")
+        .unwrap();
+    assert_eq!(sqlstate(&result.expect_err("cancelled")), "57014");
+    assert_eq!(scalar(&c, "SELECT 1").await, 1);
+
+    // A cancel request with the wrong key does nothing.
+    let other = server.connect().await;
+    let sleeping = tokio::spawn(async move { c.simple_query("SELECT pg_sleep(1.5)").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    other.cancel_token().cancel_query(NoTls).await.unwrap();
+    sleeping
+        .await
+        .unwrap()
+        .expect("a cancel of another connection");
+}
+
+#[test]
+fn ctrl_c_in_psql_cancels_its_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut psql = Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(["-U", "test", "-d", "test", "-c", LONG_QUERY])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    std::thread::sleep(Duration::from_millis(800));
+    let sent = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &psql.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "psql still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = sent.elapsed();
+    let out = psql.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("canceling statement due to user request"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "psql ended {took:?} after Ctrl-C"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_stops_a_statement_and_is_kept_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let other = server.connect().await;
+    c.batch_execute("SET statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&c, "SHOW statement_timeout").await, ["300ms"]);
+    assert_eq!(text_rows(&other, "SHOW statement_timeout").await, ["0"]);
+
+    let started = Instant::now();
+    let e = c.simple_query("SELECT pg_sleep(10)").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "57014");
+    assert!(
+        message(&e).contains("canceling statement due to statement timeout"),
+        "{e}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let started = Instant::now();
+    let e = c.query(LONG_QUERY, &[]).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "57014");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // Each statement gets the whole timeout; quick ones are unaffected.
+    for _ in 0..3 {
+        c.batch_execute("SELECT pg_sleep(0.1)").await.unwrap();
+    }
+    // The other session has no timeout.
+    other.batch_execute("SELECT pg_sleep(0.5)").await.unwrap();
+
+    c.batch_execute("SET statement_timeout = 2000")
+        .await
+        .unwrap();
+    assert_eq!(text_rows(&c, "SHOW statement_timeout").await, ["2s"]);
+    c.batch_execute("RESET statement_timeout").await.unwrap();
+    assert_eq!(text_rows(&c, "SHOW statement_timeout").await, ["0"]);
+    c.batch_execute("SELECT pg_sleep(0.5)").await.unwrap();
+
+    let e = c
+        .batch_execute("SET statement_timeout = 'soon'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    assert!(
+        message(&e).contains("invalid value for parameter \"statement_timeout\": \"soon\""),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_write_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id BIGINT, note TEXT) WITH (partitions = 2)")
+        .await
+        .unwrap();
+
+    // INSERT ... SELECT stopped while its SELECT runs.
+    c.batch_execute("SET statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    let e = c
+        .batch_execute(
+            "INSERT INTO t SELECT x AS id, pg_sleep(5) AS note FROM generate_series(1, 3) AS s(x)",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "57014");
+    c.batch_execute("RESET statement_timeout").await.unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM t").await, 0);
+
+    // COPY cancelled halfway through its data.
+    use futures::SinkExt;
+    let sink = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    for i in 0..50_000 {
+        sink.feed(bytes::Bytes::from(format!("{i}\tfirst half\n")))
+            .await
+            .unwrap();
+    }
+    sink.flush().await.unwrap();
+    c.cancel_token().cancel_query(NoTls).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 50_000..100_000 {
+        sink.feed(bytes::Bytes::from(format!("{i}\tsecond half\n")))
+            .await
+            .unwrap();
+    }
+    let e = sink.finish().await.expect_err("a cancelled COPY fails");
+    assert_eq!(sqlstate(&e), "57014");
+    assert_eq!(scalar(&c, "SELECT count(*) FROM t").await, 0);
+
+    // The table still takes rows.
+    c.batch_execute("INSERT INTO t VALUES (1, 'after')")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM t").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_fetch_moves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT) WITH (partitions = 2);
+         CREATE SUBSCRIPTION g FROM ev;
+         DECLARE c SUBSCRIPTION CURSOR FOR g;",
+    )
+    .await
+    .unwrap();
+    let token = c.cancel_token();
+    let waiting = tokio::spawn(async move {
+        let r = c
+            .simple_query("FETCH 10 FROM c WITH (timeout = '30s')")
+            .await;
+        (c, r)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.unwrap();
+    let (c, result) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the FETCH stopped waiting")
+        .unwrap();
+    assert_eq!(sqlstate(&result.expect_err("cancelled")), "57014");
+    c.batch_execute("INSERT INTO ev VALUES (1), (2), (3)")
+        .await
+        .unwrap();
+    let rows = c.simple_query("FETCH 10 FROM c").await.unwrap();
+    assert_eq!(common::rows_of(rows).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--max-connections", "3"]);
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(server.connect().await);
+    }
+    let e = tokio_postgres::connect(&server.conn_string(), NoTls)
+        .await
+        .err()
+        .expect("a fourth connection is refused");
+    assert_eq!(sqlstate(&e), "53300");
+    assert!(
+        message(&e).contains("sorry, too many clients already"),
+        "{e}"
+    );
+    // A cancel request is not a connection: it still gets through.
+    let token = open[0].cancel_token();
+    token.cancel_query(NoTls).await.unwrap();
+    assert_eq!(scalar(&open[1], "SELECT 1").await, 1);
+
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match tokio_postgres::connect(&server.conn_string(), NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                assert_eq!(scalar(&c, "SELECT 2").await, 2);
+                break;
+            }
+            Err(e) => {
+                assert_eq!(sqlstate(&e), "53300");
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed connection's place stayed taken"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
