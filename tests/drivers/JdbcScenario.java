@@ -103,6 +103,47 @@ public class JdbcScenario {
     }
   }
 
+  static final String LONG_QUERY =
+      "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b";
+
+  /** setQueryTimeout and Statement.cancel both send a cancel request. */
+  static void cancels(String url) throws Exception {
+    try (Connection c = DriverManager.getConnection(url)) {
+      try (Statement st = c.createStatement()) {
+        st.setQueryTimeout(1);
+        long started = System.nanoTime();
+        try {
+          st.executeQuery(LONG_QUERY);
+          check(false, "the query timed out");
+        } catch (SQLException e) {
+          check("57014".equals(e.getSQLState()), "query timeout " + e.getSQLState() + " " + e.getMessage());
+        }
+        check(System.nanoTime() - started < 5_000_000_000L, "query timeout took too long");
+      }
+      try (PreparedStatement ps = c.prepareStatement(LONG_QUERY)) {
+        Thread canceller = new Thread(() -> {
+          try {
+            Thread.sleep(500);
+            ps.cancel();
+          } catch (Exception e) {
+            throw new RuntimeException(e);
+          }
+        });
+        canceller.start();
+        try {
+          ps.executeQuery();
+          check(false, "the query was cancelled");
+        } catch (SQLException e) {
+          check("57014".equals(e.getSQLState()), "cancel " + e.getSQLState() + " " + e.getMessage());
+        }
+        canceller.join();
+      }
+      try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery("SELECT 1")) {
+        check(rs.next() && rs.getInt(1) == 1, "usable after a cancel");
+      }
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
     try (Connection c = DriverManager.getConnection(url)) {
@@ -211,6 +252,7 @@ public class JdbcScenario {
     }
     transactions(url);
     updates(url);
+    cancels(url);
     System.out.println("jdbc scenario ok");
   }
 }

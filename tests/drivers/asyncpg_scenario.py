@@ -117,6 +117,21 @@ async def transactions(c):
             raise AssertionError("a write in a read-only transaction")
         except asyncpg.exceptions.ReadOnlySQLTransactionError:
             pass
+    # A timeout sends a cancel request; the connection stays usable.
+    long_query = "SELECT count(*) FROM generate_series(1, 1000000) a, generate_series(1, 1000000) b"
+    try:
+        await c.fetch(long_query, timeout=0.5)
+        raise AssertionError("the query finished")
+    except asyncio.TimeoutError:
+        pass
+    assert await c.fetchval("SELECT 2") == 2
+    await c.execute("SET statement_timeout = '200ms'")
+    try:
+        await c.fetch("SELECT pg_sleep(5)")
+        raise AssertionError("pg_sleep outlived statement_timeout")
+    except asyncpg.exceptions.QueryCanceledError as e:
+        assert "statement timeout" in str(e), e
+    await c.execute("RESET statement_timeout")
     await other.close()
 
 
