@@ -64,6 +64,10 @@ enum Command {
         /// limit.
         #[arg(long, default_value_t = 100)]
         max_connections: usize,
+        /// On SIGTERM or SIGINT, how many seconds running statements may
+        /// take to finish before the final checkpoint of every view.
+        #[arg(long, default_value_t = 30.0)]
+        shutdown_timeout: f64,
     },
 }
 
@@ -91,6 +95,7 @@ fn main() -> std::process::ExitCode {
             object_store,
             checkpoint_interval_ms,
             max_connections,
+            shutdown_timeout,
         } => {
             sluice::server::install_panic_hook();
             // Deep statements recurse while they are parsed, planned and
@@ -124,8 +129,14 @@ fn main() -> std::process::ExitCode {
                     compaction_interval_ms.max(1),
                 ),
                 max_connections: (max_connections > 0).then_some(max_connections),
+                shutdown_timeout: std::time::Duration::try_from_secs_f64(shutdown_timeout)
+                    .unwrap_or_default(),
             };
-            match runtime.block_on(serve(config)) {
+            let served = runtime.block_on(serve(config));
+            // Background tasks (tiering, compaction, view tasks) are left
+            // as a crash would leave them, which they survive.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            match served {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "server stopped");

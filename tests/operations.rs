@@ -289,3 +289,92 @@ async fn connections_beyond_the_limit_are_refused() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_load_loses_nothing_and_leaves_nothing_to_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    // Checkpoints a minute apart: only the shutdown's own can cover the
+    // last rows.
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "60000"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT, tenant BIGINT) WITH (partitions = 2);
+         CREATE MATERIALIZED VIEW per_tenant AS SELECT tenant, count(*) AS n FROM ev GROUP BY tenant;",
+    )
+    .await
+    .unwrap();
+    // Writers that insert until the server goes, keeping what was acknowledged.
+    let mut writers = Vec::new();
+    for w in 0..4i64 {
+        let client = server.connect().await;
+        writers.push(tokio::spawn(async move {
+            let insert = client
+                .prepare("INSERT INTO ev VALUES ($1, $2)")
+                .await
+                .unwrap();
+            let mut acked = Vec::new();
+            for i in 0.. {
+                let id = w * 1_000_000_000 + i;
+                match client.execute(&insert, &[&id, &(id % 7)]).await {
+                    Ok(1) => acked.push(id),
+                    Ok(n) => panic!("INSERT counted {n}"),
+                    Err(_) => break,
+                }
+            }
+            acked
+        }));
+    }
+    // A statement running when the signal comes is let finish.
+    let sleeper = server.connect().await;
+    let sleeping = tokio::spawn(async move { sleeper.simple_query("SELECT pg_sleep(1)").await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.terminate();
+        (server, status)
+    });
+    let (mut server, status) = status.await.unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    sleeping
+        .await
+        .unwrap()
+        .expect("the running statement finished");
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(acked.len() > 10, "the load ran ({} rows)", acked.len());
+    assert!(server.log_text().contains("every view checkpointed"));
+
+    server.start_again();
+    let c = server.connect().await;
+    let stored: std::collections::HashSet<i64> = c
+        .query("SELECT id FROM ev", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let lost: Vec<&i64> = acked.iter().filter(|id| !stored.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    // The view restored from the shutdown's checkpoint, which covers the
+    // whole log: nothing was replayed.
+    let restored = text_rows(
+        &c,
+        "SELECT source_offsets FROM sluice_catalog.checkpoints WHERE view_name = 'per_tenant' AND attempt = 0",
+    )
+    .await;
+    let ends = text_rows(
+        &c,
+        "SELECT end_offset FROM sluice_catalog.partitions WHERE table_name = 'ev' ORDER BY partition",
+    )
+    .await;
+    assert_eq!(
+        restored,
+        [format!("(0=>{}, 1=>{})", ends[0], ends[1])],
+        "restored from {restored:?}, the log ends at {ends:?}"
+    );
+    assert_eq!(
+        scalar(&c, "SELECT CAST(sum(n) AS BIGINT) FROM per_tenant").await,
+        stored.len() as i64
+    );
+}

@@ -77,6 +77,22 @@ impl Checkpoints {
         self.committed.lock().get(&view_id).copied()
     }
 
+    /// The checkpoint a view was restored from at start-up, listed as
+    /// attempt 0 of its epoch: where the view's replay of the log began.
+    pub fn record_restored(&self, m: &CheckpointManifest) {
+        self.record(CheckpointRecord {
+            view: m.view.clone(),
+            epoch: m.epoch,
+            attempt: 0,
+            started_at_us: m.started_at_us,
+            completed_at_us: Some(m.completed_at_us),
+            duration_ms: ((m.completed_at_us - m.started_at_us).max(0) / 1000) as u64,
+            bytes: 0,
+            source_offsets: m.source_offsets.clone(),
+            error: None,
+        });
+    }
+
     fn record(&self, r: CheckpointRecord) {
         let mut records = self.records.lock();
         if records.len() >= RECORDS_KEPT {

@@ -16,6 +16,7 @@
 //! client was given at start-up to its connection's [`StatementCancel`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -210,6 +211,10 @@ pub struct ConnectionRegistry {
     sessions: Mutex<HashMap<CancelKey, Arc<StatementCancel>>>,
     /// `--max-connections`; None: no limit.
     max: Option<usize>,
+    /// Statements (and COPYs) running now, for a shutdown to wait on.
+    running: AtomicUsize,
+    idle: tokio::sync::Notify,
+    shutting_down: AtomicBool,
 }
 
 /// What a cancel request names: the process id and the secret key.
@@ -223,8 +228,43 @@ pub struct TooManyConnections;
 impl ConnectionRegistry {
     pub fn new(max: Option<usize>) -> ConnectionRegistry {
         ConnectionRegistry {
-            sessions: Mutex::default(),
             max,
+            ..ConnectionRegistry::default()
+        }
+    }
+
+    /// A statement starts running; it counts until the guard is dropped.
+    /// Err once a shutdown has begun: no statement starts after it.
+    pub fn running(self: &Arc<Self>) -> Result<Running, ShuttingDown> {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let guard = Running {
+            registry: self.clone(),
+        };
+        match self.shutting_down.load(Ordering::Acquire) {
+            true => Err(ShuttingDown),
+            false => Ok(guard),
+        }
+    }
+
+    /// A shutdown begins: statements running now may finish, no new one
+    /// starts.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Waits until no statement runs, or `limit` has passed; how many
+    /// still run.
+    pub async fn wait_idle(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        loop {
+            let idle = self.idle.notified();
+            let running = self.running.load(Ordering::Acquire);
+            if running == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.running.load(Ordering::Acquire);
+            }
         }
     }
 
@@ -267,6 +307,24 @@ impl ConnectionRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The server is shutting down (57P01).
+#[derive(Debug, thiserror::Error)]
+#[error("terminating connection due to administrator command")]
+pub struct ShuttingDown;
+
+/// A running statement, counted while it lives.
+pub struct Running {
+    registry: Arc<ConnectionRegistry>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.registry.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.registry.idle.notify_waiters();
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use crate::log::transaction::stage_statement;
 use crate::log::{RoutedRows, TableLog};
 
 use super::handler::{note_failure, session, Handlers};
-use crate::query::cancel::StatementWatch;
+use crate::query::cancel::{Running, StatementWatch};
 
 pub struct CopyState {
     pub table: Arc<TableLog>,
@@ -35,6 +35,8 @@ pub struct CopyState {
     /// The COPY statement's: a cancel or timeout during the data is its
     /// error, and nothing is stored.
     pub watch: StatementWatch,
+    /// The COPY runs until its data ends: a shutdown waits for it.
+    pub _running: Option<Running>,
 }
 
 #[async_trait]

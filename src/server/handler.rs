@@ -39,6 +39,7 @@ use pgwire::messages::extendedquery::{
     TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
@@ -62,7 +63,7 @@ use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 use super::copy::CopyState;
 use super::session::{Characteristics, Session, TransactionState};
 use crate::query::cancel::{
-    cancellable, parse_timeout, show_timeout, ConnectionRegistry, StatementWatch,
+    cancellable, parse_timeout, show_timeout, ConnectionRegistry, ShuttingDown, StatementWatch,
 };
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
 
@@ -149,6 +150,16 @@ impl NoopStartupHandler for StartupHandlerImpl {
         client.session_extensions().insert(registered);
         Ok(())
     }
+}
+
+/// A statement sent after a shutdown began: FATAL 57P01, which closes the
+/// connection, as PostgreSQL's shutdown does.
+fn terminating(e: ShuttingDown) -> PgWireError {
+    PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
+        "FATAL".into(),
+        "57P01".into(),
+        e.to_string(),
+    )))
 }
 
 /// A cancel request: the connection it names stops its running statement.
@@ -1000,6 +1011,7 @@ impl Handlers {
                     routed: Default::default(),
                     error: None,
                     watch: session(client).cancel.watch(),
+                    _running: self.connections.running().ok(),
                 });
                 Ok(Response::CopyIn(CopyResponse::new(
                     format,
@@ -1678,6 +1690,19 @@ impl Handlers {
 
 #[async_trait]
 impl SimpleQueryHandler for Handlers {
+    /// Counted as running until its results are sent, so that a shutdown
+    /// waits for it; refused once a shutdown has begun.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let _running = self.connections.running().map_err(terminating)?;
+        self._on_query(client, query).await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -2043,6 +2068,7 @@ impl ExtendedQueryHandler for Handlers {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let _running = self.connections.running().map_err(terminating)?;
         let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         let point_read = match client.portal_store().get_portal(portal_name) {
             Some(Entry::Value(portal))

@@ -75,10 +75,12 @@ pub struct ServerConfig {
     pub compaction_interval: std::time::Duration,
     /// Connections beyond this many are refused (53300); None: no limit.
     pub max_connections: Option<usize>,
+    /// How long a shutdown waits for running statements.
+    pub shutdown_timeout: std::time::Duration,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
-/// until the process ends.
+/// until SIGTERM or SIGINT, then shuts down cleanly (see [`shut_down`]).
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let objects = Arc::new(DurableStore::open(
         config.object_store.as_deref(),
@@ -104,21 +106,28 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
     let handlers = Arc::new(Handlers::new(
         store,
-        views,
+        views.clone(),
         subs,
         ctx,
         objects.clone(),
-        connections,
+        connections.clone(),
     ));
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");
+    let mut shutdown = ShutdownSignal::new()?;
     loop {
-        let (socket, addr) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                continue;
+        let (socket, addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            signal = shutdown.recv() => {
+                drop(listener);
+                return shut_down(signal, &connections, &views, config.shutdown_timeout).await;
             }
         };
         let _ = socket.set_nodelay(true);
@@ -146,4 +155,67 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
             .instrument(info_span!("connection", peer = %addr)),
         );
     }
+}
+
+/// SIGTERM (what `docker stop`, systemd and `kill` send) or SIGINT (Ctrl-C
+/// where the server runs).
+struct ShutdownSignal {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn new() -> std::io::Result<ShutdownSignal> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignal {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// A clean stop: no new connections or statements, the running ones may
+/// finish (for up to `limit`), then every view commits a checkpoint of
+/// everything committed, so the next start replays nothing. Every
+/// acknowledged write is already durable; a statement still running at
+/// the limit was never acknowledged and is dropped with the process.
+async fn shut_down(
+    signal: &str,
+    connections: &ConnectionRegistry,
+    views: &ViewManager,
+    limit: std::time::Duration,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let span = info_span!("shutdown", signal);
+    async {
+        info!(
+            connections = connections.len(),
+            "shutting down: no new connections or statements"
+        );
+        connections.begin_shutdown();
+        let still_running = connections.wait_idle(limit).await;
+        if still_running > 0 {
+            warn!(
+                still_running,
+                limit_secs = limit.as_secs_f64(),
+                "statements still running at the shutdown limit are dropped"
+            );
+        }
+        let started = std::time::Instant::now();
+        views.flush().await?;
+        info!(
+            views = views.views().len(),
+            checkpoint_ms = started.elapsed().as_millis() as u64,
+            "every view checkpointed; sluice stopped"
+        );
+        Ok(())
+    }
+    .instrument(span)
+    .await
 }

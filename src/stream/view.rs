@@ -454,6 +454,7 @@ impl ViewManager {
         }
         info!(view = %def.name, epoch = restored.manifest.epoch, ?offsets,
               elapsed_ms = started.elapsed().as_millis() as u64, "restored view from checkpoint");
+        self.checkpoints.record_restored(&restored.manifest);
         Ok(Some(restored))
     }
 

@@ -111,6 +111,25 @@ impl Server {
         }
     }
 
+    /// SIGTERM by pid, then waits for the process to exit (a clean
+    /// shutdown); its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("a running server");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        c.wait().expect("wait for the server")
+    }
+
+    /// Starts the server again after it stopped (see `terminate`).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        self.spawn();
+    }
+
     /// Kills the server and starts it again on the same data directory.
     pub fn restart(&mut self) {
         self.kill9();
