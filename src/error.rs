@@ -117,6 +117,7 @@ impl SluiceError {
         match self {
             SluiceError::DataFusion(e) => match root(e) {
                 DataFusionError::External(inner) => inner.to_string(),
+                DataFusionError::ResourcesExhausted(m) => format!("out of memory: {m}"),
                 DataFusionError::Plan(m) => match missing_table(m) {
                     Some(name) => format!("relation \"{name}\" does not exist"),
                     None => m.clone(),
@@ -297,6 +298,7 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
             }
             _ => "XX000",
         },
+        DataFusionError::ResourcesExhausted(_) => "53200",
         DataFusionError::External(inner) => {
             if let Some(i) = inner.downcast_ref::<IngestError>() {
                 i.sqlstate()

@@ -68,6 +68,12 @@ enum Command {
         /// take to finish before the final checkpoint of every view.
         #[arg(long, default_value_t = 30.0)]
         shutdown_timeout: f64,
+        /// The most memory, in bytes, that all queries together may hold
+        /// in sorts, aggregates and joins. Sorts and aggregates beyond it
+        /// spill to temporary files; a query that still needs more fails
+        /// with SQLSTATE 53200. 0: no limit.
+        #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
+        query_memory: u64,
     },
 }
 
@@ -96,6 +102,7 @@ fn main() -> std::process::ExitCode {
             checkpoint_interval_ms,
             max_connections,
             shutdown_timeout,
+            query_memory,
         } => {
             sluice::server::install_panic_hook();
             // Deep statements recurse while they are parsed, planned and
@@ -131,6 +138,7 @@ fn main() -> std::process::ExitCode {
                 max_connections: (max_connections > 0).then_some(max_connections),
                 shutdown_timeout: std::time::Duration::try_from_secs_f64(shutdown_timeout)
                     .unwrap_or_default(),
+                query_memory: (query_memory > 0).then_some(query_memory as usize),
             };
             let served = runtime.block_on(serve(config));
             // Background tasks (tiering, compaction, view tasks) are left

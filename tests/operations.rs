@@ -378,3 +378,50 @@ async fn sigterm_during_a_load_loses_nothing_and_leaves_nothing_to_replay() {
         stored.len() as i64
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_beyond_query_memory_fails_alone_or_spills() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--query-memory", "20000000"]);
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE ev (id BIGINT) WITH (partitions = 2)")
+        .await
+        .unwrap();
+    let writer = server.connect().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_writing = stop.clone();
+    let writing = tokio::spawn(async move {
+        let mut acked = 0i64;
+        while !stop_writing.load(std::sync::atomic::Ordering::Relaxed) {
+            writer
+                .execute("INSERT INTO ev VALUES ($1)", &[&acked])
+                .await
+                .expect("INSERTs keep being acknowledged");
+            acked += 1;
+        }
+        acked
+    });
+    // A hash join's build side cannot spill: the query fails with 53200.
+    let e = c
+        .simple_query(
+            "SELECT count(*) FROM generate_series(1, 3000000) AS a(x) \
+             JOIN generate_series(1, 3000000) AS b(y) ON x = y",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "53200");
+    assert!(message(&e).starts_with("out of memory"), "{}", message(&e));
+    // A sort larger than the pool spills and succeeds.
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT count(*) FROM (SELECT x FROM generate_series(1, 3000000) AS s(x) ORDER BY x DESC) t"
+        )
+        .await,
+        3_000_000
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writing.await.unwrap();
+    assert!(acked > 0);
+    assert_eq!(scalar(&c, "SELECT count(*) FROM ev").await, acked);
+}

@@ -34,12 +34,34 @@ pub fn session_config() -> SessionConfig {
 /// The shared DataFusion context: the log tables in `public`, the system
 /// tables in `sluice_catalog`, and the `pg_catalog` that psql and drivers
 /// query.
+///
+/// `query_memory`: the most memory all queries together may hold in
+/// DataFusion's operators (sorts, aggregates and joins). A sort or an
+/// aggregate that would go beyond its share spills to temporary files; an
+/// operator that cannot spill (a hash join's build side) fails its query
+/// with 53200, and the server and the other statements carry on. Views do
+/// not draw on it: their state is kept whatever its size.
 pub fn build_context(
     store: Arc<LogStore>,
     views: Arc<ViewManager>,
     subs: Arc<SubscriptionManager>,
+    query_memory: Option<usize>,
 ) -> Result<SessionContext, datafusion::error::DataFusionError> {
-    let ctx = SessionContext::new_with_config(session_config());
+    let ctx = match query_memory {
+        Some(bytes) => {
+            use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
+            use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+            let pool = TrackConsumersPool::new(
+                FairSpillPool::new(bytes),
+                std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
+            );
+            let runtime = RuntimeEnvBuilder::new()
+                .with_memory_pool(Arc::new(pool))
+                .build_arc()?;
+            SessionContext::new_with_config_rt(session_config(), runtime)
+        }
+        None => SessionContext::new_with_config(session_config()),
+    };
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;

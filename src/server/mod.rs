@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub max_connections: Option<usize>,
     /// How long a shutdown waits for running statements.
     pub shutdown_timeout: std::time::Duration,
+    /// Memory all queries together may hold (see `build_context`); None:
+    /// no limit.
+    pub query_memory: Option<usize>,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
@@ -102,7 +105,12 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     // Every table and consumer group now holds in its own files what the
     // transaction log committed.
     store.transactions().clear()?;
-    let ctx = Arc::new(build_context(store.clone(), views.clone(), subs.clone())?);
+    let ctx = Arc::new(build_context(
+        store.clone(),
+        views.clone(),
+        subs.clone(),
+        config.query_memory,
+    )?);
     let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
     let handlers = Arc::new(Handlers::new(
         store,
