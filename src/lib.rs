@@ -7,8 +7,10 @@
 
 pub mod checkpoint;
 pub mod error;
+pub mod http;
 pub mod ingest;
 pub mod log;
+pub mod metrics;
 pub mod query;
 pub mod server;
 pub mod store;

@@ -74,6 +74,10 @@ enum Command {
         /// with SQLSTATE 53200. 0: no limit.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
         query_memory: u64,
+        /// Address of the HTTP endpoint (`/metrics` for Prometheus,
+        /// `/livez`, `/readyz`), or `off`.
+        #[arg(long, default_value = "127.0.0.1:9455")]
+        http_listen: String,
     },
 }
 
@@ -103,6 +107,7 @@ fn main() -> std::process::ExitCode {
             max_connections,
             shutdown_timeout,
             query_memory,
+            http_listen,
         } => {
             sluice::server::install_panic_hook();
             // Deep statements recurse while they are parsed, planned and
@@ -139,6 +144,16 @@ fn main() -> std::process::ExitCode {
                 shutdown_timeout: std::time::Duration::try_from_secs_f64(shutdown_timeout)
                     .unwrap_or_default(),
                 query_memory: (query_memory > 0).then_some(query_memory as usize),
+                http_listen: match http_listen.as_str() {
+                    "off" => None,
+                    addr => match addr.parse() {
+                        Ok(a) => Some(a),
+                        Err(e) => {
+                            tracing::error!(http_listen = addr, error = %e, "--http-listen takes an address (127.0.0.1:9455) or off");
+                            return std::process::ExitCode::FAILURE;
+                        }
+                    },
+                },
             };
             let served = runtime.block_on(serve(config));
             // Background tasks (tiering, compaction, view tasks) are left

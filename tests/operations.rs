@@ -425,3 +425,167 @@ async fn a_query_beyond_query_memory_fails_alone_or_spills() {
     assert!(acked > 0);
     assert_eq!(scalar(&c, "SELECT count(*) FROM ev").await, acked);
 }
+
+/// GET `path` from the server's HTTP endpoint: (status, body).
+async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the HTTP endpoint");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    // Chunked bodies: keep the chunks' data only.
+    let chunked = text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+/// The value of the sample `name{labels}` in a metrics text.
+fn sample(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_after_a_workload_say_what_sql_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    assert_eq!(http_get(server.http_port, "/livez").await.0, 200);
+    assert_eq!(http_get(server.http_port, "/readyz").await.0, 200);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT, tenant BIGINT) WITH (partitions = 2);
+         CREATE MATERIALIZED VIEW per_tenant AS SELECT tenant, count(*) AS n FROM ev GROUP BY tenant;
+         CREATE SUBSCRIPTION billing FROM ev;",
+    )
+    .await
+    .unwrap();
+    let (_, before) = http_get(server.http_port, "/metrics").await;
+    let checkpoints_before = before
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_checkpoints_total{outcome=\"committed\"} "))
+        .map_or(0.0, |v| v.trim().parse().unwrap());
+    let insert = c.prepare("INSERT INTO ev VALUES ($1, $2)").await.unwrap();
+    for i in 0..300i64 {
+        c.execute(&insert, &[&i, &(i % 3)]).await.unwrap();
+    }
+    c.batch_execute(
+        "INSERT INTO ev SELECT x AS id, 7 AS tenant FROM generate_series(1, 700) AS s(x); FLUSH",
+    )
+    .await
+    .unwrap();
+    let _ = c.simple_query("SELECT * FROM no_such_table").await;
+
+    let (status, metrics) = http_get(server.http_port, "/metrics").await;
+    assert_eq!(status, 200);
+    // Prometheus' own parser reads it.
+    let mut parse = Command::new("python3")
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+             print(len(list(p(sys.stdin.read()))))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    {
+        use std::io::Write;
+        parse
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(metrics.as_bytes())
+            .unwrap();
+    }
+    let parsed = parse.wait_with_output().unwrap();
+    assert!(
+        parsed.status.success(),
+        "the metrics do not parse: {}\n{metrics}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+
+    // Rows ingested are the rows inserted.
+    assert_eq!(
+        sample(&metrics, "sluice_table_records{table=\"ev\"}"),
+        1000.0
+    );
+    // A subscription's lag is what sluice_catalog.lag says.
+    for row in c
+        .query(
+            "SELECT CAST(partition AS VARCHAR), lag_records FROM sluice_catalog.lag WHERE consumer = 'billing'",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        let partition: String = row.get(0);
+        let lag: i64 = row.get(1);
+        assert_eq!(
+            sample(
+                &metrics,
+                &format!("sluice_lag_records{{consumer=\"billing\",kind=\"subscription\",source=\"ev\",partition=\"{partition}\"}}")
+            ),
+            lag as f64
+        );
+    }
+    assert_eq!(
+        sample(&metrics, "sluice_lag_records{consumer=\"per_tenant\",kind=\"view\",source=\"ev\",partition=\"0\"}"),
+        0.0
+    );
+    // Checkpoints were counted, statements by kind and outcome too.
+    assert!(
+        sample(&metrics, "sluice_checkpoints_total{outcome=\"committed\"}") > checkpoints_before
+    );
+    assert!(
+        sample(
+            &metrics,
+            "sluice_statements_total{kind=\"insert\",outcome=\"ok\"}"
+        ) >= 301.0
+    );
+    assert!(
+        sample(
+            &metrics,
+            "sluice_statements_total{kind=\"select\",outcome=\"error\"}"
+        ) >= 1.0
+    );
+    assert_eq!(
+        sample(&metrics, "sluice_view_failed{view=\"per_tenant\"}"),
+        0.0
+    );
+    assert!(sample(&metrics, "sluice_connections_active") >= 1.0);
+    assert!(sample(&metrics, "process_resident_memory_bytes") > 0.0);
+}

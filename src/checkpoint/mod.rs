@@ -375,6 +375,7 @@ impl ViewCheckpointer {
                     )
                     .await;
                     let duration_ms = clock.elapsed().as_millis() as u64;
+                    crate::metrics::METRICS.checkpoint(result.is_ok(), clock.elapsed());
                     match result {
                         Ok(manifest) => {
                             shared.record(CheckpointRecord {

@@ -56,6 +56,7 @@ use crate::ingest::conform_batch;
 use crate::ingest::{BoundParam, CopyParser, PreparedInsert, RowStager};
 use crate::log::transaction::stage_statement;
 use crate::log::{LogStore, TableLog};
+use crate::metrics::{statement_kind, METRICS};
 use crate::query::{PointRead, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
 use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
@@ -140,7 +141,9 @@ impl NoopStartupHandler for StartupHandlerImpl {
                 secret.to_bytes().to_vec(),
                 session(client).cancel.clone(),
             )
+            .inspect(|_| METRICS.connection_opened())
             .map_err(|e| {
+                METRICS.connection_refused();
                 PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
                     "FATAL".into(),
                     "53300".into(),
@@ -269,6 +272,23 @@ pub enum RowChange {
 pub type ParamFields = Arc<Vec<Option<FieldRef>>>;
 
 impl Prepared {
+    /// What the statements metric counts it as.
+    fn kind(&self) -> String {
+        match self {
+            Prepared::Direct(sql) | Prepared::Rows { sql, .. } => statement_kind(sql),
+            Prepared::Plan {
+                is_insert: true, ..
+            }
+            | Prepared::Insert(_) => "insert".into(),
+            Prepared::Plan { .. } | Prepared::PointRead { .. } => "select".into(),
+            Prepared::Modify { change, .. } => match change.as_ref() {
+                RowChange::Update { .. } => "update".into(),
+                RowChange::Delete { .. } => "delete".into(),
+            },
+            Prepared::Empty => "other".into(),
+        }
+    }
+
     fn plan(plan: LogicalPlan, is_insert: bool) -> Result<Prepared, SluiceError> {
         Ok(Prepared::Plan {
             params: Arc::new(ordered_parameter_types(&plan)?),
@@ -1737,6 +1757,7 @@ impl SimpleQueryHandler for Handlers {
             }
             let span = info_span!("statement", sql = %truncate(&piece));
             let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let started = std::time::Instant::now();
             let result = SCAN_NOTICES
                 .scope(
                     notices.clone(),
@@ -1744,6 +1765,7 @@ impl SimpleQueryHandler for Handlers {
                         .instrument(span),
                 )
                 .await;
+            METRICS.statement(&statement_kind(&piece), result.is_ok(), started.elapsed());
             send_notices(client, &notices).await?;
             match result {
                 Ok(resp) => {
@@ -2164,9 +2186,15 @@ impl ExtendedQueryHandler for Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let started = std::time::Instant::now();
         let result = SCAN_NOTICES
             .scope(notices.clone(), self.run_portal(client, portal))
             .await;
+        METRICS.statement(
+            &portal.statement.statement.kind(),
+            result.is_ok(),
+            started.elapsed(),
+        );
         send_notices(client, &notices).await?;
         if result.is_err() {
             note_failure(client);

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::checkpoint::Checkpoints;
+use crate::http::HttpState;
 use crate::log::{
     attach_remote_segments, below_snapshots, spawn_compaction, spawn_tiering, LogConfig, LogStore,
 };
@@ -80,11 +81,18 @@ pub struct ServerConfig {
     /// Memory all queries together may hold (see `build_context`); None:
     /// no limit.
     pub query_memory: Option<usize>,
+    /// Where `/livez`, `/readyz` and `/metrics` are served; None: nowhere.
+    pub http_listen: Option<SocketAddr>,
 }
 
 /// Opens the data directory (recovering every table) and serves clients
 /// until SIGTERM or SIGINT, then shuts down cleanly (see [`shut_down`]).
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // Up before recovery, so that /readyz can say 503 while it runs.
+    let http = Arc::new(HttpState::default());
+    if let Some(addr) = config.http_listen {
+        crate::http::start(addr, http.clone()).await?;
+    }
     let objects = Arc::new(DurableStore::open(
         config.object_store.as_deref(),
         &config.data_dir.join("objects"),
@@ -116,10 +124,11 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         store,
         views.clone(),
         subs,
-        ctx,
+        ctx.clone(),
         objects.clone(),
         connections.clone(),
     ));
+    http.set_ready(ctx.clone(), connections.clone());
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");

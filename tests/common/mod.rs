@@ -10,6 +10,8 @@ pub mod s3;
 
 pub struct Server {
     pub port: u16,
+    /// The HTTP endpoint's port (0 when the server runs without one).
+    pub http_port: u16,
     pub data_dir: PathBuf,
     child: Option<Child>,
     log: PathBuf,
@@ -33,6 +35,7 @@ impl Server {
     pub fn start_env(dir: &Path, extra: &[&str], env: &[(String, String)]) -> Server {
         let mut s = Server {
             port: 0,
+            http_port: 0,
             data_dir: dir.join("data"),
             child: None,
             log: dir.join("server.log"),
@@ -59,6 +62,8 @@ impl Server {
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(&self.data_dir)
+            .arg("--http-listen")
+            .arg("127.0.0.1:0")
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
@@ -80,6 +85,14 @@ impl Server {
                     .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
                     .and_then(|p| p.parse().ok());
                 self.port = port.unwrap_or_else(|| panic!("no port in start-up line: {line}"));
+                self.http_port = text
+                    .lines()
+                    .filter(|l| l.contains("HTTP endpoint is up"))
+                    .nth(ready_before)
+                    .and_then(|l| l.split("http_listen=127.0.0.1:").nth(1))
+                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
                 break;
             }
             assert!(

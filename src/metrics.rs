@@ -1,0 +1,291 @@
+//! Prometheus metrics: what operators alert on.
+//!
+//! Events (statements, checkpoints, connections) are counted as they
+//! happen in [`METRICS`], one per process. Everything that is a state
+//! (log end offsets, sizes, lag, freshness, late rows) is computed when
+//! `/metrics` is scraped, from the same `sluice_catalog` tables SQL users
+//! read, so a scrape and a query never disagree.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+use datafusion::prelude::SessionContext;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::error::SluiceError;
+
+type Labels = Vec<(String, String)>;
+
+/// The event counters of this process.
+pub struct Metrics {
+    statements: Family<Labels, Counter>,
+    statement_seconds: Histogram,
+    checkpoints: Family<Labels, Counter>,
+    checkpoint_seconds: Histogram,
+    connections: Counter,
+    connections_refused: Counter,
+}
+
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    statements: Family::default(),
+    // 100 us to about 100 s.
+    statement_seconds: Histogram::new(exponential_buckets(0.0001, 4.0, 11)),
+    checkpoints: Family::default(),
+    checkpoint_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+    connections: Counter::default(),
+    connections_refused: Counter::default(),
+});
+
+impl Metrics {
+    /// A statement ended; `kind` is its first word (see [`statement_kind`]).
+    pub fn statement(&self, kind: &str, ok: bool, elapsed: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.statements
+            .get_or_create(&vec![
+                ("kind".into(), kind.into()),
+                ("outcome".into(), outcome.into()),
+            ])
+            .inc();
+        self.statement_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// A checkpoint attempt ended.
+    pub fn checkpoint(&self, ok: bool, elapsed: Duration) {
+        let outcome = if ok { "committed" } else { "failed" };
+        self.checkpoints
+            .get_or_create(&vec![("outcome".into(), outcome.into())])
+            .inc();
+        if ok {
+            self.checkpoint_seconds.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "sluice_statements",
+            "Statements run, by kind (first word) and outcome",
+            self.statements.clone(),
+        );
+        r.register(
+            "sluice_statement_duration_seconds",
+            "How long statements took, results sent included",
+            self.statement_seconds.clone(),
+        );
+        r.register(
+            "sluice_checkpoints",
+            "View checkpoint attempts, by outcome",
+            self.checkpoints.clone(),
+        );
+        r.register(
+            "sluice_checkpoint_duration_seconds",
+            "How long committed view checkpoints took",
+            self.checkpoint_seconds.clone(),
+        );
+        r.register(
+            "sluice_connections",
+            "Client connections accepted since start-up",
+            self.connections.clone(),
+        );
+        r.register(
+            "sluice_connections_refused",
+            "Connections refused by --max-connections since start-up",
+            self.connections_refused.clone(),
+        );
+    }
+}
+
+/// What the statements counter calls a statement: its first word
+/// (`select`, `insert`, `fetch`, ...), or `other`.
+pub fn statement_kind(sql: &str) -> String {
+    let word: String = sql
+        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    match word.to_ascii_lowercase().as_str() {
+        "" => "other".into(),
+        w @ ("select" | "insert" | "update" | "delete" | "copy" | "fetch" | "declare" | "close"
+        | "begin" | "start" | "commit" | "rollback" | "end" | "savepoint" | "release"
+        | "create" | "drop" | "alter" | "flush" | "vacuum" | "set" | "show" | "reset"
+        | "with" | "values" | "explain" | "prepare" | "execute" | "deallocate" | "discard"
+        | "listen" | "unlisten" | "abort" | "table") => w.into(),
+        _ => "other".into(),
+    }
+}
+
+/// A gauge family filled from a query's rows: the label columns, then
+/// the value column.
+struct FromRows {
+    name: &'static str,
+    help: &'static str,
+    sql: &'static str,
+    labels: &'static [&'static str],
+}
+
+const FROM_ROWS: &[FromRows] = &[
+    FromRows {
+        name: "sluice_partition_end_offset",
+        help: "Committed end offset of each table partition (records appended since the table was created)",
+        sql: "SELECT table_name, CAST(partition AS VARCHAR), end_offset FROM sluice_catalog.partitions",
+        labels: &["table", "partition"],
+    },
+    FromRows {
+        name: "sluice_table_records",
+        help: "Records appended to each table since it was created (all partitions)",
+        sql: "SELECT table_name, SUM(end_offset) FROM sluice_catalog.partitions GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_table_local_bytes",
+        help: "Bytes of each table's log on local disk",
+        sql: "SELECT table_name, SUM(bytes) FROM sluice_catalog.partitions GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_table_remote_bytes",
+        help: "Bytes of each table's closed segments in the object store",
+        sql: "SELECT table_name, SUM(remote_bytes) FROM sluice_catalog.partitions GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_lag_records",
+        help: "Committed records a view has not applied, or a subscription has not committed, per source partition (as sluice_catalog.lag)",
+        sql: "SELECT consumer, kind, source, CAST(partition AS VARCHAR), lag_records FROM sluice_catalog.lag",
+        labels: &["consumer", "kind", "source", "partition"],
+    },
+    FromRows {
+        name: "sluice_lag_seconds",
+        help: "Age of the oldest record a consumer has not processed, per source partition (view freshness)",
+        sql: "SELECT consumer, kind, source, CAST(partition AS VARCHAR), lag_seconds FROM sluice_catalog.lag WHERE lag_seconds IS NOT NULL",
+        labels: &["consumer", "kind", "source", "partition"],
+    },
+    FromRows {
+        name: "sluice_view_late_rows",
+        help: "Rows each view refused as late since it was created",
+        sql: "SELECT view_name, late_rows FROM sluice_catalog.views",
+        labels: &["view"],
+    },
+    FromRows {
+        name: "sluice_view_state_rows",
+        help: "Rows (or groups) each view holds",
+        sql: "SELECT view_name, state_rows FROM sluice_catalog.views",
+        labels: &["view"],
+    },
+    FromRows {
+        name: "sluice_view_checkpoint_age_seconds",
+        help: "Seconds since each view's last committed checkpoint",
+        sql: "SELECT view_name, checkpoint_age_seconds FROM sluice_catalog.views WHERE checkpoint_age_seconds IS NOT NULL",
+        labels: &["view"],
+    },
+    FromRows {
+        name: "sluice_view_failed",
+        help: "1 when a view has stopped on an error (sluice_catalog.views.error)",
+        sql: "SELECT view_name, CASE WHEN error IS NULL THEN 0 ELSE 1 END FROM sluice_catalog.views",
+        labels: &["view"],
+    },
+];
+
+/// The whole `/metrics` answer in Prometheus' text format.
+pub async fn render(ctx: &SessionContext, connections_open: usize) -> Result<String, SluiceError> {
+    let mut registry = Registry::default();
+    METRICS.register(&mut registry);
+    let open: Gauge<i64> = Gauge::default();
+    open.set(connections_open as i64);
+    registry.register(
+        "sluice_connections_active",
+        "Client connections open now",
+        open,
+    );
+    if let Some(bytes) = resident_bytes() {
+        let g: Gauge<i64> = Gauge::default();
+        g.set(bytes as i64);
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the server process",
+            g,
+        );
+    }
+    for m in FROM_ROWS {
+        let batches = ctx.sql(m.sql).await?.collect().await?;
+        let family: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+        for batch in &batches {
+            fill(&family, batch, m.labels)?;
+        }
+        registry.register(m.name, m.help, family);
+    }
+    let mut out = String::new();
+    let text = |e: std::fmt::Error| SluiceError::Internal(format!("encoding metrics: {e}"));
+    encode_registry(&mut out, &registry).map_err(text)?;
+    encode_eof(&mut out).map_err(text)?;
+    Ok(out)
+}
+
+fn fill(
+    family: &Family<Labels, Gauge<f64, AtomicU64>>,
+    batch: &RecordBatch,
+    labels: &[&str],
+) -> Result<(), SluiceError> {
+    let label_columns = (0..labels.len())
+        .map(|i| cast(batch.column(i), &DataType::Utf8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let values = cast(batch.column(labels.len()), &DataType::Float64)?;
+    let values = values.as_primitive::<arrow::datatypes::Float64Type>();
+    for row in 0..batch.num_rows() {
+        if values.is_null(row) {
+            continue;
+        }
+        let set: Labels = labels
+            .iter()
+            .zip(&label_columns)
+            .map(|(name, column)| {
+                let column = column.as_string::<i32>();
+                let value = match column.is_null(row) {
+                    true => String::new(),
+                    false => column.value(row).to_string(),
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+        family.get_or_create(&set).set(values.value(row));
+    }
+    Ok(())
+}
+
+/// Resident set size, from /proc (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_counted_by_their_first_word() {
+        assert_eq!(statement_kind("  SELECT 1"), "select");
+        assert_eq!(statement_kind("(select 1)"), "select");
+        assert_eq!(statement_kind("insert into t values (1)"), "insert");
+        assert_eq!(statement_kind("GRANT x"), "other");
+        assert_eq!(statement_kind(""), "other");
+    }
+}
