@@ -40,7 +40,14 @@ impl HttpState {
 /// Binds `addr` and serves the endpoint in the background; the bound
 /// address.
 pub async fn start(addr: SocketAddr, state: Arc<HttpState>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot serve HTTP on {addr} ({e}): give --http-listen another address, or off"
+            ),
+        )
+    })?;
     let bound = listener.local_addr()?;
     let app = Router::new()
         .route("/livez", get(|| async { "ok\n" }))
