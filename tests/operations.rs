@@ -186,11 +186,11 @@ async fn a_stopped_write_stores_nothing() {
     c.batch_execute("RESET statement_timeout").await.unwrap();
     assert_eq!(scalar(&c, "SELECT count(*) FROM t").await, 0);
 
-    // COPY cancelled halfway through its data.
+    // A COPY of 1M rows cancelled halfway through its data.
     use futures::SinkExt;
     let sink = c.copy_in("COPY t FROM STDIN").await.unwrap();
     futures::pin_mut!(sink);
-    for i in 0..50_000 {
+    for i in 0..500_000 {
         sink.feed(bytes::Bytes::from(format!("{i}\tfirst half\n")))
             .await
             .unwrap();
@@ -198,7 +198,7 @@ async fn a_stopped_write_stores_nothing() {
     sink.flush().await.unwrap();
     c.cancel_token().cancel_query(NoTls).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    for i in 50_000..100_000 {
+    for i in 500_000..1_000_000 {
         sink.feed(bytes::Bytes::from(format!("{i}\tsecond half\n")))
             .await
             .unwrap();
