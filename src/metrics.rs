@@ -48,7 +48,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
 
 impl Metrics {
     /// A statement ended; `kind` is its first word (see [`statement_kind`]).
-    pub fn statement(&self, kind: &str, ok: bool, elapsed: Duration) {
+    pub fn statement(&self, kind: &str, ok: bool) {
         let outcome = if ok { "ok" } else { "error" };
         self.statements
             .get_or_create(&vec![
@@ -56,7 +56,15 @@ impl Metrics {
                 ("outcome".into(), outcome.into()),
             ])
             .inc();
-        self.statement_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Times a query message (a simple query, or an Execute) from its
+    /// arrival until its last result is sent; observed when dropped.
+    pub fn round_trip(&'static self) -> RoundTrip {
+        RoundTrip {
+            started: std::time::Instant::now(),
+            metrics: self,
+        }
     }
 
     /// A checkpoint attempt ended.
@@ -86,7 +94,7 @@ impl Metrics {
         );
         r.register(
             "sluice_statement_duration_seconds",
-            "How long statements took, results sent included",
+            "How long each query message (a simple query, or an Execute) took, its results sent included",
             self.statement_seconds.clone(),
         );
         r.register(
@@ -109,6 +117,20 @@ impl Metrics {
             "Connections refused by --max-connections since start-up",
             self.connections_refused.clone(),
         );
+    }
+}
+
+/// A query message being timed (see [`Metrics::round_trip`]).
+pub struct RoundTrip {
+    started: std::time::Instant,
+    metrics: &'static Metrics,
+}
+
+impl Drop for RoundTrip {
+    fn drop(&mut self) {
+        self.metrics
+            .statement_seconds
+            .observe(self.started.elapsed().as_secs_f64());
     }
 }
 

@@ -908,7 +908,8 @@ async fn insert_count(
 
 impl Handlers {
     /// Runs one statement of a simple query (or a prepared statement that
-    /// takes no parameters and returns no rows).
+    /// takes no parameters and returns no rows). The caller has begun the
+    /// statement's cancel generation.
     async fn execute<C>(
         &self,
         client: &mut C,
@@ -921,7 +922,6 @@ impl Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = parse_sql(sql)?;
-        session(client).cancel.begin();
         if session(client).transaction.lock().failed && !matches!(stmt, Statement::Transaction(_)) {
             return Err(SluiceError::TransactionAborted);
         }
@@ -1720,6 +1720,7 @@ impl SimpleQueryHandler for Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let _running = self.connections.running().map_err(terminating)?;
+        let _timed = METRICS.round_trip();
         self._on_query(client, query).await
     }
 
@@ -1757,7 +1758,7 @@ impl SimpleQueryHandler for Handlers {
             }
             let span = info_span!("statement", sql = %truncate(&piece));
             let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
-            let started = std::time::Instant::now();
+            session(client).cancel.begin();
             let result = SCAN_NOTICES
                 .scope(
                     notices.clone(),
@@ -1765,7 +1766,7 @@ impl SimpleQueryHandler for Handlers {
                         .instrument(span),
                 )
                 .await;
-            METRICS.statement(&statement_kind(&piece), result.is_ok(), started.elapsed());
+            METRICS.statement(&statement_kind(&piece), result.is_ok());
             send_notices(client, &notices).await?;
             match result {
                 Ok(resp) => {
@@ -2091,6 +2092,7 @@ impl ExtendedQueryHandler for Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let _running = self.connections.running().map_err(terminating)?;
+        let _timed = METRICS.round_trip();
         let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         let point_read = match client.portal_store().get_portal(portal_name) {
             Some(Entry::Value(portal))
@@ -2186,15 +2188,10 @@ impl ExtendedQueryHandler for Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let notices = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let started = std::time::Instant::now();
         let result = SCAN_NOTICES
             .scope(notices.clone(), self.run_portal(client, portal))
             .await;
-        METRICS.statement(
-            &portal.statement.statement.kind(),
-            result.is_ok(),
-            started.elapsed(),
-        );
+        METRICS.statement(&portal.statement.statement.kind(), result.is_ok());
         send_notices(client, &notices).await?;
         if result.is_err() {
             note_failure(client);
