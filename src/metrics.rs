@@ -34,16 +34,26 @@ pub struct Metrics {
     checkpoint_seconds: Histogram,
     connections: Counter,
     connections_refused: Counter,
+    object_store_failures: Family<Labels, Counter>,
 }
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
-    statements: Family::default(),
-    // 100 us to about 100 s.
-    statement_seconds: Histogram::new(exponential_buckets(0.0001, 4.0, 11)),
-    checkpoints: Family::default(),
-    checkpoint_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
-    connections: Counter::default(),
-    connections_refused: Counter::default(),
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let metrics = Metrics {
+        statements: Family::default(),
+        // 100 us to about 100 s.
+        statement_seconds: Histogram::new(exponential_buckets(0.0001, 4.0, 11)),
+        checkpoints: Family::default(),
+        checkpoint_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+        connections: Counter::default(),
+        connections_refused: Counter::default(),
+        object_store_failures: Family::default(),
+    };
+    // Failures count from 0, so that a rate over them exists before the
+    // first one.
+    for operation in ["put", "get", "list", "delete"] {
+        metrics.object_store_failure_count(operation);
+    }
+    metrics
 });
 
 impl Metrics {
@@ -86,6 +96,17 @@ impl Metrics {
         self.connections_refused.inc();
     }
 
+    /// An object-store request failed (after its retries).
+    pub fn object_store_failure(&self, operation: &str) {
+        self.object_store_failure_count(operation).inc();
+    }
+
+    fn object_store_failure_count(&self, operation: &str) -> Counter {
+        self.object_store_failures
+            .get_or_create(&vec![("operation".into(), operation.into())])
+            .clone()
+    }
+
     fn register(&self, r: &mut Registry) {
         r.register(
             "sluice_statements",
@@ -116,6 +137,11 @@ impl Metrics {
             "sluice_connections_refused",
             "Connections refused by --max-connections since start-up",
             self.connections_refused.clone(),
+        );
+        r.register(
+            "sluice_object_store_failures",
+            "Object-store requests that failed after their retries, by operation (put, get, list, delete)",
+            self.object_store_failures.clone(),
         );
     }
 }
@@ -185,6 +211,24 @@ const FROM_ROWS: &[FromRows] = &[
         name: "sluice_table_remote_bytes",
         help: "Bytes of each table's closed segments in the object store",
         sql: "SELECT table_name, SUM(remote_bytes) FROM sluice_catalog.partitions GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_table_ingested_bytes",
+        help: "Bytes of records committed to each table since start-up",
+        sql: "SELECT table_name, ingested_bytes FROM sluice_catalog.tables",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_compaction_runs",
+        help: "Compaction passes over each keyed table since start-up (all partitions)",
+        sql: "SELECT table_name, SUM(compactions) FROM sluice_catalog.partitions WHERE compactions IS NOT NULL GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
+        name: "sluice_compaction_reclaimed_bytes",
+        help: "Object-store bytes compaction reclaimed from each keyed table since start-up",
+        sql: "SELECT table_name, SUM(compacted_bytes_reclaimed) FROM sluice_catalog.partitions WHERE compactions IS NOT NULL GROUP BY table_name",
         labels: &["table"],
     },
     FromRows {

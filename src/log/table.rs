@@ -152,6 +152,8 @@ struct KeyedWrites {
 pub struct WriteCounters {
     pub statements: AtomicU64,
     pub commits: AtomicU64,
+    /// Bytes of the committed frames (encoded records) since start-up.
+    pub bytes: AtomicU64,
 }
 
 /// At most this many statements share one fsync.
@@ -734,8 +736,8 @@ impl TableWriter {
     /// A transaction's part: write and fsync its frames, report the new
     /// ends, then wait for the outcome.
     fn prepare(&mut self, req: PrepareRequest) {
-        let ends = match self.write_prepared(&req.parts) {
-            Ok(ends) => ends,
+        let (ends, frame_bytes) = match self.write_prepared(&req.parts) {
+            Ok(written) => written,
             Err(e) => {
                 error!(error = %e, "writing a transaction's records failed");
                 self.undo_group();
@@ -753,13 +755,19 @@ impl TableWriter {
         self.committed.send_replace(ends.clone());
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters.statements.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         // No commit record of the table's own: the transaction log holds
         // these ends until the next start, and the table's next group
         // commit records ends past them.
         let _ = req.published.send(());
     }
 
-    fn write_prepared(&mut self, parts: &[(usize, RecordBatch)]) -> Result<Vec<u64>, LogError> {
+    fn write_prepared(
+        &mut self,
+        parts: &[(usize, RecordBatch)],
+    ) -> Result<(Vec<u64>, usize), LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.name.clone()));
         }
@@ -767,14 +775,16 @@ impl TableWriter {
             w.begin_group();
         }
         let now = now_us();
+        let mut frame_bytes = 0;
         for (p, batch) in parts {
             let range = event_range(batch, self.event_time_index);
-            self.writers[*p].write_frame(batch, now, range)?;
+            frame_bytes += self.writers[*p].write_frame(batch, now, range)?.len();
         }
         for w in &mut self.writers {
             w.sync()?;
         }
-        Ok(self.writers.iter().map(|w| w.next_offset()).collect())
+        let ends = self.writers.iter().map(|w| w.next_offset()).collect();
+        Ok((ends, frame_bytes))
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
@@ -822,6 +832,9 @@ impl TableWriter {
         }
         self.committed.send_replace(ends);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         let statements = group.iter().filter(|r| !r.parts.is_empty()).count();
         self.counters
             .statements

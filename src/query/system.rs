@@ -20,6 +20,8 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
+use super::activity::ActivityRow;
+use super::cancel::ConnectionRegistry;
 use super::provider::LogTableProvider;
 use super::view_table::ViewTable;
 
@@ -75,6 +77,7 @@ pub struct SystemSchema {
     pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
+    pub connections: Arc<ConnectionRegistry>,
 }
 
 impl fmt::Debug for SystemSchema {
@@ -83,11 +86,12 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 9] = [
+const SYSTEM_TABLES: [&str; 10] = [
     "checkpoints",
     "lag",
     "late_rows",
     "partitions",
+    "sessions",
     "subscriptions",
     "tables",
     "view_operators",
@@ -105,6 +109,7 @@ impl SchemaProvider for SystemSchema {
         let store = self.store.clone();
         let views = self.views.clone();
         let subs = self.subs.clone();
+        let connections = self.connections.clone();
         let table = match name {
             "partitions" => SystemTable::of_store(store, partitions_schema(), partitions_batch),
             "watermarks" => SystemTable::of_store(store, watermarks_schema(), watermarks_batch),
@@ -115,6 +120,7 @@ impl SchemaProvider for SystemSchema {
             "late_rows" => SystemTable::live(Arc::new(move || late_rows_batch(&views)))?,
             "views" => SystemTable::live(Arc::new(move || views_batch(&views)))?,
             "view_operators" => SystemTable::live(Arc::new(move || view_operators_batch(&views)))?,
+            "sessions" => SystemTable::live(Arc::new(move || sessions_batch(&connections)))?,
             _ => return Ok(None),
         };
         Ok(Some(Arc::new(table)))
@@ -222,6 +228,7 @@ fn partitions_schema() -> SchemaRef {
         Field::new("dirty_ratio", DataType::Float64, true),
         Field::new("compactions", DataType::Int64, true),
         Field::new("compacted_records", DataType::Int64, true),
+        Field::new("compacted_bytes_reclaimed", DataType::Int64, true),
         Field::new("compaction_progress", DataType::Utf8, true),
     ]))
 }
@@ -233,6 +240,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
     let mut dirty = vec![];
     let mut runs = vec![];
     let mut removed = vec![];
+    let mut reclaimed = vec![];
     let mut progress = vec![];
     for t in store.tables() {
         for p in t.partitions() {
@@ -242,6 +250,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
             dirty.push(c.dirty_ratio.filter(|_| keyed));
             runs.push(keyed.then_some(c.runs as i64));
             removed.push(keyed.then_some(c.records_removed as i64));
+            reclaimed.push(keyed.then_some(c.bytes_before.saturating_sub(c.bytes_after) as i64));
             progress.push(keyed.then(|| match c.in_progress {
                 Some((done, total)) => format!("{done} of {total} segments"),
                 None => "idle".to_string(),
@@ -278,6 +287,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
     arrays.push(Arc::new(Float64Array::from(dirty)));
     arrays.push(Arc::new(Int64Array::from(runs)));
     arrays.push(Arc::new(Int64Array::from(removed)));
+    arrays.push(Arc::new(Int64Array::from(reclaimed)));
     arrays.push(Arc::new(StringArray::from(progress)));
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
@@ -290,6 +300,7 @@ fn tables_schema() -> SchemaRef {
         Field::new("retention_seconds", DataType::Int64, true),
         Field::new("statements", DataType::Int64, false),
         Field::new("commits", DataType::Int64, false),
+        Field::new("ingested_bytes", DataType::Int64, false),
     ]))
 }
 
@@ -324,6 +335,11 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
             tables
                 .iter()
                 .map(|t| t.counters().commits.load(Ordering::Relaxed) as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            tables
+                .iter()
+                .map(|t| t.counters().bytes.load(Ordering::Relaxed) as i64),
         )),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
@@ -608,6 +624,50 @@ fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBa
         Arc::new(Int64Array::from(lag)),
         Arc::new(Float64Array::from(lag_seconds)),
         Arc::new(Int64Array::from(skipped)),
+    ];
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// One row per open connection, as PostgreSQL's `pg_stat_activity` has it.
+fn sessions_batch(connections: &ConnectionRegistry) -> Result<RecordBatch> {
+    let rows = connections.activity();
+    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Microsecond, None), true);
+    let micros = |t: Option<std::time::SystemTime>| {
+        t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_micros() as i64)
+    };
+    let text = |f: fn(&ActivityRow) -> &str| {
+        Arc::new(StringArray::from_iter_values(rows.iter().map(f))) as ArrayRef
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("pid", DataType::Int32, false),
+        Field::new("user_name", DataType::Utf8, false),
+        Field::new("database", DataType::Utf8, false),
+        Field::new("application_name", DataType::Utf8, false),
+        Field::new("client_addr", DataType::Utf8, false),
+        ts("backend_start"),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("query", DataType::Utf8, false),
+        ts("query_start"),
+    ]));
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.pid))),
+        text(|r| &r.user),
+        text(|r| &r.database),
+        text(|r| &r.application_name),
+        text(|r| &r.client_addr),
+        Arc::new(TimestampMicrosecondArray::from(
+            rows.iter()
+                .map(|r| micros(r.backend_start))
+                .collect::<Vec<_>>(),
+        )),
+        text(|r| r.state.as_str()),
+        text(|r| &r.query),
+        Arc::new(TimestampMicrosecondArray::from(
+            rows.iter()
+                .map(|r| micros(r.query_start))
+                .collect::<Vec<_>>(),
+        )),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)
 }

@@ -192,6 +192,10 @@ impl DurableStore {
     /// Stores several objects, each atomically; all are durable when this
     /// returns. Locally each directory is fsynced once for all of them.
     pub async fn put_all(&self, objects: Vec<(String, Bytes)>) -> Result<(), StoreError> {
+        counted("put", self.put_all_uncounted(objects).await)
+    }
+
+    async fn put_all_uncounted(&self, objects: Vec<(String, Bytes)>) -> Result<(), StoreError> {
         match &self.local_root {
             Some(root) => {
                 let root = root.clone();
@@ -224,7 +228,9 @@ impl DurableStore {
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
-        Ok(self.inner.get(&self.path(key)).await?.bytes().await?)
+        let got: Result<Bytes, StoreError> =
+            async { Ok(self.inner.get(&self.path(key)).await?.bytes().await?) }.await;
+        counted("get", got)
     }
 
     /// Objects whose key starts with `prefix/`, sorted by key.
@@ -235,7 +241,7 @@ impl DurableStore {
                 Ok(v) => v,
                 // A local directory that was never created lists as empty.
                 Err(object_store::Error::NotFound { .. }) => Vec::new(),
-                Err(e) => return Err(e.into()),
+                Err(e) => return counted("list", Err(e.into())),
             };
         let mut out: Vec<StoredObject> = found
             .into_iter()
@@ -253,7 +259,7 @@ impl DurableStore {
     pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
         match self.inner.delete(&self.path(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(e) => counted("delete", Err(e.into())),
         }
     }
 
@@ -264,6 +270,17 @@ impl DurableStore {
         }
         Ok(())
     }
+}
+
+/// Counts a failed request for `/metrics` (after object_store's own
+/// retries). A missing object is an answer, not a failure.
+fn counted<T>(operation: &'static str, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    if let Err(e) = &result {
+        if !e.is_not_found() {
+            crate::metrics::METRICS.object_store_failure(operation);
+        }
+    }
+    result
 }
 
 /// Write each object to a temporary name, fsync, rename; then fsync each
