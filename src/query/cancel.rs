@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::activity::{Activity, ActivityRow};
 use crate::error::SluiceError;
 
 /// Why a statement was stopped; each has PostgreSQL's message.
@@ -208,7 +209,7 @@ where
 /// it, and the most there may be.
 #[derive(Default)]
 pub struct ConnectionRegistry {
-    sessions: Mutex<HashMap<CancelKey, Arc<StatementCancel>>>,
+    sessions: Mutex<HashMap<CancelKey, Listed>>,
     /// `--max-connections`; None: no limit.
     max: Option<usize>,
     /// Statements (and COPYs) running now, for a shutdown to wait on.
@@ -219,6 +220,12 @@ pub struct ConnectionRegistry {
 
 /// What a cancel request names: the process id and the secret key.
 type CancelKey = (i32, Vec<u8>);
+
+/// A registered connection: what stops its statement, and what it does.
+struct Listed {
+    cancel: Arc<StatementCancel>,
+    activity: Arc<Activity>,
+}
 
 /// A connection beyond `--max-connections` (53300).
 #[derive(Debug, thiserror::Error)]
@@ -275,12 +282,13 @@ impl ConnectionRegistry {
         pid: i32,
         secret: Vec<u8>,
         cancel: Arc<StatementCancel>,
+        activity: Arc<Activity>,
     ) -> Result<Registered, TooManyConnections> {
         let mut sessions = self.sessions.lock();
         if self.max.is_some_and(|max| sessions.len() >= max) {
             return Err(TooManyConnections);
         }
-        sessions.insert((pid, secret.clone()), cancel);
+        sessions.insert((pid, secret.clone()), Listed { cancel, activity });
         Ok(Registered {
             registry: self.clone(),
             key: (pid, secret),
@@ -290,7 +298,11 @@ impl ConnectionRegistry {
     /// A cancel request. An unknown key or a wrong secret does nothing,
     /// as in PostgreSQL (the requester is told nothing either way).
     pub fn cancel(&self, pid: i32, secret: &[u8]) -> bool {
-        let found = self.sessions.lock().get(&(pid, secret.to_vec())).cloned();
+        let found = self
+            .sessions
+            .lock()
+            .get(&(pid, secret.to_vec()))
+            .map(|l| l.cancel.clone());
         match found {
             Some(c) => {
                 c.cancel();
@@ -298,6 +310,19 @@ impl ConnectionRegistry {
             }
             None => false,
         }
+    }
+
+    /// What each open connection is doing, by process id.
+    pub fn activity(&self) -> Vec<ActivityRow> {
+        let listed: Vec<Arc<Activity>> = self
+            .sessions
+            .lock()
+            .values()
+            .map(|l| l.activity.clone())
+            .collect();
+        let mut rows: Vec<ActivityRow> = listed.iter().map(|a| a.row()).collect();
+        rows.sort_by_key(|r| r.pid);
+        rows
     }
 
     /// Connections open now.

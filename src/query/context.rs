@@ -11,6 +11,7 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
+use super::cancel::ConnectionRegistry;
 use super::pg_catalog_info::{
     HiddenRelations, OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog,
 };
@@ -45,6 +46,7 @@ pub fn build_context(
     store: Arc<LogStore>,
     views: Arc<ViewManager>,
     subs: Arc<SubscriptionManager>,
+    connections: Arc<ConnectionRegistry>,
     query_memory: Option<usize>,
 ) -> Result<SessionContext, datafusion::error::DataFusionError> {
     let ctx = match query_memory {
@@ -81,6 +83,7 @@ pub fn build_context(
             store,
             views: views.clone(),
             subs,
+            connections,
         }),
     )?;
     ctx.register_udtf(

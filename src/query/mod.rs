@@ -2,6 +2,7 @@
 //! the `sluice_catalog` system tables, point reads of views, stopping a
 //! running statement, and the session context that ties them together.
 
+pub mod activity;
 pub mod cancel;
 mod checked_arithmetic;
 mod checked_math;

@@ -35,8 +35,8 @@ use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyDone, CopyOutResponse};
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Describe, Execute, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
-    TARGET_TYPE_BYTE_STATEMENT,
+    Bind, BindComplete, Close, CloseComplete, Describe, Execute, Parse, ParseComplete,
+    TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
@@ -134,12 +134,22 @@ impl NoopStartupHandler for StartupHandlerImpl {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let (pid, secret) = client.pid_and_secret_key();
+        let meta = |key: &str| client.metadata().get(key).cloned().unwrap_or_default();
+        let session = session(client);
+        session.activity.identify(
+            pid,
+            &meta(pgwire::api::METADATA_USER),
+            &meta(pgwire::api::METADATA_DATABASE),
+            &meta(pgwire::api::METADATA_APPLICATION_NAME),
+            client.socket_addr().to_string(),
+        );
         let registered = self
             .connections
             .register(
                 pid,
                 secret.to_bytes().to_vec(),
-                session(client).cancel.clone(),
+                session.cancel.clone(),
+                session.activity.clone(),
             )
             .inspect(|_| METRICS.connection_opened())
             .map_err(|e| {
@@ -1721,7 +1731,11 @@ impl SimpleQueryHandler for Handlers {
     {
         let _running = self.connections.running().map_err(terminating)?;
         let _timed = METRICS.round_trip();
-        self._on_query(client, query).await
+        let session = session(client);
+        let mut active = session.activity.begin(&query.query);
+        let result = self._on_query(client, query).await;
+        active.in_transaction(session.transaction.lock().open);
+        result
     }
 
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -1850,12 +1864,12 @@ where
     let mut prepared = s.prepared.lock();
     let names: Vec<String> = match target {
         Some(name) => {
-            if !prepared.contains(&name) {
+            if name.is_empty() || !prepared.contains_key(&name) {
                 return Err(SluiceError::UndefinedPreparedStatement(name));
             }
             vec![name]
         }
-        None => prepared.iter().cloned().collect(),
+        None => prepared.keys().filter(|n| !n.is_empty()).cloned().collect(),
     };
     for name in names {
         client.portal_store().rm_statement(&name);
@@ -2094,28 +2108,40 @@ impl ExtendedQueryHandler for Handlers {
         let _running = self.connections.running().map_err(terminating)?;
         let _timed = METRICS.round_trip();
         let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-        let point_read = match client.portal_store().get_portal(portal_name) {
-            Some(Entry::Value(portal))
-                if message.max_rows == 0
-                    && matches!(portal.statement.statement, Prepared::PointRead { .. })
-                    && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
-                    && matches!(*portal.state().lock().await, PortalExecutionState::Initial) =>
-            {
-                portal
+        let session = session(client);
+        let sql = match client.portal_store().get_portal(portal_name) {
+            Some(Entry::Value(portal)) => {
+                session.prepared.lock().get(&portal.statement.id).cloned()
             }
-            _ => return self._on_execute(client, message).await,
+            _ => None,
         };
-        client.set_state(PgWireConnectionState::QueryInProgress);
-        let response = ExtendedQueryHandler::do_query(self, client, &point_read, 0).await;
-        client.set_state(PgWireConnectionState::ReadyForQuery);
-        match response? {
-            Response::Query(results) => {
-                // As pgwire leaves a portal that has returned all its rows.
-                *point_read.state().lock().await = PortalExecutionState::Finished;
-                send_query_response(client, results, false).await
+        let mut active = session.activity.begin(sql.as_deref().unwrap_or(""));
+        let result = self.execute_portal(client, message).await;
+        active.in_transaction(session.transaction.lock().open);
+        result
+    }
+
+    /// A statement prepared with Parse is forgotten with its text.
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                client.portal_store().rm_statement(name);
+                session(client).prepared.lock().remove(name);
             }
-            _ => Err(SluiceError::Internal("a point read answered no rows".into()).into_pg()),
+            TARGET_TYPE_BYTE_PORTAL => client.portal_store().rm_portal(name),
+            _ => {}
         }
+        client
+            .send(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
+            .await?;
+        Ok(())
     }
 
     /// Describe answers as pgwire does, with two differences. A statement
@@ -2202,6 +2228,40 @@ impl ExtendedQueryHandler for Handlers {
 }
 
 impl Handlers {
+    /// Execute: a point read runs whole here (see `on_execute`), anything
+    /// else takes pgwire's path.
+    async fn execute_portal<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let point_read = match client.portal_store().get_portal(portal_name) {
+            Some(Entry::Value(portal))
+                if message.max_rows == 0
+                    && matches!(portal.statement.statement, Prepared::PointRead { .. })
+                    && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+                    && matches!(*portal.state().lock().await, PortalExecutionState::Initial) =>
+            {
+                portal
+            }
+            _ => return self._on_execute(client, message).await,
+        };
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let response = ExtendedQueryHandler::do_query(self, client, &point_read, 0).await;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        match response? {
+            Response::Query(results) => {
+                // As pgwire leaves a portal that has returned all its rows.
+                *point_read.state().lock().await = PortalExecutionState::Finished;
+                send_query_response(client, results, false).await
+            }
+            _ => Err(SluiceError::Internal("a point read answered no rows".into()).into_pg()),
+        }
+    }
+
     async fn parse_statement<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -2218,9 +2278,10 @@ impl Handlers {
             Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
             None => client.portal_store().put_empty_statement(&name),
         }
-        if !name.is_empty() {
-            session(client).prepared.lock().insert(name);
-        }
+        session(client)
+            .prepared
+            .lock()
+            .insert(name, Arc::from(message.query.as_str()));
         // Fed, not sent: Sync or Flush sends it with what follows.
         client
             .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))

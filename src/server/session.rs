@@ -11,6 +11,7 @@ use super::copy::CopyState;
 use crate::error::SluiceError;
 use crate::log::transaction::StagedMark;
 use crate::log::{Snapshot, StagedWrites};
+use crate::query::activity::Activity;
 use crate::query::cancel::StatementCancel;
 use crate::subscribe::SubscriptionCursor;
 
@@ -152,9 +153,14 @@ pub struct Session {
     /// `SET default_transaction_isolation`); autocommit statements are
     /// held to its READ ONLY too.
     pub defaults: Mutex<Characteristics>,
-    /// Names of the statements prepared with Parse, for DEALLOCATE ALL.
-    pub prepared: Mutex<std::collections::HashSet<String>>,
+    /// The statements prepared with Parse by name ("" the unnamed one),
+    /// with their text: for DEALLOCATE ALL, and for listing what an
+    /// Execute runs.
+    pub prepared: Mutex<HashMap<String, Arc<str>>>,
     /// The running statement, as a cancel request or `statement_timeout`
     /// stops it.
     pub cancel: Arc<StatementCancel>,
+    /// Who the connection is and what it runs, as `sluice_catalog.sessions`
+    /// lists it.
+    pub activity: Arc<Activity>,
 }
