@@ -1,14 +1,16 @@
-//! The operators' HTTP endpoint (`--http-listen`): `/livez`, `/readyz` and
-//! `/metrics`. It only translates: requests in, calls to the engine
-//! (metrics are rendered by [`crate::metrics`]), responses out.
+//! The operators' HTTP endpoint (`--http-listen`): `/livez`, `/readyz`,
+//! `/metrics` and the status page at `/`. It only translates: requests
+//! in, calls to the engine (metrics are rendered by [`crate::metrics`],
+//! the page by [`crate::status`]), responses out.
 //!
 //! It starts before recovery, so that a probe can tell a server that is
 //! recovering (`/readyz` 503) from one that is down (no answer).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -19,21 +21,30 @@ use tracing::{info, info_span, warn, Instrument};
 
 use crate::query::cancel::ConnectionRegistry;
 
-/// What the endpoint answers from; filled in once recovery is done.
+/// What the endpoint answers from, filled in as recovery goes.
 #[derive(Default)]
 pub struct HttpState {
-    ready: OnceLock<Ready>,
+    serving: OnceLock<Serving>,
+    ready: AtomicBool,
 }
 
-struct Ready {
+struct Serving {
     ctx: Arc<SessionContext>,
     connections: Arc<ConnectionRegistry>,
 }
 
 impl HttpState {
-    /// Recovery is done: `/readyz` answers 200 and `/metrics` has data.
-    pub fn set_ready(&self, ctx: Arc<SessionContext>, connections: Arc<ConnectionRegistry>) {
-        let _ = self.ready.set(Ready { ctx, connections });
+    /// The log and the catalog are open and the views restored from
+    /// their checkpoints: `/metrics` and the status page have data (the
+    /// views may still be replaying).
+    pub fn set_serving(&self, ctx: Arc<SessionContext>, connections: Arc<ConnectionRegistry>) {
+        let _ = self.serving.set(Serving { ctx, connections });
+    }
+
+    /// Recovery is done (every view has replayed the log up to where it
+    /// ended at start-up): `/readyz` answers 200.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
     }
 }
 
@@ -53,6 +64,7 @@ pub async fn start(addr: SocketAddr, state: Arc<HttpState>) -> std::io::Result<S
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/", get(status_page))
         .with_state(state);
     tokio::spawn(
         async move {
@@ -67,14 +79,41 @@ pub async fn start(addr: SocketAddr, state: Arc<HttpState>) -> std::io::Result<S
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
-    match state.ready.get() {
-        Some(_) => (StatusCode::OK, "ready\n").into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "not ready: recovering\n").into_response(),
+    match state.ready.load(Ordering::Acquire) {
+        true => (StatusCode::OK, "ready\n").into_response(),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "not ready: recovering\n").into_response(),
     }
 }
 
+#[derive(serde::Deserialize)]
+struct PageQuery {
+    /// `main`: the sections alone, as the page's script refreshes them.
+    part: Option<String>,
+}
+
+async fn status_page(
+    State(state): State<Arc<HttpState>>,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    let Some(ready) = state.serving.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: recovering\n").into_response();
+    };
+    let html = match query.part.as_deref() {
+        Some("main") => crate::status::main(&ready.ctx).await,
+        _ => crate::status::page(&ready.ctx).await,
+    };
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
+}
+
 async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
-    let Some(ready) = state.ready.get() else {
+    let Some(ready) = state.serving.get() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready: recovering\n").into_response();
     };
     match crate::metrics::render(&ready.ctx, ready.connections.len()).await {
@@ -119,10 +158,14 @@ mod tests {
         assert_eq!(status(addr, "/livez").await, "200");
         assert_eq!(status(addr, "/readyz").await, "503");
         assert_eq!(status(addr, "/metrics").await, "503");
-        state.set_ready(
+        state.set_serving(
             Arc::new(SessionContext::new()),
             Arc::new(ConnectionRegistry::new(None)),
         );
+        assert_eq!(status(addr, "/readyz").await, "503", "views still replay");
+        // Served now (a bare context has no sluice_catalog to read: 500).
+        assert_ne!(status(addr, "/metrics").await, "503");
+        state.set_ready();
         assert_eq!(status(addr, "/readyz").await, "200");
         assert_eq!(status(addr, "/nothing").await, "404");
     }

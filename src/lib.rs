@@ -13,6 +13,7 @@ pub mod log;
 pub mod metrics;
 pub mod query;
 pub mod server;
+pub mod status;
 pub mod store;
 pub mod stream;
 pub mod subscribe;

@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{scalar, sqlstate, text_rows, Server};
+use common::{http_get, scalar, sqlstate, text_rows, Server};
 use tokio_postgres::NoTls;
 
 /// The server's words for a failure.
@@ -424,47 +424,6 @@ async fn a_query_beyond_query_memory_fails_alone_or_spills() {
     let acked = writing.await.unwrap();
     assert!(acked > 0);
     assert_eq!(scalar(&c, "SELECT count(*) FROM ev").await, acked);
-}
-
-/// GET `path` from the server's HTTP endpoint: (status, body).
-async fn http_get(port: u16, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect to the HTTP endpoint");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.unwrap();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    // Chunked bodies: keep the chunks' data only.
-    let chunked = text
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(&after[..n]);
-            rest = &after[n + 2..];
-        }
-        out
-    } else {
-        body.to_string()
-    };
-    (status, body)
 }
 
 /// The value of the sample `name{labels}` in a metrics text.

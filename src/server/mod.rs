@@ -85,6 +85,29 @@ pub struct ServerConfig {
     pub http_listen: Option<SocketAddr>,
 }
 
+/// Runs the server on a runtime of its own until it stops, its threads'
+/// stacks `stack_bytes` each (deep statements recurse while they are
+/// parsed, planned and dropped).
+///
+/// The runtime lives here rather than in `main` so that the whole server
+/// is compiled once, in this crate: driven from the binary, the server's
+/// future was compiled again there, which took a release build more than
+/// two minutes.
+pub fn run(
+    config: ServerConfig,
+    stack_bytes: usize,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(stack_bytes)
+        .build()?;
+    let served = runtime.block_on(serve(config));
+    // Background tasks (tiering, compaction, view tasks) are left as a
+    // crash would leave them, which they survive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    served
+}
+
 /// Opens the data directory (recovering every table) and serves clients
 /// until SIGTERM or SIGINT, then shuts down cleanly (see [`shut_down`]).
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -113,13 +136,14 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     // Every table and consumer group now holds in its own files what the
     // transaction log committed.
     store.transactions().clear()?;
+    let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
     let ctx = Arc::new(build_context(
         store.clone(),
         views.clone(),
         subs.clone(),
+        connections.clone(),
         config.query_memory,
     )?);
-    let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
     let handlers = Arc::new(Handlers::new(
         store,
         views.clone(),
@@ -128,7 +152,22 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         objects.clone(),
         connections.clone(),
     ));
-    http.set_ready(ctx.clone(), connections.clone());
+    http.set_serving(ctx.clone(), connections.clone());
+    // Ready once every view has replayed the log up to where it ends now;
+    // clients may connect (and write) meanwhile.
+    let replaying = views.clone();
+    tokio::spawn(
+        async move {
+            let started = std::time::Instant::now();
+            replaying.caught_up().await;
+            http.set_ready();
+            info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "recovery done: every view has replayed the log"
+            );
+        }
+        .instrument(info_span!("recovery")),
+    );
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
           object_store = objects.url(), "sluice is ready");

@@ -425,6 +425,34 @@ impl ViewManager {
         &self.checkpoints
     }
 
+    /// Waits until every view has applied what its sources held when this
+    /// was called, has failed, or was dropped: after a start, the end of
+    /// the replay beyond each view's checkpoint.
+    pub async fn caught_up(&self) {
+        let targets: Vec<(Arc<View>, Vec<u64>)> = self
+            .views()
+            .into_iter()
+            .map(|v| {
+                let ends = v.source_end();
+                (v, ends)
+            })
+            .collect();
+        for (view, ends) in targets {
+            loop {
+                let current = self
+                    .view(&view.def.name)
+                    .is_some_and(|v| Arc::ptr_eq(&v, &view));
+                let (consumed, _) = view.progress();
+                let done =
+                    consumed.len() != ends.len() || consumed.iter().zip(&ends).all(|(c, e)| c >= e);
+                if done || !current || view.failure().is_some() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     /// The view's newest usable checkpoint. One that covers more than the
     /// source holds (the log lost committed data) is set aside and the view
     /// rebuilt from the log.

@@ -50,6 +50,34 @@ impl Server {
     /// the port from its start-up line, so that parallel tests can never
     /// race for the same port.
     fn spawn(&mut self) {
+        let ready_before = self.launch();
+        self.wait_ready(ready_before);
+    }
+
+    /// Starts the process and returns once its HTTP endpoint is up, which
+    /// is before recovery; [`Server::wait_ready`] then waits for the
+    /// PostgreSQL port. Returns what `wait_ready` takes.
+    pub fn start_again_until_http(&mut self) -> usize {
+        assert!(self.child.is_none(), "the server is still running");
+        let ready_before = self.launch();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.log_text();
+            let up = text
+                .lines()
+                .filter(|l| l.contains("HTTP endpoint is up"))
+                .nth(ready_before);
+            if let Some(line) = up {
+                self.http_port = http_port_of(line);
+                return ready_before;
+            }
+            assert!(Instant::now() < deadline, "no HTTP endpoint; log:\n{text}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts the process; how many times it had been ready before.
+    fn launch(&mut self) -> usize {
         let ready_before = self.log_text().matches("sluice is ready").count();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -71,7 +99,13 @@ impl Server {
             .spawn()
             .expect("start sluice");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        ready_before
+    }
+
+    /// Waits for the start-up line of the `ready_before`-th start and reads
+    /// the ports from the log.
+    pub fn wait_ready(&mut self, ready_before: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let text = self.log_text();
             let ready = text
@@ -89,9 +123,7 @@ impl Server {
                     .lines()
                     .filter(|l| l.contains("HTTP endpoint is up"))
                     .nth(ready_before)
-                    .and_then(|l| l.split("http_listen=127.0.0.1:").nth(1))
-                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|p| p.parse().ok())
+                    .map(http_port_of)
                     .unwrap_or(0);
                 break;
             }
@@ -387,4 +419,54 @@ pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .get(0)
+}
+
+/// The port in an "HTTP endpoint is up" log line.
+fn http_port_of(line: &str) -> u16 {
+    line.split("http_listen=127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
+/// GET `path` from the server's HTTP endpoint: (status, body).
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the HTTP endpoint");
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    // Chunked bodies: keep the chunks' data only.
+    let chunked = text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = &after[n + 2..];
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    (status, body)
 }
