@@ -16,8 +16,8 @@ if ! command -v pg_ctl >/dev/null && [ ! -x /usr/lib/postgresql/15/bin/pg_ctl ];
 fi
 PGBIN=/usr/lib/postgresql/15/bin
 
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 
 echo "generating $ROWS rows"
 python3 benches/gen_usage.py "$ROWS" "$WORK/usage.csv"

@@ -20,8 +20,8 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort | tail -1)
 
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 
 echo "generating $ROWS rows"
 python3 benches/gen_usage.py "$ROWS" "$WORK/usage.csv"

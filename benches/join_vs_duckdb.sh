@@ -15,8 +15,8 @@ PORT=5478
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 python3 -c 'import duckdb, psycopg' 2>/dev/null || python3 -m pip install -q duckdb psycopg
 
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 cleanup() {
   [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null || true
   rm -rf "$WORK"

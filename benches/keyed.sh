@@ -18,8 +18,8 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort | tail -1)
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 
 cleanup() {
   [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true

@@ -13,8 +13,8 @@ PORT=5481
 HTTP=9481
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 cleanup() {
   [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
   [ -n "${SCRAPER:-}" ] && kill "$SCRAPER" 2>/dev/null || true

@@ -26,8 +26,8 @@ fi
 PGBIN=/usr/lib/postgresql/15/bin
 PGBENCH="$(command -v pgbench || echo $PGBIN/pgbench)"
 
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 
 cleanup() {
   [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true

@@ -18,8 +18,8 @@ EVENTS="${1:-10000000}"
 WORK="$(mktemp -d /tmp/sluice-recovery.XXXXXX)"
 PORT=5478
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
-cargo build --release --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
 cleanup() {
   [ -n "${PID:-}" ] && kill -9 "$PID" 2>/dev/null || true
   rm -rf "$WORK"

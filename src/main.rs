@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use sluice::log::LogConfig;
-use sluice::server::{serve, ServerConfig};
+use sluice::server::ServerConfig;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc rather than the system allocator: a statement allocates and
@@ -110,20 +110,6 @@ fn main() -> std::process::ExitCode {
             http_listen,
         } => {
             sluice::server::install_panic_hook();
-            // Deep statements recurse while they are parsed, planned and
-            // dropped; the nesting limit (54001) is sized for these stacks
-            // (address space only: pages are touched as they are used).
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .thread_stack_size(STATEMENT_STACK_BYTES)
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start the runtime");
-                    return std::process::ExitCode::FAILURE;
-                }
-            };
             let config = ServerConfig {
                 listen,
                 data_dir,
@@ -155,11 +141,7 @@ fn main() -> std::process::ExitCode {
                     },
                 },
             };
-            let served = runtime.block_on(serve(config));
-            // Background tasks (tiering, compaction, view tasks) are left
-            // as a crash would leave them, which they survive.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-            match served {
+            match sluice::server::run(config, STATEMENT_STACK_BYTES) {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "server stopped");
