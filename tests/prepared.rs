@@ -287,3 +287,22 @@ fn psql_bind_reads_fresh() {
     let lines: Vec<&str> = out.lines().map(str::trim).collect();
     assert!(lines.contains(&"1") && lines.contains(&"2"), "{out}");
 }
+
+/// A parameter passed straight to a function takes the type the function
+/// accepts, as PostgreSQL infers it; drivers that bind by the described
+/// type (tokio-postgres, asyncpg) can then send it.
+#[tokio::test]
+async fn a_function_argument_parameter_takes_the_functions_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let sleep = c.prepare("SELECT pg_sleep($1) AS slept").await.unwrap();
+    assert_eq!(sleep.params(), &[tokio_postgres::types::Type::FLOAT8]);
+    c.query(&sleep, &[&0.01f64]).await.unwrap();
+    // A cast still decides where there is one.
+    let cast = c
+        .prepare("SELECT pg_sleep(CAST($1 AS DOUBLE PRECISION))")
+        .await
+        .unwrap();
+    assert_eq!(cast.params(), &[tokio_postgres::types::Type::FLOAT8]);
+}

@@ -714,11 +714,41 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, S
                         found.push((p.id.clone(), field.clone()));
                     }
                 }
+                // A function argument takes the one type the function
+                // accepts there (`pg_sleep($1)`: float8), as PostgreSQL
+                // infers it from the function's signature.
+                if let Expr::ScalarFunction(f) = e {
+                    for (i, arg) in f.args.iter().enumerate() {
+                        if let (Expr::Placeholder(p), Some(t)) =
+                            (arg, only_argument_type(&f.func.signature().type_signature, i))
+                        {
+                            found.push((p.id.clone(), Arc::new(Field::new("", t, true))));
+                        }
+                    }
+                }
                 Ok(TreeNodeRecursion::Continue)
             })
         })
     })?;
     Ok(found)
+}
+
+/// The one type a signature accepts for argument `i`, if it has one.
+fn only_argument_type(
+    signature: &datafusion::logical_expr::TypeSignature,
+    i: usize,
+) -> Option<DataType> {
+    use datafusion::logical_expr::TypeSignature;
+    match signature {
+        TypeSignature::Exact(types) => types.get(i).cloned(),
+        TypeSignature::Uniform(_, types) if types.len() == 1 => types.first().cloned(),
+        TypeSignature::OneOf(options) => {
+            let mut found = options.iter().map(|o| only_argument_type(o, i));
+            let first = found.next()??;
+            found.all(|t| t.as_ref() == Some(&first)).then_some(first)
+        }
+        _ => None,
+    }
 }
 
 /// A portal's parameters as values of the types the plan infers for them.
