@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http_get, scalar, sqlstate, text_rows, Server};
+use common::{http_get, sample, scalar, sqlstate, text_rows, Server};
 use tokio_postgres::NoTls;
 
 /// The server's words for a failure.
@@ -424,17 +424,6 @@ async fn a_query_beyond_query_memory_fails_alone_or_spills() {
     let acked = writing.await.unwrap();
     assert!(acked > 0);
     assert_eq!(scalar(&c, "SELECT count(*) FROM ev").await, acked);
-}
-
-/// The value of the sample `name{labels}` in a metrics text.
-fn sample(metrics: &str, name_and_labels: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{metrics}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

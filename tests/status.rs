@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{http_get, scalar, text_rows, Server};
+use common::{http_get, sample, scalar, text_rows, Server};
 
 /// A table, a view over it, a subscription and some rows.
 async fn workload(c: &tokio_postgres::Client) {
@@ -281,17 +281,6 @@ async fn readyz_is_503_while_views_replay_the_log_and_200_once_they_have() {
         rows
     );
     assert!(server.log_text().contains("recovery done"));
-}
-
-/// The value of the sample `name{labels}` in a metrics text.
-fn sample(metrics: &str, name_and_labels: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{metrics}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -719,9 +719,10 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, S
                 // infers it from the function's signature.
                 if let Expr::ScalarFunction(f) = e {
                     for (i, arg) in f.args.iter().enumerate() {
-                        if let (Expr::Placeholder(p), Some(t)) =
-                            (arg, only_argument_type(&f.func.signature().type_signature, i))
-                        {
+                        if let (Expr::Placeholder(p), Some(t)) = (
+                            arg,
+                            only_argument_type(&f.func.signature().type_signature, i),
+                        ) {
                             found.push((p.id.clone(), Arc::new(Field::new("", t, true))));
                         }
                     }

@@ -470,3 +470,14 @@ pub async fn http_get(port: u16, path: &str) -> (u16, String) {
     };
     (status, body)
 }
+
+/// The value of the sample `name{labels}` in a metrics text.
+pub fn sample(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {name_and_labels} in:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
