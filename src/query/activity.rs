@@ -3,6 +3,7 @@
 //! show it. Kept by the connection, read by whoever lists connections
 //! ([`super::cancel::ConnectionRegistry`]); no protocol in it.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -49,7 +50,7 @@ pub struct ActivityRow {
     pub backend_start: Option<SystemTime>,
     pub state: SessionState,
     /// The statement running now, or else the last one.
-    pub query: String,
+    pub query: Arc<str>,
     /// When that statement started.
     pub query_start: Option<SystemTime>,
 }
@@ -79,14 +80,16 @@ impl Activity {
     }
 
     /// A statement starts; the connection is active until the guard is
-    /// dropped.
-    pub fn begin(&self, query: &str) -> ActiveStatement<'_> {
+    /// dropped. A prepared statement's text is shared, not copied, at each
+    /// execution.
+    pub fn begin(&self, query: Arc<str>) -> ActiveStatement<'_> {
+        let query = match query.char_indices().nth(MAX_QUERY_CHARS) {
+            Some((end, _)) => Arc::from(format!("{}...", &query[..end])),
+            None => query,
+        };
         let mut s = self.state.lock();
         s.state = SessionState::Active;
-        s.query = match query.char_indices().nth(MAX_QUERY_CHARS) {
-            Some((end, _)) => format!("{}...", &query[..end]),
-            None => query.to_string(),
-        };
+        s.query = query;
         s.query_start = Some(SystemTime::now());
         ActiveStatement {
             activity: self,
@@ -131,17 +134,17 @@ mod tests {
         a.identify(7, "ann", "db", "psql", "127.0.0.1:5000".into());
         assert_eq!(a.row().state, SessionState::Idle);
         {
-            let mut running = a.begin("SELECT 1");
+            let mut running = a.begin(Arc::from("SELECT 1"));
             assert_eq!(a.row().state, SessionState::Active);
-            assert_eq!(a.row().query, "SELECT 1");
+            assert_eq!(&*a.row().query, "SELECT 1");
             running.in_transaction(true);
         }
         let row = a.row();
         assert_eq!(row.state, SessionState::IdleInTransaction);
-        assert_eq!(row.query, "SELECT 1", "the last statement stays listed");
+        assert_eq!(&*row.query, "SELECT 1", "the last statement stays listed");
         assert!(row.query_start.is_some());
         let long = "x".repeat(MAX_QUERY_CHARS + 10);
-        drop(a.begin(&long));
+        drop(a.begin(Arc::from(long)));
         assert_eq!(a.row().query.len(), MAX_QUERY_CHARS + 3);
     }
 }

@@ -662,7 +662,7 @@ fn sessions_batch(connections: &ConnectionRegistry) -> Result<RecordBatch> {
                 .collect::<Vec<_>>(),
         )),
         text(|r| r.state.as_str()),
-        text(|r| &r.query),
+        text(|r| &*r.query),
         Arc::new(TimestampMicrosecondArray::from(
             rows.iter()
                 .map(|r| micros(r.query_start))

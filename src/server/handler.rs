@@ -1763,7 +1763,7 @@ impl SimpleQueryHandler for Handlers {
         let _running = self.connections.running().map_err(terminating)?;
         let _timed = METRICS.round_trip();
         let session = session(client);
-        let mut active = session.activity.begin(&query.query);
+        let mut active = session.activity.begin(Arc::from(query.query.as_str()));
         let result = self._on_query(client, query).await;
         active.in_transaction(session.transaction.lock().open);
         result
@@ -2139,15 +2139,16 @@ impl ExtendedQueryHandler for Handlers {
         let _running = self.connections.running().map_err(terminating)?;
         let _timed = METRICS.round_trip();
         let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-        let session = session(client);
-        let sql = match client.portal_store().get_portal(portal_name) {
-            Some(Entry::Value(portal)) => {
-                session.prepared.lock().get(&portal.statement.id).cloned()
-            }
+        let portal = match client.portal_store().get_portal(portal_name) {
+            Some(Entry::Value(portal)) => Some(portal),
             _ => None,
         };
-        let mut active = session.activity.begin(sql.as_deref().unwrap_or(""));
-        let result = self.execute_portal(client, message).await;
+        let session = session(client);
+        let sql = portal
+            .as_ref()
+            .and_then(|p| session.prepared.lock().get(&p.statement.id).cloned());
+        let mut active = session.activity.begin(sql.unwrap_or_default());
+        let result = self.execute_portal(client, message, portal).await;
         active.in_transaction(session.transaction.lock().open);
         result
     }
@@ -2261,16 +2262,20 @@ impl ExtendedQueryHandler for Handlers {
 impl Handlers {
     /// Execute: a point read runs whole here (see `on_execute`), anything
     /// else takes pgwire's path.
-    async fn execute_portal<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    async fn execute_portal<C>(
+        &self,
+        client: &mut C,
+        message: Execute,
+        portal: Option<Arc<Portal<Prepared>>>,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Prepared>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let portal_name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-        let point_read = match client.portal_store().get_portal(portal_name) {
-            Some(Entry::Value(portal))
+        let point_read = match portal {
+            Some(portal)
                 if message.max_rows == 0
                     && matches!(portal.statement.statement, Prepared::PointRead { .. })
                     && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
