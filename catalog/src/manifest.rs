@@ -65,6 +65,10 @@ pub struct ViewClockState {
     pub last_commit_us: Vec<Option<i64>>,
     pub first_commit_us: Option<i64>,
     pub watermark_us: Option<i64>,
+    /// A view over several inputs: each input's clock, in the order of
+    /// the view's inputs (a view input's is empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<ViewClockState>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,6 +151,7 @@ mod tests {
                 last_commit_us: vec![Some(1), None],
                 first_commit_us: Some(1),
                 watermark_us: Some(4),
+                inputs: Vec::new(),
             },
             late_count: 1,
             files: vec![CheckpointFile {

@@ -797,7 +797,12 @@ fn late_rows_batch(views: &ViewManager) -> Result<RecordBatch> {
         let (_, _, rows) = v.lateness();
         for r in rows {
             view_names.push(v.def.name.clone());
-            tables.push(v.source.name().to_string());
+            tables.push(
+                v.source
+                    .inputs()
+                    .get(r.input as usize)
+                    .map_or_else(|| v.source.name(), |i| i.name()),
+            );
             parts.push(r.partition as i32);
             offsets.push(r.offset as i64);
             times.push(r.event_time_us);

@@ -759,7 +759,11 @@ impl Operator for AggregatePipeline {
     }
 
     /// Emits the final rows of the windows the watermark closed.
-    fn advance_watermark(&mut self, watermark_us: i64) -> Result<Delta, SluiceError> {
+    fn advance_watermark(
+        &mut self,
+        _input: usize,
+        watermark_us: i64,
+    ) -> Result<Delta, SluiceError> {
         let Some((group_index, lateness_us)) = self.closing else {
             return Ok(Delta::default());
         };

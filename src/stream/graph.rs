@@ -19,6 +19,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -26,16 +27,22 @@ use datafusion::common::{DFSchemaRef, JoinType};
 use datafusion::execution::context::{QueryPlanner, SessionState};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use sluice_catalog::StatePartId;
 
 use super::aggregate::AggregatePipeline;
+use super::band::{find_band, source_column};
 use super::delta::{delta_exec, DeltaSlot};
+use super::interval_join::{BandSide, IntervalJoinOperator};
 use super::join::{JoinOperator, JoinSide};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
+
+/// The `source` of [`JoinGraph::propagate`] when only watermarks move.
+pub const NO_SOURCE: usize = usize::MAX;
 
 /// Where the plan above a join reads the join's output.
 pub struct StageOutput {
@@ -157,6 +164,9 @@ struct StageInput {
     stages: Vec<usize>,
     /// The plan, as EXPLAIN shows it.
     shown: String,
+    /// The source whose watermark moves this input's time (an interval
+    /// join's side).
+    watermark: Option<usize>,
 }
 
 /// A join, or an aggregate below a join, with the plans of its inputs.
@@ -179,6 +189,14 @@ pub struct JoinGraph {
     source_slots: Vec<DeltaSlot>,
     /// Source names, to find which source a scan reads.
     source_names: Vec<String>,
+    /// Each source's event time: its WATERMARK column, if it has one and
+    /// never takes rows back (an append-only table).
+    source_times: Vec<Option<String>>,
+    /// The view's allowed lateness.
+    lateness_us: i64,
+    /// The sources and columns of interval joins' bands: rows behind the
+    /// watermark there are late.
+    bands: Vec<(usize, String)>,
 }
 
 impl JoinGraph {
@@ -187,7 +205,28 @@ impl JoinGraph {
             stages: Vec::new(),
             source_slots,
             source_names,
+            source_times: Vec::new(),
+            lateness_us: 0,
+            bands: Vec::new(),
         }
+    }
+
+    /// Each source's watermarked time column (see `source_times`), and
+    /// the view's allowed lateness: what interval joins need.
+    pub fn with_source_times(mut self, times: Vec<Option<String>>, lateness_us: i64) -> JoinGraph {
+        self.source_times = times;
+        self.lateness_us = lateness_us;
+        self
+    }
+
+    pub fn lateness_us(&self) -> i64 {
+        self.lateness_us
+    }
+
+    /// The sources and time columns whose late rows interval joins must
+    /// not see.
+    pub fn bands(&self) -> &[(usize, String)] {
+        &self.bands
     }
 
     pub fn is_empty(&self) -> bool {
@@ -211,6 +250,9 @@ impl JoinGraph {
         for (j, stage) in self.stages.iter().enumerate().rev() {
             let keeps = match stage.kind {
                 "join" => "keeps every live row of both inputs",
+                "interval join" => {
+                    "keeps each input's rows until the other input's watermark passes their band"
+                }
                 _ => "keeps its groups; emits the changed groups' rows",
             };
             lines.push(format!(
@@ -256,16 +298,29 @@ impl JoinGraph {
                     return Ok(plan.with_new_exprs(plan.expressions(), lifted)?);
                 }
             };
-            check_join(&join)?;
             let left = self
                 .lift_joins(join.left.as_ref().clone(), state, true)
                 .await?;
             let right = self
                 .lift_joins(join.right.as_ref().clone(), state, true)
                 .await?;
+            let band = join
+                .filter
+                .as_ref()
+                .and_then(|f| find_band(f, left.schema(), right.schema()))
+                .filter(|b| {
+                    [(&left, &b.left), (&right, &b.right)].iter().all(|(p, c)| {
+                        p.schema()
+                            .qualified_field_from_column(c)
+                            .is_ok_and(|(_, f)| f.data_type().is_temporal())
+                    })
+                });
+            check_join(&join, band.is_some())?;
             let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
-            let left_side = self.side(&left, &left_keys, state).await?;
-            let right_side = self.side(&right, &right_keys, state).await?;
+            let (mut left_input, left_schema, left_keys) =
+                self.side(&left, &left_keys, state).await?;
+            let (mut right_input, right_schema, right_keys) =
+                self.side(&right, &right_keys, state).await?;
             let filter = match &join.filter {
                 Some(f) => Some(state.create_physical_expr(f.clone(), &join.schema)?),
                 None => None,
@@ -283,22 +338,84 @@ impl JoinGraph {
                     .map(|f| format!(" AND {f}"))
                     .unwrap_or_default()
             );
+            let schema = Arc::new(join.schema.as_arrow().clone());
+            if let Some(band) = band {
+                let (left_source, left_time) = self.band_time(&left, &band.left)?;
+                let (right_source, right_time) = self.band_time(&right, &band.right)?;
+                left_input.watermark = Some(left_source);
+                right_input.watermark = Some(right_source);
+                let operator = IntervalJoinOperator::new(
+                    join.join_type,
+                    BandSide::new(left_schema, left_keys, left_time.1)?,
+                    BandSide::new(right_schema, right_keys, right_time.1)?,
+                    (band.lo_us, band.hi_us),
+                    filter,
+                    self.lateness_us,
+                    schema,
+                    description,
+                )?;
+                self.bands.push((left_source, left_time.0));
+                self.bands.push((right_source, right_time.0));
+                return Ok(self.push_stage(
+                    Box::new(operator),
+                    "interval join",
+                    vec![left_input, right_input],
+                    false,
+                    join.schema.clone(),
+                ));
+            }
             let operator = JoinOperator::new(
                 join.join_type,
-                left_side.1,
-                right_side.1,
+                JoinSide::new(left_schema, left_keys)?,
+                JoinSide::new(right_schema, right_keys)?,
                 filter,
-                Arc::new(join.schema.as_arrow().clone()),
+                schema,
                 description,
             )?;
             Ok(self.push_stage(
                 Box::new(operator),
                 "join",
-                vec![left_side.0, right_side.0],
+                vec![left_input, right_input],
                 join.join_type != JoinType::Inner,
                 join.schema.clone(),
             ))
         })
+    }
+
+    /// The source and column a band's time `column` of input `plan` is:
+    /// it must be an append-only table's WATERMARK column, so that the
+    /// watermark bounds what can still match. Returns the source, and the
+    /// column's name in the source and index in the input.
+    fn band_time(
+        &self,
+        plan: &LogicalPlan,
+        column: &datafusion::common::Column,
+    ) -> Result<(usize, (String, usize)), SluiceError> {
+        let index = plan.schema().index_of_column(column)?;
+        let traced = source_column(plan, index).and_then(|(table, name)| {
+            let source = self.source_names.iter().position(|s| *s == table)?;
+            Some((source, name))
+        });
+        let refuse = |why: String| {
+            Err(SluiceError::Unsupported(format!(
+                "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match (declare WATERMARK FOR {} AS {} - INTERVAL '...' in CREATE TABLE)",
+                column.name, column.name
+            )))
+        };
+        let Some((source, name)) = traced else {
+            return refuse(format!(
+                "{column} to be a column of a table, passed through unchanged"
+            ));
+        };
+        match self.source_times.get(source).cloned().flatten() {
+            Some(mark) if mark == name => Ok((source, (name, index))),
+            Some(_) | None => {
+                let table = &self.source_names[source];
+                refuse(format!(
+                    "a watermark on {table}.{name}, an append-only table's WATERMARK column (a keyed table or a view has none)"
+                ))
+            }
+        }
     }
 
     /// An aggregate below a join: a stage whose output is the rows of the
@@ -320,7 +437,7 @@ impl JoinGraph {
         // table: retractable accumulators.
         let mut operator = AggregatePipeline::new(state, &aggregate, None, true).await?;
         operator.emit_changes(Arc::new(aggregate.schema.as_arrow().clone()));
-        let (stage_input, _) = self.side(&input, &[], state).await?;
+        let (stage_input, _, _) = self.side(&input, &[], state).await?;
         let stage_input = StageInput {
             plan: operator.input.clone(),
             ..stage_input
@@ -366,7 +483,7 @@ impl JoinGraph {
         plan: &LogicalPlan,
         keys: &[Expr],
         state: &SessionState,
-    ) -> Result<(StageInput, JoinSide), SluiceError> {
+    ) -> Result<(StageInput, SchemaRef, Vec<Arc<dyn PhysicalExpr>>), SluiceError> {
         let physical = state.create_physical_plan(plan).await?;
         let keys = keys
             .iter()
@@ -391,26 +508,31 @@ impl JoinGraph {
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        let side = JoinSide::new(physical.schema(), keys)?;
         Ok((
             StageInput {
-                plan: physical,
+                plan: physical.clone(),
                 sources,
                 stages: joins,
                 shown: plan.display_indent().to_string(),
+                watermark: None,
             },
-            side,
+            physical.schema(),
+            keys,
         ))
     }
 
     /// Runs a delta of source `source` through every join, leaving each
     /// join's output (inserts, retractions) for the plans above. Returns
-    /// the outputs by join.
+    /// the outputs by join. With `watermarks` (by source), each stage then
+    /// moves the watermarks of its inputs that have one, and what that
+    /// emits goes on up as well; `source` is then `NO_SOURCE` when no
+    /// source's rows come with them.
     pub async fn propagate(
         &mut self,
         source: usize,
         insert: &[RecordBatch],
         retract: &[RecordBatch],
+        watermarks: Option<&[Option<i64>]>,
         ctx: Arc<TaskContext>,
     ) -> Result<Vec<Delta>, SluiceError> {
         let mut outputs: Vec<Delta> = Vec::with_capacity(self.stages.len());
@@ -459,6 +581,18 @@ impl JoinGraph {
                 )?;
                 out.insert.extend(o.insert);
                 out.retract.extend(o.retract);
+            }
+            if let Some(marks) = watermarks {
+                for side in 0..self.stages[j].inputs.len() {
+                    let mark = self.stages[j].inputs[side]
+                        .watermark
+                        .and_then(|s| marks.get(s).copied().flatten());
+                    if let Some(w) = mark {
+                        let o = self.stages[j].operator.advance_watermark(side, w)?;
+                        out.insert.extend(o.insert);
+                        out.retract.extend(o.retract);
+                    }
+                }
             }
             outputs.push(out);
         }
@@ -636,7 +770,8 @@ fn bad_state(what: &str) -> SluiceError {
 }
 
 /// Refuses joins the dataflow cannot keep exact, naming what to change.
-fn check_join(join: &datafusion::logical_expr::Join) -> Result<(), SluiceError> {
+/// `banded`: the join is an interval join (FULL is then supported).
+fn check_join(join: &datafusion::logical_expr::Join, banded: bool) -> Result<(), SluiceError> {
     let refuse = |m: String| Err(SluiceError::Unsupported(m));
     if join.on.is_empty() {
         return refuse(
@@ -667,9 +802,9 @@ fn check_join(join: &datafusion::logical_expr::Join) -> Result<(), SluiceError> 
             "NOT IN (subquery) over a column that may be NULL is not supported in materialized views; use NOT EXISTS, or make the column NOT NULL".into(),
         );
     }
-    if matches!(join.join_type, JoinType::Full) {
+    if matches!(join.join_type, JoinType::Full) && !banded {
         return refuse(
-            "FULL OUTER JOIN is not supported in materialized views; use LEFT or RIGHT JOIN".into(),
+            "FULL OUTER JOIN is supported in materialized views only as an interval join (with a time band between two tables' WATERMARK columns); use LEFT or RIGHT JOIN".into(),
         );
     }
     if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {

@@ -270,7 +270,7 @@ fn gone_missing() -> SluiceError {
 
 /// Where one side of an output row comes from.
 #[derive(Clone, Copy)]
-enum Source {
+pub(super) enum Source {
     /// Row of the delta being applied.
     Delta(u32),
     /// Row of that side's state.
@@ -293,6 +293,49 @@ impl Found {
             false => self.retract.push(row),
         }
     }
+}
+
+/// The joined rows `rows` names: for each side shown (its schema and the
+/// state batches `Source::State` points into), its columns, taken from
+/// the delta `batch` of side `delta.0`, the state, or NULLs.
+pub(super) fn joined_rows(
+    schema: &SchemaRef,
+    sides: [Option<(&SchemaRef, &[RecordBatch])>; 2],
+    delta: Option<(usize, &RecordBatch)>,
+    rows: &[(Source, Source)],
+) -> Result<RecordBatch, SluiceError> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for (s, shown) in sides.iter().enumerate() {
+        let Some((side_schema, batches)) = shown else {
+            continue;
+        };
+        let delta_batch = delta.filter(|d| d.0 == s).map(|d| d.1);
+        for c in 0..side_schema.fields().len() {
+            let field = side_schema.field(c);
+            let null = new_null_array(field.data_type(), 1);
+            let mut arrays: Vec<&dyn Array> = Vec::with_capacity(batches.len() + 2);
+            arrays.push(null.as_ref());
+            let delta_at = arrays.len();
+            if let Some(b) = delta_batch {
+                arrays.push(b.column(c).as_ref());
+            }
+            let state_at = arrays.len();
+            // The delta's own side is never taken from its state.
+            if delta_batch.is_none() {
+                arrays.extend(batches.iter().map(|b| b.column(c).as_ref()));
+            }
+            let indices: Vec<(usize, usize)> = rows
+                .iter()
+                .map(|r| match if s == 0 { r.0 } else { r.1 } {
+                    Source::Null => (0, 0),
+                    Source::Delta(i) => (delta_at, i as usize),
+                    Source::State(b, i) => (state_at + b as usize, i as usize),
+                })
+                .collect();
+            columns.push(compute::interleave(&arrays, &indices)?);
+        }
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 pub struct JoinOperator {
@@ -512,40 +555,17 @@ impl JoinOperator {
         batch: &RecordBatch,
         rows: &[(Source, Source)],
     ) -> Result<RecordBatch, SluiceError> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        let both = self.emits_pairs();
-        for (s, pick) in [(0usize, 0usize), (1, 1)] {
-            // A semi or anti join outputs the preserved side alone.
-            if !both && self.preserved() != Some(s) {
-                continue;
-            }
-            let state = &self.sides[s];
-            for c in 0..state.schema.fields().len() {
-                let field = state.schema.field(c);
-                let null = new_null_array(field.data_type(), 1);
-                let mut arrays: Vec<&dyn Array> = Vec::with_capacity(state.batches.len() + 2);
-                arrays.push(null.as_ref());
-                let delta_at = arrays.len();
-                if side == s {
-                    arrays.push(batch.column(c).as_ref());
-                }
-                let state_at = arrays.len();
-                // The delta's own side is never taken from its state.
-                if side != s {
-                    arrays.extend(state.batches.iter().map(|b| b.column(c).as_ref()));
-                }
-                let indices: Vec<(usize, usize)> = rows
-                    .iter()
-                    .map(|r| match if pick == 0 { r.0 } else { r.1 } {
-                        Source::Null => (0, 0),
-                        Source::Delta(i) => (delta_at, i as usize),
-                        Source::State(b, i) => (state_at + b as usize, i as usize),
-                    })
-                    .collect();
-                columns.push(compute::interleave(&arrays, &indices)?);
-            }
-        }
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+        // A semi or anti join outputs the preserved side alone.
+        let shown = |s: usize| {
+            (self.emits_pairs() || self.preserved() == Some(s))
+                .then(|| (&self.sides[s].schema, self.sides[s].batches.as_slice()))
+        };
+        joined_rows(
+            &self.schema,
+            [shown(0), shown(1)],
+            Some((side, batch)),
+            rows,
+        )
     }
 
     pub fn state_rows(&self) -> u64 {
@@ -564,7 +584,11 @@ impl Operator for JoinOperator {
     }
 
     /// Nothing yet: a join of two endless streams keeps every row.
-    fn advance_watermark(&mut self, _watermark_us: i64) -> Result<Delta, SluiceError> {
+    fn advance_watermark(
+        &mut self,
+        _input: usize,
+        _watermark_us: i64,
+    ) -> Result<Delta, SluiceError> {
         Ok(Delta::default())
     }
 

@@ -2,7 +2,8 @@
 //!
 //! A view is a graph of incremental operators ([`operator::Operator`]):
 //! its sources (tables and views) send deltas, DataFusion plans filter
-//! and project them, joins ([`join`]) and aggregates below joins run as
+//! and project them, joins ([`join`], and [`interval_join`] for joins
+//! bounded by a time band) and aggregates below joins run as
 //! stages of the view's graph ([`graph`]), and the last stage is the
 //! aggregate ([`aggregate`]) or the view's rows ([`rows`]). A background
 //! task per view reads each group commit of its sources, runs it through
@@ -13,9 +14,11 @@
 #[cfg(test)]
 mod accumulator_audit;
 mod aggregate;
+mod band;
 mod changes;
 mod delta;
 mod graph;
+mod interval_join;
 mod join;
 pub mod operator;
 mod pipeline;

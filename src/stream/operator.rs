@@ -51,9 +51,10 @@ pub trait Operator: Send + Sync {
     /// sends on.
     fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError>;
 
-    /// The watermark moved to `watermark_us`: state it makes final or
-    /// obsolete is emitted or dropped.
-    fn advance_watermark(&mut self, watermark_us: i64) -> Result<Delta, SluiceError>;
+    /// The watermark of input `input` moved to `watermark_us`: state it
+    /// makes final or obsolete is emitted or dropped. Each input has its
+    /// own (a join's two sides may be two tables).
+    fn advance_watermark(&mut self, input: usize, watermark_us: i64) -> Result<Delta, SluiceError>;
 
     /// The operator's state, for a checkpoint: its parts (a join's two
     /// sides), each as the batches it holds. A checkpoint writes each part

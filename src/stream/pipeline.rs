@@ -37,7 +37,7 @@ use super::view::{View, ViewManager};
 use crate::query::LogTableProvider;
 
 use super::delta::{DeltaSlot, DeltaTable};
-use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner};
+use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner, NO_SOURCE};
 
 const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 
@@ -310,7 +310,17 @@ pub async fn compile(
     if has_join {
         check_volatile(&plan)?;
     }
-    let mut graph = JoinGraph::new(relations.clone(), slots);
+    let times = sources
+        .iter()
+        .map(|s| match s {
+            ViewSource::Table(t) if !t.def.is_keyed() => {
+                t.def.options.watermark.as_ref().map(|w| w.column.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let mut graph =
+        JoinGraph::new(relations.clone(), slots).with_source_times(times, emit.allowed_lateness_us);
     let plan = graph.lift_joins(plan, &state, false).await?;
 
     let aggregate = find_aggregate(&plan)?;
@@ -641,9 +651,62 @@ impl CompiledView {
         if insert.is_empty() && retract.is_empty() {
             return Ok(());
         }
+        self.step(source, insert, retract, None, ctx, watermark_us)
+            .await
+    }
+
+    /// The sources' watermarks moved (by source; `None` where a source
+    /// has none): interval joins drop what went out of reach, and what
+    /// they emit (outer joins' final NULL-padded rows) takes the path of
+    /// a delta from there up.
+    pub async fn advance_source_watermarks(
+        &mut self,
+        watermarks: &[Option<i64>],
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        if self.graph.bands().is_empty() {
+            return Ok(());
+        }
+        self.step(
+            NO_SOURCE,
+            Vec::new(),
+            Vec::new(),
+            Some(watermarks),
+            ctx,
+            None,
+        )
+        .await
+    }
+
+    /// The view's allowed lateness, for its interval joins.
+    pub fn allowed_lateness_us(&self) -> i64 {
+        self.graph.lateness_us()
+    }
+
+    /// Which columns of each source (by index into the source's rows)
+    /// interval joins bound by its watermark: rows behind it there are
+    /// late for the view.
+    pub fn band_columns(&self, source: usize, schema: &Schema) -> Vec<usize> {
+        self.graph
+            .bands()
+            .iter()
+            .filter(|(s, _)| *s == source)
+            .filter_map(|(_, c)| schema.index_of(c).ok())
+            .collect()
+    }
+
+    async fn step(
+        &mut self,
+        source: usize,
+        insert: Vec<RecordBatch>,
+        retract: Vec<RecordBatch>,
+        watermarks: Option<&[Option<i64>]>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+        watermark_us: Option<i64>,
+    ) -> Result<(), SluiceError> {
         let outputs = self
             .graph
-            .propagate(source, &insert, &retract, ctx.clone())
+            .propagate(source, &insert, &retract, watermarks, ctx.clone())
             .await;
         let outputs = match outputs {
             Ok(o) => o,
@@ -701,7 +764,7 @@ impl CompiledView {
             return Ok(());
         };
         let _ = closing;
-        let closed = agg.advance_watermark(watermark_us)?;
+        let closed = agg.advance_watermark(0, watermark_us)?;
         self.closed.extend(closed.insert);
         Ok(())
     }

@@ -59,7 +59,11 @@ impl Operator for RowsOperator {
         Ok(Delta::default())
     }
 
-    fn advance_watermark(&mut self, _watermark_us: i64) -> Result<Delta, SluiceError> {
+    fn advance_watermark(
+        &mut self,
+        _input: usize,
+        _watermark_us: i64,
+    ) -> Result<Delta, SluiceError> {
         Ok(Delta::default())
     }
 

@@ -64,6 +64,8 @@ struct Published {
 /// A source row that arrived after its window had closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LateRow {
+    /// Which of the view's inputs the row is of (0 for a view over one).
+    pub input: u32,
     pub partition: u32,
     pub offset: u64,
     pub event_time_us: i64,
@@ -922,7 +924,8 @@ impl ViewManager {
             }
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
             ViewSource::Several(inputs) => tokio::spawn(
-                follow_inputs(task, inputs, self.store.transactions().clone()).instrument(span),
+                follow_inputs(task, inputs, self.store.transactions().clone(), start.clock)
+                    .instrument(span),
             ),
         };
         *view.task.lock() = Some(handle.abort_handle());
@@ -1103,6 +1106,10 @@ fn late_rows_batch(rows: &[LateRow]) -> Option<RecordBatch> {
             "watermark_us",
             Arc::new(rows.iter().map(|r| r.watermark_us).collect::<Int64Array>()),
         ),
+        (
+            "input",
+            Arc::new(rows.iter().map(|r| r.input).collect::<UInt32Array>()),
+        ),
     ];
     RecordBatch::try_from_iter(columns).ok()
 }
@@ -1123,8 +1130,14 @@ fn late_rows_from(batches: &[RecordBatch]) -> Vec<LateRow> {
         ) else {
             continue;
         };
+        // Written before views over several inputs had late rows: input 0.
+        let input = col(4);
+        let input = input
+            .as_ref()
+            .and_then(|c| c.as_any().downcast_ref::<UInt32Array>());
         for i in 0..b.num_rows() {
             out.push(LateRow {
+                input: input.map_or(0, |c| c.value(i)),
                 partition: p.value(i),
                 offset: o.value(i),
                 event_time_us: e.value(i),
@@ -1170,6 +1183,7 @@ impl ViewClock {
             last_commit_us: self.last_commit.clone(),
             first_commit_us: self.first_commit,
             watermark_us: self.watermark,
+            inputs: Vec::new(),
         }
     }
 
@@ -1235,6 +1249,7 @@ fn split_late(
             let is_late = times.is_valid(i) && closing.window_end(times.value(i)) <= threshold;
             if is_late {
                 late.push(LateRow {
+                    input: 0,
                     partition: partition as u32,
                     offset: base_offset + i as u64,
                     event_time_us: times.value(i),
@@ -1595,6 +1610,7 @@ async fn follow_inputs(
     mut task: ViewTask,
     inputs: Vec<ViewSource>,
     transactions: Arc<crate::log::TransactionCoordinator>,
+    clock_state: ViewClockState,
 ) {
     let ctx = Arc::new(TaskContext::default());
     let widths: Vec<usize> = inputs
@@ -1658,6 +1674,40 @@ async fn follow_inputs(
         };
         readers.push(reader);
     }
+    // Each table's clock: its watermark, moved commit by commit as for a
+    // view over one table.
+    let mut clocks: Vec<Option<ViewClock>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| match input {
+            ViewSource::Table(t) => {
+                let mut clock = ViewClock::new(t);
+                if let Some(s) = clock_state.inputs.get(i) {
+                    clock.resume(s);
+                }
+                Some(clock)
+            }
+            _ => None,
+        })
+        .collect();
+    let bands: Vec<Vec<usize>> = readers
+        .iter()
+        .enumerate()
+        .map(|(i, r)| match r {
+            InputReader::Table { schema, .. } => task.compiled.band_columns(i, schema),
+            _ => Vec::new(),
+        })
+        .collect();
+    // Restored interval joins learn where the watermarks were.
+    let marks = input_watermarks(&clocks);
+    if let Err(e) = task
+        .compiled
+        .advance_source_watermarks(&marks, ctx.clone())
+        .await
+    {
+        task.publish(Err(e), None, Vec::new());
+        return;
+    }
     let mut watches: Vec<_> = readers.iter().map(|r| r.watch()).collect();
     let mut first = true;
     loop {
@@ -1675,28 +1725,45 @@ async fn follow_inputs(
             let compiled = &mut task.compiled;
             let applied_rows = task.applied_rows.clone();
             let readers = &mut readers;
+            let clocks = &mut clocks;
+            let bands = &bands;
+            let mut late = Vec::new();
+            let late_rows = &mut late;
             let result: Result<(), SluiceError> = async {
+                // The tables' news first, interleaved in commit order (so
+                // that each table's watermark moves with the others').
+                let mut tables = Vec::new();
+                for (i, reader) in readers.iter_mut().enumerate() {
+                    if let InputReader::Table {
+                        table,
+                        schema,
+                        versions,
+                    } = reader
+                    {
+                        let at = starts[i];
+                        let news = TableNews {
+                            input: i,
+                            table,
+                            schema,
+                            range: (&consumed[at..at + widths[i]], &ends[at..at + widths[i]]),
+                            band_columns: &bands[i],
+                        };
+                        tables.push((news, versions));
+                    }
+                }
+                apply_tables_news(
+                    compiled,
+                    tables,
+                    clocks,
+                    late_rows,
+                    &applied_rows,
+                    ctx.clone(),
+                )
+                .await?;
                 for (i, reader) in readers.iter_mut().enumerate() {
                     let at = starts[i];
                     match reader {
-                        InputReader::Table {
-                            table,
-                            schema,
-                            versions,
-                        } => {
-                            let range = (&consumed[at..at + widths[i]], &ends[at..at + widths[i]]);
-                            apply_table_news(
-                                compiled,
-                                i,
-                                table,
-                                schema,
-                                versions,
-                                range,
-                                &applied_rows,
-                                ctx.clone(),
-                            )
-                            .await?;
-                        }
+                        InputReader::Table { .. } => {}
                         InputReader::AppendView(v) => {
                             let delta = rows_after(v.snapshot(), consumed[at]);
                             apply_input_guarded(compiled, i, delta, Vec::new(), ctx.clone())
@@ -1731,7 +1798,8 @@ async fn follow_inputs(
                 .zip(&consumed)
                 .map(|(e, c)| (*e).max(*c))
                 .collect();
-            if !task.publish(result, None, Vec::new()) {
+            let watermark = view_watermark(clocks);
+            if !task.publish(result, watermark, late) {
                 return;
             }
             if first {
@@ -1742,7 +1810,13 @@ async fn follow_inputs(
             }
             first = false;
         }
-        task.checkpoint_if_due(ViewClockState::default());
+        task.checkpoint_if_due(ViewClockState {
+            inputs: clocks
+                .iter()
+                .map(|c| c.as_ref().map(|c| c.state()).unwrap_or_default())
+                .collect(),
+            ..ViewClockState::default()
+        });
         let changed =
             futures::future::select_all(watches.iter_mut().map(|c| Box::pin(c.changed())));
         tokio::select! {
@@ -1753,53 +1827,178 @@ async fn follow_inputs(
     }
 }
 
-/// Applies a table's frames from `range.0` to `range.1` (per partition) to
-/// the view, as input `input`, counting the rows read in `applied`.
-#[allow(clippy::too_many_arguments)]
-async fn apply_table_news(
-    compiled: &mut CompiledView,
+/// Each input's watermark (`None` for a view input, or a table without
+/// a watermark or rows yet).
+fn input_watermarks(clocks: &[Option<ViewClock>]) -> Vec<Option<i64>> {
+    clocks
+        .iter()
+        .map(|c| c.as_ref().and_then(|c| c.watermark))
+        .collect()
+}
+
+/// The watermark a view over several inputs shows: the least of its
+/// tables' that have one.
+fn view_watermark(clocks: &[Option<ViewClock>]) -> Option<i64> {
+    let marked: Vec<&ViewClock> = clocks
+        .iter()
+        .flatten()
+        .filter(|c| c.tracker.is_some())
+        .collect();
+    if marked.is_empty() {
+        return None;
+    }
+    marked
+        .iter()
+        .map(|c| c.watermark)
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|w| w.into_iter().min())
+}
+
+/// What a view over several inputs reads of one table: its frames from
+/// `range.0` to `range.1` (per partition).
+struct TableNews<'a> {
     input: usize,
-    table: &Arc<TableLog>,
-    schema: &SchemaRef,
-    versions: &mut Option<Box<KeyedVersions>>,
-    range: (&[u64], &[u64]),
+    table: &'a Arc<TableLog>,
+    schema: &'a SchemaRef,
+    range: (&'a [u64], &'a [u64]),
+    /// Columns an interval join bounds by the table's watermark: rows
+    /// behind it there are late.
+    band_columns: &'a [usize],
+}
+
+/// Applies the tables' news to the view commit by commit, in commit
+/// order across the tables, each as its input, counting the rows read in
+/// `applied`. After each commit its table's clock moves and the interval
+/// joins with it; rows an interval join would see behind the watermark
+/// are listed in `late` instead.
+async fn apply_tables_news(
+    compiled: &mut CompiledView,
+    mut tables: Vec<(TableNews<'_>, &mut Option<Box<KeyedVersions>>)>,
+    clocks: &mut [Option<ViewClock>],
+    late: &mut Vec<LateRow>,
     applied: &AtomicU64,
     ctx: Arc<TaskContext>,
 ) -> Result<(), SluiceError> {
-    let (consumed, ends) = range;
-    let data_columns = table.def.columns.len();
-    let projection: Vec<usize> = (0..schema.fields().len()).collect();
-    let mut frames: Vec<(i64, usize, FrameMeta)> = Vec::new();
-    for (k, part) in table.partitions().iter().enumerate() {
-        for meta in part.frames_in_range(consumed[k], ends[k]) {
-            frames.push((meta.header.ingested_at_us, k, meta));
-        }
-    }
-    frames.sort_by_key(|(t, k, m)| (*t, *k, m.header.base_offset));
-    for chunk in frames.chunks(FRAMES_PER_DELTA) {
-        let mut insert = Vec::with_capacity(chunk.len());
-        let mut gone = Vec::new();
-        let mut read = 0u64;
-        for (_, k, meta) in chunk {
-            let raw = table.partitions()[*k].read_frame(meta).await?;
-            let full = project_frame(&raw, meta, *k as i32, &projection, data_columns, schema)?;
-            // Rows the checkpoint already covers are skipped.
-            let skip = consumed[*k].saturating_sub(meta.header.base_offset) as usize;
-            read += full.num_rows().saturating_sub(skip) as u64;
-            match versions.as_mut() {
-                Some(v) => insert.push(v.split(&raw, &full, skip, &mut gone)?),
-                None => insert.push(full.slice(
-                    skip.min(full.num_rows()),
-                    full.num_rows().saturating_sub(skip),
-                )),
+    // (ingest time, which table, partition, frame)
+    let mut frames: Vec<(i64, usize, usize, FrameMeta)> = Vec::new();
+    for (t, (news, _)) in tables.iter().enumerate() {
+        let (consumed, ends) = news.range;
+        for (k, part) in news.table.partitions().iter().enumerate() {
+            for meta in part.frames_in_range(consumed[k], ends[k]) {
+                frames.push((meta.header.ingested_at_us, t, k, meta));
             }
         }
-        let retract = match (versions.as_ref(), gone.is_empty()) {
-            (Some(v), false) => vec![v.rows(schema, &gone)?],
-            _ => Vec::new(),
-        };
-        apply_input_guarded(compiled, input, insert, retract, ctx.clone()).await?;
-        applied.fetch_add(read, Ordering::Relaxed);
+    }
+    frames.sort_by_key(|(at, t, k, m)| (*at, *t, *k, m.header.base_offset));
+    let lateness = compiled.allowed_lateness_us();
+    // A group commit stamps all of its frames with the same ingest time.
+    for commit in frames.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
+        let (news, versions) = &mut tables[commit[0].1];
+        let input = news.input;
+        let (consumed, schema, table) = (news.range.0, news.schema, news.table);
+        let data_columns = table.def.columns.len();
+        let projection: Vec<usize> = (0..schema.fields().len()).collect();
+        let watermark = clocks
+            .get(input)
+            .and_then(|c| c.as_ref())
+            .and_then(|c| c.watermark);
+        for chunk in commit.chunks(FRAMES_PER_DELTA) {
+            let mut insert = Vec::with_capacity(chunk.len());
+            let mut gone = Vec::new();
+            let mut read = 0u64;
+            for (_, _, k, meta) in chunk {
+                let raw = table.partitions()[*k].read_frame(meta).await?;
+                let full = project_frame(&raw, meta, *k as i32, &projection, data_columns, schema)?;
+                // Rows the checkpoint already covers are skipped.
+                let skip = consumed[*k].saturating_sub(meta.header.base_offset) as usize;
+                read += full.num_rows().saturating_sub(skip) as u64;
+                let rows = match versions.as_mut() {
+                    Some(v) => v.split(&raw, &full, skip, &mut gone)?,
+                    None => full.slice(
+                        skip.min(full.num_rows()),
+                        full.num_rows().saturating_sub(skip),
+                    ),
+                };
+                insert.push(match (watermark, news.band_columns.is_empty()) {
+                    (Some(w), false) => {
+                        let at = BandPosition {
+                            input,
+                            partition: *k,
+                            base_offset: meta.header.base_offset + skip as u64,
+                        };
+                        split_behind(rows, news.band_columns, w, lateness, at, late)?
+                    }
+                    _ => rows,
+                });
+            }
+            let retract = match (versions.as_ref(), gone.is_empty()) {
+                (Some(v), false) => vec![v.rows(schema, &gone)?],
+                _ => Vec::new(),
+            };
+            apply_input_guarded(compiled, input, insert, retract, ctx.clone()).await?;
+            applied.fetch_add(read, Ordering::Relaxed);
+        }
+        if let Some(Some(clock)) = clocks.get_mut(input) {
+            let before = clock.watermark;
+            let frames: Vec<(i64, usize, FrameMeta)> = commit
+                .iter()
+                .map(|(at, _, k, m)| (*at, *k, m.clone()))
+                .collect();
+            clock.advance(commit[0].0, &frames);
+            if clock.watermark != before {
+                let marks = input_watermarks(clocks);
+                compiled
+                    .advance_source_watermarks(&marks, ctx.clone())
+                    .await?;
+            }
+        }
     }
     Ok(())
+}
+
+/// Where the rows of a frame handed to [`split_behind`] come from.
+struct BandPosition {
+    input: usize,
+    partition: usize,
+    base_offset: u64,
+}
+
+/// Splits off the rows whose time in one of `columns` is behind the
+/// watermark less the allowed lateness: an interval join can no longer
+/// take them exactly, so they are late.
+fn split_behind(
+    batch: RecordBatch,
+    columns: &[usize],
+    watermark_us: i64,
+    lateness_us: i64,
+    at: BandPosition,
+    late: &mut Vec<LateRow>,
+) -> Result<RecordBatch, SluiceError> {
+    let horizon = watermark_us.saturating_sub(lateness_us);
+    let mut keep = vec![true; batch.num_rows()];
+    for &c in columns {
+        let column = arrow::compute::cast(
+            batch.column(c),
+            &DataType::Timestamp(TimeUnit::Microsecond, None),
+        )?;
+        let Some(times) = column.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
+            continue;
+        };
+        for (i, kept) in keep.iter_mut().enumerate() {
+            if *kept && times.is_valid(i) && times.value(i) < horizon {
+                *kept = false;
+                late.push(LateRow {
+                    input: at.input as u32,
+                    partition: at.partition as u32,
+                    offset: at.base_offset + i as u64,
+                    event_time_us: times.value(i),
+                    watermark_us,
+                });
+            }
+        }
+    }
+    if keep.iter().all(|k| *k) {
+        return Ok(batch);
+    }
+    Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
 }

@@ -1,0 +1,212 @@
+//! Recognizing a time band in a join's condition: `b.t BETWEEN a.t AND
+//! a.t + INTERVAL '10 seconds'`, or a pair of `>=`/`<` comparisons, between
+//! one time column of each input. Both bounds make the join an interval
+//! join (see `interval_join.rs`), whose state the watermarks bound.
+//!
+//! Each comparison is read as `right.t - left.t` against a constant; the
+//! band is the tightest lower and upper bound found for one pair of
+//! columns, inclusive (a strict `<` is still checked exactly by the join's
+//! condition; the band only decides what can still match).
+
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, LogicalPlan, Operator};
+
+/// `right.time - left.time` lies in `[lo_us, hi_us]` for every pair the
+/// condition lets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeBand {
+    pub left: Column,
+    pub right: Column,
+    pub lo_us: i64,
+    pub hi_us: i64,
+}
+
+/// The band of a join condition, when it bounds the distance between one
+/// column of each input from both sides.
+pub fn find_band(filter: &Expr, left: &DFSchema, right: &DFSchema) -> Option<TimeBand> {
+    let mut bounds: Vec<(Column, Column, Option<i64>, Option<i64>)> = Vec::new();
+    for conjunct in split_conjunction(filter) {
+        for (a, op, b) in comparisons(conjunct) {
+            let (Some((ca, oa)), Some((cb, ob))) = (time_term(a), time_term(b)) else {
+                continue;
+            };
+            // a op b  <=>  ca - cb op ob - oa
+            let k = ob.saturating_sub(oa);
+            let side = |c: &Column| (left.has_column(c), right.has_column(c));
+            let (l, r, op, k) = match (side(&ca), side(&cb)) {
+                ((true, false), (false, true)) => (ca, cb, flip(op), k.saturating_neg()),
+                ((false, true), (true, false)) => (cb, ca, op, k),
+                _ => continue,
+            };
+            // Now r - l op k.
+            let at = match bounds.iter().position(|b| b.0 == l && b.1 == r) {
+                Some(at) => at,
+                None => {
+                    bounds.push((l, r, None, None));
+                    bounds.len() - 1
+                }
+            };
+            let entry = &mut bounds[at];
+            match op {
+                Operator::Gt | Operator::GtEq => entry.2 = Some(entry.2.map_or(k, |lo| lo.max(k))),
+                Operator::Lt | Operator::LtEq => entry.3 = Some(entry.3.map_or(k, |hi| hi.min(k))),
+                _ => {}
+            }
+        }
+    }
+    bounds.into_iter().find_map(|(left, right, lo, hi)| {
+        Some(TimeBand {
+            left,
+            right,
+            lo_us: lo?,
+            hi_us: hi?,
+        })
+    })
+}
+
+/// The comparisons an expression makes: `x BETWEEN lo AND hi` is two.
+fn comparisons(e: &Expr) -> Vec<(&Expr, Operator, &Expr)> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(
+                op,
+                Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+            ) =>
+        {
+            vec![(left.as_ref(), *op, right.as_ref())]
+        }
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => vec![
+            (expr.as_ref(), Operator::GtEq, low.as_ref()),
+            (expr.as_ref(), Operator::LtEq, high.as_ref()),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// `x < y` as `y > x`.
+fn flip(op: Operator) -> Operator {
+    match op {
+        Operator::Lt => Operator::Gt,
+        Operator::LtEq => Operator::GtEq,
+        Operator::Gt => Operator::Lt,
+        Operator::GtEq => Operator::LtEq,
+        other => other,
+    }
+}
+
+/// `col`, `col + c` or `col - c` with a constant duration `c`: the column
+/// and the offset in microseconds.
+fn time_term(e: &Expr) -> Option<(Column, i64)> {
+    match e {
+        Expr::Column(c) => Some((c.clone(), 0)),
+        Expr::Cast(c) => time_term(&c.expr).filter(|_| c.field.data_type().is_temporal()),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let sign = match op {
+                Operator::Plus => 1,
+                Operator::Minus => -1,
+                _ => return None,
+            };
+            match (time_term(left), duration_us(right)) {
+                (Some((c, o)), Some(d)) => Some((c, o.saturating_add(sign * d))),
+                _ if sign == 1 => {
+                    let (c, o) = time_term(right)?;
+                    Some((c, o.saturating_add(duration_us(left)?)))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A constant interval of fixed length (no months), in microseconds.
+fn duration_us(e: &Expr) -> Option<i64> {
+    let Expr::Literal(v, _) = e else {
+        return None;
+    };
+    const DAY_US: i64 = 86_400_000_000;
+    match v {
+        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Some(i.days as i64 * DAY_US + i.nanoseconds / 1000)
+        }
+        ScalarValue::IntervalDayTime(Some(i)) => {
+            Some(i.days as i64 * DAY_US + i.milliseconds as i64 * 1000)
+        }
+        ScalarValue::DurationSecond(Some(s)) => s.checked_mul(1_000_000),
+        ScalarValue::DurationMillisecond(Some(ms)) => ms.checked_mul(1000),
+        ScalarValue::DurationMicrosecond(Some(us)) => Some(*us),
+        ScalarValue::DurationNanosecond(Some(ns)) => Some(ns / 1000),
+        _ => None,
+    }
+}
+
+/// Which source's column the output column `index` of `plan` passes on
+/// unchanged (through filters, renames and projections of plain columns):
+/// the source's name and the column's. `None` when it is computed.
+pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<(String, String)> {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let field = scan.projected_schema.fields().get(index)?;
+            Some((scan.table_name.table().to_string(), field.name().clone()))
+        }
+        LogicalPlan::Projection(p) => {
+            let Expr::Column(c) = p.expr.get(index)?.clone().unalias_nested().data else {
+                return None;
+            };
+            let at = p.input.schema().index_of_column(&c).ok()?;
+            source_column(&p.input, at)
+        }
+        LogicalPlan::SubqueryAlias(a) => source_column(&a.input, index),
+        LogicalPlan::Filter(f) => source_column(&f.input, index),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::logical_expr::{col, lit};
+
+    use super::*;
+
+    fn schema(table: &str) -> DFSchema {
+        let s = Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        ]);
+        DFSchema::try_from_qualified_schema(table, &s).unwrap()
+    }
+
+    fn seconds(n: i64) -> Expr {
+        lit(ScalarValue::new_interval_mdn(0, 0, n * 1_000_000_000))
+    }
+
+    #[test]
+    fn finds_between_and_comparison_pairs() {
+        let (a, b) = (schema("a"), schema("b"));
+        let between = col("b.t").between(col("a.t"), col("a.t") + seconds(10));
+        let band = find_band(&between, &a, &b).unwrap();
+        assert_eq!((band.lo_us, band.hi_us), (0, 10_000_000));
+        assert_eq!(band.left, Column::from_qualified_name("a.t"));
+
+        // Written from the left's side, with a strict bound.
+        let pair = col("a.t")
+            .gt_eq(col("b.t") - seconds(5))
+            .and(col("a.t").lt(col("b.t") + seconds(2)))
+            .and(col("a.k").eq(col("b.k")));
+        let band = find_band(&pair, &a, &b).unwrap();
+        assert_eq!((band.lo_us, band.hi_us), (-2_000_000, 5_000_000));
+
+        // One bound alone is no band.
+        assert_eq!(find_band(&col("b.t").gt(col("a.t")), &a, &b), None);
+        // Nor are two columns of the same input.
+        let same = col("a.t").between(col("a.t"), col("a.t") + seconds(1));
+        assert_eq!(find_band(&same, &a, &b), None);
+    }
+}

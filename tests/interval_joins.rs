@@ -1,0 +1,377 @@
+//! Interval joins: equi-joins bounded by a time band between two
+//! watermarked tables. After random out-of-order streams, with SIGKILL at
+//! random moments and restarts from checkpoints, each view equals its
+//! query run as a batch query over the rows it did not list as late; an
+//! outer join's NULL-padded rows are there exactly for the rows whose band
+//! the other table's watermark has passed (or whose key is NULL). State stays bounded by the
+//! band, and what cannot be bounded is refused.
+
+mod common;
+
+use common::{crash_runs_or, scalar, sqlstate, text_rows, Server};
+use rand::{Rng, SeedableRng};
+
+const TABLES: &str = "
+    CREATE TABLE auction (id BIGINT, seller BIGINT, at TIMESTAMP,
+        WATERMARK FOR at AS at - INTERVAL '2 seconds')
+        APPEND ONLY WITH (partitions = 2, watermark_idle_timeout = '1 hour');
+    CREATE TABLE bid (auction BIGINT, price BIGINT, at TIMESTAMP,
+        WATERMARK FOR at AS at - INTERVAL '2 seconds')
+        APPEND ONLY WITH (partitions = 2, watermark_idle_timeout = '1 hour');
+";
+
+/// A view: its name, its query, and for outer joins the band's reach
+/// (`hi` for the left side, `-lo` for the right side, in seconds): a
+/// preserved row is final once the other table's watermark is past its
+/// time plus this.
+struct Case {
+    name: &'static str,
+    query: &'static str,
+    left_reach: Option<i64>,
+    right_reach: Option<i64>,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "inner_band",
+        query: "SELECT a.id, a.seller, b.price, a.at AS a_at, b.at AS b_at FROM auction a \
+                JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+        left_reach: None,
+        right_reach: None,
+    },
+    Case {
+        name: "inner_pair",
+        query: "SELECT a.id, b.price FROM auction a, bid b \
+                WHERE a.id = b.auction AND b.at >= a.at - INTERVAL '3 seconds' \
+                AND b.at < a.at + INTERVAL '4 seconds' AND b.price > a.seller",
+        left_reach: None,
+        right_reach: None,
+    },
+    Case {
+        name: "left_band",
+        query: "SELECT a.id, a.at AS a_at, b.price FROM auction a \
+                LEFT JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+        left_reach: Some(10),
+        right_reach: None,
+    },
+    Case {
+        name: "right_band",
+        query: "SELECT a.seller, b.auction, b.price, b.at AS b_at FROM auction a \
+                RIGHT JOIN bid b ON a.id = b.auction AND a.at BETWEEN b.at - INTERVAL '5 seconds' AND b.at",
+        left_reach: None,
+        right_reach: Some(0),
+    },
+    Case {
+        name: "full_band",
+        query: "SELECT a.id, a.at AS a_at, b.auction, b.at AS b_at FROM auction a \
+                FULL JOIN bid b ON a.id = b.auction AND b.at >= a.at - INTERVAL '3 seconds' \
+                AND b.at <= a.at + INTERVAL '5 seconds'",
+        left_reach: Some(5),
+        right_reach: Some(3),
+    },
+    Case {
+        name: "agg_over_band",
+        query: "SELECT a.seller, count(*) AS n, sum(b.price) AS total FROM auction a \
+                JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds' \
+                GROUP BY a.seller",
+        left_reach: None,
+        right_reach: None,
+    },
+];
+
+type Rand = rand::rngs::StdRng;
+
+/// Event time of the stream: seconds since 2026-01-01 00:00:00.
+fn ts(seconds_ms: i64) -> String {
+    let base = 1_767_225_600_000i64;
+    format!("to_timestamp_millis({})", base + seconds_ms)
+}
+
+/// One statement of auctions and one of bids around event time `now_ms`,
+/// up to 4 seconds out of order (so that some rows are late), with keys
+/// that match often and some NULLs.
+fn writes(rng: &mut Rand, now_ms: i64) -> Vec<String> {
+    let mut auctions = Vec::new();
+    for _ in 0..rng.random_range(1..6) {
+        let at = now_ms - rng.random_range(0..4000);
+        auctions.push(format!(
+            "({}, {}, {})",
+            rng.random_range(0..12),
+            rng.random_range(0..50),
+            ts(at)
+        ));
+    }
+    let mut bids = Vec::new();
+    for _ in 0..rng.random_range(1..8) {
+        let at = now_ms - rng.random_range(0..4000);
+        let auction = match rng.random_range(0..10) {
+            0 => "NULL".to_string(),
+            _ => rng.random_range(0..14).to_string(),
+        };
+        bids.push(format!(
+            "({auction}, {}, {})",
+            rng.random_range(0..100),
+            ts(at)
+        ));
+    }
+    vec![
+        format!("INSERT INTO auction VALUES {}", auctions.join(", ")),
+        format!("INSERT INTO bid VALUES {}", bids.join(", ")),
+    ]
+}
+
+/// A table's rows that view `view` did not list as late, as a derived
+/// table of the same name.
+fn accepted(table: &str, view: &str) -> String {
+    let columns = match table {
+        "auction" => "t.id, t.seller, t.at",
+        _ => "t.auction, t.price, t.at",
+    };
+    format!(
+        "(SELECT {columns} FROM {table} t LEFT JOIN \
+         (SELECT \"partition\", \"offset\" FROM sluice_catalog.late_rows \
+          WHERE view_name = '{view}' AND table_name = '{table}') l \
+         ON t._partition = l.\"partition\" AND t._offset = l.\"offset\" WHERE l.\"offset\" IS NULL)"
+    )
+}
+
+/// A table's watermark as its rows make it: the least over partitions of
+/// the largest event time, less the 2-second delay.
+async fn watermark(c: &tokio_postgres::Client, table: &str) -> String {
+    let rows = text_rows(
+        c,
+        &format!(
+            "SELECT CAST(min(m) - INTERVAL '2 seconds' AS TEXT) FROM \
+             (SELECT _partition, max(at) AS m FROM {table} GROUP BY _partition)"
+        ),
+    )
+    .await;
+    rows[0].clone()
+}
+
+fn sorted(mut rows: Vec<String>) -> Vec<String> {
+    rows.sort();
+    rows
+}
+
+/// Every view equals its batch query over its accepted rows; outer rows
+/// padded with NULLs only where their band is closed.
+async fn check_views(c: &tokio_postgres::Client, when: &str) {
+    c.batch_execute("FLUSH").await.unwrap();
+    let (wm_auction, wm_bid) = (watermark(c, "auction").await, watermark(c, "bid").await);
+    let mut sizes = Vec::new();
+    for case in CASES {
+        let mut batch = case
+            .query
+            .replacen(
+                "FROM auction a",
+                &format!("FROM {} a", accepted("auction", case.name)),
+                1,
+            )
+            .replacen(" bid b", &format!(" {} b", accepted("bid", case.name)), 1);
+        // Outer rows appear once final: the other side's watermark passed
+        // the row's band, or its key is NULL (it can never match).
+        let mut closed = Vec::new();
+        if let Some(reach) = case.left_reach {
+            closed.push(format!(
+                "b.auction IS NOT NULL OR a.id IS NULL OR a.at + INTERVAL '{reach} seconds' < TIMESTAMP '{wm_bid}'"
+            ));
+        }
+        if let Some(reach) = case.right_reach {
+            closed.push(format!(
+                "a.id IS NOT NULL OR b.auction IS NULL OR b.at + INTERVAL '{reach} seconds' < TIMESTAMP '{wm_auction}'"
+            ));
+        }
+        if !closed.is_empty() {
+            let conditions = closed
+                .iter()
+                .map(|c| format!("({c})"))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            batch = format!("{batch} WHERE {conditions}");
+        }
+        let view = sorted(text_rows(c, &format!("SELECT * FROM {}", case.name)).await);
+        let expected = sorted(text_rows(c, &batch).await);
+        assert_eq!(view, expected, "{} {when}\nbatch: {batch}", case.name);
+        sizes.push(format!("{}={}", case.name, view.len()));
+    }
+    let late = scalar(c, "SELECT count(*) FROM sluice_catalog.late_rows").await;
+    eprintln!("{when}: {} late={late}", sizes.join(" "));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interval_joins_equal_batch_queries_through_late_rows_and_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    let seed = std::env::var("SLUICE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(21);
+    let mut rng = Rand::seed_from_u64(seed);
+    let mut now_ms = 0i64;
+    // Some rows before the views: they backfill.
+    for _ in 0..10 {
+        now_ms += rng.random_range(0..1500);
+        for w in writes(&mut rng, now_ms) {
+            c.batch_execute(&w).await.unwrap();
+        }
+    }
+    for case in CASES {
+        c.batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW {} AS {}",
+            case.name, case.query
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    }
+    check_views(&c, "after backfill").await;
+    for round in 0..3 {
+        for _ in 0..15 {
+            now_ms += rng.random_range(0..1500);
+            for w in writes(&mut rng, now_ms) {
+                c.batch_execute(&w).await.unwrap();
+            }
+        }
+        check_views(&c, &format!("after round {round}")).await;
+    }
+    let late = scalar(&c, "SELECT count(*) FROM sluice_catalog.late_rows").await;
+    assert!(late > 0, "the stream should have late rows");
+    drop(c);
+
+    // SIGKILL while the views are still applying what was just written.
+    for kill in 0..crash_runs_or(3) {
+        let c = server.connect().await;
+        for _ in 0..rng.random_range(3..20) {
+            now_ms += rng.random_range(0..1500);
+            for w in writes(&mut rng, now_ms) {
+                c.batch_execute(&w).await.unwrap();
+            }
+        }
+        drop(c);
+        tokio::time::sleep(std::time::Duration::from_millis(rng.random_range(0..400))).await;
+        server.kill9();
+        server.restart();
+        let c = server.connect().await;
+        check_views(&c, &format!("after kill {kill}")).await;
+    }
+}
+
+/// An interval join over 1,000,000 events (two tables, 1,000 rows per
+/// second of event time each, one statement per second) with a 10-second
+/// band keeps about the rows of one band: never more than twice one
+/// table's rows per 10 seconds plus a small constant, sampled while it
+/// runs and read from `sluice_catalog.view_operators`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_joins_state_stays_within_its_band() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE a (id BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+         CREATE TABLE b (ref BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+         CREATE MATERIALIZED VIEW matched AS SELECT count(*) AS n FROM a
+             JOIN b ON a.id = b.ref AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds';",
+    )
+    .await
+    .unwrap();
+    let state = "SELECT state_rows FROM sluice_catalog.view_operators \
+                 WHERE view_name = 'matched' AND kind = 'interval join'";
+    let events: i64 = std::env::var("SLUICE_BAND_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let seconds = events / 2000;
+    let base = 1_767_225_600_000_000i64;
+    let mut peak = 0;
+    for s in 0..seconds {
+        let (from, to) = (s * 1000, s * 1000 + 999);
+        // Row g of b refers to row g - 3000 of a, 3 seconds earlier.
+        c.batch_execute(&format!(
+            "INSERT INTO a SELECT g, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);
+             INSERT INTO b SELECT g - 3000, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);"
+        ))
+        .await
+        .unwrap();
+        if s % 25 == 0 {
+            peak = peak.max(scalar(&c, state).await);
+        }
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    peak = peak.max(scalar(&c, state).await);
+    let matched = scalar(&c, "SELECT n FROM matched").await;
+    // Every row of b but the first 3,000 has its row of a, 3 s earlier.
+    assert_eq!(matched, seconds * 1000 - 3000);
+    let per_band = 10 * 1000;
+    eprintln!("{events} events: state peak {peak} rows (one table's rows per 10 s: {per_band})");
+    assert!(
+        peak <= 2 * per_band + 2000,
+        "state peaked at {peak} rows, more than the band holds"
+    );
+    let late = scalar(
+        &c,
+        "SELECT late_rows FROM sluice_catalog.views WHERE view_name = 'matched'",
+    )
+    .await;
+    assert_eq!(late, 0);
+}
+
+/// What an interval join cannot bound or keep exact is refused with
+/// 0A000, saying what to change.
+#[tokio::test]
+async fn interval_joins_that_cannot_be_bounded_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    c.batch_execute(
+        "CREATE TABLE plain (id BIGINT, at TIMESTAMP) APPEND ONLY;
+         CREATE TABLE keyed (id BIGINT PRIMARY KEY, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second');",
+    )
+    .await
+    .unwrap();
+    for (query, says) in [
+        (
+            "SELECT a.id FROM auction a JOIN plain p ON a.id = p.id \
+             AND p.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+            "needs a watermark on plain.at",
+        ),
+        (
+            "SELECT a.id FROM auction a JOIN keyed k ON a.id = k.id \
+             AND k.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+            "needs a watermark on keyed.at",
+        ),
+        (
+            "SELECT a.id FROM auction a JOIN (SELECT auction, at + INTERVAL '1 second' AS at FROM bid) b \
+             ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+            "passed through unchanged",
+        ),
+        (
+            "SELECT a.id FROM auction a FULL JOIN plain p ON a.id = p.id",
+            "only as an interval join",
+        ),
+    ] {
+        let e = c
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {query}"))
+            .await
+            .expect_err(query);
+        assert_eq!(sqlstate(&e), "0A000", "{query}: {e}");
+        let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+        assert!(message.contains(says), "{query}: {message}");
+    }
+    // EXPLAIN says what the interval join keeps.
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW explained AS SELECT a.id FROM auction a JOIN bid b \
+         ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+    )
+    .await
+    .unwrap();
+    let plan = text_rows(&c, "EXPLAIN MATERIALIZED VIEW explained")
+        .await
+        .join("\n");
+    assert!(
+        plan.contains("interval join") && plan.contains("until the other input's watermark passes"),
+        "{plan}"
+    );
+}
