@@ -1,10 +1,12 @@
-//! Interval joins: equi-joins bounded by a time band between two
-//! watermarked tables. After random out-of-order streams, with SIGKILL at
-//! random moments and restarts from checkpoints, each view equals its
-//! query run as a batch query over the rows it did not list as late; an
-//! outer join's NULL-padded rows are there exactly for the rows whose band
-//! the other table's watermark has passed (or whose key is NULL). State stays bounded by the
-//! band, and what cannot be bounded is refused.
+//! Time-bounded joins: interval joins (equi-joins bounded by a time band
+//! between two watermarked tables) and window joins (two TUMBLEs of one
+//! size joined on their windows). After random out-of-order streams, with
+//! SIGKILL at random moments and restarts from checkpoints, each view
+//! equals its query run as a batch query over the rows it did not list as
+//! late; an outer join's NULL-padded rows are there exactly for the rows
+//! whose band or window the other table's watermark has closed (or whose
+//! key is NULL). State stays bounded by the band or the open windows, and
+//! what cannot be bounded is refused.
 
 mod common;
 
@@ -20,64 +22,146 @@ const TABLES: &str = "
         APPEND ONLY WITH (partitions = 2, watermark_idle_timeout = '1 hour');
 ";
 
-/// A view: its name, its query, and for outer joins the band's reach
-/// (`hi` for the left side, `-lo` for the right side, in seconds): a
-/// preserved row is final once the other table's watermark is past its
-/// time plus this.
+/// A view: its name and its query over `{auction}` and `{bid}` (the tables,
+/// or their TUMBLEs of `window` for a window join), and for outer joins
+/// when a preserved row is final: a condition on it against `{wm}`, the
+/// other table's watermark.
 struct Case {
     name: &'static str,
     query: &'static str,
-    left_reach: Option<i64>,
-    right_reach: Option<i64>,
+    window: Option<&'static str>,
+    left_final: Option<&'static str>,
+    right_final: Option<&'static str>,
 }
 
 const CASES: &[Case] = &[
     Case {
         name: "inner_band",
-        query: "SELECT a.id, a.seller, b.price, a.at AS a_at, b.at AS b_at FROM auction a \
-                JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
-        left_reach: None,
-        right_reach: None,
+        query: "SELECT a.id, a.seller, b.price, a.at AS a_at, b.at AS b_at FROM {auction} a \
+                JOIN {bid} b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+        window: None,
+        left_final: None,
+        right_final: None,
     },
     Case {
         name: "inner_pair",
-        query: "SELECT a.id, b.price FROM auction a, bid b \
+        query: "SELECT a.id, b.price FROM {auction} a, {bid} b \
                 WHERE a.id = b.auction AND b.at >= a.at - INTERVAL '3 seconds' \
                 AND b.at < a.at + INTERVAL '4 seconds' AND b.price > a.seller",
-        left_reach: None,
-        right_reach: None,
+        window: None,
+        left_final: None,
+        right_final: None,
     },
     Case {
         name: "left_band",
-        query: "SELECT a.id, a.at AS a_at, b.price FROM auction a \
-                LEFT JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
-        left_reach: Some(10),
-        right_reach: None,
+        query: "SELECT a.id, a.at AS a_at, b.price FROM {auction} a \
+                LEFT JOIN {bid} b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+        window: None,
+        left_final: Some("a.at + INTERVAL '10 seconds' < {wm}"),
+        right_final: None,
     },
     Case {
         name: "right_band",
-        query: "SELECT a.seller, b.auction, b.price, b.at AS b_at FROM auction a \
-                RIGHT JOIN bid b ON a.id = b.auction AND a.at BETWEEN b.at - INTERVAL '5 seconds' AND b.at",
-        left_reach: None,
-        right_reach: Some(0),
+        query: "SELECT a.seller, b.auction, b.price, b.at AS b_at FROM {auction} a \
+                RIGHT JOIN {bid} b ON a.id = b.auction AND a.at BETWEEN b.at - INTERVAL '5 seconds' AND b.at",
+        window: None,
+        left_final: None,
+        right_final: Some("b.at < {wm}"),
     },
     Case {
         name: "full_band",
-        query: "SELECT a.id, a.at AS a_at, b.auction, b.at AS b_at FROM auction a \
-                FULL JOIN bid b ON a.id = b.auction AND b.at >= a.at - INTERVAL '3 seconds' \
+        query: "SELECT a.id, a.at AS a_at, b.auction, b.at AS b_at FROM {auction} a \
+                FULL JOIN {bid} b ON a.id = b.auction AND b.at >= a.at - INTERVAL '3 seconds' \
                 AND b.at <= a.at + INTERVAL '5 seconds'",
-        left_reach: Some(5),
-        right_reach: Some(3),
+        window: None,
+        left_final: Some("a.at + INTERVAL '5 seconds' < {wm}"),
+        right_final: Some("b.at + INTERVAL '3 seconds' < {wm}"),
     },
     Case {
         name: "agg_over_band",
-        query: "SELECT a.seller, count(*) AS n, sum(b.price) AS total FROM auction a \
-                JOIN bid b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds' \
+        query: "SELECT a.seller, count(*) AS n, sum(b.price) AS total FROM {auction} a \
+                JOIN {bid} b ON a.id = b.auction AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds' \
                 GROUP BY a.seller",
-        left_reach: None,
-        right_reach: None,
+        window: None,
+        left_final: None,
+        right_final: None,
+    },
+    Case {
+        name: "inner_window",
+        query: "SELECT a.id, a.seller, b.price, a.window_start, b.window_end, b.at AS b_at FROM {auction} a \
+                JOIN {bid} b ON a.id = b.auction AND a.window_start = b.window_start \
+                AND a.window_end = b.window_end",
+        window: Some("5 seconds"),
+        left_final: None,
+        right_final: None,
+    },
+    Case {
+        name: "left_window",
+        query: "SELECT a.id, a.window_start, a.at AS a_at, b.price FROM {auction} a \
+                LEFT JOIN {bid} b ON a.window_start = b.window_start AND a.id = b.auction",
+        window: Some("5 seconds"),
+        left_final: Some("a.window_end <= {wm}"),
+        right_final: None,
+    },
+    Case {
+        name: "right_window",
+        query: "SELECT a.seller, b.auction, b.price, b.window_start FROM {auction} a \
+                RIGHT JOIN {bid} b ON a.id = b.auction AND a.window_start = b.window_start \
+                AND a.window_end = b.window_end AND b.price > a.seller",
+        window: Some("5 seconds"),
+        left_final: None,
+        right_final: Some("b.window_end <= {wm}"),
+    },
+    Case {
+        name: "full_window",
+        query: "SELECT a.id, a.window_start AS a_window, b.auction, b.window_start AS b_window \
+                FROM {auction} a FULL JOIN {bid} b \
+                ON a.id = b.auction AND a.window_start = b.window_start AND a.window_end = b.window_end",
+        window: Some("5 seconds"),
+        left_final: Some("a.window_end <= {wm}"),
+        right_final: Some("b.window_end <= {wm}"),
+    },
+    Case {
+        name: "agg_over_window",
+        query: "SELECT a.window_start, a.seller, count(*) AS n, max(b.price) AS top FROM {auction} a \
+                JOIN {bid} b ON a.id = b.auction AND a.window_start = b.window_start \
+                AND a.window_end = b.window_end GROUP BY a.window_start, a.seller",
+        window: Some("5 seconds"),
+        left_final: None,
+        right_final: None,
     },
 ];
+
+impl Case {
+    /// The view's query: the tables, or their TUMBLEs.
+    fn view_query(&self) -> String {
+        let input = |table: &str| match self.window {
+            Some(size) => format!("TUMBLE({table}, at, INTERVAL '{size}')"),
+            None => table.to_string(),
+        };
+        self.query
+            .replace("{auction}", &input("auction"))
+            .replace("{bid}", &input("bid"))
+    }
+
+    /// The same query as a batch query over the rows the view accepted,
+    /// windowed as TUMBLE windows them.
+    fn batch_query(&self) -> String {
+        let input = |table: &str| {
+            let rows = accepted(table, self.name);
+            match self.window {
+                Some(size) => format!(
+                    "(SELECT *, date_bin(INTERVAL '{size}', at) AS window_start, \
+                     date_bin(INTERVAL '{size}', at) + INTERVAL '{size}' AS window_end FROM {rows} w)"
+                ),
+                None => rows,
+            }
+        };
+        self.query
+            .replace("{auction}", &input("auction"))
+            .replace("{bid}", &input("bid"))
+    }
+}
 
 type Rand = rand::rngs::StdRng;
 
@@ -155,32 +239,23 @@ fn sorted(mut rows: Vec<String>) -> Vec<String> {
 }
 
 /// Every view equals its batch query over its accepted rows; outer rows
-/// padded with NULLs only where their band is closed.
+/// padded with NULLs only where their band or window is closed.
 async fn check_views(c: &tokio_postgres::Client, when: &str) {
     c.batch_execute("FLUSH").await.unwrap();
     let (wm_auction, wm_bid) = (watermark(c, "auction").await, watermark(c, "bid").await);
     let mut sizes = Vec::new();
     for case in CASES {
-        let mut batch = case
-            .query
-            .replacen(
-                "FROM auction a",
-                &format!("FROM {} a", accepted("auction", case.name)),
-                1,
-            )
-            .replacen(" bid b", &format!(" {} b", accepted("bid", case.name)), 1);
-        // Outer rows appear once final: the other side's watermark passed
-        // the row's band, or its key is NULL (it can never match).
+        let mut batch = case.batch_query();
+        // Outer rows appear once final: the other side's watermark closed
+        // the row's band or window, or its key is NULL (it can never match).
         let mut closed = Vec::new();
-        if let Some(reach) = case.left_reach {
-            closed.push(format!(
-                "b.auction IS NOT NULL OR a.id IS NULL OR a.at + INTERVAL '{reach} seconds' < TIMESTAMP '{wm_bid}'"
-            ));
+        if let Some(done) = case.left_final {
+            let done = done.replace("{wm}", &format!("TIMESTAMP '{wm_bid}'"));
+            closed.push(format!("b.auction IS NOT NULL OR a.id IS NULL OR {done}"));
         }
-        if let Some(reach) = case.right_reach {
-            closed.push(format!(
-                "a.id IS NOT NULL OR b.auction IS NULL OR b.at + INTERVAL '{reach} seconds' < TIMESTAMP '{wm_auction}'"
-            ));
+        if let Some(done) = case.right_final {
+            let done = done.replace("{wm}", &format!("TIMESTAMP '{wm_auction}'"));
+            closed.push(format!("a.id IS NOT NULL OR b.auction IS NULL OR {done}"));
         }
         if !closed.is_empty() {
             let conditions = closed
@@ -200,7 +275,7 @@ async fn check_views(c: &tokio_postgres::Client, when: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interval_joins_equal_batch_queries_through_late_rows_and_sigkill() {
+async fn time_bounded_joins_equal_batch_queries_through_late_rows_and_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
     let c = server.connect().await;
@@ -221,7 +296,8 @@ async fn interval_joins_equal_batch_queries_through_late_rows_and_sigkill() {
     for case in CASES {
         c.batch_execute(&format!(
             "CREATE MATERIALIZED VIEW {} AS {}",
-            case.name, case.query
+            case.name,
+            case.view_query()
         ))
         .await
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -351,6 +427,24 @@ async fn interval_joins_that_cannot_be_bounded_are_refused() {
             "SELECT a.id FROM auction a FULL JOIN plain p ON a.id = p.id",
             "only as an interval join",
         ),
+        (
+            "SELECT a.id FROM TUMBLE(auction, at, INTERVAL '5 seconds') a \
+             JOIN TUMBLE(bid, at, INTERVAL '10 seconds') b \
+             ON a.id = b.auction AND a.window_start = b.window_start",
+            "windows of one size",
+        ),
+        (
+            "SELECT a.id FROM TUMBLE(auction, at, INTERVAL '5 seconds') a \
+             LEFT JOIN TUMBLE(keyed, at, INTERVAL '5 seconds') k \
+             ON a.id = k.id AND a.window_start = k.window_start",
+            "needs a watermark on keyed.at",
+        ),
+        (
+            "SELECT a.id FROM TUMBLE(auction, at, INTERVAL '5 seconds') a \
+             JOIN TUMBLE(plain, at, INTERVAL '5 seconds') p \
+             ON a.id = p.id AND a.window_start = p.window_start",
+            "needs a watermark on plain.at",
+        ),
     ] {
         let e = c
             .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {query}"))
@@ -374,4 +468,82 @@ async fn interval_joins_that_cannot_be_bounded_are_refused() {
         plan.contains("interval join") && plan.contains("until the other input's watermark passes"),
         "{plan}"
     );
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW windowed AS SELECT a.id FROM TUMBLE(auction, at, INTERVAL '5 seconds') a \
+         JOIN TUMBLE(bid, at, INTERVAL '5 seconds') b ON a.id = b.auction AND a.window_start = b.window_start",
+    )
+    .await
+    .unwrap();
+    let plan = text_rows(&c, "EXPLAIN MATERIALIZED VIEW windowed")
+        .await
+        .join("\n");
+    assert!(
+        plan.contains("window join") && plan.contains("until the other input closes their window"),
+        "{plan}"
+    );
+}
+
+/// A window join over a steady stream (two tables, 1,000 rows per second
+/// of event time each, 5-second windows, a 1-second watermark delay)
+/// keeps only the rows of open windows: per table at most the window it
+/// is in, the one the delay still holds open and one statement's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_joins_state_is_its_open_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE a (id BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+         CREATE TABLE b (ref BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+         CREATE MATERIALIZED VIEW per_window AS SELECT a.window_start, count(*) AS n
+             FROM TUMBLE(a, at, INTERVAL '5 seconds') a
+             JOIN TUMBLE(b, at, INTERVAL '5 seconds') b
+             ON a.id = b.ref AND a.window_start = b.window_start AND a.window_end = b.window_end
+             GROUP BY a.window_start;",
+    )
+    .await
+    .unwrap();
+    let state = "SELECT state_rows FROM sluice_catalog.view_operators \
+                 WHERE view_name = 'per_window' AND kind = 'window join'";
+    let events: i64 = std::env::var("SLUICE_BAND_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let seconds = events / 2000;
+    let base = 1_767_225_600_000_000i64;
+    let mut peak = 0;
+    for s in 0..seconds {
+        let (from, to) = (s * 1000, s * 1000 + 999);
+        // Row g of b refers to row g - 500 of a, half a second earlier:
+        // the same window but for the first 500 rows of each window.
+        c.batch_execute(&format!(
+            "INSERT INTO a SELECT g, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);
+             INSERT INTO b SELECT g - 500, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);"
+        ))
+        .await
+        .unwrap();
+        if s % 5 == 0 {
+            peak = peak.max(scalar(&c, state).await);
+        }
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    peak = peak.max(scalar(&c, state).await);
+    // Each window of 5,000 rows of b matches all but its first 500.
+    let windows = seconds / 5;
+    let matched = scalar(&c, "SELECT sum(n)::BIGINT FROM per_window").await;
+    assert_eq!(matched, windows * 4500);
+    let per_window = 5 * 1000;
+    let bound = 2 * (per_window + 1000 + 1000) + 2000;
+    eprintln!("{events} events: state peak {peak} rows (bound {bound})");
+    assert!(peak > 0, "the join never held a row");
+    assert!(
+        peak <= bound,
+        "state peaked at {peak} rows, more than the open windows hold"
+    );
+    let late = scalar(
+        &c,
+        "SELECT late_rows FROM sluice_catalog.views WHERE view_name = 'per_window'",
+    )
+    .await;
+    assert_eq!(late, 0);
 }

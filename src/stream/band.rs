@@ -146,21 +146,53 @@ fn duration_us(e: &Expr) -> Option<i64> {
     }
 }
 
+/// What an input's output column is, traced back to a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedColumn {
+    /// The source (a table or view) and its column.
+    pub source: String,
+    pub column: String,
+    /// `Some(size)` when the output is `date_bin(size, column)`, the
+    /// `window_start` of a TUMBLE of that size; `None` when it is the
+    /// column unchanged.
+    pub window_us: Option<i64>,
+}
+
 /// Which source's column the output column `index` of `plan` passes on
-/// unchanged (through filters, renames and projections of plain columns):
-/// the source's name and the column's. `None` when it is computed.
-pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<(String, String)> {
+/// unchanged (through filters, renames and projections of plain columns),
+/// or bins as a TUMBLE's `window_start`. `None` when it is computed
+/// otherwise.
+pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<TracedColumn> {
     match plan {
         LogicalPlan::TableScan(scan) => {
             let field = scan.projected_schema.fields().get(index)?;
-            Some((scan.table_name.table().to_string(), field.name().clone()))
+            Some(TracedColumn {
+                source: scan.table_name.table().to_string(),
+                column: field.name().clone(),
+                window_us: None,
+            })
         }
         LogicalPlan::Projection(p) => {
-            let Expr::Column(c) = p.expr.get(index)?.clone().unalias_nested().data else {
-                return None;
+            let e = p.expr.get(index)?.clone().unalias_nested().data;
+            let traced = |c: &Column| {
+                let at = p.input.schema().index_of_column(c).ok()?;
+                source_column(&p.input, at)
             };
-            let at = p.input.schema().index_of_column(&c).ok()?;
-            source_column(&p.input, at)
+            match &e {
+                Expr::Column(c) => traced(c),
+                Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
+                    let [stride, Expr::Column(c)] = f.args.as_slice() else {
+                        return None;
+                    };
+                    let size = duration_us(stride).filter(|s| *s > 0)?;
+                    let inner = traced(c).filter(|t| t.window_us.is_none())?;
+                    Some(TracedColumn {
+                        window_us: Some(size),
+                        ..inner
+                    })
+                }
+                _ => None,
+            }
         }
         LogicalPlan::SubqueryAlias(a) => source_column(&a.input, index),
         LogicalPlan::Filter(f) => source_column(&f.input, index),

@@ -23,9 +23,10 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchemaRef, JoinType};
+use datafusion::common::{Column, DFSchemaRef, JoinType};
 use datafusion::execution::context::{QueryPlanner, SessionState};
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{collect, ExecutionPlan};
@@ -38,6 +39,8 @@ use super::delta::{delta_exec, DeltaSlot};
 use super::interval_join::{BandSide, IntervalJoinOperator};
 use super::join::{JoinOperator, JoinSide};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use super::pipeline::nullable;
+use super::top_n::{TopNOperator, TopNSpec};
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 
@@ -194,9 +197,16 @@ pub struct JoinGraph {
     source_times: Vec<Option<String>>,
     /// The view's allowed lateness.
     lateness_us: i64,
-    /// The sources and columns of interval joins' bands: rows behind the
-    /// watermark there are late.
-    bands: Vec<(usize, String)>,
+    /// The sources and columns of interval and window joins' bands (with
+    /// the window size of a window join): rows behind the watermark there
+    /// are late.
+    bands: Vec<(usize, String, Option<i64>)>,
+    /// Whether each source may take rows back (a keyed table, a view whose
+    /// rows change in place).
+    source_retracts: Vec<bool>,
+    /// The bounds filters put on `ROW_NUMBER()` outputs, by the window
+    /// function's output name: how many rows each Top-N gives.
+    row_number_limits: Vec<(String, usize)>,
 }
 
 impl JoinGraph {
@@ -208,7 +218,15 @@ impl JoinGraph {
             source_times: Vec::new(),
             lateness_us: 0,
             bands: Vec::new(),
+            source_retracts: Vec::new(),
+            row_number_limits: Vec::new(),
         }
+    }
+
+    /// Which sources may take rows back: what a Top-N must keep.
+    pub fn with_retracting_sources(mut self, retracts: Vec<bool>) -> JoinGraph {
+        self.source_retracts = retracts;
+        self
     }
 
     /// Each source's watermarked time column (see `source_times`), and
@@ -225,7 +243,7 @@ impl JoinGraph {
 
     /// The sources and time columns whose late rows interval joins must
     /// not see.
-    pub fn bands(&self) -> &[(usize, String)] {
+    pub fn bands(&self) -> &[(usize, String, Option<i64>)] {
         &self.bands
     }
 
@@ -253,6 +271,8 @@ impl JoinGraph {
                 "interval join" => {
                     "keeps each input's rows until the other input's watermark passes their band"
                 }
+                "window join" => "keeps each input's rows until the other input closes their window",
+                "top-n" => "keeps each group's rows in order (only the first N where no input takes rows back)",
                 _ => "keeps its groups; emits the changed groups' rows",
             };
             lines.push(format!(
@@ -286,7 +306,16 @@ impl JoinGraph {
                 LogicalPlan::Aggregate(aggregate) if under_join => {
                     return self.lift_aggregate(aggregate, state).await;
                 }
+                LogicalPlan::Window(window) => return self.lift_row_number(window, state).await,
+                LogicalPlan::Limit(limit) => return self.lift_limit(limit, state).await,
+                LogicalPlan::Sort(sort) if sort.fetch.is_some() => {
+                    let limit = sort.fetch.unwrap_or_default();
+                    return self.lift_top_n(sort, limit, state).await;
+                }
                 plan => {
+                    if let LogicalPlan::Filter(filter) = &plan {
+                        self.note_row_number_limits(filter);
+                    }
                     let inputs = plan.inputs().into_iter().cloned().collect::<Vec<_>>();
                     if inputs.is_empty() {
                         return Ok(plan);
@@ -315,7 +344,13 @@ impl JoinGraph {
                             .is_ok_and(|(_, f)| f.data_type().is_temporal())
                     })
                 });
-            check_join(&join, band.is_some())?;
+            let window = self.window_pair(&join, &left, &right)?;
+            let bound = match (band, window) {
+                (Some(b), _) => Some((b.left, b.right, (b.lo_us, b.hi_us), None)),
+                (None, Some((l, r, size))) => Some((l, r, (0, 0), Some(size))),
+                (None, None) => None,
+            };
+            check_join(&join, bound.is_some())?;
             let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
             let (mut left_input, left_schema, left_keys) =
                 self.side(&left, &left_keys, state).await?;
@@ -339,26 +374,32 @@ impl JoinGraph {
                     .unwrap_or_default()
             );
             let schema = Arc::new(join.schema.as_arrow().clone());
-            if let Some(band) = band {
-                let (left_source, left_time) = self.band_time(&left, &band.left)?;
-                let (right_source, right_time) = self.band_time(&right, &band.right)?;
+            if let Some((left_time, right_time, band, window)) = bound {
+                let (left_source, left_time) = self.band_time(&left, &left_time)?;
+                let (right_source, right_time) = self.band_time(&right, &right_time)?;
                 left_input.watermark = Some(left_source);
                 right_input.watermark = Some(right_source);
-                let operator = IntervalJoinOperator::new(
+                let mut operator = IntervalJoinOperator::new(
                     join.join_type,
                     BandSide::new(left_schema, left_keys, left_time.1)?,
                     BandSide::new(right_schema, right_keys, right_time.1)?,
-                    (band.lo_us, band.hi_us),
+                    band,
                     filter,
                     self.lateness_us,
                     schema,
                     description,
                 )?;
-                self.bands.push((left_source, left_time.0));
-                self.bands.push((right_source, right_time.0));
+                if let Some(size) = window {
+                    operator = operator.windowed(size);
+                }
+                self.bands.push((left_source, left_time.0, window));
+                self.bands.push((right_source, right_time.0, window));
                 return Ok(self.push_stage(
                     Box::new(operator),
-                    "interval join",
+                    match window {
+                        Some(_) => "window join",
+                        None => "interval join",
+                    },
                     vec![left_input, right_input],
                     false,
                     join.schema.clone(),
@@ -382,24 +423,55 @@ impl JoinGraph {
         })
     }
 
-    /// The source and column a band's time `column` of input `plan` is:
-    /// it must be an append-only table's WATERMARK column, so that the
-    /// watermark bounds what can still match. Returns the source, and the
-    /// column's name in the source and index in the input.
+    /// A window join's pair of keys: an equality of the `window_start`s
+    /// of two TUMBLEs (over each input's source), and their size.
+    /// Refuses two windows of different sizes.
+    fn window_pair(
+        &self,
+        join: &datafusion::logical_expr::Join,
+        left: &LogicalPlan,
+        right: &LogicalPlan,
+    ) -> Result<Option<(Column, Column, i64)>, SluiceError> {
+        let window = |plan: &LogicalPlan, e: &Expr| {
+            let Expr::Column(c) = e else { return None };
+            let index = plan.schema().index_of_column(c).ok()?;
+            let size = source_column(plan, index)?.window_us?;
+            Some((c.clone(), size))
+        };
+        for (l, r) in &join.on {
+            let (Some((lc, ls)), Some((rc, rs))) = (window(left, l), window(right, r)) else {
+                continue;
+            };
+            if ls != rs {
+                return Err(SluiceError::Unsupported(format!(
+                    "a window join needs windows of one size on both inputs: {lc} is a window of {} and {rc} one of {}; a row could otherwise match rows of windows that never close together",
+                    show_duration(ls),
+                    show_duration(rs)
+                )));
+            }
+            return Ok(Some((lc, rc, ls)));
+        }
+        Ok(None)
+    }
+
+    /// The source and column a band's time `column` of input `plan` is
+    /// (or, for a window join, bins): it must be an append-only table's
+    /// WATERMARK column, so that the watermark bounds what can still
+    /// match. Returns the source, and the column's name in the source and
+    /// index in the input.
     fn band_time(
         &self,
         plan: &LogicalPlan,
-        column: &datafusion::common::Column,
+        column: &Column,
     ) -> Result<(usize, (String, usize)), SluiceError> {
         let index = plan.schema().index_of_column(column)?;
-        let traced = source_column(plan, index).and_then(|(table, name)| {
-            let source = self.source_names.iter().position(|s| *s == table)?;
-            Some((source, name))
+        let traced = source_column(plan, index).and_then(|t| {
+            let source = self.source_names.iter().position(|s| *s == t.source)?;
+            Some((source, t.column))
         });
         let refuse = |why: String| {
             Err(SluiceError::Unsupported(format!(
-                "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match (declare WATERMARK FOR {} AS {} - INTERVAL '...' in CREATE TABLE)",
-                column.name, column.name
+                "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match (declare WATERMARK FOR <column> AS <column> - INTERVAL '...' in CREATE TABLE)"
             )))
         };
         let Some((source, name)) = traced else {
@@ -449,6 +521,212 @@ impl JoinGraph {
             true,
             aggregate.schema.clone(),
         ))
+    }
+
+    /// Remembers the bounds a filter puts on a `ROW_NUMBER()` below it
+    /// (`rn <= 3`, `rn < 4`, `rn = 1`): the Top-N of that window function.
+    fn note_row_number_limits(&mut self, filter: &datafusion::logical_expr::Filter) {
+        use datafusion::logical_expr::{BinaryExpr, Operator as Op};
+        for conjunct in split_conjunction(&filter.predicate) {
+            let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else {
+                continue;
+            };
+            let (column, op, bound) = match (left.as_ref(), right.as_ref()) {
+                (Expr::Column(c), other) => (c, *op, other),
+                (other, Expr::Column(c)) => match op.swap() {
+                    Some(op) => (c, op, other),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let Some(bound) = integer_literal(bound) else {
+                continue;
+            };
+            let limit = match op {
+                Op::LtEq | Op::Eq => bound,
+                Op::Lt => bound - 1,
+                _ => continue,
+            };
+            let Ok(index) = filter.input.schema().index_of_column(column) else {
+                continue;
+            };
+            if let Some(name) = window_output(&filter.input, index) {
+                let limit = limit.max(0) as usize;
+                match self.row_number_limits.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, l)) => *l = (*l).min(limit),
+                    None => self.row_number_limits.push((name, limit)),
+                }
+            }
+        }
+    }
+
+    /// `ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..)` that a filter
+    /// above bounds: a Top-N stage whose rows come out numbered.
+    async fn lift_row_number(
+        &mut self,
+        window: datafusion::logical_expr::Window,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let refuse = || {
+            Err(SluiceError::Unsupported(
+                "window functions in a materialized view are supported only as a Top-N: \
+                 ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn in a subquery, \
+                 filtered by rn <= N outside it"
+                    .into(),
+            ))
+        };
+        let [expr] = window.window_expr.as_slice() else {
+            return refuse();
+        };
+        let Expr::WindowFunction(f) = expr.clone().unalias_nested().data else {
+            return refuse();
+        };
+        let is_row_number = matches!(&f.fun,
+            datafusion::logical_expr::WindowFunctionDefinition::WindowUDF(u) if u.name() == "row_number");
+        if !is_row_number || !f.params.args.is_empty() || f.params.filter.is_some() {
+            return refuse();
+        }
+        let name = window
+            .schema
+            .field(window.input.schema().fields().len())
+            .name()
+            .clone();
+        let Some(limit) = self
+            .row_number_limits
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, l)| *l)
+        else {
+            return refuse();
+        };
+        let input = self
+            .lift_joins(window.input.as_ref().clone(), state, true)
+            .await?;
+        let partition_by = f
+            .params
+            .partition_by
+            .iter()
+            .map(|e| state.create_physical_expr(e.clone(), input.schema()))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.push_top_n(
+            input,
+            partition_by,
+            &f.params.order_by,
+            limit,
+            window.schema.clone(),
+            state,
+        )
+        .await
+    }
+
+    /// `ORDER BY .. LIMIT N`: a Top-N stage of one group.
+    async fn lift_limit(
+        &mut self,
+        limit: datafusion::logical_expr::Limit,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        use datafusion::logical_expr::{FetchType, SkipType};
+        let refuse = |why: &str| Err(SluiceError::Unsupported(why.into()));
+        if !matches!(limit.get_skip_type()?, SkipType::Literal(0)) {
+            return refuse("OFFSET is not supported in materialized views");
+        }
+        let FetchType::Literal(Some(fetch)) = limit.get_fetch_type()? else {
+            return refuse("LIMIT in a materialized view takes a constant number of rows");
+        };
+        let LogicalPlan::Sort(sort) = limit.input.as_ref().clone() else {
+            return refuse(
+                "LIMIT in a materialized view needs ORDER BY: the view keeps the first rows in that order (a Top-N)",
+            );
+        };
+        let fetch = sort.fetch.map_or(fetch, |f| f.min(fetch));
+        self.lift_top_n(sort, fetch, state).await
+    }
+
+    async fn lift_top_n(
+        &mut self,
+        sort: datafusion::logical_expr::Sort,
+        limit: usize,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let input = self
+            .lift_joins(sort.input.as_ref().clone(), state, true)
+            .await?;
+        let schema = input.schema().clone();
+        self.push_top_n(input, Vec::new(), &sort.expr, limit, schema, state)
+            .await
+    }
+
+    /// The Top-N stage over `input` (lifted), giving rows of `schema`.
+    async fn push_top_n(
+        &mut self,
+        input: LogicalPlan,
+        partition_by: Vec<Arc<dyn PhysicalExpr>>,
+        order_by: &[datafusion::logical_expr::SortExpr],
+        limit: usize,
+        schema: DFSchemaRef,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let order = order_by
+            .iter()
+            .map(|s| {
+                let e = state.create_physical_expr(s.expr.clone(), input.schema())?;
+                Ok((
+                    e,
+                    arrow::compute::SortOptions {
+                        descending: !s.asc,
+                        nulls_first: s.nulls_first,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, SluiceError>>()?;
+        let (stage_input, input_schema, _) = self.side(&input, &[], state).await?;
+        let input_retracts = self.input_retracts(&stage_input);
+        let numbered = schema.fields().len() > input.schema().fields().len();
+        let description = format!(
+            "{}first {limit} by {}",
+            match partition_by.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "per {}: ",
+                    partition_by
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+            order_by
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let operator = TopNOperator::new(
+            TopNSpec {
+                partition_by,
+                order_by: order,
+                limit,
+                numbered,
+                input_retracts,
+            },
+            input_schema,
+            nullable(schema.as_arrow()),
+            description,
+        )?;
+        Ok(self.push_stage(Box::new(operator), "top-n", vec![stage_input], true, schema))
+    }
+
+    /// Whether rows reaching a stage through `input` may be taken back:
+    /// it reads a source that takes rows back, or a stage that does.
+    fn input_retracts(&self, input: &StageInput) -> bool {
+        input
+            .sources
+            .iter()
+            .any(|&s| self.source_retracts.get(s).copied().unwrap_or(true))
+            || input.stages.iter().any(|&j| {
+                let stage = &self.stages[j];
+                stage.retracts || stage.inputs.iter().any(|i| self.input_retracts(i))
+            })
     }
 
     fn push_stage(
@@ -747,6 +1025,57 @@ fn numbered_parts(stages: Vec<Vec<StatePart>>) -> Vec<OperatorPart> {
         }
     }
     out
+}
+
+/// A window size as an interval: "5 seconds", "1500 milliseconds".
+fn show_duration(us: i64) -> String {
+    match (us % 1_000_000, us % 1000) {
+        (0, _) => format!("{} seconds", us / 1_000_000),
+        (_, 0) => format!("{} milliseconds", us / 1000),
+        _ => format!("{us} microseconds"),
+    }
+}
+
+/// The name of the `ROW_NUMBER()` (or other window function) output that
+/// column `index` of `plan` passes on unchanged, through projections,
+/// renames and filters.
+fn window_output(plan: &LogicalPlan, index: usize) -> Option<String> {
+    match plan {
+        LogicalPlan::Window(w) if index >= w.input.schema().fields().len() => {
+            Some(w.schema.field(index).name().clone())
+        }
+        LogicalPlan::Projection(p) => {
+            let Expr::Column(c) = p.expr.get(index)?.clone().unalias_nested().data else {
+                return None;
+            };
+            let at = p.input.schema().index_of_column(&c).ok()?;
+            window_output(&p.input, at)
+        }
+        LogicalPlan::SubqueryAlias(a) => window_output(&a.input, index),
+        LogicalPlan::Filter(f) => window_output(&f.input, index),
+        _ => None,
+    }
+}
+
+/// An integer constant, as a filter on a row number compares with it.
+fn integer_literal(e: &Expr) -> Option<i64> {
+    use datafusion::common::ScalarValue;
+    match e {
+        Expr::Literal(v, _) => match v {
+            ScalarValue::Int8(Some(n)) => Some(*n as i64),
+            ScalarValue::Int16(Some(n)) => Some(*n as i64),
+            ScalarValue::Int32(Some(n)) => Some(*n as i64),
+            ScalarValue::Int64(Some(n)) => Some(*n),
+            ScalarValue::UInt8(Some(n)) => Some(*n as i64),
+            ScalarValue::UInt16(Some(n)) => Some(*n as i64),
+            ScalarValue::UInt32(Some(n)) => Some(*n as i64),
+            ScalarValue::UInt64(Some(n)) => i64::try_from(*n).ok(),
+            _ => None,
+        },
+        Expr::Cast(c) => integer_literal(&c.expr),
+        Expr::TryCast(c) => integer_literal(&c.expr),
+        _ => None,
+    }
 }
 
 /// A join type as SQL names it.

@@ -1,7 +1,10 @@
 //! The interval join: an equi-join whose condition also bounds how far
 //! apart the two inputs' event times are (`b.t BETWEEN a.t AND a.t +
 //! INTERVAL '10 seconds'`, see `band.rs`), over append-only inputs whose
-//! time columns carry watermarks. INNER, LEFT, RIGHT and FULL.
+//! time columns carry watermarks. INNER, LEFT, RIGHT and FULL. A window
+//! join (two TUMBLEs of one size joined on `window_start`) is the same
+//! operator with a band of 0 on the window starts, whose rows leave when
+//! the other side closes their window.
 //!
 //! Deltas: rows only arrive (inputs that take rows back are refused at
 //! CREATE). A row of one side is matched with the other side's state rows
@@ -264,8 +267,15 @@ pub struct IntervalJoinOperator {
     /// Whether each side's unmatched rows are emitted NULL-padded.
     preserved: [bool; 2],
     lateness_us: i64,
-    /// Each side's horizon: its watermark less the allowed lateness.
+    /// Each side's horizon: its watermark less the allowed lateness (and,
+    /// for a window join, less a window: see [`IntervalJoinOperator::windowed`]).
     horizon: [i64; 2],
+    /// Per side, how far behind the horizon the earliest time a row can
+    /// still bring is: 0 for an event time, a window less 1 µs for a
+    /// window start.
+    reach_back_us: [i64; 2],
+    /// "interval join", or "window join" once [`IntervalJoinOperator::windowed`].
+    kind: &'static str,
     schema: SchemaRef,
     description: String,
     rows_in: u64,
@@ -303,11 +313,25 @@ impl IntervalJoinOperator {
             preserved,
             lateness_us,
             horizon: [i64::MIN, i64::MIN],
+            reach_back_us: [0, 0],
+            kind: "interval join",
             schema,
             description,
             rows_in: 0,
             rows_out: 0,
         })
+    }
+
+    /// A window join: each side's time is the `window_start` of a TUMBLE
+    /// of `size_us` (the band is 0: the same window). A row is late once
+    /// its window has closed (its end is at or behind the horizon), so the
+    /// earliest window a side can still bring starts a window less 1 µs
+    /// behind its horizon; a row leaves once the other side has closed its
+    /// window.
+    pub fn windowed(mut self, size_us: i64) -> IntervalJoinOperator {
+        self.reach_back_us = [size_us - 1, size_us - 1];
+        self.kind = "window join";
+        self
     }
 
     /// Rows of `side` earlier than this can match no row the other side
@@ -482,7 +506,9 @@ impl Operator for IntervalJoinOperator {
         if input > 1 {
             return Ok(Delta::default());
         }
-        let horizon = watermark_us.saturating_sub(self.lateness_us);
+        let horizon = watermark_us
+            .saturating_sub(self.lateness_us)
+            .saturating_sub(self.reach_back_us[input]);
         if horizon <= self.horizon[input] {
             return Ok(Delta::default());
         }
@@ -531,7 +557,7 @@ impl Operator for IntervalJoinOperator {
 
     fn stats(&self) -> OperatorStats {
         OperatorStats {
-            kind: "interval join",
+            kind: self.kind,
             description: self.description.clone(),
             state_rows: self.sides[0].live + self.sides[1].live,
             state_bytes: self.sides.iter().map(|s| s.state_bytes()).sum(),

@@ -4,7 +4,8 @@
 //! its sources (tables and views) send deltas, DataFusion plans filter
 //! and project them, joins ([`join`], and [`interval_join`] for joins
 //! bounded by a time band) and aggregates below joins run as
-//! stages of the view's graph ([`graph`]), and the last stage is the
+//! stages of the view's graph ([`graph`]), as do Top-N ([`top_n`]:
+//! `ROW_NUMBER() ... <= N`, `ORDER BY ... LIMIT N`), and the last stage is the
 //! aggregate ([`aggregate`]) or the view's rows ([`rows`]). A background
 //! task per view reads each group commit of its sources, runs it through
 //! the graph, and publishes a new snapshot of the view's rows together with
@@ -25,6 +26,7 @@ mod pipeline;
 mod point_index;
 mod retract;
 mod rows;
+mod top_n;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};

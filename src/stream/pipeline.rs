@@ -319,9 +319,21 @@ pub async fn compile(
             _ => None,
         })
         .collect();
-    let mut graph =
-        JoinGraph::new(relations.clone(), slots).with_source_times(times, emit.allowed_lateness_us);
+    // A keyed table's new versions and tombstones, or a source view's rows
+    // changing in place, take earlier rows back.
+    let retracting_sources: Vec<bool> = sources
+        .iter()
+        .map(|s| match s {
+            ViewSource::Table(t) => t.def.is_keyed(),
+            ViewSource::View(v) => !v.append_only,
+            ViewSource::Several(_) => true,
+        })
+        .collect();
+    let mut graph = JoinGraph::new(relations.clone(), slots)
+        .with_source_times(times, emit.allowed_lateness_us)
+        .with_retracting_sources(retracting_sources.clone());
     let plan = graph.lift_joins(plan, &state, false).await?;
+    check_lifted(&plan)?;
 
     let aggregate = find_aggregate(&plan)?;
     // Windows close by the watermark when the view groups by the window of
@@ -368,11 +380,7 @@ pub async fn compile(
     // A keyed table's new versions and tombstones, or a source view's rows
     // changing in place, take earlier rows back; so does an outer, semi
     // or anti join as matches come and go.
-    let retracting = sources.iter().any(|s| match s {
-        ViewSource::Table(t) => t.def.is_keyed(),
-        ViewSource::View(v) => !v.append_only,
-        ViewSource::Several(_) => true,
-    }) || graph.retracts();
+    let retracting = retracting_sources.iter().any(|r| *r) || graph.retracts();
     if retracting && closing.is_some() {
         return Err(unsupported(
             "windows that close by the watermark are not supported over keyed tables yet (a later version could reopen a final window); group by the window without a WATERMARK on the table",
@@ -480,13 +488,9 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
                     }
                 }
             }
-            LogicalPlan::Window(_) => {
-                bad = Some(
-                    "window functions (OVER ...) are not supported in materialized views yet"
-                        .to_string(),
-                );
-                return Ok(TreeNodeRecursion::Stop);
-            }
+            // Top-N shapes become stages of the graph; what is left of
+            // them after that is refused (see `check_lifted`).
+            LogicalPlan::Window(_) | LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => {}
             other => {
                 bad = Some(format!(
                     "{} is not supported in materialized views yet",
@@ -496,6 +500,33 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
             }
         }
         Ok(TreeNodeRecursion::Continue)
+    })?;
+    match bad {
+        Some(m) => Err(unsupported(m)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses window functions, ORDER BY and LIMIT that did not become a
+/// Top-N stage.
+fn check_lifted(plan: &LogicalPlan) -> Result<(), SluiceError> {
+    let mut bad = None;
+    plan.apply(|node| {
+        bad = match node {
+            LogicalPlan::Window(_) => Some(
+                "window functions in a materialized view are supported only as a Top-N: \
+                 ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn in a subquery, \
+                 filtered by rn <= N outside it",
+            ),
+            LogicalPlan::Sort(_) => Some(
+                "ORDER BY in a materialized view needs LIMIT (the first N rows in that order, a Top-N): a view's rows have no order of their own; order them when you read it",
+            ),
+            LogicalPlan::Limit(_) => Some(
+                "LIMIT in a materialized view needs ORDER BY: the view keeps the first rows in that order (a Top-N)",
+            ),
+            _ => return Ok(TreeNodeRecursion::Continue),
+        };
+        Ok(TreeNodeRecursion::Stop)
     })?;
     match bad {
         Some(m) => Err(unsupported(m)),
@@ -686,12 +717,14 @@ impl CompiledView {
     /// Which columns of each source (by index into the source's rows)
     /// interval joins bound by its watermark: rows behind it there are
     /// late for the view.
-    pub fn band_columns(&self, source: usize, schema: &Schema) -> Vec<usize> {
+    /// A window join's column comes with its window size: a row is late
+    /// there once its window has closed.
+    pub fn band_columns(&self, source: usize, schema: &Schema) -> Vec<(usize, Option<i64>)> {
         self.graph
             .bands()
             .iter()
-            .filter(|(s, _)| *s == source)
-            .filter_map(|(_, c)| schema.index_of(c).ok())
+            .filter(|(s, _, _)| *s == source)
+            .filter_map(|(_, c, w)| Some((schema.index_of(c).ok()?, *w)))
             .collect()
     }
 

@@ -1690,7 +1690,7 @@ async fn follow_inputs(
             _ => None,
         })
         .collect();
-    let bands: Vec<Vec<usize>> = readers
+    let bands: Vec<Vec<(usize, Option<i64>)>> = readers
         .iter()
         .enumerate()
         .map(|(i, r)| match r {
@@ -1861,9 +1861,10 @@ struct TableNews<'a> {
     table: &'a Arc<TableLog>,
     schema: &'a SchemaRef,
     range: (&'a [u64], &'a [u64]),
-    /// Columns an interval join bounds by the table's watermark: rows
-    /// behind it there are late.
-    band_columns: &'a [usize],
+    /// Columns an interval or window join bounds by the table's
+    /// watermark (with a window join's window size): rows behind it there
+    /// are late.
+    band_columns: &'a [(usize, Option<i64>)],
 }
 
 /// Applies the tables' news to the view commit by commit, in commit
@@ -1964,11 +1965,12 @@ struct BandPosition {
 }
 
 /// Splits off the rows whose time in one of `columns` is behind the
-/// watermark less the allowed lateness: an interval join can no longer
-/// take them exactly, so they are late.
+/// watermark less the allowed lateness (for a window join's column, whose
+/// TUMBLE window of that size has ended there): an interval or window join
+/// can no longer take them exactly, so they are late.
 fn split_behind(
     batch: RecordBatch,
-    columns: &[usize],
+    columns: &[(usize, Option<i64>)],
     watermark_us: i64,
     lateness_us: i64,
     at: BandPosition,
@@ -1976,7 +1978,7 @@ fn split_behind(
 ) -> Result<RecordBatch, SluiceError> {
     let horizon = watermark_us.saturating_sub(lateness_us);
     let mut keep = vec![true; batch.num_rows()];
-    for &c in columns {
+    for &(c, window) in columns {
         let column = arrow::compute::cast(
             batch.column(c),
             &DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -1985,7 +1987,11 @@ fn split_behind(
             continue;
         };
         for (i, kept) in keep.iter_mut().enumerate() {
-            if *kept && times.is_valid(i) && times.value(i) < horizon {
+            let behind = |t: i64| match window {
+                Some(size) => t - t.rem_euclid(size) + size <= horizon,
+                None => t < horizon,
+            };
+            if *kept && times.is_valid(i) && behind(times.value(i)) {
                 *kept = false;
                 late.push(LateRow {
                     input: at.input as u32,
