@@ -335,3 +335,78 @@ async fn checkpoints_every_10ms_during_a_load() {
     let c = server.connect().await;
     assert_views_equal_batch(&c, "after a restart from a 10 ms checkpoint").await;
 }
+
+/// An aggregate over an aggregate (a histogram of per-user counts, and
+/// the same over a keyed table whose rows are replaced and deleted) is a
+/// view: the inner GROUP BY is a stage whose changing rows the outer one
+/// takes in and back. Each equals its batch query through writes and a
+/// SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_over_an_aggregate_equals_its_batch_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
+    let mut c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE hits (user_id BIGINT, page TEXT) APPEND ONLY WITH (partitions = 2);
+         CREATE TABLE profiles (id BIGINT PRIMARY KEY, team BIGINT, score BIGINT);",
+    )
+    .await
+    .unwrap();
+    let views = [
+        (
+            "hits_histogram",
+            "SELECT n, count(*) AS users FROM (SELECT user_id, count(*) AS n FROM hits GROUP BY user_id) u GROUP BY n",
+        ),
+        (
+            "team_spread",
+            "SELECT max(total) AS top, min(total) AS bottom, count(*) AS teams FROM \
+             (SELECT team, sum(score) AS total FROM profiles GROUP BY team) t",
+        ),
+    ];
+    for (name, query) in views {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    for round in 0..8 {
+        for _ in 0..5 {
+            let hits: Vec<String> = (0..rng.random_range(1..20))
+                .map(|_| {
+                    format!(
+                        "({}, 'p{}')",
+                        rng.random_range(0..30),
+                        rng.random_range(0..3)
+                    )
+                })
+                .collect();
+            c.batch_execute(&format!("INSERT INTO hits VALUES {}", hits.join(", ")))
+                .await
+                .unwrap();
+            let id = rng.random_range(0..25);
+            c.batch_execute(&match rng.random_range(0..3) {
+                0 => format!("DELETE FROM profiles WHERE id = {id}"),
+                _ => format!(
+                    "INSERT INTO profiles VALUES ({id}, {}, {})",
+                    rng.random_range(0..4),
+                    rng.random_range(0..100)
+                ),
+            })
+            .await
+            .unwrap();
+        }
+        if round == 5 {
+            server.kill9();
+            server.restart();
+            c = server.connect().await;
+        }
+        c.batch_execute("FLUSH").await.unwrap();
+        for (name, query) in views {
+            let mut view = text_rows(&c, &format!("SELECT * FROM {name}")).await;
+            let mut batch = text_rows(&c, query).await;
+            view.sort();
+            batch.sort();
+            assert_eq!(view, batch, "{name} after round {round}");
+        }
+    }
+}

@@ -292,8 +292,9 @@ impl JoinGraph {
         lines
     }
 
-    /// Replaces every join of `plan`, and every aggregate below a join, by
-    /// a [`StageOutput`] leaf and a stage of this graph, innermost first.
+    /// Replaces every join of `plan`, every aggregate below a join or
+    /// another aggregate, and every Top-N, by a [`StageOutput`] leaf and a
+    /// stage of this graph, innermost first.
     pub fn lift_joins<'a>(
         &'a mut self,
         plan: LogicalPlan,
@@ -320,9 +321,12 @@ impl JoinGraph {
                     if inputs.is_empty() {
                         return Ok(plan);
                     }
+                    // An aggregate below the view's aggregate is a stage
+                    // too, whose changing rows the one above takes in.
+                    let below = under_join || matches!(plan, LogicalPlan::Aggregate(_));
                     let mut lifted = Vec::with_capacity(inputs.len());
                     for input in inputs {
-                        lifted.push(self.lift_joins(input, state, under_join).await?);
+                        lifted.push(self.lift_joins(input, state, below).await?);
                     }
                     return Ok(plan.with_new_exprs(plan.expressions(), lifted)?);
                 }
@@ -356,8 +360,13 @@ impl JoinGraph {
                 self.side(&left, &left_keys, state).await?;
             let (mut right_input, right_schema, right_keys) =
                 self.side(&right, &right_keys, state).await?;
+            // Over both inputs' columns: a semi or anti join's own schema
+            // has one side's alone (and is refused with a filter below).
             let filter = match &join.filter {
-                Some(f) => Some(state.create_physical_expr(f.clone(), &join.schema)?),
+                Some(f) => {
+                    let both = join.left.schema().join(join.right.schema())?;
+                    Some(state.create_physical_expr(f.clone(), &both)?)
+                }
                 None => None,
             };
             let description = format!(
