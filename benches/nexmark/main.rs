@@ -1,0 +1,240 @@
+//! Nexmark on Sluice: generates the event stream in-process (the `nexmark`
+//! crate, fixed base time), loads `person`, `auction` and `bid` by COPY
+//! into a fresh release server, then creates each query of `queries.rs`
+//! as a materialized view, one at a time, and measures its backfill: the
+//! server's CPU time from CREATE until FLUSH returns (events per
+//! CPU-second, all events of the three tables counted), the wall time,
+//! and the server's peak resident memory while it ran. Each view is then
+//! checked against the same query run as a batch query (row counts, and
+//! no row of either missing from the other), and dropped.
+//!
+//!   cargo bench --bench nexmark -- [events] [q0,q3,...]
+//!
+//! Default 10,000,000 events and every query. Prints a Markdown table.
+
+#[path = "events.rs"]
+mod events;
+#[path = "queries.rs"]
+mod queries;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::SinkExt;
+
+/// Clock ticks per second of /proc/<pid>/stat (Linux's USER_HZ).
+const TICKS_PER_SECOND: f64 = 100.0;
+/// Events generated and sent per COPY.
+const CHUNK: usize = 200_000;
+
+struct Sluice {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &std::path::Path) -> Sluice {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let log = std::fs::File::create(dir.join("sluice.log")).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--http-listen", "off", "--data-dir"])
+        .arg(dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start sluice");
+    Sluice { child, port }
+}
+
+/// The server's CPU time so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the
+    // 12th, stime the 13th.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / TICKS_PER_SECOND
+}
+
+/// The server's resident memory now, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let events: usize = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000_000);
+    let only: Option<Vec<String>> = args
+        .get(1)
+        .map(|a| a.split(',').map(str::to_string).collect());
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = start(dir.path());
+    let pid = server.child.id();
+    let conn = format!(
+        "host=127.0.0.1 port={} user=bench dbname=sluice",
+        server.port
+    );
+    let mut client = None;
+    for _ in 0..300 {
+        if let Ok((c, connection)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
+            tokio::spawn(connection);
+            client = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = client.expect("connect to sluice");
+    c.batch_execute(events::TABLES).await.expect("tables");
+
+    let started = Instant::now();
+    let tables = ["person", "auction", "bid"];
+    let mut from = 0;
+    while from < events {
+        let count = CHUNK.min(events - from);
+        let rows = events::generate(from, count);
+        for (table, rows) in tables.iter().zip(rows) {
+            let sink = c
+                .copy_in(&format!("COPY {table} FROM STDIN"))
+                .await
+                .expect("COPY");
+            futures::pin_mut!(sink);
+            sink.send(bytes::Bytes::from(rows))
+                .await
+                .expect("COPY data");
+            sink.finish().await.expect("COPY end");
+        }
+        from += count;
+    }
+    let counts = [
+        scalar(&c, "SELECT count(*) FROM person").await,
+        scalar(&c, "SELECT count(*) FROM auction").await,
+        scalar(&c, "SELECT count(*) FROM bid").await,
+    ];
+    eprintln!(
+        "loaded {events} events (persons {}, auctions {}, bids {}) in {:.1} s",
+        counts[0],
+        counts[1],
+        counts[2],
+        started.elapsed().as_secs_f64()
+    );
+    let idle_rss = rss_bytes(pid);
+
+    println!("| query | events per CPU-second | server CPU s | wall s | peak RSS MiB | view rows | equals batch |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut refused = Vec::new();
+    for q in queries::QUERIES {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|n| n == q.name))
+        {
+            continue;
+        }
+        let peak = Arc::new(AtomicU64::new(rss_bytes(pid)));
+        let done = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (peak, done) = (peak.clone(), done.clone());
+            tokio::spawn(async move {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(rss_bytes(pid), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        let (cpu0, t0) = (cpu_seconds(pid), Instant::now());
+        let created = c
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {} AS {}", q.name, q.sql))
+            .await;
+        if let Err(e) = created {
+            done.store(true, Ordering::Relaxed);
+            let _ = sampler.await;
+            let why = e
+                .as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_else(|| e.to_string());
+            refused.push(format!("{}: {why}", q.name));
+            continue;
+        }
+        c.batch_execute("FLUSH").await.expect("FLUSH");
+        let (cpu1, wall) = (cpu_seconds(pid), t0.elapsed().as_secs_f64());
+        done.store(true, Ordering::Relaxed);
+        let _ = sampler.await;
+        let cpu = cpu1 - cpu0;
+        let view = format!("SELECT {} FROM {}", q.compare, q.name);
+        let batch = format!("SELECT {} FROM ({}) b", q.compare, q.sql);
+        let rows = scalar(&c, &format!("SELECT count(*) FROM ({view}) v")).await;
+        let batch_rows = scalar(&c, &format!("SELECT count(*) FROM ({batch}) v")).await;
+        let missing = scalar(
+            &c,
+            &format!("SELECT count(*) FROM (({view}) EXCEPT ({batch})) d"),
+        )
+        .await
+            + scalar(
+                &c,
+                &format!("SELECT count(*) FROM (({batch}) EXCEPT ({view})) d"),
+            )
+            .await;
+        let equal = rows == batch_rows && missing == 0;
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {:.0} | {} | {} |",
+            q.name,
+            events as f64 / cpu.max(0.01),
+            cpu,
+            wall,
+            peak.load(Ordering::Relaxed) as f64 / (1 << 20) as f64,
+            rows,
+            if equal {
+                "yes".to_string()
+            } else {
+                format!("NO ({rows} vs {batch_rows} rows, {missing} differ)")
+            }
+        );
+        c.batch_execute(&format!("DROP MATERIALIZED VIEW {}", q.name))
+            .await
+            .expect("DROP");
+    }
+    println!();
+    println!(
+        "Server RSS with the tables loaded and no view: {:.0} MiB.",
+        idle_rss as f64 / (1 << 20) as f64
+    );
+    for r in refused {
+        println!("- refused {r}");
+    }
+}
