@@ -305,4 +305,24 @@ async fn a_function_argument_parameter_takes_the_functions_type() {
         .await
         .unwrap();
     assert_eq!(cast.params(), &[tokio_postgres::types::Type::FLOAT8]);
+    // Functions that coerce their arguments: a string function's
+    // parameter is text, a numeric one's double precision.
+    use tokio_postgres::types::Type;
+    for (sql, ty) in [
+        ("SELECT upper($1) AS u", Type::TEXT),
+        ("SELECT length($1) AS n", Type::TEXT),
+        ("SELECT abs($1) AS a", Type::FLOAT8),
+    ] {
+        let statement = c
+            .prepare(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(statement.params(), &[ty.clone()], "{sql}");
+    }
+    let upper = c.prepare("SELECT upper($1) AS u").await.unwrap();
+    let row = c.query_one(&upper, &[&"sluice"]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "SLUICE");
+    let abs = c.prepare("SELECT abs($1) AS a").await.unwrap();
+    let row = c.query_one(&abs, &[&-2.5f64]).await.unwrap();
+    assert_eq!(row.get::<_, f64>(0), 2.5);
 }

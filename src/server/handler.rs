@@ -739,10 +739,28 @@ fn only_argument_type(
     signature: &datafusion::logical_expr::TypeSignature,
     i: usize,
 ) -> Option<DataType> {
-    use datafusion::logical_expr::TypeSignature;
+    use datafusion::common::types::NativeType;
+    use datafusion::logical_expr::{TypeSignature, TypeSignatureClass};
     match signature {
         TypeSignature::Exact(types) => types.get(i).cloned(),
         TypeSignature::Uniform(_, types) if types.len() == 1 => types.first().cloned(),
+        // `upper($1)` is text and `abs($1)` double precision, as
+        // PostgreSQL resolves an unknown argument to its category's
+        // preferred type.
+        TypeSignature::String(n) if i < *n => Some(DataType::Utf8),
+        TypeSignature::Numeric(n) if i < *n => Some(DataType::Float64),
+        TypeSignature::Coercible(coercions) => match coercions.get(i)?.desired_type() {
+            TypeSignatureClass::Integer => Some(DataType::Int64),
+            TypeSignatureClass::Float | TypeSignatureClass::Numeric => Some(DataType::Float64),
+            TypeSignatureClass::Native(t) => match t.native() {
+                NativeType::String => Some(DataType::Utf8),
+                NativeType::Int64 => Some(DataType::Int64),
+                NativeType::Float64 => Some(DataType::Float64),
+                NativeType::Boolean => Some(DataType::Boolean),
+                _ => None,
+            },
+            _ => None,
+        },
         TypeSignature::OneOf(options) => {
             let mut found = options.iter().map(|o| only_argument_type(o, i));
             let first = found.next()??;
