@@ -583,15 +583,6 @@ impl Operator for JoinOperator {
         self.apply_side(input, &delta.insert, &delta.retract)
     }
 
-    /// Nothing yet: a join of two endless streams keeps every row.
-    fn advance_watermark(
-        &mut self,
-        _input: usize,
-        _watermark_us: i64,
-    ) -> Result<Delta, SluiceError> {
-        Ok(Delta::default())
-    }
-
     /// The left side's live rows, then the right's (the batches held,
     /// not copies, unless rows were taken out of them).
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {

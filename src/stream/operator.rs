@@ -53,8 +53,15 @@ pub trait Operator: Send + Sync {
 
     /// The watermark of input `input` moved to `watermark_us`: state it
     /// makes final or obsolete is emitted or dropped. Each input has its
-    /// own (a join's two sides may be two tables).
-    fn advance_watermark(&mut self, input: usize, watermark_us: i64) -> Result<Delta, SluiceError>;
+    /// own (a join's two sides may be two tables). Operators whose state
+    /// no watermark bounds keep the default: nothing happens.
+    fn advance_watermark(
+        &mut self,
+        _input: usize,
+        _watermark_us: i64,
+    ) -> Result<Delta, SluiceError> {
+        Ok(Delta::default())
+    }
 
     /// The operator's state, for a checkpoint: its parts (a join's two
     /// sides), each as the batches it holds. A checkpoint writes each part

@@ -59,14 +59,6 @@ impl Operator for RowsOperator {
         Ok(Delta::default())
     }
 
-    fn advance_watermark(
-        &mut self,
-        _input: usize,
-        _watermark_us: i64,
-    ) -> Result<Delta, SluiceError> {
-        Ok(Delta::default())
-    }
-
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
         Ok(vec![self.rows.clone()])
     }

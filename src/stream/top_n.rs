@@ -325,14 +325,6 @@ impl Operator for TopNOperator {
         Ok(out)
     }
 
-    fn advance_watermark(
-        &mut self,
-        _input: usize,
-        _watermark_us: i64,
-    ) -> Result<Delta, SluiceError> {
-        Ok(Delta::default())
-    }
-
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
         let mut rows = Vec::with_capacity(self.held as usize);
         let mut copies = Vec::with_capacity(self.held as usize);

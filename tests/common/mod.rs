@@ -413,6 +413,21 @@ pub fn sqlstate(e: &tokio_postgres::Error) -> String {
         .unwrap_or_else(|| format!("no code: {e}"))
 }
 
+/// `CREATE MATERIALIZED VIEW v AS query` is refused with 0A000 and a
+/// message that says `says`.
+pub async fn assert_view_refused(c: &tokio_postgres::Client, query: &str, says: &str) {
+    let e = c
+        .batch_execute(&format!("CREATE MATERIALIZED VIEW v AS {query}"))
+        .await
+        .expect_err(query);
+    assert_eq!(sqlstate(&e), "0A000", "{query}: {e}");
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(message.contains(says), "{query}: {message}");
+}
+
 /// The single BIGINT a query returns.
 pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
     c.query_one(sql, &[])
