@@ -317,7 +317,7 @@ async fn a_function_argument_parameter_takes_the_functions_type() {
             .prepare(sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        assert_eq!(statement.params(), &[ty.clone()], "{sql}");
+        assert_eq!(statement.params(), std::slice::from_ref(&ty), "{sql}");
     }
     let upper = c.prepare("SELECT upper($1) AS u").await.unwrap();
     let row = c.query_one(&upper, &[&"sluice"]).await.unwrap();
