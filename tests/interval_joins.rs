@@ -334,6 +334,48 @@ async fn time_bounded_joins_equal_batch_queries_through_late_rows_and_sigkill() 
     }
 }
 
+/// Two tables `a (id, at)` and `b (ref, at)` with 1-second watermark
+/// delays.
+const STEADY_TABLES: &str = "
+    CREATE TABLE a (id BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+    CREATE TABLE b (ref BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
+";
+
+/// Streams `events` (`SLUICE_BAND_EVENTS` overrides) into `a` and `b`:
+/// 1,000 rows per second of event time each, one statement per second,
+/// row g of b referring to row g - `lag` of a. Returns the seconds sent
+/// and the peak of `state` (one number), sampled every `every` seconds
+/// and after FLUSH.
+async fn stream_steadily(
+    c: &tokio_postgres::Client,
+    events: i64,
+    lag: i64,
+    state: &str,
+    every: i64,
+) -> (i64, i64) {
+    let events: i64 = std::env::var("SLUICE_BAND_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(events);
+    let seconds = events / 2000;
+    let base = 1_767_225_600_000_000i64;
+    let mut peak = 0;
+    for s in 0..seconds {
+        let (from, to) = (s * 1000, s * 1000 + 999);
+        c.batch_execute(&format!(
+            "INSERT INTO a SELECT g, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);
+             INSERT INTO b SELECT g - {lag}, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);"
+        ))
+        .await
+        .unwrap();
+        if s % every == 0 {
+            peak = peak.max(scalar(c, state).await);
+        }
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    (seconds, peak.max(scalar(c, state).await))
+}
+
 /// An interval join over 1,000,000 events (two tables, 1,000 rows per
 /// second of event time each, one statement per second) with a 10-second
 /// band keeps about the rows of one band: never more than twice one
@@ -344,43 +386,25 @@ async fn an_interval_joins_state_stays_within_its_band() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let c = server.connect().await;
+    c.batch_execute(STEADY_TABLES).await.unwrap();
     c.batch_execute(
-        "CREATE TABLE a (id BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
-         CREATE TABLE b (ref BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
-         CREATE MATERIALIZED VIEW matched AS SELECT count(*) AS n FROM a
-             JOIN b ON a.id = b.ref AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds';",
+        "CREATE MATERIALIZED VIEW matched AS SELECT count(*) AS n FROM a
+             JOIN b ON a.id = b.ref AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
     )
     .await
     .unwrap();
     let state = "SELECT state_rows FROM sluice_catalog.view_operators \
                  WHERE view_name = 'matched' AND kind = 'interval join'";
-    let events: i64 = std::env::var("SLUICE_BAND_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
-    let seconds = events / 2000;
-    let base = 1_767_225_600_000_000i64;
-    let mut peak = 0;
-    for s in 0..seconds {
-        let (from, to) = (s * 1000, s * 1000 + 999);
-        // Row g of b refers to row g - 3000 of a, 3 seconds earlier.
-        c.batch_execute(&format!(
-            "INSERT INTO a SELECT g, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);
-             INSERT INTO b SELECT g - 3000, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);"
-        ))
-        .await
-        .unwrap();
-        if s % 25 == 0 {
-            peak = peak.max(scalar(&c, state).await);
-        }
-    }
-    c.batch_execute("FLUSH").await.unwrap();
-    peak = peak.max(scalar(&c, state).await);
+    // Row g of b refers to row g - 3000 of a, 3 seconds earlier.
+    let (seconds, peak) = stream_steadily(&c, 1_000_000, 3000, state, 25).await;
     let matched = scalar(&c, "SELECT n FROM matched").await;
     // Every row of b but the first 3,000 has its row of a, 3 s earlier.
     assert_eq!(matched, seconds * 1000 - 3000);
     let per_band = 10 * 1000;
-    eprintln!("{events} events: state peak {peak} rows (one table's rows per 10 s: {per_band})");
+    eprintln!(
+        "{} events: state peak {peak} rows (one table's rows per 10 s: {per_band})",
+        seconds * 2000
+    );
     assert!(
         peak <= 2 * per_band + 2000,
         "state peaked at {peak} rows, more than the band holds"
@@ -486,49 +510,31 @@ async fn a_window_joins_state_is_its_open_windows() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let c = server.connect().await;
+    c.batch_execute(STEADY_TABLES).await.unwrap();
     c.batch_execute(
-        "CREATE TABLE a (id BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
-         CREATE TABLE b (ref BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 second') APPEND ONLY;
-         CREATE MATERIALIZED VIEW per_window AS SELECT a.window_start, count(*) AS n
+        "CREATE MATERIALIZED VIEW per_window AS SELECT a.window_start, count(*) AS n
              FROM TUMBLE(a, at, INTERVAL '5 seconds') a
              JOIN TUMBLE(b, at, INTERVAL '5 seconds') b
              ON a.id = b.ref AND a.window_start = b.window_start AND a.window_end = b.window_end
-             GROUP BY a.window_start;",
+             GROUP BY a.window_start",
     )
     .await
     .unwrap();
     let state = "SELECT state_rows FROM sluice_catalog.view_operators \
                  WHERE view_name = 'per_window' AND kind = 'window join'";
-    let events: i64 = std::env::var("SLUICE_BAND_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
-    let seconds = events / 2000;
-    let base = 1_767_225_600_000_000i64;
-    let mut peak = 0;
-    for s in 0..seconds {
-        let (from, to) = (s * 1000, s * 1000 + 999);
-        // Row g of b refers to row g - 500 of a, half a second earlier:
-        // the same window but for the first 500 rows of each window.
-        c.batch_execute(&format!(
-            "INSERT INTO a SELECT g, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);
-             INSERT INTO b SELECT g - 500, to_timestamp_micros({base} + g * 1000) FROM generate_series({from}, {to}) AS t(g);"
-        ))
-        .await
-        .unwrap();
-        if s % 5 == 0 {
-            peak = peak.max(scalar(&c, state).await);
-        }
-    }
-    c.batch_execute("FLUSH").await.unwrap();
-    peak = peak.max(scalar(&c, state).await);
+    // Row g of b refers to row g - 500 of a, half a second earlier: the
+    // same window but for the first 500 rows of each window.
+    let (seconds, peak) = stream_steadily(&c, 200_000, 500, state, 5).await;
     // Each window of 5,000 rows of b matches all but its first 500.
     let windows = seconds / 5;
     let matched = scalar(&c, "SELECT sum(n)::BIGINT FROM per_window").await;
     assert_eq!(matched, windows * 4500);
     let per_window = 5 * 1000;
     let bound = 2 * (per_window + 1000 + 1000) + 2000;
-    eprintln!("{events} events: state peak {peak} rows (bound {bound})");
+    eprintln!(
+        "{} events: state peak {peak} rows (bound {bound})",
+        seconds * 2000
+    );
     assert!(peak > 0, "the join never held a row");
     assert!(
         peak <= bound,
