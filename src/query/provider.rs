@@ -335,7 +335,8 @@ fn column_name(e: &Expr) -> Option<String> {
     }
 }
 
-fn literal_i64(e: &Expr) -> Option<i64> {
+/// An integer constant (through casts), as a filter compares with it.
+pub fn literal_i64(e: &Expr) -> Option<i64> {
     match e {
         Expr::Literal(v, _) => match v {
             ScalarValue::Int8(Some(x)) => Some(*x as i64),

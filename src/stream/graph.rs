@@ -548,7 +548,7 @@ impl JoinGraph {
                 },
                 _ => continue,
             };
-            let Some(bound) = integer_literal(bound) else {
+            let Some(bound) = crate::query::literal_i64(bound) else {
                 continue;
             };
             let limit = match op {
@@ -1062,27 +1062,6 @@ fn window_output(plan: &LogicalPlan, index: usize) -> Option<String> {
         }
         LogicalPlan::SubqueryAlias(a) => window_output(&a.input, index),
         LogicalPlan::Filter(f) => window_output(&f.input, index),
-        _ => None,
-    }
-}
-
-/// An integer constant, as a filter on a row number compares with it.
-fn integer_literal(e: &Expr) -> Option<i64> {
-    use datafusion::common::ScalarValue;
-    match e {
-        Expr::Literal(v, _) => match v {
-            ScalarValue::Int8(Some(n)) => Some(*n as i64),
-            ScalarValue::Int16(Some(n)) => Some(*n as i64),
-            ScalarValue::Int32(Some(n)) => Some(*n as i64),
-            ScalarValue::Int64(Some(n)) => Some(*n),
-            ScalarValue::UInt8(Some(n)) => Some(*n as i64),
-            ScalarValue::UInt16(Some(n)) => Some(*n as i64),
-            ScalarValue::UInt32(Some(n)) => Some(*n as i64),
-            ScalarValue::UInt64(Some(n)) => i64::try_from(*n).ok(),
-            _ => None,
-        },
-        Expr::Cast(c) => integer_literal(&c.expr),
-        Expr::TryCast(c) => integer_literal(&c.expr),
         _ => None,
     }
 }

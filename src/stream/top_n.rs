@@ -158,7 +158,8 @@ impl TopNOperator {
     }
 
     /// A group's first `limit` rows, copies counted one by one, each with
-    /// its number from 1.
+    /// its number from 1 (0 when the Top-N does not number its rows, so
+    /// that rows compare by their bytes alone).
     fn top(&self, group: &[u8]) -> Vec<(Bytes, u64)> {
         let mut out = Vec::new();
         let Some(ranked) = self.groups.get(group) else {
@@ -169,7 +170,11 @@ impl TopNOperator {
                 if out.len() == self.spec.limit {
                     return out;
                 }
-                out.push((row.clone(), out.len() as u64 + 1));
+                let number = match self.spec.numbered {
+                    true => out.len() as u64 + 1,
+                    false => 0,
+                };
+                out.push((row.clone(), number));
             }
         }
         out
@@ -302,17 +307,8 @@ impl Operator for TopNOperator {
         for (group, old) in before {
             let new = self.top(&group);
             self.trim(&group);
-            if !self.spec.numbered {
-                // Unnumbered rows compare by their bytes alone.
-                let strip = |v: &[(Bytes, u64)]| -> Vec<(Bytes, u64)> {
-                    v.iter().map(|(r, _)| (r.clone(), 0)).collect()
-                };
-                gone.extend(minus(&strip(&old), &strip(&new)));
-                came.extend(minus(&strip(&new), &strip(&old)));
-            } else {
-                gone.extend(minus(&old, &new));
-                came.extend(minus(&new, &old));
-            }
+            gone.extend(minus(&old, &new));
+            came.extend(minus(&new, &old));
         }
         let mut out = Delta::default();
         if !gone.is_empty() {
@@ -330,14 +326,14 @@ impl Operator for TopNOperator {
         let mut copies = Vec::with_capacity(self.held as usize);
         for ranked in self.groups.values() {
             for ((_, row), n) in ranked {
-                rows.push((row.clone(), 0));
+                rows.push(row);
                 copies.push(*n);
             }
         }
         let parser = self.whole_rows.parser();
         let mut columns = self
             .whole_rows
-            .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
+            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
         columns.push(Arc::new(UInt64Array::from(copies)));
         let mut fields = self.input.fields().to_vec();
         fields.push(Arc::new(Field::new("copies", DataType::UInt64, false)));
