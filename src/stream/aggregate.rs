@@ -6,7 +6,10 @@
 //! a group whose rows are all gone leaves the view). Inputs that take rows
 //! back get accumulators that can retract: DataFusion's sliding ones for
 //! COUNT, SUM and AVG, and [`RetractableMinMax`] for MIN, MAX and
-//! COUNT(DISTINCT).
+//! COUNT(DISTINCT). Inputs that never take rows back, with aggregates that
+//! DataFusion vectorizes (COUNT, SUM, AVG, MIN, MAX, ...), keep their groups
+//! instead in [`VectorizedGroups`]: keys interned in one hash table, each
+//! aggregate one column of state over all groups.
 //!
 //! Checkpoint: one batch with the view's current row of each group, the
 //! group keys and every accumulator's `state()` ([`AggregatePipeline::state_batch`]);
@@ -38,6 +41,7 @@ use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use super::pipeline::{nullable, unsupported};
 use super::retract::RetractableMinMax;
+use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;
 
 /// Running aggregates per group: DataFusion accumulators fed with each
@@ -70,6 +74,15 @@ pub(super) struct AggregatePipeline {
     /// groups' rows, their old rows taken back, in this schema.
     emits_changes: Option<SchemaRef>,
     rows_out: u64,
+    /// The groups of an input that never takes rows back, held as
+    /// DataFusion's hash aggregation holds them (then `groups`, `keys` and
+    /// `accumulators` stay empty); None for inputs that retract, global
+    /// aggregates, aggregates inside the graph, and aggregates with no
+    /// vectorized accumulator.
+    vectorized: Option<VectorizedGroups>,
+    /// The earliest `window_end` among the vectorized groups, so that a
+    /// watermark that closes none of them costs nothing.
+    earliest_end: Option<i64>,
 }
 
 impl AggregatePipeline {
@@ -131,6 +144,23 @@ impl AggregatePipeline {
             .iter()
             .map(|e| e.data_type(input.schema().as_ref()).map(SortField::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let key_schema = Arc::new(Schema::new(
+            group_exprs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    Ok(Field::new(
+                        format!("__key_{i}"),
+                        e.data_type(input.schema().as_ref())?,
+                        true,
+                    ))
+                })
+                .collect::<Result<Vec<_>, SluiceError>>()?,
+        ));
+        let vectorized = match retracting {
+            true => None,
+            false => VectorizedGroups::try_new(key_schema, &aggs)?,
+        };
         let mut pipeline = AggregatePipeline {
             input,
             group_exprs,
@@ -167,6 +197,8 @@ impl AggregatePipeline {
             rows_in: 0,
             emits_changes: None,
             rows_out: 0,
+            vectorized,
+            earliest_end: None,
         };
         if retracting {
             for a in &pipeline.aggs {
@@ -262,6 +294,9 @@ impl AggregatePipeline {
     /// the rows (in `schema`, the aggregate's own) of the groups it changed,
     /// and takes back their rows before.
     pub(super) fn emit_changes(&mut self, schema: SchemaRef) {
+        // The rows of the groups a delta touched, before and after, are
+        // read group by group.
+        self.vectorized = None;
         self.view_schema = schema.clone();
         self.emits_changes = Some(schema);
     }
@@ -327,6 +362,22 @@ impl AggregatePipeline {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<_, _>>()?;
+        if let Some(groups) = self.vectorized.as_mut() {
+            if retract {
+                return Err(SluiceError::Internal(
+                    "rows taken back from an aggregate over rows that stay".into(),
+                ));
+            }
+            groups.update(&key_columns, &args)?;
+            if let Some((group_index, _)) = self.closing {
+                let earliest = earliest_end(&key_columns[group_index])?;
+                self.earliest_end = match (self.earliest_end, earliest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            return Ok(());
+        }
         let mut rows_of: Vec<(usize, Vec<u32>)> = Vec::new();
         let mut slot_of: HashMap<usize, usize, ahash::RandomState> = HashMap::default();
         if self.group_exprs.is_empty() {
@@ -397,6 +448,12 @@ impl AggregatePipeline {
 
     /// The view's rows now: one per group.
     pub(super) fn rows(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
+        if let Some(groups) = self.vectorized.as_mut() {
+            let (drained, values) = groups.read()?;
+            let mut columns = drained.keys;
+            columns.extend(values);
+            return self.finish(schema, columns, true);
+        }
         let all = self.shown(0..self.accumulators.len());
         self.rows_of(schema, &all, true)
     }
@@ -409,6 +466,9 @@ impl AggregatePipeline {
         group_index: usize,
         threshold_us: i64,
     ) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.vectorized.is_some() {
+            return self.close_vectorized_windows(schema, group_index, threshold_us);
+        }
         if self.keys.is_empty() {
             return Ok(None);
         }
@@ -496,7 +556,6 @@ impl AggregatePipeline {
         groups: &[usize],
         having: bool,
     ) -> Result<RecordBatch, SluiceError> {
-        let n = groups.len();
         let mut columns: Vec<ArrayRef> = if self.group_exprs.is_empty() {
             vec![]
         } else {
@@ -515,6 +574,22 @@ impl AggregatePipeline {
                 ScalarValue::iter_to_array(values)?
             });
         }
+        self.finish(schema, columns, having)
+    }
+
+    /// The view's rows from the aggregate's (the group keys, then each
+    /// aggregate's value): HAVING applied when `having`, then the
+    /// projection.
+    fn finish(
+        &self,
+        schema: &SchemaRef,
+        columns: Vec<ArrayRef>,
+        having: bool,
+    ) -> Result<RecordBatch, SluiceError> {
+        let n = match columns.first() {
+            Some(c) => c.len(),
+            None => 0,
+        };
         let options = RecordBatchOptions::new().with_row_count(Some(n));
         let agg_batch =
             RecordBatch::try_new_with_options(self.agg_schema.clone(), columns, &options)?;
@@ -551,6 +626,45 @@ impl AggregatePipeline {
         }
     }
 
+    /// [`AggregatePipeline::close_windows`] for vectorized groups: the
+    /// closed groups leave in one pass.
+    fn close_vectorized_windows(
+        &mut self,
+        schema: &SchemaRef,
+        group_index: usize,
+        threshold_us: i64,
+    ) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.earliest_end.is_none_or(|e| e > threshold_us) {
+            return Ok(None);
+        }
+        let Some(groups) = self.vectorized.as_mut() else {
+            return Ok(None);
+        };
+        let mut earliest_open = None;
+        let closed = groups.split(|keys| {
+            let ends = as_micros(&keys[group_index])?;
+            Ok((0..ends.len())
+                .map(|g| {
+                    let closed = ends.is_valid(g) && ends.value(g) <= threshold_us;
+                    if !closed && ends.is_valid(g) {
+                        earliest_open = Some(
+                            earliest_open.map_or(ends.value(g), |e: i64| e.min(ends.value(g))),
+                        );
+                    }
+                    Some(closed)
+                })
+                .collect())
+        })?;
+        self.earliest_end = earliest_open;
+        if closed.len() == 0 {
+            return Ok(None);
+        }
+        let values = groups.evaluate(&closed)?;
+        let mut columns = closed.keys;
+        columns.extend(values);
+        Ok(Some(self.finish(schema, columns, true)?))
+    }
+
     /// The plan that turns a delta into pre-aggregation rows.
     #[cfg(test)]
     pub(super) fn input(&self) -> Arc<dyn ExecutionPlan> {
@@ -585,7 +699,10 @@ impl AggregatePipeline {
     }
 
     pub(super) fn groups(&self) -> usize {
-        self.accumulators.len()
+        match &self.vectorized {
+            Some(groups) => groups.len(),
+            None => self.accumulators.len(),
+        }
     }
 
     /// The open groups as one batch for a checkpoint: the view's current
@@ -596,6 +713,9 @@ impl AggregatePipeline {
         &mut self,
         schema: &SchemaRef,
     ) -> Result<Option<RecordBatch>, SluiceError> {
+        if self.vectorized.is_some() {
+            return self.vectorized_state_batch(schema);
+        }
         let n = self.accumulators.len();
         if n == 0 {
             return Ok(None);
@@ -661,6 +781,52 @@ impl AggregatePipeline {
         )?))
     }
 
+    /// [`AggregatePipeline::state_batch`] of vectorized groups: the same
+    /// columns, each written in one piece.
+    fn vectorized_state_batch(
+        &mut self,
+        schema: &SchemaRef,
+    ) -> Result<Option<RecordBatch>, SluiceError> {
+        let Some(groups) = self.vectorized.as_mut() else {
+            return Ok(None);
+        };
+        if groups.len() == 0 {
+            return Ok(None);
+        }
+        let (drained, values) = groups.read()?;
+        let mut current = drained.keys.clone();
+        current.extend(values);
+        let current = self.finish(schema, current, false)?;
+        let mut fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let mut columns: Vec<ArrayRef> = current.columns().to_vec();
+        for (i, k) in drained.keys.into_iter().enumerate() {
+            fields.push(Field::new(
+                format!("__key_{i}"),
+                k.data_type().clone(),
+                true,
+            ));
+            columns.push(k);
+        }
+        for (a, states) in drained.states.into_iter().enumerate() {
+            for (j, column) in states.into_iter().enumerate() {
+                fields.push(Field::new(
+                    format!("__state_{a}_{j}"),
+                    column.data_type().clone(),
+                    true,
+                ));
+                columns.push(column);
+            }
+        }
+        Ok(Some(RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns,
+        )?))
+    }
+
     /// Merges row `i` of captured state columns (per aggregate, as
     /// `state_batch` writes them) into the accumulators of group `g`.
     fn merge_states(
@@ -696,6 +862,11 @@ impl AggregatePipeline {
                     .map(|j| column(&format!("__state_{a}_{j}")))
                     .collect::<Result<Vec<_>, _>>()?,
             );
+        }
+        if let Some(groups) = self.vectorized.as_mut() {
+            // The next watermark looks at every restored group's window.
+            self.earliest_end = Some(i64::MIN);
+            return groups.load(&GroupColumns { keys, states });
         }
         let rows = if keys.is_empty() {
             None
@@ -792,12 +963,15 @@ impl Operator for AggregatePipeline {
             kind: "aggregate",
             description: self.description.clone(),
             state_rows: self.groups() as u64,
-            state_bytes: self
-                .accumulators
-                .iter()
-                .flatten()
-                .map(|a| a.size() as u64)
-                .sum(),
+            state_bytes: match &self.vectorized {
+                Some(groups) => groups.size() as u64,
+                None => self
+                    .accumulators
+                    .iter()
+                    .flatten()
+                    .map(|a| a.size() as u64)
+                    .sum(),
+            },
             input_rows: self.rows_in,
             output_rows: match self.emits_changes {
                 Some(_) => self.rows_out,
@@ -805,4 +979,21 @@ impl Operator for AggregatePipeline {
             },
         }
     }
+}
+
+/// A `window_end` column as microseconds.
+fn as_micros(column: &ArrayRef) -> Result<arrow::array::TimestampMicrosecondArray, SluiceError> {
+    let ends = compute::cast(
+        column,
+        &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+    )?;
+    ends.as_any()
+        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        .cloned()
+        .ok_or_else(|| SluiceError::Internal("window_end is not a timestamp".into()))
+}
+
+/// The earliest `window_end` of a delta's rows.
+fn earliest_end(column: &ArrayRef) -> Result<Option<i64>, SluiceError> {
+    Ok(compute::min(&as_micros(column)?))
 }

@@ -27,6 +27,7 @@ mod point_index;
 mod retract;
 mod rows;
 mod top_n;
+mod vectorized_groups;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};

@@ -1,0 +1,203 @@
+//! Views with many groups equal their batch queries: tens of thousands of
+//! groups as well as a handful, one key column and two, windows that close
+//! by the watermark, HAVING, and a keyed table whose rows are replaced and
+//! deleted (retractions), after every FLUSH (a checkpoint), after SIGKILL
+//! while a writer loads rows, and after more rows on the restored state.
+//! Every aggregate here has a vectorized accumulator, so the append-only
+//! views hold their groups in DataFusion's vectorized tables.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{crash_runs_or, text_rows, Server};
+use rand::{Rng, SeedableRng};
+
+/// Distinct user keys: tens of thousands of groups.
+const USERS: u64 = 40_000;
+
+/// (view, query): each view is its query; ORDER BY is added to compare.
+const VIEWS: &[(&str, &str)] = &[
+    (
+        "per_user",
+        "SELECT k, COUNT(*) AS n, SUM(tokens) AS s, MIN(tokens) AS lo, MAX(tokens) AS hi, AVG(tokens) AS a, MAX(note) AS last_note FROM ev GROUP BY k",
+    ),
+    (
+        "per_user_and_tier",
+        "SELECT k, tier, COUNT(tokens) AS n, SUM(tokens) AS s FROM ev GROUP BY k, tier",
+    ),
+    (
+        "per_tier",
+        "SELECT tier % 3 AS t, COUNT(*) AS n, SUM(tokens) AS s, MIN(note) AS first_note FROM ev GROUP BY tier % 3",
+    ),
+    (
+        "busy_users",
+        "SELECT k, COUNT(*) AS n FROM ev GROUP BY k HAVING COUNT(*) > 3",
+    ),
+    (
+        "per_user_minute",
+        "SELECT k, window_start, window_end, COUNT(*) AS n, SUM(tokens) AS s FROM TUMBLE(ev, at, INTERVAL '1 minute') GROUP BY k, window_start, window_end",
+    ),
+    (
+        "keyed_per_user",
+        "SELECT grp, COUNT(*) AS n, SUM(v) AS s, MIN(v) AS lo, MAX(v) AS hi FROM kv GROUP BY grp",
+    ),
+];
+
+const SETUP: &str = "
+    CREATE TABLE ev (k TEXT, tier BIGINT, tokens BIGINT, note TEXT, at TIMESTAMP,
+                     WATERMARK FOR at AS at - INTERVAL '5 seconds')
+        APPEND ONLY WITH (partitions = 3);
+    CREATE TABLE kv (id BIGINT PRIMARY KEY, grp TEXT, v BIGINT) WITH (partitions = 2);";
+
+/// Event time of row `i`: rows are written in time order, so none is late
+/// and the windowed view equals its batch query; a minute holds 6,000 rows.
+fn at(i: u64) -> String {
+    let s = i / 100;
+    format!(
+        "TIMESTAMP '2026-01-01 {:02}:{:02}:{:02}'",
+        10 + s / 3600,
+        (s / 60) % 60,
+        s % 60
+    )
+}
+
+/// `rows` events numbered from `first`, over `users` keys.
+fn events(rng: &mut rand::rngs::StdRng, first: u64, rows: u64, users: u64) -> String {
+    let values: Vec<String> = (first..first + rows)
+        .map(|i| {
+            let tokens = match rng.random_range(0..10) {
+                0 => "NULL".to_string(),
+                _ => rng.random_range(-1000..1000i64).to_string(),
+            };
+            format!(
+                "('u{:06}', {}, {tokens}, 'n{}', {})",
+                rng.random_range(0..users),
+                rng.random_range(0..5),
+                rng.random_range(0..50),
+                at(i)
+            )
+        })
+        .collect();
+    format!("INSERT INTO ev VALUES {}", values.join(", "))
+}
+
+/// Upserts and deletes of the keyed table.
+fn keyed(rng: &mut rand::rngs::StdRng, rows: u64) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|_| {
+            format!(
+                "({}, 'g{}', {})",
+                rng.random_range(0..20_000),
+                rng.random_range(0..5_000),
+                rng.random_range(0..100)
+            )
+        })
+        .collect();
+    format!(
+        "INSERT INTO kv VALUES {}; DELETE FROM kv WHERE id % 97 = {};",
+        values.join(", "),
+        rng.random_range(0..97)
+    )
+}
+
+async fn create_views(c: &tokio_postgres::Client) {
+    c.batch_execute(SETUP).await.unwrap();
+    for (name, sql) in VIEWS {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {sql}"))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+async fn assert_views_equal_batch(c: &tokio_postgres::Client, context: &str) {
+    for (name, sql) in VIEWS {
+        let view = text_rows(c, &format!("SELECT * FROM {name} ORDER BY 1, 2")).await;
+        let batch = text_rows(c, &format!("{sql} ORDER BY 1, 2")).await;
+        assert!(!view.is_empty(), "{name} is empty {context}");
+        assert_eq!(view.len(), batch.len(), "{name} rows {context}");
+        assert!(view == batch, "{name} differs from its query {context}");
+    }
+}
+
+/// How many groups the view holds, from `sluice_catalog.view_operators`.
+async fn groups_held(c: &tokio_postgres::Client, view: &str) -> i64 {
+    c.query_one(
+        "SELECT state_rows FROM sluice_catalog.view_operators WHERE view_name = $1 AND kind = 'aggregate'",
+        &[&view],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_with_many_groups_equal_their_batch_queries_through_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let mut c = server.connect().await;
+    create_views(&c).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let mut next = 0u64;
+    // Few keys first, then the many.
+    for users in [20, USERS, USERS] {
+        for _ in 0..10 {
+            c.batch_execute(&events(&mut rng, next, 2_000, users))
+                .await
+                .unwrap();
+            next += 2_000;
+        }
+        c.batch_execute(&keyed(&mut rng, 3_000)).await.unwrap();
+        c.batch_execute("FLUSH").await.unwrap();
+        assert_views_equal_batch(&c, &format!("after FLUSH with {users} users")).await;
+    }
+    let held = groups_held(&c, "per_user").await;
+    assert!(held > 20_000, "per_user holds {held} groups");
+    // Closed windows leave the state: only the open minutes stay.
+    let open = groups_held(&c, "per_user_minute").await;
+    let total = text_rows(&c, "SELECT COUNT(*) FROM per_user_minute").await;
+    assert!(
+        (open as usize) < total[0].parse::<usize>().unwrap(),
+        "per_user_minute holds {open} groups of {total:?} rows"
+    );
+
+    for kill in 0..crash_runs_or(2) {
+        let port = server.port;
+        let seed = rng.random::<u64>();
+        let from = next;
+        // The writer's rows are numbered after everything before, so
+        // none is late; whatever of it committed before the kill stays.
+        let writer = tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let conn = format!("host=127.0.0.1 port={port} user=test dbname=test");
+            let Ok((w, conn)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await else {
+                return;
+            };
+            tokio::spawn(conn);
+            for round in 0..100u64 {
+                let sql = match round % 4 {
+                    3 => keyed(&mut rng, 200),
+                    _ => events(&mut rng, from + round * 500, 500, USERS),
+                };
+                if w.batch_execute(&sql).await.is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+        drop(c);
+        server.restart();
+        let _ = writer.await;
+        next += 100 * 500;
+        c = server.connect().await;
+        c.batch_execute("FLUSH").await.unwrap();
+        assert_views_equal_batch(&c, &format!("after SIGKILL {kill}")).await;
+        c.batch_execute(&events(&mut rng, next, 3_000, USERS))
+            .await
+            .unwrap();
+        next += 3_000;
+        c.batch_execute(&keyed(&mut rng, 500)).await.unwrap();
+        c.batch_execute("FLUSH").await.unwrap();
+        assert_views_equal_batch(&c, &format!("after SIGKILL {kill} and more rows")).await;
+    }
+}
