@@ -277,11 +277,9 @@ async fn every_aggregate_over_every_type_equals_its_batch_query() {
         let seed = rng.random::<u64>();
         let writer = tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let conn = format!("host=127.0.0.1 port={port} user=test dbname=test");
-            let Ok((w, conn)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await else {
+            let Some(w) = common::try_connect(port).await else {
                 return;
             };
-            tokio::spawn(conn);
             for _ in 0..200 {
                 let rows = rng.random_range(1..10);
                 if w.batch_execute(&insert(&mut rng, rows)).await.is_err() {

@@ -169,11 +169,9 @@ async fn views_with_many_groups_equal_their_batch_queries_through_sigkill() {
         // none is late; whatever of it committed before the kill stays.
         let writer = tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let conn = format!("host=127.0.0.1 port={port} user=test dbname=test");
-            let Ok((w, conn)) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await else {
+            let Some(w) = common::try_connect(port).await else {
                 return;
             };
-            tokio::spawn(conn);
             for round in 0..100u64 {
                 let sql = match round % 4 {
                     3 => keyed(&mut rng, 200),

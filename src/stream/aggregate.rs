@@ -723,29 +723,12 @@ impl AggregatePipeline {
         let all: Vec<usize> = (0..n).collect();
         // One row per group: HAVING does not apply to the saved state.
         let current = self.rows_of(schema, &all, false)?;
-        let mut fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let mut columns: Vec<ArrayRef> = current.columns().to_vec();
-        if !self.group_exprs.is_empty() {
-            let keys = self
+        let keys = match self.group_exprs.is_empty() {
+            true => Vec::new(),
+            false => self
                 .converter
-                .convert_rows(self.keys.iter().map(|k| k.row()))?;
-            for (i, k) in keys.into_iter().enumerate() {
-                fields.push(Field::new(
-                    format!("__key_{i}"),
-                    k.data_type().clone(),
-                    true,
-                ));
-                columns.push(k);
-            }
-        }
-        if self.retracting {
-            fields.push(Field::new("__rows", DataType::Int64, true));
-            columns.push(Arc::new(Int64Array::from(self.group_rows.clone())));
-        }
+                .convert_rows(self.keys.iter().map(|k| k.row()))?,
+        };
         let mut captured: Vec<Vec<ArrayRef>> = Vec::with_capacity(self.aggs.len());
         for a in 0..self.aggs.len() {
             let states = self
@@ -754,18 +737,11 @@ impl AggregatePipeline {
                 .map(|accs| accs[a].state())
                 .collect::<Result<Vec<Vec<ScalarValue>>, _>>()?;
             let width = states.first().map(|s| s.len()).unwrap_or(0);
-            let mut of_agg = Vec::with_capacity(width);
-            for j in 0..width {
-                let column = ScalarValue::iter_to_array(states.iter().map(|s| s[j].clone()))?;
-                fields.push(Field::new(
-                    format!("__state_{a}_{j}"),
-                    column.data_type().clone(),
-                    true,
-                ));
-                columns.push(column.clone());
-                of_agg.push(column);
-            }
-            captured.push(of_agg);
+            captured.push(
+                (0..width)
+                    .map(|j| ScalarValue::iter_to_array(states.iter().map(|s| s[j].clone())))
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
         }
         // `state()` may move an accumulator's contents out (DataFusion's
         // COUNT(DISTINCT) over strings takes its set), so the live
@@ -775,10 +751,11 @@ impl AggregatePipeline {
             self.accumulators[g] = self.new_accumulators()?;
             self.merge_states(g, &captured, g)?;
         }
-        Ok(Some(RecordBatch::try_new(
-            Arc::new(Schema::new(fields)),
-            columns,
-        )?))
+        let group_rows: Option<ArrayRef> = match self.retracting {
+            true => Some(Arc::new(Int64Array::from(self.group_rows.clone()))),
+            false => None,
+        };
+        checkpoint_batch(schema, current, keys, group_rows, captured).map(Some)
     }
 
     /// [`AggregatePipeline::state_batch`] of vectorized groups: the same
@@ -797,34 +774,7 @@ impl AggregatePipeline {
         let mut current = drained.keys.clone();
         current.extend(values);
         let current = self.finish(schema, current, false)?;
-        let mut fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        let mut columns: Vec<ArrayRef> = current.columns().to_vec();
-        for (i, k) in drained.keys.into_iter().enumerate() {
-            fields.push(Field::new(
-                format!("__key_{i}"),
-                k.data_type().clone(),
-                true,
-            ));
-            columns.push(k);
-        }
-        for (a, states) in drained.states.into_iter().enumerate() {
-            for (j, column) in states.into_iter().enumerate() {
-                fields.push(Field::new(
-                    format!("__state_{a}_{j}"),
-                    column.data_type().clone(),
-                    true,
-                ));
-                columns.push(column);
-            }
-        }
-        Ok(Some(RecordBatch::try_new(
-            Arc::new(Schema::new(fields)),
-            columns,
-        )?))
+        checkpoint_batch(schema, current, drained.keys, None, drained.states).map(Some)
     }
 
     /// Merges row `i` of captured state columns (per aggregate, as
@@ -996,4 +946,42 @@ fn as_micros(column: &ArrayRef) -> Result<arrow::array::TimestampMicrosecondArra
 /// The earliest `window_end` of a delta's rows.
 fn earliest_end(column: &ArrayRef) -> Result<Option<i64>, SluiceError> {
     Ok(compute::min(&as_micros(column)?))
+}
+
+/// The batch a checkpoint writes for an aggregate: the view's current row
+/// of each group (readable by any Parquet reader), then the group keys
+/// (`__key_i`), the rows per group of a retracting input (`__rows`), and
+/// each aggregate's state columns (`__state_a_j`).
+fn checkpoint_batch(
+    schema: &SchemaRef,
+    current: RecordBatch,
+    keys: Vec<ArrayRef>,
+    group_rows: Option<ArrayRef>,
+    states: Vec<Vec<ArrayRef>>,
+) -> Result<RecordBatch, SluiceError> {
+    let mut fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let mut columns: Vec<ArrayRef> = current.columns().to_vec();
+    let mut add = |name: String, column: ArrayRef| {
+        fields.push(Field::new(name, column.data_type().clone(), true));
+        columns.push(column);
+    };
+    for (i, k) in keys.into_iter().enumerate() {
+        add(format!("__key_{i}"), k);
+    }
+    if let Some(rows) = group_rows {
+        add("__rows".to_string(), rows);
+    }
+    for (a, of_agg) in states.into_iter().enumerate() {
+        for (j, column) in of_agg.into_iter().enumerate() {
+            add(format!("__state_{a}_{j}"), column);
+        }
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }

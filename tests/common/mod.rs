@@ -299,6 +299,17 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
     out
 }
 
+/// A connection to the server on `port`, or None when it is down (a
+/// writer racing a SIGKILL stops there).
+pub async fn try_connect(port: u16) -> Option<tokio_postgres::Client> {
+    let conn = format!("host=127.0.0.1 port={port} user=test dbname=test");
+    let (client, conn) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    Some(client)
+}
+
 /// A query's rows as text (`a|b|NULL`), through the simple protocol.
 pub async fn text_rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     rows_of(
