@@ -88,8 +88,8 @@ fn keyed(rng: &mut rand::rngs::StdRng, rows: u64) -> String {
         .map(|_| {
             format!(
                 "({}, 'g{}', {})",
-                rng.random_range(0..20_000),
-                rng.random_range(0..5_000),
+                rng.random_range(0..60_000),
+                rng.random_range(0..30_000),
                 rng.random_range(0..100)
             )
         })
@@ -147,12 +147,14 @@ async fn views_with_many_groups_equal_their_batch_queries_through_sigkill() {
                 .unwrap();
             next += 2_000;
         }
-        c.batch_execute(&keyed(&mut rng, 3_000)).await.unwrap();
+        c.batch_execute(&keyed(&mut rng, 12_000)).await.unwrap();
         c.batch_execute("FLUSH").await.unwrap();
         assert_views_equal_batch(&c, &format!("after FLUSH with {users} users")).await;
     }
     let held = groups_held(&c, "per_user").await;
     assert!(held > 20_000, "per_user holds {held} groups");
+    let held = groups_held(&c, "keyed_per_user").await;
+    assert!(held > 10_000, "keyed_per_user holds {held} groups");
     // Closed windows leave the state: only the open minutes stay.
     let open = groups_held(&c, "per_user_minute").await;
     let total = text_rows(&c, "SELECT COUNT(*) FROM per_user_minute").await;
