@@ -123,11 +123,12 @@ fn tumble(
     let table = arg_text(&args[0]).ok_or_else(usage)?;
     let column = arg_text(&args[1]).ok_or_else(usage)?;
     let size = arg_text(&args[2]).ok_or_else(usage)?;
+    let size_us = interval_us(&args[2]);
     let sql = format!(
         "SELECT *, date_bin({size}, {column}) AS window_start, \
-         date_bin({size}, {column}) + {size} AS window_end FROM {table}"
+         date_bin({size}, {column}) + {} AS window_end FROM {table}",
+        end_offset(&size, size_us)
     );
-    let size_us = interval_us(&args[2]);
     windowed_table(&sql, &table, &column, alias, size_us, size_us)
 }
 
@@ -155,11 +156,23 @@ fn hop(
         }
     }
     let sql = format!(
-        "SELECT *, window_start + {size} AS window_end FROM \
+        "SELECT *, window_start + {} AS window_end FROM \
          (SELECT *, unnest(generate_series(date_bin({slide}, {column} - {size}) + {slide}, \
-         date_bin({slide}, {column}), {slide})) AS window_start FROM {table}) AS hop_windows"
+         date_bin({slide}, {column}), {slide})) AS window_start FROM {table}) AS hop_windows",
+        end_offset(&size, size_us)
     );
     windowed_table(&sql, &table, &column, alias, size_us, slide_us)
+}
+
+/// What `window_end` adds to `window_start`: the size as a duration when
+/// it has a fixed length, since a timestamp plus a duration is one integer
+/// addition per row where a timestamp plus an interval goes through
+/// calendar arithmetic per value (two fifths of a TUMBLE view's CPU).
+fn end_offset(size: &str, size_us: Option<i64>) -> String {
+    match size_us {
+        Some(us) => format!("arrow_cast({us}, 'Duration(Microsecond)')"),
+        None => size.to_string(),
+    }
 }
 
 /// The derived table that replaces a window function, named as the window
@@ -223,7 +236,7 @@ mod tests {
         );
         let text = s.to_string();
         assert!(
-            text.contains("FROM (SELECT *, date_bin(INTERVAL '1 minute', event_time) AS window_start, date_bin(INTERVAL '1 minute', event_time) + INTERVAL '1 minute' AS window_end FROM usage) AS usage"),
+            text.contains("FROM (SELECT *, date_bin(INTERVAL '1 minute', event_time) AS window_start, date_bin(INTERVAL '1 minute', event_time) + arrow_cast(60000000, 'Duration(Microsecond)') AS window_end FROM usage) AS usage"),
             "{text}"
         );
     }
