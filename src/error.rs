@@ -21,6 +21,8 @@ pub enum SluiceError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
+    #[error(transparent)]
     Subscription(#[from] crate::subscribe::SubscriptionError),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     TransactionAborted,
@@ -86,6 +88,7 @@ impl SluiceError {
             SluiceError::Log(e) => log_sqlstate(e),
             SluiceError::Catalog(e) => catalog_sqlstate(e),
             SluiceError::Store(e) => e.sqlstate(),
+            SluiceError::Auth(e) => e.sqlstate(),
             SluiceError::Subscription(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
             SluiceError::NoTransactionBlock(_) => "25P01",
@@ -176,6 +179,8 @@ fn catalog_sqlstate(e: &CatalogError) -> &'static str {
         CatalogError::Io { .. } => "58030",
         CatalogError::DuplicateSubscription(_) => "42710",
         CatalogError::UndefinedSubscription(_) => "42704",
+        CatalogError::DuplicateRole(_) => "42710",
+        CatalogError::UndefinedRole(_) => "42704",
     }
 }
 

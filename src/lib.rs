@@ -5,6 +5,7 @@
 //! ([`ingest`]), appends them to the partitioned log ([`log`]), and answers
 //! queries through DataFusion over that log ([`query`]).
 
+pub mod auth;
 pub mod checkpoint;
 pub mod error;
 pub mod http;

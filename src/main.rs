@@ -2,6 +2,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use sluice::auth::{AuthConfig, AuthMethod};
 use sluice::log::LogConfig;
 use sluice::server::ServerConfig;
 use tracing_subscriber::EnvFilter;
@@ -78,6 +79,25 @@ enum Command {
         /// `/livez`, `/readyz`), or `off`.
         #[arg(long, default_value = "127.0.0.1:9455")]
         http_listen: String,
+        /// How logins are checked: `scram` (SCRAM-SHA-256 passwords) or
+        /// `trust` (no password; loopback addresses only). Default: scram
+        /// once the superuser `sluice` has a password, trust before.
+        #[arg(long, value_parser = ["trust", "scram"])]
+        auth: Option<String>,
+        /// A file holding the password of the superuser `sluice`, set at
+        /// the first start (or whenever it has none). SLUICE_PASSWORD
+        /// gives it too.
+        #[arg(long)]
+        superuser_password_file: Option<PathBuf>,
+        /// The server's certificate chain (PEM), for TLS.
+        #[arg(long)]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long)]
+        tls_key: Option<PathBuf>,
+        /// Refuse connections that are not encrypted.
+        #[arg(long)]
+        tls_required: bool,
     },
 }
 
@@ -108,7 +128,23 @@ fn main() -> std::process::ExitCode {
             shutdown_timeout,
             query_memory,
             http_listen,
+            auth,
+            superuser_password_file,
+            tls_cert,
+            tls_key,
+            tls_required,
         } => {
+            let superuser_password = match superuser_password_file {
+                Some(path) => match std::fs::read_to_string(&path) {
+                    // One line, as a password file is written.
+                    Ok(text) => Some(text.trim_end_matches(['\n', '\r']).to_string()),
+                    Err(e) => {
+                        tracing::error!(path = %path.display(), error = %e, "cannot read --superuser-password-file");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                },
+                None => std::env::var("SLUICE_PASSWORD").ok(),
+            };
             sluice::server::install_panic_hook();
             let config = ServerConfig {
                 listen,
@@ -139,6 +175,16 @@ fn main() -> std::process::ExitCode {
                             return std::process::ExitCode::FAILURE;
                         }
                     },
+                },
+                auth: AuthConfig {
+                    method: auth.map(|a| match a.as_str() {
+                        "trust" => AuthMethod::Trust,
+                        _ => AuthMethod::Scram,
+                    }),
+                    superuser_password,
+                    tls_cert,
+                    tls_key,
+                    tls_required,
                 },
             };
             match sluice::server::run(config, STATEMENT_STACK_BYTES) {

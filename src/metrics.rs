@@ -35,6 +35,7 @@ pub struct Metrics {
     connections: Counter,
     connections_refused: Counter,
     object_store_failures: Family<Labels, Counter>,
+    auth_failures: Family<Labels, Counter>,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -47,11 +48,15 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         connections: Counter::default(),
         connections_refused: Counter::default(),
         object_store_failures: Family::default(),
+        auth_failures: Family::default(),
     };
     // Failures count from 0, so that a rate over them exists before the
     // first one.
     for operation in ["put", "get", "list", "delete"] {
         metrics.object_store_failure_count(operation);
+    }
+    for reason in AUTH_FAILURE_REASONS {
+        metrics.auth_failure_count(reason);
     }
     metrics
 });
@@ -101,6 +106,17 @@ impl Metrics {
         self.object_store_failure_count(operation).inc();
     }
 
+    /// A login was refused; `reason` is one of [`AUTH_FAILURE_REASONS`].
+    pub fn auth_failure(&self, reason: &str) {
+        self.auth_failure_count(reason).inc();
+    }
+
+    fn auth_failure_count(&self, reason: &str) -> Counter {
+        self.auth_failures
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .clone()
+    }
+
     fn object_store_failure_count(&self, operation: &str) -> Counter {
         self.object_store_failures
             .get_or_create(&vec![("operation".into(), operation.into())])
@@ -143,8 +159,16 @@ impl Metrics {
             "Object-store requests that failed after their retries, by operation (put, get, list, delete)",
             self.object_store_failures.clone(),
         );
+        r.register(
+            "sluice_auth_failures",
+            "Logins refused since start-up, by reason (password: a wrong password or an unknown role, which look the same; no_login: a role without LOGIN; no_encryption: a plain connection where TLS is required)",
+            self.auth_failures.clone(),
+        );
     }
 }
+
+/// Why a login may be refused, as `sluice_auth_failures` labels it.
+pub const AUTH_FAILURE_REASONS: [&str; 3] = ["password", "no_login", "no_encryption"];
 
 /// A query message being timed (see [`Metrics::round_trip`]).
 pub struct RoundTrip {

@@ -5,11 +5,16 @@
 //! corrupted write is detected instead of half-read.
 
 mod manifest;
+mod roles;
 mod store;
 mod types;
 
 pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, StatePartId, ViewClockState};
-pub use store::{checked_body, with_checksum, write_atomically, Catalog, CatalogError};
+pub use roles::{Acl, AclKind, RoleCatalog, RoleDef, ScramSecret};
+pub use store::{
+    checked_body, with_checksum, write_atomically, write_atomically_with_mode, Catalog,
+    CatalogError,
+};
 pub use types::{
     ColumnDef, SqlType, SubscriptionDef, SubscriptionStart, TableDef, TableOptions, ViewDef,
     WatermarkDef, DEFAULT_DELETE_RETENTION_SECS, DEFAULT_IDLE_TIMEOUT_MS, DELETED_COLUMN,

@@ -23,6 +23,10 @@ pub enum CatalogError {
     DuplicateSubscription(String),
     #[error("subscription \"{0}\" does not exist")]
     UndefinedSubscription(String),
+    #[error("role \"{0}\" already exists")]
+    DuplicateRole(String),
+    #[error("role \"{0}\" does not exist")]
+    UndefinedRole(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CatalogError + '_ {
@@ -245,9 +249,28 @@ pub fn checked_body(bytes: &[u8]) -> Result<&[u8], &'static str> {
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new
 /// content: temp file, fsync, rename, fsync of the directory.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CatalogError> {
+    write_atomically_with_mode(path, bytes, 0o644)
+}
+
+/// [`write_atomically`], the new file created with permission bits `mode`
+/// (0o600 for a file only the server's user may read).
+pub fn write_atomically_with_mode(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), CatalogError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
+    // A temp file a crash left keeps its old mode when truncated.
+    let _ = fs::remove_file(&tmp);
     {
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
         f.write_all(bytes).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
     }

@@ -34,6 +34,12 @@ SELECT oid, ns, name, kind, basetype, elemtype, elemdelim, range_subtype, attrty
 /// The statement that answers `sql` when it is a driver's catalog query
 /// Sluice answers differently.
 pub fn driver_query(sql: &str) -> Option<Statement> {
+    if let Some(rewritten) = psql_role_list(sql) {
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        return sqlparser::parser::Parser::parse_sql(&dialect, &rewritten)
+            .ok()?
+            .pop();
+    }
     if sql.contains("typeinfo_tree") && sql.contains("$1::oid[]") {
         let dialect = sqlparser::dialect::PostgreSqlDialect {};
         return sqlparser::parser::Parser::parse_sql(&dialect, ASYNCPG_TYPE_LOOKUP)
@@ -43,6 +49,22 @@ pub fn driver_query(sql: &str) -> Option<Statement> {
     None
 }
 
+/// psql's `\\du` (up to psql 15) lists each role's memberships with an
+/// `ARRAY(SELECT ...)` over `pg_auth_members`, which DataFusion cannot
+/// plan. Roles here have no members, so the list is empty.
+fn psql_role_list(sql: &str) -> Option<String> {
+    let start = sql.find("ARRAY(SELECT b.rolname")?;
+    let end = start + sql[start..].find(") as memberof")? + ") as memberof".len();
+    if !sql[start..end].contains("pg_catalog.pg_auth_members") {
+        return None;
+    }
+    Some(format!(
+        "{}CAST('{{}}' AS TEXT) AS memberof{}",
+        &sql[..start],
+        &sql[end..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -50,5 +72,12 @@ mod tests {
         let sql = "WITH RECURSIVE typeinfo_tree(oid) AS (SELECT 1) SELECT * FROM typeinfo_tree WHERE oid = any($1::oid[])";
         assert!(super::driver_query(sql).is_some());
         assert!(super::driver_query("SELECT 1").is_none());
+    }
+
+    #[test]
+    fn psql_role_list_parses() {
+        let sql = "SELECT r.rolname, r.rolsuper, r.rolinherit,\n  r.rolcreaterole, r.rolcreatedb, r.rolcanlogin,\n  r.rolconnlimit, r.rolvaliduntil,\n  ARRAY(SELECT b.rolname\n        FROM pg_catalog.pg_auth_members m\n        JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid)\n        WHERE m.member = r.oid) as memberof\n, r.rolreplication\n, r.rolbypassrls\nFROM pg_catalog.pg_roles r\nWHERE r.rolname !~ '^pg_'\nORDER BY 1;";
+        let s = super::driver_query(sql).unwrap().to_string();
+        assert!(s.contains("CAST('{}' AS TEXT) AS memberof"), "{s}");
     }
 }

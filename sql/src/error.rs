@@ -17,6 +17,9 @@ pub enum SqlError {
     TooDeep(String),
     #[error("statement too large: {0}")]
     TooLarge(String),
+    /// A privilege the object does not have (USAGE on a table).
+    #[error("{0}")]
+    InvalidGrant(String),
 }
 
 impl SqlError {
@@ -31,6 +34,7 @@ impl SqlError {
             SqlError::DatatypeMismatch(_) => "42804",
             SqlError::TooDeep(_) => "54001",
             SqlError::TooLarge(_) => "54000",
+            SqlError::InvalidGrant(_) => "0LP01",
         }
     }
 }

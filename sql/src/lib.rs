@@ -14,6 +14,8 @@ mod error;
 mod hidden;
 mod parse;
 mod regproc;
+mod roles;
+mod session_user;
 mod set_returning;
 mod subscription;
 mod windows;
@@ -29,6 +31,8 @@ pub use parse::{
     ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
+pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleOptions, PUBLIC};
+pub use session_user::bind_session_user;
 pub use set_returning::rewrite_set_returning;
 pub use sqlparser;
 pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};

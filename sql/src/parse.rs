@@ -101,6 +101,24 @@ pub enum Statement {
         name: String,
         from: StartAt,
     },
+    /// `CREATE ROLE name [WITH] options` (and `CREATE USER`, which adds
+    /// LOGIN).
+    CreateRole {
+        name: String,
+        options: crate::roles::RoleOptions,
+    },
+    /// `ALTER ROLE name [WITH] options`
+    AlterRole {
+        name: String,
+        options: crate::roles::RoleOptions,
+    },
+    /// `DROP ROLE [IF EXISTS] name [, ...]`
+    DropRole {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `GRANT` or `REVOKE` of privileges on tables, views, subscriptions.
+    Grant(crate::roles::GrantStatement),
     /// Anything else: handed to DataFusion.
     Query(Box<ast::Statement>),
 }
@@ -134,6 +152,11 @@ impl Statement {
             Statement::CreateSubscription(_) => "CREATE SUBSCRIPTION",
             Statement::DropSubscription { .. } => "DROP SUBSCRIPTION",
             Statement::ResetSubscription { .. } => "ALTER SUBSCRIPTION",
+            Statement::CreateRole { .. } => "CREATE ROLE",
+            Statement::AlterRole { .. } => "ALTER ROLE",
+            Statement::DropRole { .. } => "DROP ROLE",
+            Statement::Grant(g) if g.grant => "GRANT",
+            Statement::Grant(_) => "REVOKE",
             Statement::Query(q) => match q.as_ref() {
                 ast::Statement::Insert(_) => "INSERT",
                 ast::Statement::Update { .. } => "UPDATE",
@@ -351,6 +374,12 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     }
     if let Some(statement) = parse_subscription_statement(sql)? {
         return Ok(statement);
+    }
+    if let Some(statement) = crate::roles::parse_role_statement(sql)? {
+        return Ok(statement);
+    }
+    if let Some(grant) = crate::roles::parse_grant_statement(sql)? {
+        return Ok(Statement::Grant(grant));
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
     let mut statements = Parser::new(&PostgreSqlDialect {})

@@ -2,11 +2,11 @@ use std::sync::Arc;
 
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{
     setup_pg_catalog, PgCatalogSchemaProvider, PgCatalogStaticTables,
 };
 
+use crate::auth::RoleStore;
 use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
@@ -16,6 +16,7 @@ use super::pg_catalog_info::{
     HiddenRelations, OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog,
 };
 use super::pg_keys::{key_functions, PrimaryKeys};
+use super::pg_roles::RoleDirectory;
 use super::provider::LogTableProvider;
 use super::system::{PublicSchema, SystemSchema};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
@@ -48,6 +49,7 @@ pub fn build_context(
     subs: Arc<SubscriptionManager>,
     connections: Arc<ConnectionRegistry>,
     query_memory: Option<usize>,
+    roles: Arc<RoleStore>,
 ) -> Result<SessionContext, datafusion::error::DataFusionError> {
     let ctx = match query_memory {
         Some(bytes) => {
@@ -67,6 +69,7 @@ pub fn build_context(
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;
+    let roles_for_functions = roles.clone();
     let store_for_udtf = store.clone();
     let store_for_catalog = store.clone();
     let store_for_keys = store.clone();
@@ -92,7 +95,7 @@ pub fn build_context(
             store: store_for_udtf,
         }),
     );
-    setup_pg_catalog(&ctx, CATALOG_NAME, EmptyContextProvider).map_err(|e| *e)?;
+    setup_pg_catalog(&ctx, CATALOG_NAME, RoleDirectory(roles.clone())).map_err(|e| *e)?;
     {
         let state = ctx.state_ref();
         let existing = state.read().clone();
@@ -112,7 +115,7 @@ pub fn build_context(
             store: store_for_catalog,
         },
         Arc::new(PgCatalogStaticTables::try_new()?),
-        EmptyContextProvider,
+        RoleDirectory(roles),
     )?;
     let keys = Arc::new(PrimaryKeys::new(store_for_keys));
     let hidden = Arc::new(HiddenRelations::default());
@@ -127,6 +130,7 @@ pub fn build_context(
     )?;
     ctx.register_udf(hidden.function());
     super::pg_functions::register(&ctx);
+    ctx.register_udf(super::pg_roles::has_table_privilege(roles_for_functions));
     ctx.register_udaf(super::checked_sum());
     for f in key_functions(keys) {
         ctx.register_udf(f);

@@ -2,6 +2,7 @@
 //! the `sluice_catalog` system tables, point reads of views, stopping a
 //! running statement, and the session context that ties them together.
 
+mod access;
 pub mod activity;
 pub mod cancel;
 mod checked_arithmetic;
@@ -11,6 +12,7 @@ mod context;
 mod pg_catalog_info;
 mod pg_functions;
 mod pg_keys;
+mod pg_roles;
 mod point_read;
 mod provider;
 mod sink;
@@ -19,6 +21,7 @@ mod timestamp_text;
 mod view_table;
 mod yielding_joins;
 
+pub use access::{plan_access, PlanAccess};
 pub use checked_arithmetic::CheckedArithmetic;
 pub use checked_sum::checked_sum;
 pub use context::{build_context, session_config};

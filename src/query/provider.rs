@@ -55,6 +55,11 @@ impl fmt::Debug for LogTableProvider {
 }
 
 impl LogTableProvider {
+    /// The table it reads or writes.
+    pub fn table_name(&self) -> &str {
+        &self.table.def.name
+    }
+
     /// The column whose bounds frame headers keep (the watermark column, or
     /// the first timestamp column).
     fn time_column(&self) -> Option<&str> {

@@ -18,7 +18,6 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::{Sink, SinkExt};
-use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::CopyHandler;
@@ -40,7 +39,7 @@ use pgwire::messages::extendedquery::{
 };
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sluice_catalog::SqlType;
 use sluice_sql::sqlparser::ast;
@@ -62,7 +61,9 @@ use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 
 use super::copy::CopyState;
+use super::login::{LoginHandler, Logins};
 use super::session::{Characteristics, Session, TransactionState};
+use crate::auth::{grant_targets, Authenticator, ObjectKind, RoleStore, SessionRole};
 use crate::query::cancel::{
     cancellable, parse_timeout, show_timeout, ConnectionRegistry, ShuttingDown, StatementWatch,
 };
@@ -78,9 +79,12 @@ pub struct Handlers {
     compat: Arc<PostgresCompatibilityParser>,
     parser: Arc<SluiceQueryParser>,
     connections: Arc<ConnectionRegistry>,
+    logins: Arc<Logins>,
+    roles: Arc<RoleStore>,
 }
 
 impl Handlers {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<LogStore>,
         views: Arc<ViewManager>,
@@ -88,13 +92,16 @@ impl Handlers {
         ctx: Arc<SessionContext>,
         objects: Arc<DurableStore>,
         connections: Arc<ConnectionRegistry>,
+        auth: Arc<Authenticator>,
     ) -> Handlers {
+        let logins = Arc::new(Logins::new(auth.clone(), connections.clone()));
         let compat = Arc::new(PostgresCompatibilityParser::new());
         Handlers {
             parser: Arc::new(SluiceQueryParser {
                 store: store.clone(),
                 ctx: ctx.clone(),
                 compat: compat.clone(),
+                roles: auth.roles.clone(),
             }),
             store,
             objects,
@@ -103,6 +110,8 @@ impl Handlers {
             ctx,
             compat,
             connections,
+            logins,
+            roles: auth.roles.clone(),
         }
     }
 }
@@ -111,58 +120,6 @@ pub(super) fn session<C: ClientInfo>(client: &C) -> Arc<Session> {
     client
         .session_extensions()
         .get_or_insert_with(Session::default)
-}
-
-/// Start-up as pgwire's no-password handler does it, and then the
-/// connection is registered: counted against `--max-connections` (53300
-/// beyond it, after authentication, as PostgreSQL does) and reachable by
-/// a cancel request naming the key it was sent.
-pub struct StartupHandlerImpl {
-    connections: Arc<ConnectionRegistry>,
-}
-
-#[async_trait]
-impl NoopStartupHandler for StartupHandlerImpl {
-    async fn post_startup<C>(
-        &self,
-        client: &mut C,
-        _message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let (pid, secret) = client.pid_and_secret_key();
-        let meta = |key: &str| client.metadata().get(key).cloned().unwrap_or_default();
-        let session = session(client);
-        session.activity.identify(
-            pid,
-            &meta(pgwire::api::METADATA_USER),
-            &meta(pgwire::api::METADATA_DATABASE),
-            &meta(pgwire::api::METADATA_APPLICATION_NAME),
-            client.socket_addr().to_string(),
-        );
-        let registered = self
-            .connections
-            .register(
-                pid,
-                secret.to_bytes().to_vec(),
-                session.cancel.clone(),
-                session.activity.clone(),
-            )
-            .inspect(|_| METRICS.connection_opened())
-            .map_err(|e| {
-                METRICS.connection_refused();
-                PgWireError::UserError(Box::new(pgwire::error::ErrorInfo::new(
-                    "FATAL".into(),
-                    "53300".into(),
-                    e.to_string(),
-                )))
-            })?;
-        client.session_extensions().insert(registered);
-        Ok(())
-    }
 }
 
 /// A statement sent after a shutdown began: FATAL 57P01, which closes the
@@ -199,10 +156,10 @@ impl PgWireServerHandlers for Handlers {
         Arc::new(self.clone_handle())
     }
 
+    /// A handler of its own for each connection: a SCRAM exchange keeps
+    /// state between its messages.
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(StartupHandlerImpl {
-            connections: self.connections.clone(),
-        })
+        Arc::new(LoginHandler::new(self.logins.clone()))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -227,6 +184,8 @@ impl Handlers {
             compat: self.compat.clone(),
             parser: self.parser.clone(),
             connections: self.connections.clone(),
+            logins: self.logins.clone(),
+            roles: self.roles.clone(),
         }
     }
 }
@@ -312,13 +271,22 @@ pub struct SluiceQueryParser {
     store: Arc<LogStore>,
     ctx: Arc<SessionContext>,
     compat: Arc<PostgresCompatibilityParser>,
+    roles: Arc<RoleStore>,
 }
 
 impl SluiceQueryParser {
     /// Plans a statement DataFusion executes: wildcards over log tables lose
     /// the hidden columns, and DDL or DML other than INSERT is refused.
-    async fn plan(&self, mut stmt: ast::Statement) -> Result<LogicalPlan, SluiceError> {
+    /// `role` is the session's: `current_user` and `session_user` name
+    /// it, and the plan is checked against its privileges (SELECT on every
+    /// table and view it reads, INSERT on every table it inserts into).
+    async fn plan(
+        &self,
+        mut stmt: ast::Statement,
+        role: &SessionRole,
+    ) -> Result<LogicalPlan, SluiceError> {
         let store = self.store.clone();
+        sluice_sql::bind_session_user(&mut stmt, &role.name);
         rewrite_window_functions(&mut stmt)?;
         sluice_sql::rewrite_regproc_zero(&mut stmt);
         sluice_sql::rewrite_catalog_subqueries(&mut stmt);
@@ -340,13 +308,47 @@ impl SluiceQueryParser {
                     dml.op
                 )))
             }
-            _ => Ok(plan),
+            _ => {
+                self.check_access(role, &plan)?;
+                Ok(plan)
+            }
         }
+    }
+
+    /// SELECT on what `plan` reads, INSERT on what it inserts into.
+    fn check_access(&self, role: &SessionRole, plan: &LogicalPlan) -> Result<(), SluiceError> {
+        if self.roles.is_superuser(role) {
+            return Ok(());
+        }
+        let access = crate::query::plan_access(plan);
+        for (kind, name) in &access.reads {
+            self.roles
+                .check(role, *kind, name, sluice_sql::Privilege::Select)?;
+        }
+        for name in &access.inserts {
+            self.roles
+                .check(role, ObjectKind::Table, name, sluice_sql::Privilege::Insert)?;
+        }
+        Ok(())
     }
 
     /// Re-reads a query with the compatibility rules that rewrite psql's and
     /// drivers' catalog queries into SQL DataFusion can plan.
-    fn compat_statement(&self, sql: &str, fallback: ast::Statement) -> ast::Statement {
+    ///
+    /// A query naming the session's role (`current_user`, `session_user`,
+    /// `current_role`) is `fallback` with the role bound in, then those
+    /// rules: they would rename `current_user` to `session_user`, and the
+    /// column with it.
+    fn compat_statement(&self, sql: &str, fallback: ast::Statement, user: &str) -> ast::Statement {
+        let lower = sql.to_ascii_lowercase();
+        if ["current_user", "session_user", "current_role"]
+            .iter()
+            .any(|f| lower.contains(f))
+        {
+            let mut s = fallback;
+            sluice_sql::bind_session_user(&mut s, user);
+            return self.compat.rewrite(s);
+        }
         if let Some(s) = sluice_sql::driver_query(sql) {
             return s;
         }
@@ -439,7 +441,9 @@ impl SluiceQueryParser {
         Ok(statement)
     }
 
-    async fn prepare(&self, sql: &str) -> Result<Prepared, SluiceError> {
+    /// `user`: the session's role, which `current_user` names.
+    async fn prepare(&self, sql: &str, role: &SessionRole) -> Result<Prepared, SluiceError> {
+        let user = role;
         let mut pieces = split_statements(sql)?;
         if pieces.is_empty() {
             return Ok(Prepared::Empty);
@@ -468,8 +472,9 @@ impl SluiceQueryParser {
                     end: false,
                     modifier: None,
                 },
+                &user.name,
             );
-            return Prepared::plan(self.plan(s).await?, false);
+            return Prepared::plan(self.plan(s, user).await?, false);
         }
         match stmt {
             Statement::Insert {
@@ -498,7 +503,7 @@ impl SluiceQueryParser {
                 }
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Prepared::plan(self.plan(statement).await?, true)
+                Prepared::plan(self.plan(statement, user).await?, true)
             }
             Statement::Insert {
                 values: None,
@@ -509,11 +514,11 @@ impl SluiceQueryParser {
             } => {
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Prepared::plan(self.plan(statement).await?, true)
+                Prepared::plan(self.plan(statement, user).await?, true)
             }
             Statement::Query(q) => {
-                let s = self.compat_statement(&piece, *q);
-                let plan = self.plan(s).await?;
+                let s = self.compat_statement(&piece, *q, &user.name);
+                let plan = self.plan(s, user).await?;
                 if let Some(read) = PointRead::recognize(&plan) {
                     return Ok(Prepared::PointRead {
                         params: Arc::new(ordered_parameter_types(&plan)?),
@@ -534,12 +539,12 @@ impl SluiceQueryParser {
                 selection,
             } => {
                 let sql = update_query(&self.store, &table, &assignments, selection.as_deref())?;
-                self.prepare_change(piece, RowChange::Update { table }, &sql)
+                self.prepare_change(piece, RowChange::Update { table }, &sql, user)
                     .await
             }
             Statement::Delete { table, selection } => {
                 let sql = delete_query(&self.store, &table, selection.as_deref())?;
-                self.prepare_change(piece, RowChange::Delete { table }, &sql)
+                self.prepare_change(piece, RowChange::Delete { table }, &sql, user)
                     .await
             }
             _ => Ok(Prepared::Direct(piece)),
@@ -553,12 +558,13 @@ impl SluiceQueryParser {
         piece: String,
         change: RowChange,
         sql: &str,
+        user: &SessionRole,
     ) -> Result<Prepared, SluiceError> {
         let stmt = match parse_sql(sql)? {
             Statement::Query(q) => *q,
             _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
         };
-        let plan = self.plan(stmt).await?;
+        let plan = self.plan(stmt, user).await?;
         let params = ordered_parameter_types(&plan)?;
         if params.is_empty() {
             return Ok(Prepared::Direct(piece));
@@ -828,11 +834,11 @@ impl QueryParser for SluiceQueryParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        debug!(sql, "parse");
+        debug!(sql = %truncate(sql), "parse");
         if let Some(prepared) = prepared_fetch(_client, sql).map_err(SluiceError::into_pg)? {
             return Ok(Some(prepared));
         }
-        self.prepare(sql)
+        self.prepare(sql, &session(_client).role())
             .await
             .map(Some)
             .map_err(SluiceError::into_pg)
@@ -1003,8 +1009,9 @@ impl Handlers {
                     end: false,
                     modifier: None,
                 },
+                &session(client).role().name,
             );
-            let plan = self.parser.plan(s).await?;
+            let plan = self.parser.plan(s, &session(client).role()).await?;
             return self
                 .run_plan(client, plan, false, &Format::UnifiedText)
                 .await;
@@ -1032,7 +1039,13 @@ impl Handlers {
     {
         match stmt {
             Statement::CreateTable(ct) => {
+                let name = ct.table.name.clone();
+                let existed = self.store.table(&name).is_some();
                 self.store.create_table(ct.table, ct.if_not_exists)?;
+                if !existed {
+                    self.roles
+                        .created(&session(client).role(), ObjectKind::Table, &[name])?;
+                }
                 Ok(Response::Execution(Tag::new("CREATE TABLE")))
             }
             Statement::DropTable { names, if_exists } => {
@@ -1046,19 +1059,32 @@ impl Handlers {
                         }
                         return Err(SluiceError::UndefinedTable(name.clone()));
                     }
+                    self.roles
+                        .check_owner(&session(client).role(), ObjectKind::Table, name)?;
                     self.check_dependents("table", name)?;
                 }
                 for name in &names {
                     if self.store.table(name).is_some() {
                         self.store.drop_table(name)?;
+                        self.roles
+                            .dropped(ObjectKind::Table, std::slice::from_ref(name))?;
                     }
                 }
                 Ok(Response::Execution(Tag::new("DROP TABLE")))
             }
             Statement::CopyTo(copy) => {
+                if matches!(copy.target, ExportTarget::Location(_)) {
+                    self.roles.check_superuser(
+                        &session(client).role(),
+                        "permission denied to COPY to a file: only superusers may COPY to a file or an object store; COPY ... TO STDOUT (psql's \\copy) works for everyone",
+                    )?;
+                }
                 let plan = self
                     .parser
-                    .plan(ast::Statement::Query(copy.query.clone()))
+                    .plan(
+                        ast::Statement::Query(copy.query.clone()),
+                        &session(client).role(),
+                    )
                     .await?;
                 let df = self.dataframe(client, plan).await?;
                 match &copy.target {
@@ -1077,6 +1103,12 @@ impl Handlers {
                     .store
                     .table(&copy.table)
                     .ok_or_else(|| SluiceError::UndefinedTable(copy.table.clone()))?;
+                self.roles.check(
+                    &session(client).role(),
+                    ObjectKind::Table,
+                    &copy.table,
+                    sluice_sql::Privilege::Insert,
+                )?;
                 let columns = if copy.columns.is_empty() {
                     table.def.columns.len()
                 } else {
@@ -1113,6 +1145,12 @@ impl Handlers {
                     .store
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                self.roles.check(
+                    &session(client).role(),
+                    ObjectKind::Table,
+                    &table,
+                    sluice_sql::Privilege::Insert,
+                )?;
                 check_on_conflict(&log.def, on_conflict_do_nothing)?;
                 let mut stager = RowStager::new(&log.def, &columns, false)?
                     .with_limit(log.max_statement_bytes());
@@ -1142,7 +1180,7 @@ impl Handlers {
                 let statement =
                     self.parser
                         .insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                let plan = self.parser.plan(statement).await?;
+                let plan = self.parser.plan(statement, &session(client).role()).await?;
                 self.run_plan(client, plan, true, &Format::UnifiedText)
                     .await
             }
@@ -1151,9 +1189,21 @@ impl Handlers {
                     emit_on_window_close: cv.emit_on_window_close,
                     allowed_lateness_us: cv.allowed_lateness_us,
                 };
+                let role = session(client).role();
+                // A view is read with its own grant: its owner must be able
+                // to read what it reads.
+                for (kind, name) in self.relations_named(&cv.query) {
+                    self.roles
+                        .check(&role, kind, &name, sluice_sql::Privilege::Select)?;
+                }
+                let existed = self.views.view(&cv.name).is_some();
                 self.views
                     .create(&cv.name, cv.if_not_exists, &cv.query, emit)
                     .await?;
+                if !existed {
+                    self.roles
+                        .created(&role, ObjectKind::View, std::slice::from_ref(&cv.name))?;
+                }
                 Ok(Response::Execution(Tag::new("CREATE MATERIALIZED VIEW")))
             }
             Statement::DropView { names, if_exists } => {
@@ -1172,12 +1222,16 @@ impl Handlers {
                 }
                 for name in &names {
                     if self.views.view(name).is_some() {
+                        self.roles
+                            .check_owner(&session(client).role(), ObjectKind::View, name)?;
                         self.check_dependents("materialized view", name)?;
                     }
                 }
                 for name in &names {
                     if self.views.view(name).is_some() {
                         self.views.drop_view(name)?;
+                        self.roles
+                            .dropped(ObjectKind::View, std::slice::from_ref(name))?;
                     }
                 }
                 Ok(Response::Execution(Tag::new("DROP MATERIALIZED VIEW")))
@@ -1220,16 +1274,78 @@ impl Handlers {
             )),
             Statement::Transaction(op) => self.transaction(client, op).await,
             Statement::CreateSubscription(c) => {
+                let role = session(client).role();
+                if let Some(kind) = self.relation_kind(&c.source) {
+                    self.roles
+                        .check(&role, kind, &c.source, sluice_sql::Privilege::Select)?;
+                }
                 self.subs.create(&c).await?;
+                self.roles.created(
+                    &role,
+                    ObjectKind::Subscription,
+                    std::slice::from_ref(&c.name),
+                )?;
                 Ok(Response::Execution(Tag::new("CREATE SUBSCRIPTION")))
             }
             Statement::DropSubscription { names, if_exists } => {
+                for name in &names {
+                    self.roles.check_owner(
+                        &session(client).role(),
+                        ObjectKind::Subscription,
+                        name,
+                    )?;
+                }
                 self.subs.drop_subscriptions(&names, if_exists)?;
+                self.roles.dropped(ObjectKind::Subscription, &names)?;
                 Ok(Response::Execution(Tag::new("DROP SUBSCRIPTION")))
             }
             Statement::ResetSubscription { name, to } => {
+                self.roles
+                    .check_owner(&session(client).role(), ObjectKind::Subscription, &name)?;
                 self.subs.reset(&name, &to).await?;
                 Ok(Response::Execution(Tag::new("ALTER SUBSCRIPTION")))
+            }
+            Statement::CreateRole { name, options } => {
+                self.roles
+                    .create(&session(client).role(), &name, &options)?;
+                Ok(Response::Execution(Tag::new("CREATE ROLE")))
+            }
+            Statement::AlterRole { name, options } => {
+                self.roles.alter(&session(client).role(), &name, &options)?;
+                Ok(Response::Execution(Tag::new("ALTER ROLE")))
+            }
+            Statement::DropRole { names, if_exists } => {
+                self.roles
+                    .drop_roles(&session(client).role(), &names, if_exists)?;
+                Ok(Response::Execution(Tag::new("DROP ROLE")))
+            }
+            Statement::Grant(g) => {
+                let targets = grant_targets(
+                    &g.objects,
+                    |n| self.relation_kind(n),
+                    || {
+                        let mut all: Vec<(ObjectKind, String)> = self
+                            .store
+                            .tables()
+                            .iter()
+                            .map(|t| (ObjectKind::Table, t.def.name.clone()))
+                            .collect();
+                        all.extend(
+                            self.views
+                                .views()
+                                .iter()
+                                .map(|v| (ObjectKind::View, v.def.name.clone())),
+                        );
+                        all
+                    },
+                    |n| self.subs.exists(n),
+                )?;
+                self.roles.grant(&session(client).role(), &g, &targets)?;
+                Ok(Response::Execution(Tag::new(if g.grant {
+                    "GRANT"
+                } else {
+                    "REVOKE"
+                })))
             }
             Statement::DeclareCursor {
                 name,
@@ -1239,6 +1355,14 @@ impl Handlers {
                 let s = session(client);
                 if s.cursors.lock().contains_key(&name) {
                     return Err(SubscriptionError::DuplicateCursor(name).into());
+                }
+                if self.subs.exists(&subscription) {
+                    self.roles.check(
+                        &s.role(),
+                        ObjectKind::Subscription,
+                        &subscription,
+                        sluice_sql::Privilege::Usage,
+                    )?;
                 }
                 let in_transaction = s.transaction.lock().open;
                 let cursor =
@@ -1261,20 +1385,30 @@ impl Handlers {
                 }
                 Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
             }
-            Statement::RebuildView { name, from } => self.rebuild(client, &name, &from).await,
+            Statement::RebuildView { name, from } => {
+                if self.views.view(&name).is_some() {
+                    self.roles
+                        .check_owner(&session(client).role(), ObjectKind::View, &name)?;
+                }
+                self.rebuild(client, &name, &from).await
+            }
             Statement::Update {
                 table,
                 assignments,
                 selection,
             } => {
+                self.check_change(client, &table, sluice_sql::Privilege::Update)?;
                 self.update(client, &table, &assignments, selection.as_deref())
                     .await
             }
             Statement::Delete { table, selection } => {
+                self.check_change(client, &table, sluice_sql::Privilege::Delete)?;
                 self.delete(client, &table, selection.as_deref()).await
             }
             Statement::Compact { table } => {
                 let log = keyed_table(&self.store, &table, "VACUUM")?;
+                self.roles
+                    .check_owner(&session(client).role(), ObjectKind::Table, &table)?;
                 // Closed local segments go to the object store first, so
                 // that compaction reaches every closed segment.
                 crate::log::tier_table(&log, &self.objects).await?;
@@ -1302,8 +1436,10 @@ impl Handlers {
             Statement::Set { .. } => Ok(Response::Execution(Tag::new("SET"))),
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
-                let s = self.parser.compat_statement(sql, *q);
-                let plan = self.parser.plan(s).await?;
+                let s = self
+                    .parser
+                    .compat_statement(sql, *q, &session(client).role().name);
+                let plan = self.parser.plan(s, &session(client).role()).await?;
                 self.run_plan(client, plan, false, &Format::UnifiedText)
                     .await
             }
@@ -1500,7 +1636,7 @@ impl Handlers {
         selection: Option<&str>,
     ) -> Result<Response, SluiceError> {
         let sql = update_query(&self.store, table, assignments, selection)?;
-        let plan = self.plan_query(&sql).await?;
+        let plan = self.plan_query(&sql, &session(client).role()).await?;
         self.change_rows(
             client,
             &RowChange::Update {
@@ -1520,7 +1656,7 @@ impl Handlers {
         selection: Option<&str>,
     ) -> Result<Response, SluiceError> {
         let sql = delete_query(&self.store, table, selection)?;
-        let plan = self.plan_query(&sql).await?;
+        let plan = self.plan_query(&sql, &session(client).role()).await?;
         self.change_rows(
             client,
             &RowChange::Delete {
@@ -1531,12 +1667,12 @@ impl Handlers {
         .await
     }
 
-    async fn plan_query(&self, sql: &str) -> Result<LogicalPlan, SluiceError> {
+    async fn plan_query(&self, sql: &str, user: &SessionRole) -> Result<LogicalPlan, SluiceError> {
         let stmt = match parse_sql(sql)? {
             Statement::Query(q) => *q,
             _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
         };
-        self.parser.plan(stmt).await
+        self.parser.plan(stmt, user).await
     }
 
     /// Runs an UPDATE's or DELETE's query and writes what it found: new
@@ -1578,6 +1714,90 @@ impl Handlers {
     }
 
     /// Refuses to drop a relation something still reads.
+    /// A table or view by name, and which it is.
+    fn relation_kind(&self, name: &str) -> Option<ObjectKind> {
+        if self.store.table(name).is_some() {
+            Some(ObjectKind::Table)
+        } else if self.views.view(name).is_some() {
+            Some(ObjectKind::View)
+        } else {
+            None
+        }
+    }
+
+    /// The tables and views a query names (CTE names and missing names
+    /// left out: planning reports those).
+    fn relations_named(&self, query: &ast::Query) -> Vec<(ObjectKind, String)> {
+        let mut out = vec![];
+        let _ = ast::visit_relations(query, |name| {
+            let plain = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| match i.quote_style {
+                    Some(_) => i.value.clone(),
+                    None => i.value.to_lowercase(),
+                });
+            if let Some(n) = plain {
+                if let Some(kind) = self.relation_kind(&n) {
+                    if !out.contains(&(kind, n.clone())) {
+                        out.push((kind, n));
+                    }
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        out
+    }
+
+    /// What a prepared statement needs of the session's privileges (those
+    /// run as simple statements are checked when they run).
+    fn check_prepared<C: ClientInfo>(
+        &self,
+        client: &C,
+        prepared: &Prepared,
+    ) -> Result<(), SluiceError> {
+        let role = session(client).role();
+        if self.roles.is_superuser(&role) {
+            return Ok(());
+        }
+        match prepared {
+            Prepared::Plan { plan, .. } | Prepared::PointRead { plan, .. } => {
+                self.parser.check_access(&role, plan)
+            }
+            Prepared::Insert(insert) => Ok(self.roles.check(
+                &role,
+                ObjectKind::Table,
+                &insert.table,
+                sluice_sql::Privilege::Insert,
+            )?),
+            Prepared::Modify { change, plan, .. } => {
+                let (table, privilege) = match change.as_ref() {
+                    RowChange::Update { table } => (table, sluice_sql::Privilege::Update),
+                    RowChange::Delete { table } => (table, sluice_sql::Privilege::Delete),
+                };
+                self.roles
+                    .check(&role, ObjectKind::Table, table, privilege)?;
+                self.parser.check_access(&role, plan)
+            }
+            Prepared::Empty | Prepared::Direct(_) | Prepared::Rows { .. } => Ok(()),
+        }
+    }
+
+    /// UPDATE or DELETE on `table` (an existing table).
+    fn check_change<C: ClientInfo>(
+        &self,
+        client: &C,
+        table: &str,
+        privilege: sluice_sql::Privilege,
+    ) -> Result<(), SluiceError> {
+        if self.store.table(table).is_some() {
+            self.roles
+                .check(&session(client).role(), ObjectKind::Table, table, privilege)?;
+        }
+        Ok(())
+    }
+
     fn check_dependents(&self, kind: &'static str, name: &str) -> Result<(), SluiceError> {
         let dependent = match self.views.dependents(name).into_iter().next() {
             Some(view) => format!("materialized view {view}"),
@@ -1781,7 +2001,9 @@ impl SimpleQueryHandler for Handlers {
         let _running = self.connections.running().map_err(terminating)?;
         let _timed = METRICS.round_trip();
         let session = session(client);
-        let mut active = session.activity.begin(Arc::from(query.query.as_str()));
+        let mut active = session.activity.begin(Arc::from(
+            sluice_sql::redact_passwords(&query.query).as_ref(),
+        ));
         let result = self._on_query(client, query).await;
         active.in_transaction(session.transaction.lock().open);
         result
@@ -2095,10 +2317,12 @@ fn pg_error_info(e: SluiceError) -> pgwire::error::ErrorInfo {
     pgwire::error::ErrorInfo::new("ERROR".into(), e.sqlstate().into(), e.message())
 }
 
-fn truncate(sql: &str) -> &str {
+/// A statement as logged: passwords starred out, the first 200 characters.
+fn truncate(sql: &str) -> String {
+    let sql = sluice_sql::redact_passwords(sql);
     match sql.char_indices().nth(200) {
-        Some((i, _)) => &sql[..i],
-        None => sql,
+        Some((i, _)) => sql[..i].to_string(),
+        None => sql.into_owned(),
     }
 }
 
@@ -2332,10 +2556,10 @@ impl Handlers {
             Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
             None => client.portal_store().put_empty_statement(&name),
         }
-        session(client)
-            .prepared
-            .lock()
-            .insert(name, Arc::from(message.query.as_str()));
+        session(client).prepared.lock().insert(
+            name,
+            Arc::from(sluice_sql::redact_passwords(&message.query).as_ref()),
+        );
         // Fed, not sent: Sync or Flush sends it with what follows.
         client
             .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
@@ -2442,6 +2666,10 @@ impl Handlers {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         session(client).cancel.begin();
+        // Privileges are checked at every execution, not only when the
+        // statement was prepared: a REVOKE in between applies.
+        self.check_prepared(client, &portal.statement.statement)
+            .map_err(SluiceError::into_pg)?;
         match &portal.statement.statement {
             Prepared::Empty => Ok(Response::EmptyQuery),
             Prepared::Direct(sql) | Prepared::Rows { sql, .. } => {

@@ -5,6 +5,7 @@ mod copy;
 mod encode;
 mod export;
 mod handler;
+mod login;
 mod session;
 
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
+use crate::auth::{AuthConfig, Authenticator};
 use crate::checkpoint::Checkpoints;
 use crate::http::HttpState;
 use crate::log::{
@@ -83,6 +85,8 @@ pub struct ServerConfig {
     pub query_memory: Option<usize>,
     /// Where `/livez`, `/readyz` and `/metrics` are served; None: nowhere.
     pub http_listen: Option<SocketAddr>,
+    /// How logins are checked, and TLS.
+    pub auth: AuthConfig,
 }
 
 /// Runs the server on a runtime of its own until it stops, its threads'
@@ -111,6 +115,14 @@ pub fn run(
 /// Opens the data directory (recovering every table) and serves clients
 /// until SIGTERM or SIGINT, then shuts down cleanly (see [`shut_down`]).
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // First, so that a server that must not start (trust on a public
+    // address, a certificate that does not load) stops before recovery.
+    let auth = Arc::new(Authenticator::start(
+        &config.auth,
+        &config.data_dir,
+        config.listen,
+    )?);
+    let tls = auth.tls.as_ref().map(|t| t.acceptor.clone());
     // Up before recovery, so that /readyz can say 503 while it runs.
     let http = Arc::new(HttpState::default());
     if let Some(addr) = config.http_listen {
@@ -143,6 +155,7 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         subs.clone(),
         connections.clone(),
         config.query_memory,
+        auth.roles.clone(),
     )?);
     let handlers = Arc::new(Handlers::new(
         store,
@@ -151,6 +164,7 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         ctx.clone(),
         objects.clone(),
         connections.clone(),
+        auth.clone(),
     ));
     http.set_serving(ctx.clone(), connections.clone());
     // Ready once every view has replayed the log up to where it ends now;
@@ -170,7 +184,8 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     );
     let listener = TcpListener::bind(config.listen).await?;
     info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
-          object_store = objects.url(), "sluice is ready");
+          object_store = objects.url(), auth = ?auth.method, tls = auth.tls.is_some(),
+          tls_required = auth.tls_required, "sluice is ready");
     let mut shutdown = ShutdownSignal::new()?;
     loop {
         let (socket, addr) = tokio::select! {
@@ -188,12 +203,13 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         };
         let _ = socket.set_nodelay(true);
         let handlers = handlers.clone();
+        let tls = tls.clone();
         tokio::spawn(
             async move {
                 // A panic while serving one connection (a malformed message
                 // pgwire's decoder trips on, or a bug) ends that connection
                 // only; the panic hook has logged it with its statement.
-                let served = AssertUnwindSafe(process_socket(socket, None, handlers))
+                let served = AssertUnwindSafe(process_socket(socket, tls, handlers))
                     .catch_unwind()
                     .await;
                 match served {

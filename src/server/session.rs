@@ -1,13 +1,14 @@
 //! Per-connection state kept in pgwire's session extensions.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use sluice_sql::{IsolationLevel, TransactionModes, TransactionOp};
 
 use super::copy::CopyState;
+use crate::auth::SessionRole;
 use crate::error::SluiceError;
 use crate::log::transaction::StagedMark;
 use crate::log::{Snapshot, StagedWrites};
@@ -163,4 +164,13 @@ pub struct Session {
     /// Who the connection is and what it runs, as `sluice_catalog.sessions`
     /// lists it.
     pub activity: Arc<Activity>,
+    /// The role the connection logged in as (set once, at start-up).
+    pub role: OnceLock<SessionRole>,
+}
+
+impl Session {
+    /// The session's role; the bootstrap superuser before start-up ends.
+    pub fn role(&self) -> SessionRole {
+        self.role.get().cloned().unwrap_or_default()
+    }
 }

@@ -482,6 +482,11 @@ impl SubscriptionManager {
         }
     }
 
+    /// Whether a subscription of this name exists.
+    pub fn exists(&self, name: &str) -> bool {
+        self.groups.read().contains_key(name)
+    }
+
     pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
         let mut v: Vec<_> = self.groups.read().values().cloned().collect();
         v.sort_by(|a, b| a.def.name.cmp(&b.def.name));

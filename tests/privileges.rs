@@ -1,0 +1,291 @@
+//! Privileges: for each kind of statement, a role without the grant is
+//! refused with 42501, with it is allowed, and after REVOKE is refused
+//! again; owners alone alter and drop; grants survive SIGKILL.
+
+mod common;
+
+use common::{sqlstate, Server};
+
+async fn connect(port: u16, user: &str, password: &str) -> tokio_postgres::Client {
+    let conn = format!("host=127.0.0.1 port={port} user={user} password={password} dbname=sluice");
+    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("{user} connects: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Runs `sql` as `c`: Ok, or the SQLSTATE and message.
+async fn run(c: &tokio_postgres::Client, sql: &str) -> Result<(), (String, String)> {
+    c.batch_execute(sql).await.map_err(|e| {
+        (
+            sqlstate(&e),
+            e.as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_default(),
+        )
+    })
+}
+
+async fn denied(c: &tokio_postgres::Client, sql: &str, message: &str) {
+    match run(c, sql).await {
+        Err((code, m)) => {
+            assert_eq!(code, "42501", "{sql}: {m}");
+            assert_eq!(m, message, "{sql}");
+        }
+        Ok(()) => panic!("{sql} was allowed"),
+    }
+}
+
+async fn allowed(c: &tokio_postgres::Client, sql: &str) {
+    if let Err((code, m)) = run(c, sql).await {
+        panic!("{sql} was refused: {code} {m}");
+    }
+}
+
+async fn copy_in(c: &tokio_postgres::Client, sql: &str, data: &str) -> Result<u64, String> {
+    use futures::SinkExt;
+    let sink = c.copy_in(sql).await.map_err(|e| sqlstate(&e))?;
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data.to_string()))
+        .await
+        .map_err(|e| sqlstate(&e))?;
+    sink.finish().await.map_err(|e| sqlstate(&e))
+}
+
+#[tokio::test]
+async fn each_statement_needs_its_privilege() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_env(
+        dir.path(),
+        &[],
+        &[("SLUICE_PASSWORD".to_string(), "root".to_string())],
+    );
+    let port = server.port;
+    let admin = connect(port, "sluice", "root").await;
+    allowed(
+        &admin,
+        "CREATE USER owner PASSWORD 'o'; CREATE USER other PASSWORD 'x'",
+    )
+    .await;
+    let owner = connect(port, "owner", "o").await;
+    allowed(
+        &owner,
+        "CREATE TABLE t (k BIGINT, v BIGINT); \
+         CREATE TABLE kt (k BIGINT PRIMARY KEY, v BIGINT); \
+         INSERT INTO t VALUES (1, 10), (2, 20); \
+         INSERT INTO kt VALUES (1, 1), (2, 2); \
+         CREATE MATERIALIZED VIEW v AS SELECT k, sum(v) AS total FROM t GROUP BY k; \
+         CREATE SUBSCRIPTION s FROM t WITH (start = 'earliest'); \
+         FLUSH",
+    )
+    .await;
+    let other = connect(port, "other", "x").await;
+
+    // (statement, the privilege it needs, on what, the refusal's text)
+    let matrix: Vec<(&str, &str, &str, &str)> =
+        vec![
+        ("SELECT * FROM t", "SELECT", "TABLE t", "permission denied for table t"),
+        (
+            "SELECT * FROM t WHERE k IN (SELECT k FROM kt)",
+            "SELECT",
+            "TABLE t, kt",
+            "permission denied for table t",
+        ),
+        (
+            "INSERT INTO t VALUES (3, 30)",
+            "INSERT",
+            "TABLE t",
+            "permission denied for table t",
+        ),
+        (
+            "INSERT INTO t SELECT k + 10, v FROM kt",
+            "INSERT, SELECT",
+            "TABLE t, kt",
+            "permission denied for table kt",
+        ),
+        (
+            "UPDATE kt SET v = 5 WHERE k = 1",
+            "UPDATE, SELECT",
+            "TABLE kt",
+            "permission denied for table kt",
+        ),
+        (
+            "DELETE FROM kt WHERE k = 2",
+            "DELETE, SELECT",
+            "TABLE kt",
+            "permission denied for table kt",
+        ),
+        (
+            "SELECT * FROM changelog(kt)",
+            "SELECT",
+            "TABLE kt",
+            "permission denied for table kt",
+        ),
+        (
+            "SELECT * FROM v",
+            "SELECT",
+            "MATERIALIZED VIEW v",
+            "permission denied for materialized view v",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW ov AS SELECT count(*) AS n FROM t; DROP MATERIALIZED VIEW ov",
+            "SELECT",
+            "TABLE t",
+            "permission denied for table t",
+        ),
+        (
+            "DECLARE c SUBSCRIPTION CURSOR FOR s; CLOSE c",
+            "USAGE",
+            "SUBSCRIPTION s",
+            "permission denied for subscription s",
+        ),
+    ];
+    for (sql, privileges, on, refusal) in &matrix {
+        denied(&other, sql, refusal).await;
+        allowed(&admin, &format!("GRANT {privileges} ON {on} TO other")).await;
+        allowed(&other, sql).await;
+        allowed(&owner, &format!("REVOKE {privileges} ON {on} FROM other")).await;
+        denied(&other, sql, refusal).await;
+    }
+
+    // A view is read with its own grant, not its sources'.
+    allowed(&owner, "GRANT SELECT ON MATERIALIZED VIEW v TO other").await;
+    allowed(&other, "SELECT * FROM v").await;
+    denied(&other, "SELECT * FROM t", "permission denied for table t").await;
+    // has_table_privilege tells the truth, for the session's role and
+    // for any other.
+    let row = other
+        .query_one(
+            "SELECT has_table_privilege('v', 'SELECT'), has_table_privilege('t', 'SELECT'), \
+             has_table_privilege('owner', 't', 'INSERT'), has_table_privilege('other', 'v', 'DELETE, SELECT')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, bool>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, bool>(2),
+            row.get::<_, bool>(3)
+        ),
+        (true, false, true, true)
+    );
+
+    // COPY: FROM STDIN needs INSERT, TO STDOUT needs SELECT, TO a file
+    // only superusers.
+    assert_eq!(
+        copy_in(&other, "COPY t FROM STDIN", "7\t70\n").await,
+        Err("42501".to_string())
+    );
+    // (tokio-postgres cannot use a connection whose COPY failed to start:
+    // a known problem of the extended protocol's COPY path, so another.)
+    let other = connect(port, "other", "x").await;
+    allowed(&owner, "GRANT INSERT, SELECT ON t TO other").await;
+    assert_eq!(copy_in(&other, "COPY t FROM STDIN", "7\t70\n").await, Ok(1));
+    {
+        use futures::TryStreamExt;
+        let out = other.copy_out("COPY t TO STDOUT").await.unwrap();
+        futures::pin_mut!(out);
+        let mut text = Vec::new();
+        while let Some(chunk) = out.try_next().await.unwrap() {
+            text.extend_from_slice(&chunk);
+        }
+        assert!(String::from_utf8_lossy(&text).contains("7\t70"));
+    }
+    let file = dir.path().join("out.parquet");
+    denied(
+        &other,
+        &format!("COPY (SELECT * FROM t) TO '{}' WITH (FORMAT parquet)", file.display()),
+        "permission denied to COPY to a file: only superusers may COPY to a file or an object store; COPY ... TO STDOUT (psql's \\copy) works for everyone",
+    )
+    .await;
+    allowed(
+        &admin,
+        &format!(
+            "COPY (SELECT * FROM t) TO '{}' WITH (FORMAT parquet)",
+            file.display()
+        ),
+    )
+    .await;
+
+    // A REVOKE reaches statements prepared before it.
+    let select = other.prepare("SELECT v FROM t WHERE k = $1").await.unwrap();
+    let insert = other
+        .prepare("INSERT INTO t VALUES ($1, $2)")
+        .await
+        .unwrap();
+    other.query(&select, &[&1i64]).await.unwrap();
+    other.execute(&insert, &[&8i64, &80i64]).await.unwrap();
+    allowed(&owner, "REVOKE ALL ON t FROM other").await;
+    assert_eq!(
+        sqlstate(&other.query(&select, &[&1i64]).await.unwrap_err()),
+        "42501"
+    );
+    assert_eq!(
+        sqlstate(&other.execute(&insert, &[&9i64, &90i64]).await.unwrap_err()),
+        "42501"
+    );
+
+    // Only the owner (or a superuser) alters, drops, rebuilds, compacts,
+    // grants.
+    allowed(&owner, "GRANT ALL ON ALL TABLES IN SCHEMA public TO other").await;
+    for (sql, message) in [
+        ("DROP TABLE t", "must be owner of table t"),
+        (
+            "DROP MATERIALIZED VIEW v",
+            "must be owner of materialized view v",
+        ),
+        (
+            "ALTER MATERIALIZED VIEW v REBUILD",
+            "must be owner of materialized view v",
+        ),
+        ("VACUUM kt", "must be owner of table kt"),
+        ("GRANT SELECT ON t TO other", "must be owner of table t"),
+        ("DROP SUBSCRIPTION s", "must be owner of subscription s"),
+        (
+            "ALTER SUBSCRIPTION s RESET TO EARLIEST",
+            "must be owner of subscription s",
+        ),
+    ] {
+        denied(&other, sql, message).await;
+    }
+    allowed(&other, "SELECT * FROM t; SELECT * FROM v; SELECT * FROM kt").await;
+    allowed(&owner, "VACUUM kt; ALTER MATERIALIZED VIEW v REBUILD").await;
+
+    // What the grants are survives SIGKILL.
+    allowed(&owner, "REVOKE ALL ON kt FROM other").await;
+    server.restart();
+    let port = server.port;
+    let other = connect(port, "other", "x").await;
+    let owner = connect(port, "owner", "o").await;
+    let admin = connect(port, "sluice", "root").await;
+    allowed(&other, "SELECT * FROM t; SELECT * FROM v").await;
+    denied(&other, "SELECT * FROM kt", "permission denied for table kt").await;
+    denied(&other, "DROP TABLE t", "must be owner of table t").await;
+
+    // A role that owns objects cannot be dropped; its grants go with it.
+    let e = run(&admin, "DROP ROLE owner").await.unwrap_err();
+    assert_eq!(e.0, "2BP01", "{}", e.1);
+    allowed(&admin, "DROP ROLE other").await;
+    allowed(&owner, "DROP MATERIALIZED VIEW v").await;
+    // A table dropped and made again starts with no grants.
+    allowed(
+        &owner,
+        "DROP SUBSCRIPTION s; DROP TABLE t; CREATE TABLE t (k BIGINT)",
+    )
+    .await;
+    allowed(&admin, "CREATE USER other PASSWORD 'x'").await;
+    let other = connect(port, "other", "x").await;
+    denied(&other, "SELECT * FROM t", "permission denied for table t").await;
+    // Grants name roles that exist.
+    let e = run(&owner, "GRANT SELECT ON t TO ghost").await.unwrap_err();
+    assert_eq!(e.0, "42704");
+    let e = run(&owner, "GRANT SELECT ON nothing TO other")
+        .await
+        .unwrap_err();
+    assert_eq!(e.0, "42P01");
+}
