@@ -20,8 +20,8 @@ pub struct RoleOptions {
     pub password: Option<Option<String>>,
 }
 
-/// The role statement `sql` is, if it is one.
-pub(crate) fn parse_role_statement(sql: &str) -> Result<Option<Statement>, SqlError> {
+/// The tokens of `sql` without whitespace and trailing semicolons.
+fn significant_tokens(sql: &str) -> Result<Vec<Token>, SqlError> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize()
         .map_err(|e| SqlError::Syntax(e.to_string()))?;
@@ -32,6 +32,12 @@ pub(crate) fn parse_role_statement(sql: &str) -> Result<Option<Statement>, SqlEr
     while matches!(t.last(), Some(Token::SemiColon)) {
         t.pop();
     }
+    Ok(t)
+}
+
+/// The role statement `sql` is, if it is one.
+pub(crate) fn parse_role_statement(sql: &str) -> Result<Option<Statement>, SqlError> {
+    let t = significant_tokens(sql)?;
     let kw = |i: usize, k: &str| matches!(t.get(i), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(k));
     let is_role = |i: usize| kw(i, "role") || kw(i, "user");
     if kw(0, "create") && is_role(1) {
@@ -340,16 +346,7 @@ pub struct GrantStatement {
 pub const PUBLIC: &str = "public";
 
 pub(crate) fn parse_grant_statement(sql: &str) -> Result<Option<GrantStatement>, SqlError> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .map_err(|e| SqlError::Syntax(e.to_string()))?;
-    let mut t: Vec<Token> = tokens
-        .into_iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::EOF))
-        .collect();
-    while matches!(t.last(), Some(Token::SemiColon)) {
-        t.pop();
-    }
+    let t = significant_tokens(sql)?;
     let word = |i: usize| match t.get(i) {
         Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.value.to_lowercase()),
         _ => None,
