@@ -335,9 +335,17 @@ async fn compaction_is_crash_safe() {
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
-        assert_eq!(
-            got, truth,
-            "round {round}: the latest rows after SIGKILL during compaction"
+        let wrong: Vec<_> = truth
+            .keys()
+            .chain(got.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| got.get(*k) != truth.get(*k))
+            .map(|k| (k, got.get(k), truth.get(k)))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "round {round}: the latest rows after SIGKILL during compaction differ (key, got, expected): {wrong:?}"
         );
         let dup = scalar(&c, "SELECT COUNT(*) - COUNT(DISTINCT CAST(_partition AS BIGINT) * 1000000 + _offset) FROM changelog(kv)").await;
         assert_eq!(dup, 0, "no record twice");

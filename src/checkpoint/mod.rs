@@ -248,6 +248,11 @@ pub struct Capture {
     /// previous capture.
     pub changes_kept: bool,
     pub changes: Option<RecordBatch>,
+    /// An erasing epoch (`VACUUM`): once it commits, no file of another
+    /// epoch stays, not even the previous one as a fallback, so that rows
+    /// deleted from the sources are in no checkpoint file. The state it
+    /// writes is whole.
+    pub erases: bool,
 }
 
 /// Rows of one part of one operator's state (see `Operator::snapshot`).
@@ -256,8 +261,9 @@ pub struct OperatorPart {
     pub rows: Vec<RecordBatch>,
 }
 
-/// Called with each committed manifest.
-pub type OnCommit = Arc<dyn Fn(&CheckpointManifest) + Send + Sync>;
+/// Called with each committed manifest, and whether it was an erasing
+/// epoch (the other epochs' files are deleted by then).
+pub type OnCommit = Arc<dyn Fn(&CheckpointManifest, bool) + Send + Sync>;
 
 /// A view's checkpointing, owned by the view's task.
 pub struct ViewCheckpointer {
@@ -393,11 +399,30 @@ impl ViewCheckpointer {
                                 .committed
                                 .lock()
                                 .insert(view_id, (epoch, manifest.completed_at_us));
-                            on_commit(&manifest);
                             if attempt > 1 {
                                 info!(attempt, "checkpoint committed after retries");
                             }
-                            collect_garbage(&shared.store, previous.as_ref(), &manifest).await;
+                            if capture.erases {
+                                // Deleted before the commit is announced, so
+                                // that VACUUM returns with the files gone.
+                                // Retried until it works: VACUUM waits
+                                // for it (and times out with 58030).
+                                let mut tries = 0u32;
+                                while let Err(e) = collect_garbage(&shared.store, None, &manifest).await {
+                                    tries += 1;
+                                    warn!(error = %e, tries, "could not delete the files of earlier epochs; retrying");
+                                    let backoff = Duration::from_millis(100u64 << tries.min(6));
+                                    tokio::time::sleep(backoff.min(MAX_BACKOFF)).await;
+                                }
+                                info!("erasing checkpoint committed; earlier epochs deleted");
+                                on_commit(&manifest, true);
+                            } else {
+                                on_commit(&manifest, false);
+                                if let Some(previous) = previous.as_ref() {
+                                    // Errors are retried by the next epoch.
+                                    let _ = collect_garbage(&shared.store, Some(previous), &manifest).await;
+                                }
+                            }
                             *last.lock() = Some(manifest);
                             done.store(true, std::sync::atomic::Ordering::Release);
                             wake.notify_one();
@@ -561,32 +586,33 @@ struct NewFile {
     part: Option<StatePartId>,
 }
 
-/// After epoch n commits, epoch n-1 stays as a fallback; what only epochs
-/// before it named is deleted.
+/// After epoch n commits, epoch n-1 stays as a fallback (`fallback`);
+/// what only epochs before it named is deleted. Without a fallback, only
+/// epoch n's files stay.
 async fn collect_garbage(
     store: &DurableStore,
-    previous: Option<&CheckpointManifest>,
+    fallback: Option<&CheckpointManifest>,
     current: &CheckpointManifest,
-) {
-    let Some(previous) = previous else { return };
-    let listed = store
+) -> Result<(), StoreError> {
+    let objects = store
         .list(&CheckpointManifest::view_prefix(current.view_id))
-        .await;
-    let Ok(objects) = listed else { return };
+        .await?;
     let keep = |key: &str| {
         key == CheckpointManifest::key(current.view_id, current.epoch)
-            || key == CheckpointManifest::key(previous.view_id, previous.epoch)
-            || current
-                .files
-                .iter()
-                .chain(&previous.files)
-                .any(|f| f.key == key)
+            || current.files.iter().any(|f| f.key == key)
+            || fallback.is_some_and(|p| {
+                key == CheckpointManifest::key(p.view_id, p.epoch)
+                    || p.files.iter().any(|f| f.key == key)
+            })
     };
+    let mut failed = None;
     for o in objects.iter().filter(|o| !keep(&o.key)) {
         // Files of the epoch being written next are not listed yet: this
         // runs before the next epoch starts.
         if let Err(e) = store.delete(&o.key).await {
             warn!(key = %o.key, error = %e, "could not delete an old checkpoint file");
+            failed = Some(e);
         }
     }
+    failed.map_or(Ok(()), Err)
 }

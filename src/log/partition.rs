@@ -182,7 +182,11 @@ impl PartitionLog {
         let mut stop = false;
         for base in bases {
             let path = segment_path(dir, base);
-            if stop || base != expected || base >= committed_end && base != 0 {
+            // A segment starting at the committed end is kept (emptied of
+            // uncommitted frames): it is the active one a roll or VACUUM
+            // opened. Dropping it would leave a closed segment, perhaps
+            // already in the object store, as the active one.
+            if stop || base != expected || base > committed_end {
                 if base < expected || !stop && base > expected {
                     warn!(path = %path.display(), "segment does not continue the log");
                 }
@@ -717,6 +721,15 @@ impl PartitionWriter {
         self.active_len += bytes.len() as u64;
         self.next_offset += u64::from(h.rows);
         Ok(())
+    }
+
+    /// Closes the active segment when it holds frames: the next frame
+    /// starts a new one.
+    pub fn close_active(&mut self) -> Result<(), LogError> {
+        match self.active_len {
+            0 => Ok(()),
+            _ => self.roll(),
+        }
     }
 
     fn roll(&mut self) -> Result<(), LogError> {

@@ -57,10 +57,20 @@ enum WriterRequest {
 
 struct AppendRequest {
     parts: Vec<(usize, RecordBatch)>,
+    upkeep: Upkeep,
+    reply: oneshot::Sender<Result<(), LogError>>,
+}
+
+/// What a request asks of the writer besides appending its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upkeep {
+    None,
     /// Make every partition durable and rotate the commit log, so that it
     /// carries no frames any more (after compaction removed records).
-    drop_carried: bool,
-    reply: oneshot::Sender<Result<(), LogError>>,
+    DropCarried,
+    /// Close every partition's active segment (when it holds frames), so
+    /// that tiering and compaction reach every record committed so far.
+    CloseSegments,
 }
 
 /// A transaction's records for this table: written and fsynced, then held
@@ -535,7 +545,7 @@ impl TableLog {
         self.sender
             .send(WriterRequest::Append(AppendRequest {
                 parts,
-                drop_carried: false,
+                upkeep: Upkeep::None,
                 reply,
             }))
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
@@ -548,11 +558,21 @@ impl TableLog {
     /// longer carries copies of frames: once compaction has removed
     /// records (a DELETE, then VACUUM), no file keeps them.
     pub async fn drop_carried_frames(&self) -> Result<(), LogError> {
+        self.upkeep(Upkeep::DropCarried).await
+    }
+
+    /// Closes every partition's active segment that holds frames; writes
+    /// after it go to new segments.
+    pub async fn close_active_segments(&self) -> Result<(), LogError> {
+        self.upkeep(Upkeep::CloseSegments).await
+    }
+
+    async fn upkeep(&self, upkeep: Upkeep) -> Result<(), LogError> {
         let (reply, rx) = oneshot::channel();
         self.sender
             .send(WriterRequest::Append(AppendRequest {
                 parts: Vec::new(),
-                drop_carried: true,
+                upkeep,
                 reply,
             }))
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
@@ -810,9 +830,15 @@ impl TableWriter {
             frame_bytes += bytes.len();
             frames.push((p, bytes));
         }
+        let close = group.iter().any(|r| r.upkeep == Upkeep::CloseSegments);
+        if close {
+            for w in &mut self.writers {
+                w.close_active()?;
+            }
+        }
         let ends: Vec<u64> = self.writers.iter().map(|w| w.next_offset()).collect();
-        let drop_carried = group.iter().any(|r| r.drop_carried);
-        if !drop_carried && frame_bytes <= CARRY_MAX_BYTES && !self.commit_log.is_full() {
+        let drop_carried = group.iter().any(|r| r.upkeep == Upkeep::DropCarried);
+        if !drop_carried && !close && frame_bytes <= CARRY_MAX_BYTES && !self.commit_log.is_full() {
             // One fsync: the commit record carries the frames.
             self.commit_log.commit_with_frames(&ends, &frames)?;
         } else {
@@ -1006,5 +1032,43 @@ mod tests {
             RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![7777]))]).unwrap();
         log.append(vec![batch]).await.unwrap();
         assert_eq!(ids(&log).await.len(), 21);
+    }
+
+    /// `close_active_segments` (VACUUM) leaves every committed frame in a
+    /// closed segment and an empty active one, which a restart keeps as the
+    /// active one, so the closed segment never takes writes again.
+    #[tokio::test]
+    async fn closed_active_segments_stay_closed_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = def().data_schema();
+        let batch = |v: Vec<i64>| {
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(v))]).unwrap()
+        };
+        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        log.append(vec![batch(vec![1, 2, 3, 4])]).await.unwrap();
+        log.close_active_segments().await.unwrap();
+        // Nothing new: a second call opens no other segment.
+        log.close_active_segments().await.unwrap();
+        for p in log.partitions() {
+            let closed = p.closed_local_segments();
+            assert_eq!(closed.len(), 1, "partition {}", p.index);
+            assert_eq!(
+                closed[0].1.len(),
+                1,
+                "its one frame is in the closed segment"
+            );
+        }
+        drop(log);
+        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        for p in log.partitions() {
+            assert_eq!(p.closed_local_segments().len(), 1, "partition {}", p.index);
+        }
+        log.append(vec![batch(vec![5, 6])]).await.unwrap();
+        for p in log.partitions() {
+            let closed = p.closed_local_segments();
+            assert_eq!(closed.len(), 1);
+            assert_eq!(closed[0].1.len(), 1, "the closed segment took no new frame");
+        }
+        assert_eq!(ids(&log).await, vec![1, 2, 3, 4, 5, 6]);
     }
 }

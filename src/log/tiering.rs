@@ -126,7 +126,10 @@ pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result
                     key: segment.path.display().to_string(),
                     reason: e.to_string(),
                 })??;
-            let key = segment_key(table.def.id, k as u32, segment.base_offset);
+            // Named by its first frame, not the file's base offset: a
+            // file that stayed active after recovery dropped its frames
+            // already in the object store, and must not overwrite them.
+            let key = segment_key(table.def.id, k as u32, frames[0].header.base_offset);
             let size = data.len() as u64;
             objects.put(&key, data).await?;
             let (remote, headers) = RemoteSegment::open(objects.clone(), &key, size).await?;

@@ -1409,8 +1409,14 @@ impl Handlers {
                 let log = keyed_table(&self.store, &table, "VACUUM")?;
                 self.roles
                     .check_owner(&session(client).role(), ObjectKind::Table, &table)?;
-                // Closed local segments go to the object store first, so
-                // that compaction reaches every closed segment.
+                // Erasure that finishes: the active segment closes, so
+                // that every record committed so far is in a closed
+                // segment; the views reading the table apply the deletes
+                // and keep that state as their only checkpoint, which also
+                // lets compaction reach every record; closed segments go to
+                // the object store, where compaction rewrites them.
+                log.close_active_segments().await?;
+                self.views.erase_from(&table).await?;
                 crate::log::tier_table(&log, &self.objects).await?;
                 let horizon = crate::log::below_snapshots(
                     self.views.compaction_horizon(),

@@ -490,34 +490,11 @@ impl AggregatePipeline {
             return Ok(None);
         }
         let batch = self.rows_of(schema, &closed, true)?;
-        let mut is_closed = vec![false; self.keys.len()];
+        let mut keep = vec![true; self.keys.len()];
         for g in closed {
-            is_closed[g] = true;
+            keep[g] = false;
         }
-        let mut keep_keys = Vec::new();
-        let mut keep_accs = Vec::new();
-        let mut keep_rows = Vec::new();
-        for (((key, accs), rows), gone) in self
-            .keys
-            .drain(..)
-            .zip(self.accumulators.drain(..))
-            .zip(self.group_rows.drain(..))
-            .zip(is_closed)
-        {
-            if !gone {
-                keep_keys.push(key);
-                keep_accs.push(accs);
-                keep_rows.push(rows);
-            }
-        }
-        self.group_rows = keep_rows;
-        self.groups = keep_keys
-            .iter()
-            .enumerate()
-            .map(|(g, k)| (k.row().as_ref().to_vec(), g))
-            .collect();
-        self.keys = keep_keys;
-        self.accumulators = keep_accs;
+        self.retain_groups(&keep);
         Ok(Some(batch))
     }
 
@@ -716,6 +693,7 @@ impl AggregatePipeline {
         if self.vectorized.is_some() {
             return self.vectorized_state_batch(schema);
         }
+        self.drop_empty_groups();
         let n = self.accumulators.len();
         if n == 0 {
             return Ok(None);
@@ -756,6 +734,48 @@ impl AggregatePipeline {
             false => None,
         };
         checkpoint_batch(schema, current, keys, group_rows, captured).map(Some)
+    }
+
+    /// Forgets the groups whose rows were all taken back, key and
+    /// accumulators: they are no rows of the view, a later row of the same
+    /// key starts the group afresh, and a deleted key is then in no
+    /// checkpoint (nor held in memory). Runs at checkpoints, between deltas.
+    fn drop_empty_groups(&mut self) {
+        if !self.retracting || self.group_exprs.is_empty() || self.group_rows.iter().all(|&r| r > 0)
+        {
+            return;
+        }
+        let keep: Vec<bool> = self.group_rows.iter().map(|&r| r > 0).collect();
+        self.retain_groups(&keep);
+    }
+
+    /// Keeps the groups `g` with `keep[g]` (in order), and indexes them
+    /// again.
+    fn retain_groups(&mut self, keep: &[bool]) {
+        let mut keep_keys = Vec::new();
+        let mut keep_accs = Vec::new();
+        let mut keep_rows = Vec::new();
+        for (((key, accs), rows), kept) in self
+            .keys
+            .drain(..)
+            .zip(self.accumulators.drain(..))
+            .zip(self.group_rows.drain(..))
+            .zip(keep)
+        {
+            if *kept {
+                keep_keys.push(key);
+                keep_accs.push(accs);
+                keep_rows.push(rows);
+            }
+        }
+        self.group_rows = keep_rows;
+        self.groups = keep_keys
+            .iter()
+            .enumerate()
+            .map(|(g, k)| (k.row().as_ref().to_vec(), g))
+            .collect();
+        self.keys = keep_keys;
+        self.accumulators = keep_accs;
     }
 
     /// [`AggregatePipeline::state_batch`] of vectorized groups: the same

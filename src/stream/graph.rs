@@ -942,10 +942,17 @@ impl JoinGraph {
     /// Every stage's state for a checkpoint, part by part (a join's
     /// sides), as the batches the stages hold. When every stage only
     /// gained rows since the last capture, that is all it holds, and the
-    /// second value is false; otherwise it holds the whole state (true).
-    pub fn capture(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
+    /// second value is false; otherwise (or when `whole` asks) it holds the
+    /// whole state (true).
+    pub fn capture(
+        &mut self,
+        whole: bool,
+    ) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
         if self.stages.is_empty() {
             return Ok(None);
+        }
+        if whole {
+            return self.capture_whole();
         }
         let mut gains = Vec::with_capacity(self.stages.len());
         for stage in &mut self.stages {
@@ -955,6 +962,11 @@ impl JoinGraph {
             let parts = gains.into_iter().map(|g| g.unwrap_or_default()).collect();
             return Ok(Some((numbered_parts(parts), false)));
         }
+        self.capture_whole()
+    }
+
+    /// Every operator's whole state (which resets what each has gained).
+    fn capture_whole(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
         let mut parts = Vec::with_capacity(self.stages.len());
         for stage in &mut self.stages {
             parts.push(stage.operator.snapshot()?);
@@ -1274,7 +1286,7 @@ mod tests {
             .unwrap();
         assert_eq!(graph.stats()[0].state_rows, 4);
         // Nothing was gained since the restore.
-        let (parts, whole) = graph.capture().unwrap().unwrap();
+        let (parts, whole) = graph.capture(false).unwrap().unwrap();
         assert!(!whole);
         assert!(parts
             .iter()
@@ -1291,7 +1303,7 @@ mod tests {
                 },
             )
             .unwrap();
-        let (parts, whole) = graph.capture().unwrap().unwrap();
+        let (parts, whole) = graph.capture(false).unwrap().unwrap();
         assert!(whole);
         let mut again = one_join();
         let files: Vec<RestoredPart> = parts

@@ -787,8 +787,11 @@ impl CompiledView {
 
     /// The joins' state for a checkpoint (None without joins): what it
     /// gained since the last capture (false), or all of it (true).
-    pub fn operator_state(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
-        self.graph.capture()
+    pub fn operator_state(
+        &mut self,
+        whole: bool,
+    ) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
+        self.graph.capture(whole)
     }
 
     /// Puts back the joins' state from a checkpoint.

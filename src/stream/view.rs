@@ -101,6 +101,11 @@ pub struct View {
     changelog: RwLock<Vec<RecordBatch>>,
     /// A FLUSH wants a checkpoint now; `wake` tells the view's task.
     checkpoint_asked: AtomicBool,
+    /// A VACUUM wants an erasing checkpoint (see `Capture::erases`).
+    erase_asked: AtomicBool,
+    /// Source offsets covered by the last erasing checkpoint (empty before
+    /// the first).
+    erased: watch::Sender<Vec<u64>>,
     wake: Arc<Notify>,
     failure: Mutex<Option<String>>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
@@ -320,6 +325,15 @@ impl View {
         self.checkpoint_asked.store(true, Ordering::Release);
         self.wake.notify_one();
         self.wait_until(&self.checkpointed, target).await
+    }
+
+    /// Asks for an erasing checkpoint and waits until one commits that
+    /// covers `target` (which the view has consumed): the view's state as
+    /// of `target` or later is then its only checkpoint.
+    async fn erase(&self, target: &[u64]) -> Result<(), SluiceError> {
+        self.erase_asked.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.wait_until(&self.erased, target).await
     }
 
     async fn wait_until(
@@ -733,11 +747,49 @@ impl ViewManager {
         for view in views {
             let target = view.source_end();
             view.wait_for(&target).await?;
-            let wait = view.wait_checkpointed(&target);
-            if tokio::time::timeout(FLUSH_CHECKPOINT_WAIT, wait)
-                .await
-                .is_err()
-            {
+            self.checkpoint_wait(&view, view.wait_checkpointed(&target))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Makes every view that reads `table`, directly or through other
+    /// views, reflect every row committed before the call, and leaves that
+    /// state as its only checkpoint (`VACUUM`: rows deleted from the table
+    /// are then in no view's checkpoint file). Returns how many views.
+    pub async fn erase_from(&self, table: &str) -> Result<usize, SluiceError> {
+        let all = self.views();
+        let mut reached: Vec<Arc<View>> = Vec::new();
+        let mut names = vec![table.to_string()];
+        while let Some(name) = names.pop() {
+            for v in all.iter().filter(|v| v.source.reads(&name)) {
+                if !reached.iter().any(|r| Arc::ptr_eq(r, v)) {
+                    reached.push(v.clone());
+                    names.push(v.def.name.clone());
+                }
+            }
+        }
+        // A view's source view goes first.
+        reached.sort_by_key(|v| v.def.id);
+        for view in &reached {
+            let target = view.source_end();
+            view.wait_for(&target).await?;
+            self.checkpoint_wait(view, view.erase(&target)).await?;
+        }
+        Ok(reached.len())
+    }
+
+    /// Waits for `wait` (a view's checkpoint), at most
+    /// FLUSH_CHECKPOINT_WAIT, then fails with the view's last checkpoint
+    /// error.
+    async fn checkpoint_wait(
+        &self,
+        view: &View,
+        wait: impl std::future::Future<Output = Result<(), SluiceError>>,
+    ) -> Result<(), SluiceError> {
+        match tokio::time::timeout(FLUSH_CHECKPOINT_WAIT, wait).await {
+            Ok(r) => r,
+            Err(_) => {
                 let reason = self
                     .checkpoints
                     .records()
@@ -746,13 +798,12 @@ impl ViewManager {
                     .find(|r| r.view == view.def.name)
                     .and_then(|r| r.error.clone())
                     .unwrap_or_else(|| "still writing".into());
-                return Err(SluiceError::CheckpointPending {
+                Err(SluiceError::CheckpointPending {
                     view: view.def.name.clone(),
                     reason,
-                });
+                })
             }
         }
-        Ok(())
     }
 
     fn launch(
@@ -872,6 +923,8 @@ impl ViewManager {
                 Vec::new()
             }),
             checkpoint_asked: AtomicBool::new(false),
+            erase_asked: AtomicBool::new(false),
+            erased: watch::channel(Vec::new()).0,
             wake: Arc::new(Notify::new()),
             failure: Mutex::new(None),
             task: Mutex::new(None),
@@ -882,9 +935,12 @@ impl ViewManager {
         let weak = Arc::downgrade(&view);
         let on_commit = {
             let weak = weak.clone();
-            Arc::new(move |m: &CheckpointManifest| {
+            Arc::new(move |m: &CheckpointManifest, erased: bool| {
                 if let Some(v) = weak.upgrade() {
                     v.checkpointed.send_replace(m.source_offsets.clone());
+                    if erased {
+                        v.erased.send_replace(m.source_offsets.clone());
+                    }
                     v.durable_rows
                         .send_replace(change_stream_rows(m, v.append_only));
                     v.changes_durable.send_replace(m.changes_kept);
@@ -988,11 +1044,12 @@ impl ViewTask {
             return;
         };
         let asked = view.checkpoint_asked.load(Ordering::Acquire);
+        let erase = view.erase_asked.load(Ordering::Acquire);
         let wanted = !view.append_only && view.changes_wanted.load(Ordering::Acquire);
         let toggle = wanted != self.tracker.is_some();
         if !self
             .checkpointer
-            .due(&self.consumed, self.late_count, asked, toggle)
+            .due(&self.consumed, self.late_count, asked, toggle || erase)
         {
             return;
         }
@@ -1007,7 +1064,7 @@ impl ViewTask {
             .compiled
             .appended_since(self.checkpointer.appended_done);
         let groups = self.compiled.state_batch();
-        let operators = self.compiled.operator_state();
+        let operators = self.compiled.operator_state(erase);
         let (appended, groups, operators) = match (appended, groups, operators) {
             (Ok(a), Ok(g), Ok(o)) => (a, g, o),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
@@ -1026,8 +1083,12 @@ impl ViewTask {
             late: late_rows_batch(&std::mem::take(&mut self.late_unsaved)),
             changes_kept: wanted,
             changes,
+            erases: erase,
         };
         view.checkpoint_asked.store(false, Ordering::Release);
+        if erase {
+            view.erase_asked.store(false, Ordering::Release);
+        }
         self.checkpointer
             .start(capture, self.compiled.appended_batches());
     }

@@ -272,7 +272,42 @@ pub fn contains_text(bytes: &[u8], needle: &str) -> bool {
     };
     for batch in reader.flatten() {
         for col in batch.columns() {
-            if let Some(s) = col.as_any().downcast_ref::<arrow::array::StringArray>() {
+            // Text of any layout (Utf8, LargeUtf8, Utf8View, dictionaries).
+            use arrow::datatypes::DataType;
+            if matches!(
+                col.data_type(),
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+            ) {
+                let Ok(bin) = arrow::compute::cast(col, &DataType::LargeBinary) else {
+                    return true;
+                };
+                let bin = bin
+                    .as_any()
+                    .downcast_ref::<arrow::array::LargeBinaryArray>()
+                    .expect("cast to LargeBinary");
+                if bin
+                    .iter()
+                    .flatten()
+                    .any(|v| v.windows(needle.len()).any(|w| w == needle.as_bytes()))
+                {
+                    return true;
+                }
+                continue;
+            }
+            let text = match col.data_type() {
+                arrow::datatypes::DataType::Utf8 => col.clone(),
+                t if arrow::compute::can_cast_types(t, &arrow::datatypes::DataType::Utf8)
+                    && !t.is_numeric()
+                    && !t.is_temporal() =>
+                {
+                    match arrow::compute::cast(col, &arrow::datatypes::DataType::Utf8) {
+                        Ok(c) => c,
+                        Err(_) => return true,
+                    }
+                }
+                _ => continue,
+            };
+            if let Some(s) = text.as_any().downcast_ref::<arrow::array::StringArray>() {
                 if s.iter().flatten().any(|v| v.contains(needle)) {
                     return true;
                 }
