@@ -289,3 +289,115 @@ async fn each_statement_needs_its_privilege() {
         .unwrap_err();
     assert_eq!(e.0, "42P01");
 }
+
+/// Names in the first column of `sql`'s rows, sorted.
+async fn names(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let mut out: Vec<String> = c
+        .query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `sluice_catalog` shows each role the tables, views and subscriptions it
+/// owns or holds a privilege on; superusers see all; sessions of other
+/// roles show without their query text, as `pg_stat_activity` does.
+#[tokio::test]
+async fn the_system_tables_show_each_role_what_it_may_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_env(
+        dir.path(),
+        &[],
+        &[("SLUICE_PASSWORD".to_string(), "root".to_string())],
+    );
+    let port = server.port;
+    let admin = connect(port, "sluice", "root").await;
+    allowed(
+        &admin,
+        "CREATE USER alice PASSWORD 'a'; CREATE USER bob PASSWORD 'b';
+         CREATE TABLE secret (k BIGINT, v BIGINT);
+         CREATE TABLE shared (k BIGINT, v BIGINT);
+         INSERT INTO secret VALUES (1, 2); INSERT INTO shared VALUES (1, 2);
+         CREATE MATERIALIZED VIEW secret_totals AS SELECT k, sum(v) AS total FROM secret GROUP BY k;
+         CREATE MATERIALIZED VIEW shared_totals AS SELECT k, sum(v) AS total FROM shared GROUP BY k;
+         CREATE SUBSCRIPTION secret_feed FROM secret;
+         GRANT SELECT ON TABLE shared TO bob;
+         GRANT SELECT ON MATERIALIZED VIEW shared_totals TO bob;",
+    )
+    .await;
+    let alice = connect(port, "alice", "a").await;
+    allowed(
+        &alice,
+        "CREATE TABLE mine (k BIGINT); CREATE SUBSCRIPTION my_feed FROM mine",
+    )
+    .await;
+    let bob = connect(port, "bob", "b").await;
+    admin.batch_execute("FLUSH").await.unwrap();
+
+    let tables = "SELECT table_name FROM sluice_catalog.tables";
+    let partitions = "SELECT table_name FROM sluice_catalog.partitions";
+    let views = "SELECT view_name FROM sluice_catalog.views";
+    let checkpoints = "SELECT view_name FROM sluice_catalog.checkpoints";
+    let subscriptions = "SELECT subscription_name FROM sluice_catalog.subscriptions";
+    let lag = "SELECT consumer FROM sluice_catalog.lag";
+    assert_eq!(names(&admin, tables).await, ["mine", "secret", "shared"]);
+    assert_eq!(names(&alice, tables).await, ["mine"]);
+    assert_eq!(names(&bob, tables).await, ["shared"]);
+    assert_eq!(names(&bob, partitions).await, ["shared"]);
+    assert_eq!(
+        names(&admin, views).await,
+        ["secret_totals", "shared_totals"]
+    );
+    assert!(names(&alice, views).await.is_empty());
+    assert_eq!(names(&bob, views).await, ["shared_totals"]);
+    assert_eq!(names(&bob, checkpoints).await, ["shared_totals"]);
+    assert_eq!(names(&alice, subscriptions).await, ["my_feed"]);
+    assert!(names(&bob, subscriptions).await.is_empty());
+    assert_eq!(
+        names(&admin, subscriptions).await,
+        ["my_feed", "secret_feed"]
+    );
+    assert_eq!(names(&bob, lag).await, ["shared_totals"]);
+    assert_eq!(names(&alice, lag).await, ["my_feed"]);
+    // Prepared, then granted: each execution sees the grants as they are.
+    let prepared = bob.prepare(views).await.unwrap();
+    allowed(
+        &admin,
+        "GRANT SELECT ON MATERIALIZED VIEW secret_totals TO bob",
+    )
+    .await;
+    let rows = bob.query(&prepared, &[]).await.unwrap();
+    assert_eq!(rows.len(), 2, "after the grant bob sees both views");
+
+    // Sessions: all of them, another role's query text hidden.
+    let sessions = bob
+        .query("SELECT user_name, query FROM sluice_catalog.sessions", &[])
+        .await
+        .unwrap();
+    let users: Vec<String> = sessions.iter().map(|r| r.get(0)).collect();
+    assert!(users.iter().any(|u| u == "sluice") && users.iter().any(|u| u == "alice"));
+    for r in &sessions {
+        let (user, query): (String, String) = (r.get(0), r.get(1));
+        if user == "bob" {
+            assert!(query.contains("sluice_catalog.sessions"), "{query}");
+        } else {
+            assert_eq!(query, "<insufficient privilege>", "{user}");
+        }
+    }
+    let admin_sees = admin
+        .query(
+            "SELECT query FROM sluice_catalog.sessions WHERE user_name = 'bob'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        admin_sees[0].get::<_, String>(0),
+        "<insufficient privilege>"
+    );
+}

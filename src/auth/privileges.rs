@@ -76,6 +76,12 @@ impl RoleStore {
             })
     }
 
+    /// Whether `who` may see the object in `sluice_catalog`: it owns it,
+    /// or holds some privilege on it (or is a superuser).
+    pub fn may_see(&self, who: &SessionRole, kind: ObjectKind, name: &str) -> bool {
+        kind.all().iter().any(|p| self.may(who, kind, name, *p))
+    }
+
     /// 42501 `permission denied for table t` unless `who` may.
     pub fn check(
         &self,

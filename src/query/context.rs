@@ -87,6 +87,7 @@ pub fn build_context(
             views: views.clone(),
             subs,
             connections,
+            roles: roles.clone(),
         }),
     )?;
     ctx.register_udtf(

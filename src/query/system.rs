@@ -16,6 +16,7 @@ use datafusion::datasource::{MemTable, TableProvider, TableType};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::auth::{ObjectKind, RoleStore, SessionRole};
 use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
@@ -78,6 +79,7 @@ pub struct SystemSchema {
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
     pub connections: Arc<ConnectionRegistry>,
+    pub roles: Arc<RoleStore>,
 }
 
 impl fmt::Debug for SystemSchema {
@@ -110,20 +112,54 @@ impl SchemaProvider for SystemSchema {
         let views = self.views.clone();
         let subs = self.subs.clone();
         let connections = self.connections.clone();
-        let table = match name {
-            "partitions" => SystemTable::of_store(store, partitions_schema(), partitions_batch),
-            "watermarks" => SystemTable::of_store(store, watermarks_schema(), watermarks_batch),
-            "tables" => SystemTable::of_store(store, tables_schema(), tables_batch),
-            "checkpoints" => SystemTable::live(Arc::new(move || checkpoints_batch(&views)))?,
-            "lag" => SystemTable::live(Arc::new(move || lag_batch(&views, &subs)))?,
-            "subscriptions" => SystemTable::live(Arc::new(move || subscriptions_batch(&subs)))?,
-            "late_rows" => SystemTable::live(Arc::new(move || late_rows_batch(&views)))?,
-            "views" => SystemTable::live(Arc::new(move || views_batch(&views)))?,
-            "view_operators" => SystemTable::live(Arc::new(move || view_operators_batch(&views)))?,
-            "sessions" => SystemTable::live(Arc::new(move || sessions_batch(&connections)))?,
+        let (table, visibility) = match name {
+            "partitions" => (
+                SystemTable::of_store(store, partitions_schema(), partitions_batch),
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "watermarks" => (
+                SystemTable::of_store(store, watermarks_schema(), watermarks_batch),
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "tables" => (
+                SystemTable::of_store(store, tables_schema(), tables_batch),
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "checkpoints" => (
+                SystemTable::live(Arc::new(move || checkpoints_batch(&views)))?,
+                Visibility::Object("view_name", ObjectKind::View),
+            ),
+            "lag" => (
+                SystemTable::live(Arc::new(move || lag_batch(&views, &subs)))?,
+                Visibility::Consumer,
+            ),
+            "subscriptions" => (
+                SystemTable::live(Arc::new(move || subscriptions_batch(&subs)))?,
+                Visibility::Object("subscription_name", ObjectKind::Subscription),
+            ),
+            "late_rows" => (
+                SystemTable::live(Arc::new(move || late_rows_batch(&views)))?,
+                Visibility::Object("view_name", ObjectKind::View),
+            ),
+            "views" => (
+                SystemTable::live(Arc::new(move || views_batch(&views)))?,
+                Visibility::Object("view_name", ObjectKind::View),
+            ),
+            "view_operators" => (
+                SystemTable::live(Arc::new(move || view_operators_batch(&views)))?,
+                Visibility::Object("view_name", ObjectKind::View),
+            ),
+            "sessions" => (
+                SystemTable::live(Arc::new(move || sessions_batch(&connections)))?,
+                Visibility::Sessions,
+            ),
             _ => return Ok(None),
         };
-        Ok(Some(Arc::new(table)))
+        Ok(Some(Arc::new(SystemTable {
+            visibility,
+            roles: Some(self.roles.clone()),
+            ..table
+        })))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -135,10 +171,92 @@ impl SchemaProvider for SystemSchema {
 type BuildRows = Arc<dyn Fn() -> Result<RecordBatch> + Send + Sync>;
 
 /// A system table: its rows are built at each scan, never at planning, so
-/// that a prepared statement reads the state as of each execution.
+/// that a prepared statement reads the state as of each execution. A scan
+/// for a session (its role in the session config) keeps the rows of the
+/// objects that role may see.
 struct SystemTable {
     schema: SchemaRef,
     build: BuildRows,
+    visibility: Visibility,
+    roles: Option<Arc<RoleStore>>,
+}
+
+/// Which rows of a system table a role sees.
+#[derive(Debug, Clone, Copy)]
+enum Visibility {
+    /// Rows whose `column` names an object of `kind` the role owns or holds
+    /// a privilege on.
+    Object(&'static str, ObjectKind),
+    /// `lag`: rows of the views and subscriptions (by the `kind` column,
+    /// the name in `consumer`) the role may see.
+    Consumer,
+    /// `sessions`: every session, as `pg_stat_activity` shows them; the
+    /// query text of another role's session only to superusers.
+    Sessions,
+}
+
+impl SystemTable {
+    /// `batch` as `role` may see it.
+    fn visible_to(&self, role: &SessionRole, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(roles) = &self.roles else {
+            return Ok(batch);
+        };
+        if roles.is_superuser(role) {
+            return Ok(batch);
+        }
+        let text = |name: &str| -> Result<StringArray> {
+            let column = batch.column_by_name(name).ok_or_else(|| {
+                datafusion::error::DataFusionError::Internal(format!("no column {name}"))
+            })?;
+            Ok(arrow::compute::cast(column, &DataType::Utf8)?
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .unwrap_or_else(|| StringArray::from(Vec::<String>::new())))
+        };
+        match self.visibility {
+            Visibility::Object(column, kind) => {
+                let names = text(column)?;
+                let keep: BooleanArray = names
+                    .iter()
+                    .map(|n| Some(n.is_some_and(|n| roles.may_see(role, kind, n))))
+                    .collect();
+                Ok(arrow::compute::filter_record_batch(&batch, &keep)?)
+            }
+            Visibility::Consumer => {
+                let (names, kinds) = (text("consumer")?, text("kind")?);
+                let keep: BooleanArray = names
+                    .iter()
+                    .zip(kinds.iter())
+                    .map(|(n, k)| {
+                        let kind = match k {
+                            Some("view") => ObjectKind::View,
+                            _ => ObjectKind::Subscription,
+                        };
+                        Some(n.is_some_and(|n| roles.may_see(role, kind, n)))
+                    })
+                    .collect();
+                Ok(arrow::compute::filter_record_batch(&batch, &keep)?)
+            }
+            Visibility::Sessions => {
+                let users = text("user_name")?;
+                let queries = text("query")?;
+                let shown: StringArray = users
+                    .iter()
+                    .zip(queries.iter())
+                    .map(|(u, q)| match u == Some(role.name.as_str()) {
+                        true => q,
+                        false => Some("<insufficient privilege>"),
+                    })
+                    .collect();
+                let mut columns = batch.columns().to_vec();
+                if let Ok(at) = batch.schema().index_of("query") {
+                    columns[at] = Arc::new(shown);
+                }
+                Ok(RecordBatch::try_new(batch.schema(), columns)?)
+            }
+        }
+    }
 }
 
 impl SystemTable {
@@ -151,6 +269,8 @@ impl SystemTable {
         SystemTable {
             schema,
             build: Arc::new(move || build(&store, &s)),
+            visibility: Visibility::Sessions,
+            roles: None,
         }
     }
 
@@ -160,6 +280,8 @@ impl SystemTable {
         Ok(SystemTable {
             schema: build()?.schema(),
             build,
+            visibility: Visibility::Sessions,
+            roles: None,
         })
     }
 }
@@ -187,7 +309,10 @@ impl TableProvider for SystemTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let batch = (self.build)()?;
+        let mut batch = (self.build)()?;
+        if let Some(role) = state.config().get_extension::<SessionRole>() {
+            batch = self.visible_to(&role, batch)?;
+        }
         scan_rows(&self.schema, vec![batch], state, projection, filters, limit).await
     }
 }

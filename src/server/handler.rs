@@ -1603,22 +1603,24 @@ impl Handlers {
         client: &C,
         plan: LogicalPlan,
     ) -> Result<DataFrame, SluiceError> {
-        let (staging, snapshot) = {
+        let (staging, snapshot, role) = {
             let s = session(client);
             let t = s.transaction.lock();
-            (t.staging(), t.snapshot.clone())
+            (t.staging(), t.snapshot.clone(), s.role())
         };
-        match staging {
-            Some(staged) if !matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) => {
-                let mut state = self.ctx.state();
-                state.config_mut().set_extension(staged);
-                if let Some(snapshot) = snapshot {
-                    state.config_mut().set_extension(snapshot);
-                }
-                Ok(DataFrame::new(state, plan))
-            }
-            _ => Ok(self.ctx.execute_logical_plan(plan).await?),
+        if matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+            return Ok(self.ctx.execute_logical_plan(plan).await?);
         }
+        let mut state = self.ctx.state();
+        // The system tables show the session's role what it may see.
+        state.config_mut().set_extension(Arc::new(role));
+        if let Some(staged) = staging {
+            state.config_mut().set_extension(staged);
+            if let Some(snapshot) = snapshot {
+                state.config_mut().set_extension(snapshot);
+            }
+        }
+        Ok(DataFrame::new(state, plan))
     }
 
     /// Plans a DataFrame's execution. Scans take their snapshot of the
