@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod checkpoint;
+pub mod engine;
 pub mod error;
 pub mod http;
 pub mod ingest;

@@ -3,6 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use sluice::auth::{AuthConfig, AuthMethod};
+use sluice::engine::EngineConfig;
 use sluice::log::LogConfig;
 use sluice::server::ServerConfig;
 use tracing_subscriber::EnvFilter;
@@ -148,24 +149,26 @@ fn main() -> std::process::ExitCode {
             sluice::server::install_panic_hook();
             let config = ServerConfig {
                 listen,
-                data_dir,
-                log: LogConfig {
-                    segment_max_bytes: segment_bytes,
-                    segment_max_age: std::time::Duration::from_secs(segment_max_age_secs),
-                    max_statement_bytes,
+                engine: EngineConfig {
+                    data_dir,
+                    log: LogConfig {
+                        segment_max_bytes: segment_bytes,
+                        segment_max_age: std::time::Duration::from_secs(segment_max_age_secs),
+                        max_statement_bytes,
+                    },
+                    object_store,
+                    checkpoint_interval: std::time::Duration::from_millis(
+                        checkpoint_interval_ms.max(1),
+                    ),
+                    tiering_interval: std::time::Duration::from_millis(tiering_interval_ms.max(1)),
+                    compaction_interval: std::time::Duration::from_millis(
+                        compaction_interval_ms.max(1),
+                    ),
+                    max_connections: (max_connections > 0).then_some(max_connections),
+                    query_memory: (query_memory > 0).then_some(query_memory as usize),
                 },
-                object_store,
-                checkpoint_interval: std::time::Duration::from_millis(
-                    checkpoint_interval_ms.max(1),
-                ),
-                tiering_interval: std::time::Duration::from_millis(tiering_interval_ms.max(1)),
-                compaction_interval: std::time::Duration::from_millis(
-                    compaction_interval_ms.max(1),
-                ),
-                max_connections: (max_connections > 0).then_some(max_connections),
                 shutdown_timeout: std::time::Duration::try_from_secs_f64(shutdown_timeout)
                     .unwrap_or_default(),
-                query_memory: (query_memory > 0).then_some(query_memory as usize),
                 http_listen: match http_listen.as_str() {
                     "off" => None,
                     addr => match addr.parse() {

@@ -17,6 +17,15 @@ async fn connect(port: u16, user: &str, password: &str) -> tokio_postgres::Clien
     client
 }
 
+/// A server whose superuser `sluice` has the password `root`.
+fn start_with_password(dir: &std::path::Path) -> Server {
+    Server::start_env(
+        dir,
+        &[],
+        &[("SLUICE_PASSWORD".to_string(), "root".to_string())],
+    )
+}
+
 /// Runs `sql` as `c`: Ok, or the SQLSTATE and message.
 async fn run(c: &tokio_postgres::Client, sql: &str) -> Result<(), (String, String)> {
     c.batch_execute(sql).await.map_err(|e| {
@@ -58,11 +67,7 @@ async fn copy_in(c: &tokio_postgres::Client, sql: &str, data: &str) -> Result<u6
 #[tokio::test]
 async fn each_statement_needs_its_privilege() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_env(
-        dir.path(),
-        &[],
-        &[("SLUICE_PASSWORD".to_string(), "root".to_string())],
-    );
+    let mut server = start_with_password(dir.path());
     let port = server.port;
     let admin = connect(port, "sluice", "root").await;
     allowed(
@@ -310,11 +315,7 @@ async fn names(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
 #[tokio::test]
 async fn the_system_tables_show_each_role_what_it_may_see() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(
-        dir.path(),
-        &[],
-        &[("SLUICE_PASSWORD".to_string(), "root".to_string())],
-    );
+    let server = start_with_password(dir.path());
     let port = server.port;
     let admin = connect(port, "sluice", "root").await;
     allowed(

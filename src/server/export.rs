@@ -1,5 +1,4 @@
-//! `COPY (query) TO STDOUT` as text or CSV, and `COPY (query) TO 'path' |
-//! 's3://bucket/key' WITH (FORMAT parquet)`.
+//! `COPY (query) TO STDOUT` as text, CSV or binary.
 
 use std::sync::Arc;
 
@@ -11,14 +10,13 @@ use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use pgwire::api::portal::Format;
 use pgwire::api::results::{
-    CopyCsvOptions, CopyEncoder, CopyResponse, CopyTextOptions, FieldInfo, Response, Tag,
+    CopyCsvOptions, CopyEncoder, CopyResponse, CopyTextOptions, FieldInfo, Response,
 };
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
 use sluice_sql::{CopyTo, ExportFormat};
 
 use crate::error::SluiceError;
-use crate::store::DurableStore;
 
 /// Streams the query's rows to the client as COPY data.
 pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<CopyOut, SluiceError> {
@@ -137,52 +135,4 @@ fn encode_rows(
         out.push(Ok(encoder.take_copy()));
     }
     out
-}
-
-/// Writes the query's rows as one Parquet file to a server path or an
-/// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
-pub async fn to_location(df: DataFrame, location: &str) -> Result<Response, SluiceError> {
-    let schema = Arc::new(df.schema().as_arrow().clone());
-    let mut batches = df.collect().await?;
-    if batches.is_empty() {
-        batches.push(RecordBatch::new_empty(schema));
-    }
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let data = tokio::task::spawn_blocking(move || crate::checkpoint::encode_parquet(&batches))
-        .await
-        .map_err(|e| SluiceError::Internal(e.to_string()))?
-        .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
-    let (store, key) = match location.strip_prefix("s3://") {
-        Some(rest) => {
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if key.is_empty() {
-                return Err(SluiceError::Unsupported(format!(
-                    "COPY TO needs an object key after the bucket: {location}"
-                )));
-            }
-            (
-                DurableStore::s3(&format!("s3://{bucket}"))?,
-                key.to_string(),
-            )
-        }
-        None => {
-            let path = std::path::Path::new(location);
-            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-                return Err(SluiceError::Unsupported(format!(
-                    "COPY TO needs a file path: {location}"
-                )));
-            };
-            let dir = if dir.as_os_str().is_empty() {
-                std::path::Path::new(".")
-            } else {
-                dir
-            };
-            (
-                DurableStore::local(dir)?,
-                name.to_string_lossy().into_owned(),
-            )
-        }
-    };
-    store.put(&key, data).await?;
-    Ok(Response::Execution(Tag::new("COPY").with_rows(rows)))
 }

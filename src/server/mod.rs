@@ -6,11 +6,9 @@ mod encode;
 mod export;
 mod handler;
 mod login;
-mod session;
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -21,16 +19,10 @@ use tokio::net::TcpListener;
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::auth::{AuthConfig, Authenticator};
-use crate::checkpoint::Checkpoints;
+use crate::engine::{Engine, EngineConfig};
 use crate::http::HttpState;
-use crate::log::{
-    attach_remote_segments, below_snapshots, spawn_compaction, spawn_tiering, LogConfig, LogStore,
-};
 use crate::query::cancel::ConnectionRegistry;
-use crate::query::{build_context, session_config};
-use crate::store::DurableStore;
 use crate::stream::ViewManager;
-use crate::subscribe::SubscriptionManager;
 
 pub use handler::Handlers;
 
@@ -69,20 +61,10 @@ pub fn install_panic_hook() {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub data_dir: PathBuf,
-    pub log: LogConfig,
-    /// `s3://bucket/prefix`; `None` keeps objects under `<data_dir>/objects`.
-    pub object_store: Option<String>,
-    pub checkpoint_interval: std::time::Duration,
-    pub tiering_interval: std::time::Duration,
-    pub compaction_interval: std::time::Duration,
-    /// Connections beyond this many are refused (53300); None: no limit.
-    pub max_connections: Option<usize>,
+    /// The data directory and how it is kept.
+    pub engine: EngineConfig,
     /// How long a shutdown waits for running statements.
     pub shutdown_timeout: std::time::Duration,
-    /// Memory all queries together may hold (see `build_context`); None:
-    /// no limit.
-    pub query_memory: Option<usize>,
     /// Where `/livez`, `/readyz` and `/metrics` are served; None: nowhere.
     pub http_listen: Option<SocketAddr>,
     /// How logins are checked, and TLS.
@@ -119,7 +101,7 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     // address, a certificate that does not load) stops before recovery.
     let auth = Arc::new(Authenticator::start(
         &config.auth,
-        &config.data_dir,
+        &config.engine.data_dir,
         config.listen,
     )?);
     let tls = auth.tls.as_ref().map(|t| t.acceptor.clone());
@@ -128,44 +110,14 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
     if let Some(addr) = config.http_listen {
         crate::http::start(addr, http.clone()).await?;
     }
-    let objects = Arc::new(DurableStore::open(
-        config.object_store.as_deref(),
-        &config.data_dir.join("objects"),
-    )?);
-    let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
-    attach_remote_segments(&store, &objects).await?;
-    spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
-
-    let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
-    let views = ViewManager::start(store.clone(), checkpoints, session_config()).await?;
-    spawn_compaction(
-        store.clone(),
-        objects.clone(),
-        config.compaction_interval,
-        below_snapshots(views.compaction_horizon(), store.transactions().clone()),
+    let engine = Arc::new(Engine::open(&config.engine, auth.roles.clone()).await?);
+    let (views, connections, ctx, objects) = (
+        engine.views.clone(),
+        engine.connections.clone(),
+        engine.ctx.clone(),
+        engine.objects.clone(),
     );
-    let subs = SubscriptionManager::open(store.clone(), views.clone())?;
-    // Every table and consumer group now holds in its own files what the
-    // transaction log committed.
-    store.transactions().clear()?;
-    let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
-    let ctx = Arc::new(build_context(
-        store.clone(),
-        views.clone(),
-        subs.clone(),
-        connections.clone(),
-        config.query_memory,
-        auth.roles.clone(),
-    )?);
-    let handlers = Arc::new(Handlers::new(
-        store,
-        views.clone(),
-        subs,
-        ctx.clone(),
-        objects.clone(),
-        connections.clone(),
-        auth.clone(),
-    ));
+    let handlers = Arc::new(Handlers::new(engine, auth.clone()));
     http.set_serving(ctx.clone(), connections.clone());
     // Ready once every view has replayed the log up to where it ends now;
     // clients may connect (and write) meanwhile.
@@ -183,7 +135,7 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         .instrument(info_span!("recovery")),
     );
     let listener = TcpListener::bind(config.listen).await?;
-    info!(listen = %listener.local_addr()?, data_dir = %config.data_dir.display(),
+    info!(listen = %listener.local_addr()?, data_dir = %config.engine.data_dir.display(),
           object_store = objects.url(), auth = ?auth.method, tls = auth.tls.is_some(),
           tls_required = auth.tls_required, "sluice is ready");
     let mut shutdown = ShutdownSignal::new()?;

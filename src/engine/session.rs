@@ -1,4 +1,6 @@
-//! Per-connection state kept in pgwire's session extensions.
+//! A session's state: its role, its transaction block, cursors, prepared
+//! statement names, a COPY in progress, its cancel and settings. The wire
+//! keeps one per connection.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -172,5 +174,41 @@ impl Session {
     /// The session's role; the bootstrap superuser before start-up ends.
     pub fn role(&self) -> SessionRole {
         self.role.get().cloned().unwrap_or_default()
+    }
+}
+
+impl Session {
+    /// The characteristics of the transaction a statement runs in: the
+    /// open block's, or else the session's defaults.
+    pub fn characteristics(&self) -> Characteristics {
+        let t = self.transaction.lock();
+        match t.open {
+            true => t.characteristics,
+            false => *self.defaults.lock(),
+        }
+    }
+
+    /// Refuses a write in a READ ONLY transaction, as PostgreSQL does.
+    pub fn check_writable(&self, verb: &'static str) -> Result<(), SluiceError> {
+        match self.characteristics().read_only {
+            true => Err(SluiceError::ReadOnlyTransaction(verb)),
+            false => Ok(()),
+        }
+    }
+
+    /// A FETCH moved a cursor inside the transaction block.
+    pub fn note_fetch(&self) {
+        let mut t = self.transaction.lock();
+        if t.open {
+            t.fetches += 1;
+        }
+    }
+
+    /// A statement failed: an open transaction block is now aborted.
+    pub fn note_failure(&self) {
+        let mut t = self.transaction.lock();
+        if t.open {
+            t.failed = true;
+        }
     }
 }

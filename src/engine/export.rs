@@ -1,0 +1,58 @@
+//! `COPY (query) TO 'path' | 's3://bucket/key' WITH (FORMAT parquet)`:
+//! a query's rows as one Parquet file, written by the server.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use datafusion::prelude::DataFrame;
+
+use crate::error::SluiceError;
+use crate::store::DurableStore;
+
+/// Writes the query's rows as one Parquet file to a server path or an
+/// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
+pub async fn to_location(df: DataFrame, location: &str) -> Result<u64, SluiceError> {
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    let mut batches = df.collect().await?;
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let data = tokio::task::spawn_blocking(move || crate::checkpoint::encode_parquet(&batches))
+        .await
+        .map_err(|e| SluiceError::Internal(e.to_string()))?
+        .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+    let (store, key) = match location.strip_prefix("s3://") {
+        Some(rest) => {
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if key.is_empty() {
+                return Err(SluiceError::Unsupported(format!(
+                    "COPY TO needs an object key after the bucket: {location}"
+                )));
+            }
+            (
+                DurableStore::s3(&format!("s3://{bucket}"))?,
+                key.to_string(),
+            )
+        }
+        None => {
+            let path = std::path::Path::new(location);
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+                return Err(SluiceError::Unsupported(format!(
+                    "COPY TO needs a file path: {location}"
+                )));
+            };
+            let dir = if dir.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                dir
+            };
+            (
+                DurableStore::local(dir)?,
+                name.to_string_lossy().into_owned(),
+            )
+        }
+    };
+    store.put(&key, data).await?;
+    Ok(rows as u64)
+}

@@ -1,0 +1,635 @@
+//! Planning: SQL to a DataFusion plan for a session's role, with the
+//! rewrites PostgreSQL clients need and the privilege check on every table
+//! and view the plan reads or writes; and what Parse prepares.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use sluice_sql::sqlparser::ast;
+use sluice_sql::{
+    hide_system_columns, parse_sql, rewrite_window_functions, split_statements, InsertValue,
+    Statement,
+};
+
+use super::{
+    check_on_conflict, shown_name, shown_session_setting, transaction_setting, SessionSettings,
+};
+use crate::auth::{ObjectKind, RoleStore, SessionRole};
+use crate::error::SluiceError;
+use crate::ingest::PreparedInsert;
+use crate::log::{LogStore, TableLog};
+use crate::metrics::statement_kind;
+use crate::query::cancel::show_timeout;
+use crate::query::{PointRead, ON_CONFLICT_DO_NOTHING};
+
+/// A statement prepared with Parse.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    Empty,
+    /// Planned by DataFusion; may take parameters.
+    Plan {
+        plan: Box<LogicalPlan>,
+        params: ParamFields,
+        is_insert: bool,
+    },
+    /// An INSERT of literals and parameters, staged without a plan.
+    Insert(Arc<PreparedInsert>),
+    /// A point read of a view, answered from its index; the plan describes
+    /// the statement.
+    PointRead {
+        plan: Box<LogicalPlan>,
+        params: ParamFields,
+        read: Arc<PointRead>,
+    },
+    /// Executed as in the simple protocol when the portal runs (no
+    /// parameters, no result rows).
+    Direct(String),
+    /// `UPDATE` or `DELETE` with parameters: the query that finds the rows
+    /// it writes, planned with its placeholders, bound when it runs.
+    Modify {
+        change: Arc<RowChange>,
+        plan: Box<LogicalPlan>,
+        params: ParamFields,
+    },
+    /// Executed as in the simple protocol, returning rows of a schema
+    /// known when it was prepared (FETCH from a subscription cursor).
+    Rows {
+        sql: String,
+        schema: SchemaRef,
+    },
+}
+
+/// What an `UPDATE` or `DELETE` writes for the rows its query finds.
+#[derive(Debug)]
+pub enum RowChange {
+    /// New versions of the rows (the query gives every column).
+    Update { table: String },
+    /// Tombstones of the rows' keys (the query gives the key columns).
+    Delete { table: String },
+}
+
+/// A planned statement's parameter types in order, found once when it is
+/// prepared rather than at every Bind.
+pub type ParamFields = Arc<Vec<Option<FieldRef>>>;
+
+impl Prepared {
+    /// What the statements metric counts it as.
+    pub(crate) fn kind(&self) -> String {
+        match self {
+            Prepared::Direct(sql) | Prepared::Rows { sql, .. } => statement_kind(sql),
+            Prepared::Plan {
+                is_insert: true, ..
+            }
+            | Prepared::Insert(_) => "insert".into(),
+            Prepared::Plan { .. } | Prepared::PointRead { .. } => "select".into(),
+            Prepared::Modify { change, .. } => match change.as_ref() {
+                RowChange::Update { .. } => "update".into(),
+                RowChange::Delete { .. } => "delete".into(),
+            },
+            Prepared::Empty => "other".into(),
+        }
+    }
+
+    fn plan(plan: LogicalPlan, is_insert: bool) -> Result<Prepared, SluiceError> {
+        Ok(Prepared::Plan {
+            params: Arc::new(ordered_parameter_types(&plan)?),
+            plan: Box::new(plan),
+            is_insert,
+        })
+    }
+}
+
+pub struct Planner {
+    pub(super) store: Arc<LogStore>,
+    pub(super) ctx: Arc<SessionContext>,
+    pub(super) compat: Arc<PostgresCompatibilityParser>,
+    pub(super) roles: Arc<RoleStore>,
+}
+
+impl Planner {
+    /// Plans a statement DataFusion executes: wildcards over log tables lose
+    /// the hidden columns, and DDL or DML other than INSERT is refused.
+    /// `role` is the session's: `current_user` and `session_user` name
+    /// it, and the plan is checked against its privileges (SELECT on every
+    /// table and view it reads, INSERT on every table it inserts into).
+    pub(crate) async fn plan(
+        &self,
+        mut stmt: ast::Statement,
+        role: &SessionRole,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let store = self.store.clone();
+        sluice_sql::bind_session_user(&mut stmt, &role.name);
+        rewrite_window_functions(&mut stmt)?;
+        sluice_sql::rewrite_regproc_zero(&mut stmt);
+        sluice_sql::rewrite_catalog_subqueries(&mut stmt);
+        sluice_sql::rewrite_set_returning(&mut stmt);
+        hide_system_columns(&mut stmt, |t| store.table(t).is_some());
+        let state = self.ctx.state();
+        let plan = state
+            .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
+            .await?;
+        match &plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(
+                SluiceError::Unsupported(format!("statement not supported: {}", plan.display())),
+            ),
+            LogicalPlan::Dml(dml)
+                if !matches!(dml.op, datafusion::logical_expr::WriteOp::Insert(_)) =>
+            {
+                Err(SluiceError::Unsupported(format!(
+                    "{} is not supported",
+                    dml.op
+                )))
+            }
+            _ => {
+                self.check_access(role, &plan)?;
+                Ok(plan)
+            }
+        }
+    }
+
+    /// SELECT on what `plan` reads, INSERT on what it inserts into.
+    pub(crate) fn check_access(
+        &self,
+        role: &SessionRole,
+        plan: &LogicalPlan,
+    ) -> Result<(), SluiceError> {
+        if self.roles.is_superuser(role) {
+            return Ok(());
+        }
+        let access = crate::query::plan_access(plan);
+        for (kind, name) in &access.reads {
+            self.roles
+                .check(role, *kind, name, sluice_sql::Privilege::Select)?;
+        }
+        for name in &access.inserts {
+            self.roles
+                .check(role, ObjectKind::Table, name, sluice_sql::Privilege::Insert)?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads a query with the compatibility rules that rewrite psql's and
+    /// drivers' catalog queries into SQL DataFusion can plan.
+    ///
+    /// A query naming the session's role (`current_user`, `session_user`,
+    /// `current_role`) is `fallback` with the role bound in, then those
+    /// rules: they would rename `current_user` to `session_user`, and the
+    /// column with it.
+    pub(crate) fn compat_statement(
+        &self,
+        sql: &str,
+        fallback: ast::Statement,
+        user: &str,
+    ) -> ast::Statement {
+        let lower = sql.to_ascii_lowercase();
+        if ["current_user", "session_user", "current_role"]
+            .iter()
+            .any(|f| lower.contains(f))
+        {
+            let mut s = fallback;
+            sluice_sql::bind_session_user(&mut s, user);
+            return self.compat.rewrite(s);
+        }
+        if let Some(s) = sluice_sql::driver_query(sql) {
+            return s;
+        }
+        match self.compat.parse(sql) {
+            Ok(mut s) if s.len() == 1 => s.remove(0),
+            _ => fallback,
+        }
+    }
+
+    /// SQL that answers statements expressed as queries (SHOW ...).
+    /// `session`: what the settings kept by the session show.
+    pub(crate) fn query_for(
+        &self,
+        stmt: &Statement,
+        session: Option<&SessionSettings>,
+    ) -> Option<String> {
+        match stmt {
+            Statement::ShowTables => Some(
+                "SELECT table_name AS name FROM information_schema.tables \
+                 WHERE table_schema = 'public' AND table_name IN \
+                 (SELECT DISTINCT table_name FROM sluice_catalog.tables) ORDER BY table_name"
+                    .into(),
+            ),
+            Statement::ShowViews => {
+                Some("SELECT view_name AS name FROM sluice_catalog.views ORDER BY view_name".into())
+            }
+            Statement::Query(q) => match q.as_ref() {
+                ast::Statement::ShowVariable { variable } => {
+                    let name = shown_name(variable);
+                    let name = if name == "time zone" {
+                        "timezone".to_string()
+                    } else {
+                        name
+                    };
+                    let value = match (transaction_setting(&name), session) {
+                        (Some(setting), Some(s)) => Some(
+                            setting
+                                .value(match name.starts_with("default_") {
+                                    true => s.defaults,
+                                    false => s.current,
+                                })
+                                .to_string(),
+                        ),
+                        (None, Some(s)) if name == "statement_timeout" => {
+                            Some(show_timeout(s.statement_timeout))
+                        }
+                        _ => crate::query::setting(&name).map(str::to_string),
+                    };
+                    value.map(|v| format!("SELECT '{v}' AS \"{name}\""))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// An INSERT without a column list names the table's columns, so that
+    /// DataFusion does not expect values for the hidden columns.
+    pub(crate) fn insert_with_columns(
+        &self,
+        table: &str,
+        mut statement: ast::Statement,
+        on_conflict_do_nothing: bool,
+    ) -> Result<ast::Statement, SluiceError> {
+        let log = self
+            .store
+            .table(table)
+            .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+        check_on_conflict(&log.def, on_conflict_do_nothing)?;
+        if let ast::Statement::Insert(insert) = &mut statement {
+            if on_conflict_do_nothing {
+                // The target under the name that inserts with ON CONFLICT
+                // DO NOTHING semantics.
+                insert.table = ast::TableObject::TableName(ast::ObjectName(vec![
+                    ast::ObjectNamePart::Identifier(ast::Ident::with_quote(
+                        '"',
+                        format!("{table}{ON_CONFLICT_DO_NOTHING}"),
+                    )),
+                ]));
+            }
+            if insert.columns.is_empty() {
+                insert.columns = log
+                    .def
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        ast::ObjectName(vec![ast::ObjectNamePart::Identifier(
+                            ast::Ident::with_quote('"', &c.name),
+                        )])
+                    })
+                    .collect();
+            }
+        }
+        Ok(statement)
+    }
+
+    /// `user`: the session's role, which `current_user` names.
+    pub(crate) async fn prepare(
+        &self,
+        sql: &str,
+        role: &SessionRole,
+    ) -> Result<Prepared, SluiceError> {
+        let user = role;
+        let mut pieces = split_statements(sql)?;
+        if pieces.is_empty() {
+            return Ok(Prepared::Empty);
+        }
+        if pieces.len() > 1 {
+            return Err(SluiceError::Sql(sluice_sql::SqlError::Syntax(
+                "cannot insert multiple commands into a prepared statement".into(),
+            )));
+        }
+        let piece = pieces.remove(0);
+        let stmt = parse_sql(&piece)?;
+        if let Some(setting) = shown_session_setting(&stmt) {
+            // Answered when it runs, from the session.
+            return Ok(Prepared::Rows {
+                sql: piece,
+                schema: Arc::new(arrow::datatypes::Schema::new(vec![
+                    arrow::datatypes::Field::new(setting, DataType::Utf8, false),
+                ])),
+            });
+        }
+        if let Some(q) = self.query_for(&stmt, None) {
+            let s = self.compat_statement(
+                &q,
+                ast::Statement::Commit {
+                    chain: false,
+                    end: false,
+                    modifier: None,
+                },
+                &user.name,
+            );
+            return Prepared::plan(self.plan(s, user).await?, false);
+        }
+        match stmt {
+            Statement::Insert {
+                values: Some(rows),
+                statement,
+                table,
+                columns,
+                on_conflict_do_nothing,
+            } => {
+                let log = self
+                    .store
+                    .table(&table)
+                    .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                check_on_conflict(&log.def, on_conflict_do_nothing)?;
+                let literal = rows
+                    .iter()
+                    .flatten()
+                    .all(|v| matches!(v, InsertValue::Literal(_)));
+                if let Some(insert) =
+                    PreparedInsert::new(&log.def, columns, rows, on_conflict_do_nothing)?
+                {
+                    return Ok(Prepared::Insert(Arc::new(insert)));
+                }
+                if literal {
+                    return Ok(Prepared::Direct(piece));
+                }
+                let statement =
+                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                Prepared::plan(self.plan(statement, user).await?, true)
+            }
+            Statement::Insert {
+                values: None,
+                statement,
+                table,
+                on_conflict_do_nothing,
+                ..
+            } => {
+                let statement =
+                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                Prepared::plan(self.plan(statement, user).await?, true)
+            }
+            Statement::Query(q) => {
+                let s = self.compat_statement(&piece, *q, &user.name);
+                let plan = self.plan(s, user).await?;
+                if let Some(read) = PointRead::recognize(&plan) {
+                    return Ok(Prepared::PointRead {
+                        params: Arc::new(ordered_parameter_types(&plan)?),
+                        plan: Box::new(plan),
+                        read: Arc::new(read),
+                    });
+                }
+                Prepared::plan(plan, false)
+            }
+            // Answered when it runs, as rows of one text column.
+            Statement::ExplainView { .. } | Statement::ExplainCreateView(_) => Ok(Prepared::Rows {
+                sql: piece,
+                schema: plan_lines_schema(),
+            }),
+            Statement::Update {
+                table,
+                assignments,
+                selection,
+            } => {
+                let sql = update_query(&self.store, &table, &assignments, selection.as_deref())?;
+                self.prepare_change(piece, RowChange::Update { table }, &sql, user)
+                    .await
+            }
+            Statement::Delete { table, selection } => {
+                let sql = delete_query(&self.store, &table, selection.as_deref())?;
+                self.prepare_change(piece, RowChange::Delete { table }, &sql, user)
+                    .await
+            }
+            _ => Ok(Prepared::Direct(piece)),
+        }
+    }
+
+    /// An UPDATE or DELETE: with parameters, its query planned now and
+    /// bound when it runs; without, run as a simple query.
+    async fn prepare_change(
+        &self,
+        piece: String,
+        change: RowChange,
+        sql: &str,
+        user: &SessionRole,
+    ) -> Result<Prepared, SluiceError> {
+        let stmt = match parse_sql(sql)? {
+            Statement::Query(q) => *q,
+            _ => return Err(SluiceError::Internal(format!("not a query: {sql}"))),
+        };
+        let plan = self.plan(stmt, user).await?;
+        let params = ordered_parameter_types(&plan)?;
+        if params.is_empty() {
+            return Ok(Prepared::Direct(piece));
+        }
+        Ok(Prepared::Modify {
+            change: Arc::new(change),
+            plan: Box::new(plan),
+            params: Arc::new(params),
+        })
+    }
+}
+
+/// What EXPLAIN answers: one text column.
+pub(super) fn plan_lines_schema() -> SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("QUERY PLAN", DataType::Utf8, false),
+    ]))
+}
+
+/// A keyed table by name, for statements only keyed tables take.
+pub(super) fn keyed_table(
+    store: &LogStore,
+    table: &str,
+    what: &str,
+) -> Result<Arc<TableLog>, SluiceError> {
+    let log = store
+        .table(table)
+        .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
+    if !log.def.is_keyed() {
+        return Err(SluiceError::Unsupported(format!(
+            "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
+        )));
+    }
+    Ok(log)
+}
+
+/// The query that gives an UPDATE's new versions: every column of the
+/// matching latest rows, the assigned ones replaced.
+pub(super) fn update_query(
+    store: &LogStore,
+    table: &str,
+    assignments: &[(String, String)],
+    selection: Option<&str>,
+) -> Result<String, SluiceError> {
+    let log = keyed_table(store, table, "UPDATE")?;
+    let def = &log.def;
+    for (column, _) in assignments {
+        if def.column_index(column).is_none() {
+            return Err(SluiceError::Sql(sluice_sql::SqlError::UndefinedColumn(
+                column.clone(),
+            )));
+        }
+        if def.options.primary_key.contains(column) {
+            return Err(SluiceError::Unsupported(format!(
+                "UPDATE cannot change primary key column \"{column}\": DELETE the row and INSERT it under the new key"
+            )));
+        }
+    }
+    let items: Vec<String> = def
+        .columns
+        .iter()
+        .map(
+            |c| match assignments.iter().rev().find(|(name, _)| name == &c.name) {
+                Some((_, expr)) => format!("({expr}) AS \"{}\"", c.name),
+                None => format!("\"{}\"", c.name),
+            },
+        )
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM \"{table}\"{}",
+        items.join(", "),
+        selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    ))
+}
+
+/// The query that gives the keys a DELETE takes back.
+pub(super) fn delete_query(
+    store: &LogStore,
+    table: &str,
+    selection: Option<&str>,
+) -> Result<String, SluiceError> {
+    let log = keyed_table(store, table, "DELETE")?;
+    let keys: Vec<String> = log
+        .def
+        .options
+        .primary_key
+        .iter()
+        .map(|k| format!("\"{k}\""))
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM \"{table}\"{}",
+        keys.join(", "),
+        selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
+    ))
+}
+
+/// The parameters' types in order, as fields: a `$n::type` cast keeps the
+/// cast's field, whose metadata can name a PostgreSQL type (`oid`) that
+/// Arrow's type alone does not.
+fn ordered_parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<FieldRef>>, SluiceError> {
+    let mut types: HashMap<String, Option<FieldRef>> = plan
+        .get_parameter_types()?
+        .into_iter()
+        .map(|(id, t)| (id, t.map(|t| Arc::new(Field::new("", t, true)))))
+        .collect();
+    // Casts only add to an open type or to a list's element (`oid[]`);
+    // a point read's `$1` compared with a column skips this walk.
+    let casts_matter = types.values().any(|t| {
+        t.as_ref()
+            .is_none_or(|f| matches!(f.data_type(), DataType::List(_)))
+    });
+    let casts = match casts_matter {
+        true => cast_parameter_types(plan)?,
+        false => Vec::new(),
+    };
+    for (id, field) in casts {
+        match types.get_mut(&id) {
+            Some(slot @ None) => *slot = Some(field),
+            // Same type, and the cast's field may say more (an oid).
+            Some(Some(known)) if known.data_type() == field.data_type() => *known = field,
+            _ => {}
+        }
+    }
+    let mut entries: Vec<(usize, Option<FieldRef>)> = types
+        .into_iter()
+        .filter_map(|(k, v)| {
+            k.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, v))
+        })
+        .collect();
+    entries.sort_by_key(|(i, _)| *i);
+    let n = entries.last().map(|(i, _)| *i).unwrap_or(0);
+    let mut out = vec![None; n];
+    for (i, t) in entries {
+        if i >= 1 {
+            out[i - 1] = t;
+        }
+    }
+    Ok(out)
+}
+
+/// The types of parameters written `$n::type` (SQLAlchemy writes every
+/// parameter so), which DataFusion's inference, from comparisons with
+/// columns, leaves open.
+fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, SluiceError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Cast, Expr, TryCast};
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) = e
+                {
+                    if let Expr::Placeholder(p) = expr.as_ref() {
+                        found.push((p.id.clone(), field.clone()));
+                    }
+                }
+                // A function argument takes the one type the function
+                // accepts there (`pg_sleep($1)`: float8), as PostgreSQL
+                // infers it from the function's signature.
+                if let Expr::ScalarFunction(f) = e {
+                    for (i, arg) in f.args.iter().enumerate() {
+                        if let (Expr::Placeholder(p), Some(t)) = (
+                            arg,
+                            only_argument_type(&f.func.signature().type_signature, i),
+                        ) {
+                            found.push((p.id.clone(), Arc::new(Field::new("", t, true))));
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
+}
+
+/// The one type a signature accepts for argument `i`, if it has one.
+fn only_argument_type(
+    signature: &datafusion::logical_expr::TypeSignature,
+    i: usize,
+) -> Option<DataType> {
+    use datafusion::common::types::NativeType;
+    use datafusion::logical_expr::{TypeSignature, TypeSignatureClass};
+    match signature {
+        TypeSignature::Exact(types) => types.get(i).cloned(),
+        TypeSignature::Uniform(_, types) if types.len() == 1 => types.first().cloned(),
+        // `upper($1)` is text and `abs($1)` double precision, as
+        // PostgreSQL resolves an unknown argument to its category's
+        // preferred type.
+        TypeSignature::String(n) if i < *n => Some(DataType::Utf8),
+        TypeSignature::Numeric(n) if i < *n => Some(DataType::Float64),
+        TypeSignature::Coercible(coercions) => match coercions.get(i)?.desired_type() {
+            TypeSignatureClass::Integer => Some(DataType::Int64),
+            TypeSignatureClass::Float | TypeSignatureClass::Numeric => Some(DataType::Float64),
+            TypeSignatureClass::Native(t) => match t.native() {
+                NativeType::String => Some(DataType::Utf8),
+                NativeType::Int64 => Some(DataType::Int64),
+                NativeType::Float64 => Some(DataType::Float64),
+                NativeType::Boolean => Some(DataType::Boolean),
+                _ => None,
+            },
+            _ => None,
+        },
+        TypeSignature::OneOf(options) => {
+            let mut found = options.iter().map(|o| only_argument_type(o, i));
+            let first = found.next()??;
+            found.all(|t| t.as_ref() == Some(&first)).then_some(first)
+        }
+        _ => None,
+    }
+}
