@@ -11,6 +11,7 @@
 #   4. one of an INSERT into each of two tables (committed together).
 #
 #   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
+#   SLUICE_BIN=/path/to/sluice runs another build of the server
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-15}"
@@ -26,8 +27,11 @@ fi
 PGBIN=/usr/lib/postgresql/15/bin
 PGBENCH="$(command -v pgbench || echo $PGBIN/pgbench)"
 
-cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
+# SLUICE_BIN=/path/to/sluice runs another build of the server.
+if [ -z "${SLUICE_BIN:-}" ]; then
+  cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+fi
+SLUICE="${SLUICE_BIN:-$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice}"
 
 cleanup() {
   [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
