@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 /// Views over `kv` (and over each other): each view's definition, and the
 /// query over the table whose result it must equal.
-const VIEWS: [(&str, &str, &str); 7] = [
+const VIEWS: [(&str, &str, &str); 8] = [
     (
         "big",
         "SELECT k, grp, v FROM kv WHERE v >= 500",
@@ -37,6 +37,11 @@ const VIEWS: [(&str, &str, &str); 7] = [
         "projected",
         "SELECT grp, v * 2 AS doubled FROM kv WHERE grp <> 'g0'",
         "SELECT grp, v * 2 AS doubled FROM kv WHERE grp <> 'g0'",
+    ),
+    (
+        "filtered",
+        "SELECT grp, COUNT(*) FILTER (WHERE v >= 500) AS big, SUM(v) FILTER (WHERE v < 100) AS small, MAX(v) FILTER (WHERE k LIKE 'k1%') AS hi1, AVG(v) FILTER (WHERE v > 250) AS avg_mid, COUNT(*) AS n FROM kv GROUP BY grp",
+        "SELECT grp, COUNT(*) FILTER (WHERE v >= 500) AS big, SUM(v) FILTER (WHERE v < 100) AS small, MAX(v) FILTER (WHERE k LIKE 'k1%') AS hi1, AVG(v) FILTER (WHERE v > 250) AS avg_mid, COUNT(*) AS n FROM kv GROUP BY grp",
     ),
     // Views over views that change rows in place: retractions propagate.
     (

@@ -102,6 +102,25 @@ pub const QUERIES: &[Query] = &[
         compare: "*",
     },
     Query {
+        name: "q16",
+        sql: "SELECT channel, to_char(date_time, 'YYYY-MM-DD') AS day, \
+                max(to_char(date_time, 'HH:mm')) AS minute, \
+                count(*) AS total_bids, \
+                count(*) filter (where price < 10000) AS rank1_bids, \
+                count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids, \
+                count(*) filter (where price >= 1000000) AS rank3_bids, \
+                count(distinct bidder) AS total_bidders, \
+                count(distinct bidder) filter (where price < 10000) AS rank1_bidders, \
+                count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders, \
+                count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders, \
+                count(distinct auction) AS total_auctions, \
+                count(distinct auction) filter (where price < 10000) AS rank1_auctions, \
+                count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions, \
+                count(distinct auction) filter (where price >= 1000000) AS rank3_auctions \
+              FROM bid GROUP BY channel, to_char(date_time, 'YYYY-MM-DD')",
+        compare: "*",
+    },
+    Query {
         name: "q17",
         sql: "SELECT auction, to_char(date_time, 'YYYY-MM-DD') AS day, count(*) AS total_bids, \
                 min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price \

@@ -44,12 +44,18 @@ use super::retract::RetractableMinMax;
 use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;
 
+/// The aggregates that skip NULL arguments, so that a FILTER can leave a
+/// row out by making its arguments NULL.
+const NULL_SKIPPING: [&str; 5] = ["count", "sum", "avg", "min", "max"];
+
 /// Running aggregates per group: DataFusion accumulators fed with each
 /// delta's rows of that group.
 pub(super) struct AggregatePipeline {
     pub(super) input: Arc<dyn ExecutionPlan>,
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     aggs: Vec<Arc<AggregateFunctionExpr>>,
+    /// Each aggregate's FILTER (WHERE ...), if it has one.
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     agg_schema: SchemaRef,
     output: Option<Vec<Arc<dyn PhysicalExpr>>>,
     /// HAVING, over the aggregate's rows.
@@ -100,6 +106,7 @@ impl AggregatePipeline {
             .map(|e| state.create_physical_expr(e.clone(), in_schema))
             .collect::<Result<Vec<_>, _>>()?;
         let mut aggs = Vec::new();
+        let mut filters = Vec::new();
         for e in &aggregate.aggr_expr {
             // The lowering helper is deprecated in favour of a builder
             // whose API is still settling; this is the documented call.
@@ -110,12 +117,16 @@ impl AggregatePipeline {
                 input.schema().as_ref(),
                 state.execution_props(),
             )?;
-            if filter.is_some() {
-                return Err(unsupported(
-                    "aggregate FILTER clauses are not supported yet",
-                ));
+            // A FILTER clause makes the rows it leaves out NULL arguments,
+            // which these aggregates skip (adding and taking back alike).
+            if filter.is_some() && !NULL_SKIPPING.contains(&agg.fun().name()) {
+                return Err(unsupported(format!(
+                    "FILTER on {} is not supported in a materialized view (COUNT, SUM, AVG, MIN and MAX take it)",
+                    agg.fun().name()
+                )));
             }
             aggs.push(agg);
+            filters.push(filter);
         }
         let agg_schema = nullable(aggregate.schema.as_arrow());
         let output = match projection {
@@ -165,6 +176,7 @@ impl AggregatePipeline {
             input,
             group_exprs,
             aggs,
+            filters,
             agg_schema,
             output,
             having,
@@ -352,7 +364,7 @@ impl AggregatePipeline {
             return Ok(());
         }
         let key_columns = self.group_keys(batch)?;
-        let args: Vec<Vec<ArrayRef>> = self
+        let mut args: Vec<Vec<ArrayRef>> = self
             .aggs
             .iter()
             .map(|a| {
@@ -362,6 +374,22 @@ impl AggregatePipeline {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<_, _>>()?;
+        for (columns, filter) in args.iter_mut().zip(&self.filters) {
+            let Some(filter) = filter else { continue };
+            let passed = filter.evaluate(batch)?.into_array(n)?;
+            let passed = passed
+                .as_any()
+                .downcast_ref::<arrow::array::BooleanArray>()
+                .ok_or_else(|| SluiceError::Internal("a FILTER that is not boolean".into()))?;
+            // A row the filter does not pass (false or NULL) is a NULL
+            // argument.
+            let left_out: arrow::array::BooleanArray = (0..n)
+                .map(|i| Some(!(passed.is_valid(i) && passed.value(i))))
+                .collect();
+            for c in columns.iter_mut() {
+                *c = compute::nullif(c.as_ref(), &left_out)?;
+            }
+        }
         if let Some(groups) = self.vectorized.as_mut() {
             if retract {
                 return Err(SluiceError::Internal(
