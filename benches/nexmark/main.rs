@@ -87,7 +87,12 @@ fn rss_bytes(pid: u32) -> u64 {
 async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
     c.query_one(sql, &[])
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|e| {
+            let why = e
+                .as_db_error()
+                .map(|d| format!("{}: {}", d.code().code(), d.message()));
+            panic!("{sql}: {}", why.unwrap_or_else(|| e.to_string()))
+        })
         .get(0)
 }
 
