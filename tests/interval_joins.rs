@@ -23,9 +23,11 @@ const TABLES: &str = "
 ";
 
 /// A view: its name and its query over `{auction}` and `{bid}` (the tables,
-/// or their TUMBLEs of `window` for a window join), and for outer joins
-/// when a preserved row is final: a condition on it against `{wm}`, the
-/// other table's watermark.
+/// or their TUMBLEs of `window` for a window join) and `{auction_windows}`
+/// and `{bid_windows}` (their TUMBLEs of [`AGGREGATED_WINDOW`], for
+/// aggregates), and for outer joins when a preserved row is final: a
+/// condition on it against `{wm}`, the other table's watermark (or
+/// `{wm_auction}` and `{wm_bid}`).
 struct Case {
     name: &'static str,
     query: &'static str,
@@ -130,7 +132,56 @@ const CASES: &[Case] = &[
         left_final: None,
         right_final: None,
     },
+    // A table joined with itself: one source whose watermark moves both
+    // sides.
+    Case {
+        name: "left_self_band",
+        query: "SELECT a.id, a.at AS a_at, b.price, b.at AS b_at FROM \
+                (SELECT auction AS id, at FROM {bid} x) a \
+                LEFT JOIN {bid} b ON a.id = b.auction \
+                AND b.at BETWEEN a.at + INTERVAL '1 second' AND a.at + INTERVAL '4 seconds'",
+        window: None,
+        left_final: Some("a.at + INTERVAL '4 seconds' < {wm}"),
+        right_final: None,
+    },
+    // A band against an aggregate grouped by the window_end of a TUMBLE
+    // (Nexmark q7): the aggregate's rows change until the watermark passes
+    // their window_end, and the join takes their pairs back and forth.
+    Case {
+        name: "band_on_window_max",
+        query: "SELECT b.auction, b.price, b.at AS b_at, m.window_end FROM {bid} b \
+                JOIN (SELECT max(price) AS top, window_end FROM {bid_windows} w GROUP BY window_end) m \
+                ON b.price = m.top AND b.at BETWEEN m.window_end - INTERVAL '5 seconds' AND m.window_end",
+        window: None,
+        left_final: None,
+        right_final: None,
+    },
+    Case {
+        name: "left_window_groups",
+        query: "SELECT a.id, a.window_end, a.n, b.price, b.at AS b_at FROM \
+                (SELECT seller AS id, count(*) AS n, window_end FROM {auction_windows} w \
+                 GROUP BY seller, window_end) a \
+                LEFT JOIN {bid} b ON a.id = b.auction \
+                AND b.at BETWEEN a.window_end - INTERVAL '5 seconds' AND a.window_end",
+        window: None,
+        left_final: Some("a.window_end < {wm_bid} AND a.window_end < {wm_auction}"),
+        right_final: None,
+    },
+    Case {
+        name: "right_over_window_groups",
+        query: "SELECT a.id, a.top, a.window_end, b.auction, b.price, b.at AS b_at FROM \
+                (SELECT seller AS id, max(id) AS top, window_end FROM {auction_windows} w \
+                 GROUP BY seller, window_end) a \
+                RIGHT JOIN {bid} b ON a.id = b.auction \
+                AND a.window_end BETWEEN b.at AND b.at + INTERVAL '5 seconds'",
+        window: None,
+        left_final: None,
+        right_final: Some("b.at + INTERVAL '5 seconds' < {wm}"),
+    },
 ];
+
+/// The TUMBLE the window aggregates above group by.
+const AGGREGATED_WINDOW: &str = "5 seconds";
 
 impl Case {
     /// The view's query: the tables, or their TUMBLEs.
@@ -139,27 +190,33 @@ impl Case {
             Some(size) => format!("TUMBLE({table}, at, INTERVAL '{size}')"),
             None => table.to_string(),
         };
+        let windows = |table: &str| format!("TUMBLE({table}, at, INTERVAL '{AGGREGATED_WINDOW}')");
         self.query
             .replace("{auction}", &input("auction"))
             .replace("{bid}", &input("bid"))
+            .replace("{auction_windows}", &windows("auction"))
+            .replace("{bid_windows}", &windows("bid"))
     }
 
     /// The same query as a batch query over the rows the view accepted,
     /// windowed as TUMBLE windows them.
     fn batch_query(&self) -> String {
-        let input = |table: &str| {
-            let rows = accepted(table, self.name);
-            match self.window {
-                Some(size) => format!(
-                    "(SELECT *, date_bin(INTERVAL '{size}', at) AS window_start, \
-                     date_bin(INTERVAL '{size}', at) + INTERVAL '{size}' AS window_end FROM {rows} w)"
-                ),
-                None => rows,
-            }
+        let windowed = |table: &str, size: &str| {
+            format!(
+                "(SELECT *, date_bin(INTERVAL '{size}', at) AS window_start, \
+                 date_bin(INTERVAL '{size}', at) + INTERVAL '{size}' AS window_end FROM {} w)",
+                accepted(table, self.name)
+            )
+        };
+        let input = |table: &str| match self.window {
+            Some(size) => windowed(table, size),
+            None => accepted(table, self.name),
         };
         self.query
             .replace("{auction}", &input("auction"))
             .replace("{bid}", &input("bid"))
+            .replace("{auction_windows}", &windowed("auction", AGGREGATED_WINDOW))
+            .replace("{bid_windows}", &windowed("bid", AGGREGATED_WINDOW))
     }
 }
 
@@ -249,12 +306,16 @@ async fn check_views(c: &tokio_postgres::Client, when: &str) {
         // Outer rows appear once final: the other side's watermark closed
         // the row's band or window, or its key is NULL (it can never match).
         let mut closed = Vec::new();
+        let marks = |done: &str| {
+            done.replace("{wm_bid}", &format!("TIMESTAMP '{wm_bid}'"))
+                .replace("{wm_auction}", &format!("TIMESTAMP '{wm_auction}'"))
+        };
         if let Some(done) = case.left_final {
-            let done = done.replace("{wm}", &format!("TIMESTAMP '{wm_bid}'"));
+            let done = marks(&done.replace("{wm}", &format!("TIMESTAMP '{wm_bid}'")));
             closed.push(format!("b.auction IS NOT NULL OR a.id IS NULL OR {done}"));
         }
         if let Some(done) = case.right_final {
-            let done = done.replace("{wm}", &format!("TIMESTAMP '{wm_auction}'"));
+            let done = marks(&done.replace("{wm}", &format!("TIMESTAMP '{wm_auction}'")));
             closed.push(format!("a.id IS NOT NULL OR b.auction IS NULL OR {done}"));
         }
         if !closed.is_empty() {
@@ -415,6 +476,48 @@ async fn an_interval_joins_state_stays_within_its_band() {
     )
     .await;
     assert_eq!(late, 0);
+}
+
+/// A band against the `window_end` of an aggregate over a TUMBLE (the
+/// shape of Nexmark q7: the rows holding each window's top value) keeps
+/// the rows of one band in the join and the open windows in the
+/// aggregate, and finds one row per window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_band_on_an_aggregates_windows_keeps_one_band() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(STEADY_TABLES).await.unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW top_refs AS SELECT b.ref, b.at FROM b JOIN
+             (SELECT max(ref) AS top, window_end FROM TUMBLE(b, at, INTERVAL '10 seconds')
+              GROUP BY window_end) m
+             ON b.ref = m.top AND b.at BETWEEN m.window_end - INTERVAL '10 seconds' AND m.window_end",
+    )
+    .await
+    .unwrap();
+    let state = "SELECT sum(state_rows) FROM sluice_catalog.view_operators \
+                 WHERE view_name = 'top_refs' AND kind IN ('interval join', 'aggregate')";
+    let (seconds, peak) = stream_steadily(&c, 200_000, 0, state, 5).await;
+    // b's refs grow with time: each window's top is its last row.
+    let rows = text_rows(&c, "SELECT ref FROM top_refs ORDER BY ref").await;
+    let expected: Vec<String> = (1..=seconds / 10)
+        .map(|w| (w * 10_000 - 1).to_string())
+        .collect();
+    assert_eq!(rows, expected);
+    let per_band = 10 * 1000;
+    eprintln!("{} events: state peak {peak} rows", seconds * 2000);
+    assert!(
+        peak <= 2 * per_band + 2000,
+        "state peaked at {peak} rows, more than one band and the open windows"
+    );
+    let windows = scalar(
+        &c,
+        "SELECT state_rows FROM sluice_catalog.view_operators \
+         WHERE view_name = 'top_refs' AND kind = 'aggregate'",
+    )
+    .await;
+    assert!(windows <= 2, "the aggregate kept {windows} windows");
 }
 
 /// What an interval join cannot bound or keep exact is refused with

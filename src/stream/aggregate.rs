@@ -18,7 +18,10 @@
 //! Watermark: for windows that close by the watermark, a window's groups
 //! are emitted for good and dropped once the watermark passes its end plus
 //! the allowed lateness ([`AggregatePipeline::close_windows`]); later rows
-//! for it are late. Other groups live as long as the view.
+//! for it are late. Inside the graph (below an interval join that bands on
+//! the window's end), they are dropped without being emitted again, since
+//! their rows went out as they changed. Other groups live as long as the
+//! view.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -311,6 +314,14 @@ impl AggregatePipeline {
         self.vectorized = None;
         self.view_schema = schema.clone();
         self.emits_changes = Some(schema);
+    }
+
+    /// Inside the graph: drops the groups of windows the watermark closed
+    /// (key `group_index` is their `window_end`), without emitting
+    /// anything, since their rows went out as they changed. Rows of a
+    /// closed window are then late for the view, so none comes.
+    pub(super) fn close_windows_silently(&mut self, group_index: usize, lateness_us: i64) {
+        self.closing = Some((group_index, lateness_us));
     }
 
     /// The groups the rows of `batch` belong to (that exist now).
@@ -938,6 +949,10 @@ impl Operator for AggregatePipeline {
         };
         let schema = self.view_schema.clone();
         let threshold = watermark_us.saturating_sub(lateness_us);
+        if self.emits_changes.is_some() {
+            let _ = self.close_windows(&schema, group_index, threshold)?;
+            return Ok(Delta::default());
+        }
         Ok(Delta {
             insert: self
                 .close_windows(&schema, group_index, threshold)?

@@ -152,16 +152,24 @@ pub struct TracedColumn {
     /// The source (a table or view) and its column.
     pub source: String,
     pub column: String,
-    /// `Some(size)` when the output is `date_bin(size, column)`, the
-    /// `window_start` of a TUMBLE of that size; `None` when it is the
+    /// `Some(size)` when the output is a TUMBLE window of that size over
+    /// the column: `date_bin(size, column)`, the `window_start`, or that
+    /// plus the size, the `window_end` (see `end`); `None` when it is the
     /// column unchanged.
     pub window_us: Option<i64>,
+    /// The output is the window's end rather than its start.
+    pub end: bool,
+    /// The output is a group key of this aggregate stage (the `window_end`
+    /// of a TUMBLE of the source): its rows change until the source's
+    /// watermark passes their window's end, and never after.
+    pub stage: Option<usize>,
 }
 
 /// Which source's column the output column `index` of `plan` passes on
 /// unchanged (through filters, renames and projections of plain columns),
-/// or bins as a TUMBLE's `window_start`. `None` when it is computed
-/// otherwise.
+/// or bins as a TUMBLE's `window_start` or `window_end`, or groups by as an
+/// aggregate stage's key (see [`TracedColumn::stage`]). `None` when it is
+/// computed otherwise.
 pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<TracedColumn> {
     match plan {
         LogicalPlan::TableScan(scan) => {
@@ -170,32 +178,50 @@ pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<TracedColumn> {
                 source: scan.table_name.table().to_string(),
                 column: field.name().clone(),
                 window_us: None,
+                end: false,
+                stage: None,
             })
         }
-        LogicalPlan::Projection(p) => {
-            let e = p.expr.get(index)?.clone().unalias_nested().data;
-            let traced = |c: &Column| {
-                let at = p.input.schema().index_of_column(c).ok()?;
-                source_column(&p.input, at)
-            };
-            match &e {
-                Expr::Column(c) => traced(c),
-                Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
-                    let [stride, Expr::Column(c)] = f.args.as_slice() else {
-                        return None;
-                    };
-                    let size = duration_us(stride).filter(|s| *s > 0)?;
-                    let inner = traced(c).filter(|t| t.window_us.is_none())?;
-                    Some(TracedColumn {
-                        window_us: Some(size),
-                        ..inner
-                    })
-                }
-                _ => None,
-            }
-        }
+        LogicalPlan::Projection(p) => trace_expr(p.expr.get(index)?, &p.input),
         LogicalPlan::SubqueryAlias(a) => source_column(&a.input, index),
         LogicalPlan::Filter(f) => source_column(&f.input, index),
+        LogicalPlan::Extension(e) => e
+            .node
+            .as_any()
+            .downcast_ref::<super::graph::StageOutput>()?
+            .traced(index),
+        _ => None,
+    }
+}
+
+/// What expression `e` over the rows of `input` is, traced as
+/// [`source_column`] traces a column: a column, `date_bin(size, column)`,
+/// or `date_bin(size, column) + size`.
+pub fn trace_expr(e: &Expr, input: &LogicalPlan) -> Option<TracedColumn> {
+    let e = e.clone().unalias_nested().data;
+    match &e {
+        Expr::Column(c) => source_column(input, input.schema().index_of_column(c).ok()?),
+        Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
+            let [stride, column] = f.args.as_slice() else {
+                return None;
+            };
+            let size = duration_us(stride).filter(|s| *s > 0)?;
+            let inner =
+                trace_expr(column, input).filter(|t| t.window_us.is_none() && t.stage.is_none())?;
+            Some(TracedColumn {
+                window_us: Some(size),
+                ..inner
+            })
+        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Plus,
+            right,
+        }) => {
+            let start = trace_expr(left, input).filter(|t| !t.end && t.stage.is_none())?;
+            let size = start.window_us?;
+            (duration_us(right) == Some(size)).then_some(TracedColumn { end: true, ..start })
+        }
         _ => None,
     }
 }

@@ -34,7 +34,7 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 use sluice_catalog::StatePartId;
 
 use super::aggregate::AggregatePipeline;
-use super::band::{find_band, source_column};
+use super::band::{find_band, source_column, trace_expr, TracedColumn};
 use super::delta::{delta_exec, DeltaSlot};
 use super::interval_join::{BandSide, IntervalJoinOperator};
 use super::join::{JoinOperator, JoinSide};
@@ -54,6 +54,16 @@ pub struct StageOutput {
     kind: &'static str,
     schema: DFSchemaRef,
     slot: DeltaSlot,
+    /// Per output column, what it is traced back to a source (an
+    /// aggregate's `window_end` key; see [`TracedColumn::stage`]).
+    traced: Vec<Option<TracedColumn>>,
+}
+
+impl StageOutput {
+    /// What output column `index` is, traced back to a source.
+    pub fn traced(&self, index: usize) -> Option<TracedColumn> {
+        self.traced.get(index).cloned().flatten()
+    }
 }
 
 impl fmt::Debug for StageOutput {
@@ -113,6 +123,7 @@ impl UserDefinedLogicalNodeCore for StageOutput {
             kind: self.kind,
             schema: self.schema.clone(),
             slot: self.slot.clone(),
+            traced: self.traced.clone(),
         })
     }
 }
@@ -183,6 +194,19 @@ struct Stage {
     /// Whether it takes rows back from inputs that never do (an outer,
     /// semi or anti join; an aggregate whose rows change).
     retracts: bool,
+}
+
+/// A band's time column on one input (see [`JoinGraph::band_time`]).
+struct BandTime {
+    /// The source whose watermark moves it, and its column there.
+    source: usize,
+    column: String,
+    /// The column's index in the input.
+    index: usize,
+    /// The TUMBLE window it is the start or end of, if it is one.
+    window_us: Option<i64>,
+    /// The aggregate stage whose `window_end` key it is.
+    stage: Option<usize>,
 }
 
 /// The joins of a view (and the aggregates below them), innermost first.
@@ -384,14 +408,14 @@ impl JoinGraph {
             );
             let schema = Arc::new(join.schema.as_arrow().clone());
             if let Some((left_time, right_time, band, window)) = bound {
-                let (left_source, left_time) = self.band_time(&left, &left_time)?;
-                let (right_source, right_time) = self.band_time(&right, &right_time)?;
-                left_input.watermark = Some(left_source);
-                right_input.watermark = Some(right_source);
+                let left_time = self.band_time(&left, &left_time)?;
+                let right_time = self.band_time(&right, &right_time)?;
+                left_input.watermark = Some(left_time.source);
+                right_input.watermark = Some(right_time.source);
                 let mut operator = IntervalJoinOperator::new(
                     join.join_type,
-                    BandSide::new(left_schema, left_keys, left_time.1)?,
-                    BandSide::new(right_schema, right_keys, right_time.1)?,
+                    BandSide::new(left_schema, left_keys, left_time.index)?,
+                    BandSide::new(right_schema, right_keys, right_time.index)?,
                     band,
                     filter,
                     self.lateness_us,
@@ -401,8 +425,22 @@ impl JoinGraph {
                 if let Some(size) = window {
                     operator = operator.windowed(size);
                 }
-                self.bands.push((left_source, left_time.0, window));
-                self.bands.push((right_source, right_time.0, window));
+                let operator =
+                    operator.changing([left_time.stage.is_some(), right_time.stage.is_some()])?;
+                for time in [&left_time, &right_time] {
+                    // A windowed aggregate's rows: its windows close by the
+                    // source's watermark, and rows of a closed window are
+                    // late for the whole view.
+                    let late_window = match time.stage {
+                        Some(j) => {
+                            self.stages[j].inputs[0].watermark = Some(time.source);
+                            time.window_us
+                        }
+                        None => window,
+                    };
+                    self.bands
+                        .push((time.source, time.column.clone(), late_window));
+                }
                 return Ok(self.push_stage(
                     Box::new(operator),
                     match window {
@@ -412,6 +450,7 @@ impl JoinGraph {
                     vec![left_input, right_input],
                     false,
                     join.schema.clone(),
+                    Vec::new(),
                 ));
             }
             let operator = JoinOperator::new(
@@ -428,6 +467,7 @@ impl JoinGraph {
                 vec![left_input, right_input],
                 join.join_type != JoinType::Inner,
                 join.schema.clone(),
+                Vec::new(),
             ))
         })
     }
@@ -444,7 +484,8 @@ impl JoinGraph {
         let window = |plan: &LogicalPlan, e: &Expr| {
             let Expr::Column(c) = e else { return None };
             let index = plan.schema().index_of_column(c).ok()?;
-            let size = source_column(plan, index)?.window_us?;
+            let traced = source_column(plan, index).filter(|t| !t.end && t.stage.is_none())?;
+            let size = traced.window_us?;
             Some((c.clone(), size))
         };
         for (l, r) in &join.on {
@@ -464,43 +505,50 @@ impl JoinGraph {
     }
 
     /// The source and column a band's time `column` of input `plan` is
-    /// (or, for a window join, bins): it must be an append-only table's
-    /// WATERMARK column, so that the watermark bounds what can still
-    /// match. Returns the source, and the column's name in the source and
-    /// index in the input.
-    fn band_time(
-        &self,
-        plan: &LogicalPlan,
-        column: &Column,
-    ) -> Result<(usize, (String, usize)), SluiceError> {
+    /// (or, for a window join, bins): an append-only table's WATERMARK
+    /// column, so that the watermark bounds what can still match, or the
+    /// `window_end` key of an aggregate stage over one (whose rows change
+    /// until the watermark passes it).
+    fn band_time(&self, plan: &LogicalPlan, column: &Column) -> Result<BandTime, SluiceError> {
         let index = plan.schema().index_of_column(column)?;
         let traced = source_column(plan, index).and_then(|t| {
             let source = self.source_names.iter().position(|s| *s == t.source)?;
-            Some((source, t.column))
+            Some((source, t))
         });
         let refuse = |why: String| {
             Err(SluiceError::Unsupported(format!(
                 "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match (declare WATERMARK FOR <column> AS <column> - INTERVAL '...' in CREATE TABLE)"
             )))
         };
-        let Some((source, name)) = traced else {
+        let Some((source, traced)) = traced else {
             return refuse(format!(
-                "{column} to be a column of a table, passed through unchanged"
+                "{column} to be a column of a table, passed through unchanged, or the window_end of a TUMBLE over one that an aggregate groups by"
             ));
         };
         match self.source_times.get(source).cloned().flatten() {
-            Some(mark) if mark == name => Ok((source, (name, index))),
+            Some(mark) if mark == traced.column => Ok(BandTime {
+                source,
+                column: traced.column,
+                index,
+                window_us: traced.window_us,
+                stage: traced.stage,
+            }),
             Some(_) | None => {
                 let table = &self.source_names[source];
                 refuse(format!(
-                    "a watermark on {table}.{name}, an append-only table's WATERMARK column (a keyed table or a view has none)"
+                    "a watermark on {table}.{}, an append-only table's WATERMARK column (a keyed table or a view has none)",
+                    traced.column
                 ))
             }
         }
     }
 
     /// An aggregate below a join: a stage whose output is the rows of the
-    /// groups each delta changed (their old rows taken back).
+    /// groups each delta changed (their old rows taken back). A group key
+    /// that is the `window_end` of a TUMBLE over an append-only table's
+    /// WATERMARK column is traced as such, so that an interval join above
+    /// can bound its state by it (see [`JoinGraph::band_time`]); its
+    /// windows then close by the watermark.
     async fn lift_aggregate(
         &mut self,
         aggregate: datafusion::logical_expr::Aggregate,
@@ -518,6 +566,25 @@ impl JoinGraph {
         // table: retractable accumulators.
         let mut operator = AggregatePipeline::new(state, &aggregate, None, true).await?;
         operator.emit_changes(Arc::new(aggregate.schema.as_arrow().clone()));
+        let id = self.stages.len();
+        let mut traced = vec![None; aggregate.schema.fields().len()];
+        let window_end = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| {
+            let t = trace_expr(e, &input)?;
+            let source = self.source_names.iter().position(|s| *s == t.source)?;
+            let marked = self.source_times.get(source).cloned().flatten();
+            (t.end
+                && t.stage.is_none()
+                && t.window_us.is_some()
+                && marked == Some(t.column.clone()))
+            .then_some((i, t))
+        });
+        if let Some((i, t)) = window_end {
+            operator.close_windows_silently(i, self.lateness_us);
+            traced[i] = Some(TracedColumn {
+                stage: Some(id),
+                ..t
+            });
+        }
         let (stage_input, _, _) = self.side(&input, &[], state).await?;
         let stage_input = StageInput {
             plan: operator.input.clone(),
@@ -529,6 +596,7 @@ impl JoinGraph {
             vec![stage_input],
             true,
             aggregate.schema.clone(),
+            traced,
         ))
     }
 
@@ -722,7 +790,14 @@ impl JoinGraph {
             nullable(schema.as_arrow()),
             description,
         )?;
-        Ok(self.push_stage(Box::new(operator), "top-n", vec![stage_input], true, schema))
+        Ok(self.push_stage(
+            Box::new(operator),
+            "top-n",
+            vec![stage_input],
+            true,
+            schema,
+            Vec::new(),
+        ))
     }
 
     /// Whether rows reaching a stage through `input` may be taken back:
@@ -745,6 +820,7 @@ impl JoinGraph {
         inputs: Vec<StageInput>,
         retracts: bool,
         schema: DFSchemaRef,
+        traced: Vec<Option<TracedColumn>>,
     ) -> LogicalPlan {
         let id = self.stages.len();
         let slot = DeltaSlot::default();
@@ -761,6 +837,7 @@ impl JoinGraph {
                 kind,
                 schema,
                 slot,
+                traced,
             }),
         })
     }

@@ -1,34 +1,42 @@
 //! The interval join: an equi-join whose condition also bounds how far
 //! apart the two inputs' event times are (`b.t BETWEEN a.t AND a.t +
-//! INTERVAL '10 seconds'`, see `band.rs`), over append-only inputs whose
-//! time columns carry watermarks. INNER, LEFT, RIGHT and FULL. A window
-//! join (two TUMBLEs of one size joined on `window_start`) is the same
-//! operator with a band of 0 on the window starts, whose rows leave when
-//! the other side closes their window.
+//! INTERVAL '10 seconds'`, see `band.rs`), over inputs whose time columns
+//! carry watermarks. INNER, LEFT, RIGHT and FULL. A window join (two
+//! TUMBLEs of one size joined on `window_start`) is the same operator with
+//! a band of 0 on the window starts, whose rows leave when the other side
+//! closes their window.
 //!
-//! Deltas: rows only arrive (inputs that take rows back are refused at
-//! CREATE). A row of one side is matched with the other side's state rows
-//! of the same key whose time is in its band, the join's whole condition
-//! decides each pair, and the row is then kept for the other side's
-//! later rows.
+//! Deltas: an input is either append-only (a table's rows: rows only
+//! arrive) or *changing*: the rows of an aggregate grouped by the
+//! `window_end` of a TUMBLE over a watermarked table (Nexmark q7), which
+//! are taken back and replaced while their window is open and never after
+//! the watermark passes their `window_end`. Any other input that takes
+//! rows back is refused at CREATE. A row of one side is matched with the
+//! other side's state rows of the same key whose time is in its band, the
+//! join's whole condition decides each pair, and the row is then kept for
+//! the other side's later rows. A row taken back takes back its pairs with
+//! the rows held on the other side.
 //!
 //! Watermark: a side's watermark less the view's allowed lateness is its
 //! horizon: rows behind it are late, dropped before they reach the join
 //! and listed as the view's late rows (see `view.rs`), so no later row of
-//! that side has an earlier time. A row of the other side whose band lies
-//! wholly behind the horizon can match nothing more and leaves the state;
-//! on a preserved side (LEFT, RIGHT, FULL) a row that never matched is then
-//! emitted with NULLs for the other side, once and for good (it is final,
-//! like a window emitted on close); a preserved row whose key or time is
-//! NULL can never match and is emitted so at once. State is thus bounded by the rows of
-//! one band plus the watermarks' delay, not by the stream.
+//! that side has an earlier time (and, on a changing side, no row before
+//! it changes). A row of the other side whose band lies wholly behind the
+//! horizon can match nothing more and leaves the state (a changing side's
+//! row also waits for its own horizon to pass it); on a preserved side
+//! (LEFT, RIGHT, FULL) a row that never matched, or whose matches were
+//! all taken back, is then emitted with NULLs for the other side, once
+//! and for good (it is final, like a window emitted on close); a preserved
+//! row whose key or time is NULL can never match and is emitted so at
+//! once. State is thus bounded by the rows of one band plus the
+//! watermarks' delay, not by the stream.
 //!
 //! State: per side, the rows still in reach, indexed by the arrow-row
-//! bytes of the join key, with each row's time and whether it matched.
-//! Rows that leave are marked gone and the batches rewritten once gone
-//! rows outnumber live ones.
+//! bytes of the join key, with each row's time and how many rows of the
+//! other side it is paired with. Rows that leave are marked gone and the
+//! batches rewritten once gone rows outnumber live ones.
 //!
-//! Checkpoint: each side's live rows with a `matched` column, whole each
+//! Checkpoint: each side's live rows with a `matches` column, whole each
 //! time (rows leave as the watermarks move, so there is no append-only
 //! gain to write). Restoring loads them; the horizons come back with the
 //! view's clocks.
@@ -36,7 +44,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray, UInt32Array,
+};
 use arrow::compute;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::row::{RowConverter, SortField};
@@ -54,7 +64,7 @@ type RowKey = Box<[u8]>;
 type KeysAndTimes = (Vec<Option<RowKey>>, Vec<Option<i64>>);
 
 /// Where a row of a side's state is.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Entry {
     batch: u32,
     row: u32,
@@ -69,15 +79,19 @@ pub struct BandSide {
     time: usize,
     batches: Vec<RecordBatch>,
     /// Per batch: each row's time (microseconds), whether it is still
-    /// held, and whether it matched a row of the other side.
+    /// held, and how many rows of the other side it matched (pairs that
+    /// were emitted and not taken back).
     times: Vec<Vec<i64>>,
     alive: Vec<Vec<bool>>,
-    matched: Vec<Vec<bool>>,
+    matched: Vec<Vec<u32>>,
     /// Per batch: the earliest time of a row still held.
     earliest: Vec<i64>,
     index: HashMap<Box<[u8]>, Vec<Entry>, ahash::RandomState>,
     held: u64,
     live: u64,
+    /// Whole rows in arrow-row form, to find a row taken back; set when
+    /// the side's rows may change (see [`IntervalJoinOperator::changing`]).
+    whole_rows: Option<RowConverter>,
 }
 
 impl BandSide {
@@ -103,7 +117,67 @@ impl BandSide {
             index: HashMap::default(),
             held: 0,
             live: 0,
+            whole_rows: None,
         })
+    }
+
+    /// Lets this side's rows be taken back (found by their whole value).
+    fn track_rows(&mut self) -> Result<(), SluiceError> {
+        let fields = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        self.whole_rows = Some(RowConverter::new(fields)?);
+        Ok(())
+    }
+
+    /// Where each row of `batch` is held (a live row of the same key, time
+    /// and value, each held row found once); `None` for a row not held.
+    fn find(
+        &self,
+        batch: &RecordBatch,
+        keys: &[Option<RowKey>],
+        times: &[Option<i64>],
+    ) -> Result<Vec<Option<Entry>>, SluiceError> {
+        let converter = self.whole_rows.as_ref().ok_or_else(|| {
+            SluiceError::Internal("an interval join's input took rows back".into())
+        })?;
+        let wanted = converter.convert_columns(batch.columns())?;
+        let mut taken: Vec<Entry> = Vec::new();
+        let mut found = Vec::with_capacity(batch.num_rows());
+        for (i, key) in keys.iter().enumerate() {
+            let (Some(key), Some(t)) = (key, times[i]) else {
+                found.push(None);
+                continue;
+            };
+            let mut hit = None;
+            for e in self.index.get(key).into_iter().flatten() {
+                let (b, r) = (e.batch as usize, e.row as usize);
+                if !self.alive[b][r] || self.times[b][r] != t || taken.contains(e) {
+                    continue;
+                }
+                let held = converter.convert_columns(self.batches[b].slice(r, 1).columns())?;
+                if held.row(0) == wanted.row(i) {
+                    hit = Some(*e);
+                    break;
+                }
+            }
+            if let Some(e) = hit {
+                taken.push(e);
+            }
+            found.push(hit);
+        }
+        Ok(found)
+    }
+
+    /// Stops holding a row.
+    fn forget(&mut self, e: Entry) {
+        let (b, r) = (e.batch as usize, e.row as usize);
+        if std::mem::take(&mut self.alive[b][r]) {
+            self.live -= 1;
+        }
     }
 
     /// Each row's key bytes (`None` when it has a NULL) and time (`None`
@@ -137,13 +211,13 @@ impl BandSide {
     }
 
     /// Keeps the rows of `batch` that can match (a key and a time), with
-    /// whether each matched already.
+    /// how many rows each matched already.
     fn keep(
         &mut self,
         batch: RecordBatch,
         keys: Vec<Option<RowKey>>,
         times: &[Option<i64>],
-        matched: Vec<bool>,
+        matched: Vec<u32>,
     ) {
         let b = self.batches.len() as u32;
         let mut alive = vec![false; batch.num_rows()];
@@ -189,7 +263,7 @@ impl BandSide {
                 }
                 self.alive[b][r] = false;
                 self.live -= 1;
-                if !self.matched[b][r] {
+                if self.matched[b][r] == 0 {
                     unmatched.push(Entry {
                         batch: b as u32,
                         row: r as u32,
@@ -218,8 +292,8 @@ impl BandSide {
         self.load(live, matched)
     }
 
-    /// The live rows as one batch, and whether each matched.
-    fn live_rows(&self) -> Result<(RecordBatch, Vec<bool>), SluiceError> {
+    /// The live rows as one batch, and how many rows each matched.
+    fn live_rows(&self) -> Result<(RecordBatch, Vec<u32>), SluiceError> {
         let mut refs = Vec::with_capacity(self.live as usize);
         let mut matched = Vec::with_capacity(self.live as usize);
         for (b, alive) in self.alive.iter().enumerate() {
@@ -238,7 +312,7 @@ impl BandSide {
     }
 
     /// Takes rows (from a checkpoint or a compaction) into the state.
-    fn load(&mut self, rows: RecordBatch, matched: Vec<bool>) -> Result<(), SluiceError> {
+    fn load(&mut self, rows: RecordBatch, matched: Vec<u32>) -> Result<(), SluiceError> {
         if rows.num_rows() == 0 {
             return Ok(());
         }
@@ -266,6 +340,10 @@ pub struct IntervalJoinOperator {
     filter: Option<Arc<dyn PhysicalExpr>>,
     /// Whether each side's unmatched rows are emitted NULL-padded.
     preserved: [bool; 2],
+    /// Whether each side's rows may be taken back while their time is at
+    /// or after the side's own horizon (a windowed aggregate's rows, which
+    /// change until the watermark passes their `window_end`).
+    changing: [bool; 2],
     lateness_us: i64,
     /// Each side's horizon: its watermark less the allowed lateness (and,
     /// for a window join, less a window: see [`IntervalJoinOperator::windowed`]).
@@ -280,6 +358,14 @@ pub struct IntervalJoinOperator {
     description: String,
     rows_in: u64,
     rows_out: u64,
+}
+
+/// A delta's pairs with the other side's state that pass the join's
+/// condition: the joined rows, and per pair the delta row and the state
+/// row.
+struct Pairs {
+    joined: Option<RecordBatch>,
+    rows: Vec<(u32, Entry)>,
 }
 
 impl IntervalJoinOperator {
@@ -311,6 +397,7 @@ impl IntervalJoinOperator {
             hi_us: band_us.1,
             filter,
             preserved,
+            changing: [false, false],
             lateness_us,
             horizon: [i64::MIN, i64::MIN],
             reach_back_us: [0, 0],
@@ -334,13 +421,30 @@ impl IntervalJoinOperator {
         self
     }
 
+    /// Sides whose rows change until their own horizon passes them: rows
+    /// there may be taken back, and a row stays held (to take its pairs
+    /// back) until it can no longer change, as well as no longer match.
+    pub fn changing(mut self, sides: [bool; 2]) -> Result<IntervalJoinOperator, SluiceError> {
+        for (side, changes) in sides.iter().enumerate() {
+            if *changes {
+                self.sides[side].track_rows()?;
+            }
+        }
+        self.changing = sides;
+        Ok(self)
+    }
+
     /// Rows of `side` earlier than this can match no row the other side
-    /// can still bring.
+    /// can still bring (and, on a changing side, can no longer change).
     fn threshold(&self, side: usize) -> i64 {
-        match side {
+        let reach = match side {
             // Left rows: a right row at t matches lefts in [t - hi, t - lo].
             0 => self.horizon[1].saturating_sub(self.hi_us),
             _ => self.horizon[0].saturating_add(self.lo_us),
+        };
+        match self.changing[side] {
+            true => reach.min(self.horizon[side]),
+            false => reach,
         }
     }
 
@@ -354,21 +458,31 @@ impl IntervalJoinOperator {
         [0, 1].map(|s| Some((&self.sides[s].schema, self.sides[s].batches.as_slice())))
     }
 
-    /// A delta of `side`: its pairs with the other side's state, its
-    /// NULL-padded rows that can never match, then its rows kept.
-    fn apply_batch(&mut self, side: usize, batch: &RecordBatch) -> Result<Delta, SluiceError> {
+    /// The pairs the rows of `batch` (of `side`; only those `wanted`) make
+    /// with the other side's state: in the band, and through the join's
+    /// whole condition.
+    fn pairs(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: &[Option<RowKey>],
+        times: &[Option<i64>],
+        wanted: impl Fn(usize) -> bool,
+    ) -> Result<Pairs, SluiceError> {
         let other = 1 - side;
-        let (keys, times) = self.sides[side].keys_and_times(batch)?;
+        let o = &self.sides[other];
         let mut pairs = Vec::new();
-        let mut state_rows = Vec::new();
+        let mut rows = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let (Some(key), Some(t)) = (key, times[i]) else {
                 continue;
             };
-            let Some(entries) = self.sides[other].index.get(key) else {
+            if !wanted(i) {
+                continue;
+            }
+            let Some(entries) = o.index.get(key) else {
                 continue;
             };
-            let o = &self.sides[other];
             for e in entries {
                 let (b, r) = (e.batch as usize, e.row as usize);
                 if !o.alive[b][r] {
@@ -388,69 +502,127 @@ impl IntervalJoinOperator {
                     0 => (mine, theirs),
                     _ => (theirs, mine),
                 });
-                state_rows.push(*e);
+                rows.push((i as u32, *e));
             }
         }
+        if pairs.is_empty() {
+            return Ok(Pairs { joined: None, rows });
+        }
+        let joined = joined_rows(&self.schema, self.shown(), Some((side, batch)), &pairs)?;
+        let keep = match &self.filter {
+            Some(f) => {
+                let keep = f.evaluate(&joined)?.into_array(joined.num_rows())?;
+                keep.as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| SluiceError::Internal("join condition is not boolean".into()))?
+                    .clone()
+            }
+            None => BooleanArray::from(vec![true; joined.num_rows()]),
+        };
+        let rows = rows
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| keep.is_valid(*p) && keep.value(*p))
+            .map(|(_, r)| r)
+            .collect();
+        let joined = compute::filter_record_batch(&joined, &keep)?;
+        Ok(Pairs {
+            joined: (joined.num_rows() > 0).then_some(joined),
+            rows,
+        })
+    }
+
+    /// The rows of `batch` (of `side`) that can never match, NULL-padded,
+    /// when the side is preserved: those with a NULL key or time.
+    fn never_matching(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        keys: &[Option<RowKey>],
+        times: &[Option<i64>],
+    ) -> Result<Option<RecordBatch>, SluiceError> {
+        if !self.preserved[side] {
+            return Ok(None);
+        }
+        let rows: Vec<(Source, Source)> = (0..batch.num_rows())
+            .filter(|&i| keys[i].is_none() || times[i].is_none())
+            .map(|i| match side {
+                0 => (Source::Delta(i as u32), Source::Null),
+                _ => (Source::Null, Source::Delta(i as u32)),
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(joined_rows(
+            &self.schema,
+            self.shown(),
+            Some((side, batch)),
+            &rows,
+        )?))
+    }
+
+    /// A delta of `side`: its pairs with the other side's state, its
+    /// NULL-padded rows that can never match, then its rows kept.
+    fn apply_batch(&mut self, side: usize, batch: &RecordBatch) -> Result<Delta, SluiceError> {
+        let other = 1 - side;
+        let (keys, times) = self.sides[side].keys_and_times(batch)?;
+        let pairs = self.pairs(side, batch, &keys, &times, |_| true)?;
         let mut out = Delta::default();
-        let mut matched = vec![false; batch.num_rows()];
-        if !pairs.is_empty() {
-            let joined = joined_rows(&self.schema, self.shown(), Some((side, batch)), &pairs)?;
-            let keep = match &self.filter {
-                Some(f) => {
-                    let keep = f.evaluate(&joined)?.into_array(joined.num_rows())?;
-                    keep.as_any()
-                        .downcast_ref::<BooleanArray>()
-                        .ok_or_else(|| {
-                            SluiceError::Internal("join condition is not boolean".into())
-                        })?
-                        .clone()
-                }
-                None => BooleanArray::from(vec![true; joined.num_rows()]),
-            };
-            for (p, e) in state_rows.iter().enumerate() {
-                if keep.is_valid(p) && keep.value(p) {
-                    let delta_row = match side {
-                        0 => pairs[p].0,
-                        _ => pairs[p].1,
-                    };
-                    if let Source::Delta(i) = delta_row {
-                        matched[i as usize] = true;
-                    }
-                    self.sides[other].matched[e.batch as usize][e.row as usize] = true;
-                }
-            }
-            let joined = compute::filter_record_batch(&joined, &keep)?;
-            if joined.num_rows() > 0 {
-                self.rows_out += joined.num_rows() as u64;
-                out.insert.push(joined);
-            }
+        let mut matched = vec![0u32; batch.num_rows()];
+        for (i, e) in &pairs.rows {
+            matched[*i as usize] += 1;
+            self.sides[other].matched[e.batch as usize][e.row as usize] += 1;
+        }
+        if let Some(joined) = pairs.joined {
+            self.rows_out += joined.num_rows() as u64;
+            out.insert.push(joined);
         }
         // A preserved row with a NULL key or time can never match.
-        if self.preserved[side] {
-            let never: Vec<u32> = (0..batch.num_rows())
-                .filter(|&i| keys[i].is_none() || times[i].is_none())
-                .map(|i| i as u32)
-                .collect();
-            if !never.is_empty() {
-                let rows: Vec<(Source, Source)> = never
-                    .iter()
-                    .map(|&i| match side {
-                        0 => (Source::Delta(i), Source::Null),
-                        _ => (Source::Null, Source::Delta(i)),
-                    })
-                    .collect();
-                out.insert.push(joined_rows(
-                    &self.schema,
-                    self.shown(),
-                    Some((side, batch)),
-                    &rows,
-                )?);
-                self.rows_out += rows.len() as u64;
-            }
+        if let Some(rows) = self.never_matching(side, batch, &keys, &times)? {
+            self.rows_out += rows.num_rows() as u64;
+            out.insert.push(rows);
         }
         self.sides[side].keep(batch.clone(), keys, &times, matched);
         // Rows already beyond the other side's reach leave at once.
         out.insert.extend(self.drop_side(side)?.insert);
+        Ok(out)
+    }
+
+    /// Rows of a changing `side` taken back: their pairs with the other
+    /// side's state are taken back, and they leave the state. A row still
+    /// changing is always held (it leaves only once its own horizon has
+    /// passed it), and every row it was paired with and could still pair
+    /// with is held too, so this takes back exactly what it brought.
+    fn retract_batch(&mut self, side: usize, batch: &RecordBatch) -> Result<Delta, SluiceError> {
+        let other = 1 - side;
+        let (keys, times) = self.sides[side].keys_and_times(batch)?;
+        let held = self.sides[side].find(batch, &keys, &times)?;
+        if let Some(i) = (0..batch.num_rows())
+            .find(|&i| keys[i].is_some() && times[i].is_some() && held[i].is_none())
+        {
+            return Err(SluiceError::Internal(format!(
+                "an interval join was asked to take back a row it does not hold (row {i} of a delta of its {} input)",
+                ["left", "right"][side]
+            )));
+        }
+        let pairs = self.pairs(side, batch, &keys, &times, |i| held[i].is_some())?;
+        let mut out = Delta::default();
+        for (_, e) in &pairs.rows {
+            let count = &mut self.sides[other].matched[e.batch as usize][e.row as usize];
+            *count = count.saturating_sub(1);
+        }
+        if let Some(joined) = pairs.joined {
+            self.rows_out += joined.num_rows() as u64;
+            out.retract.push(joined);
+        }
+        if let Some(rows) = self.never_matching(side, batch, &keys, &times)? {
+            self.rows_out += rows.num_rows() as u64;
+            out.retract.push(rows);
+        }
+        for e in held.into_iter().flatten() {
+            self.sides[side].forget(e);
+        }
         Ok(out)
     }
 
@@ -487,12 +659,20 @@ impl Operator for IntervalJoinOperator {
                 "a join has no input {input}"
             )));
         }
-        if delta.retract.iter().any(|b| b.num_rows() > 0) {
-            return Err(SluiceError::Internal(
-                "an interval join's input took rows back".into(),
-            ));
-        }
         let mut out = Delta::default();
+        // Rows taken back first: a row that changed leaves with its pairs
+        // before its new value pairs again.
+        for batch in delta.retract.iter().filter(|b| b.num_rows() > 0) {
+            if !self.changing[input] {
+                return Err(SluiceError::Internal(
+                    "an interval join's input took rows back".into(),
+                ));
+            }
+            self.rows_in += batch.num_rows() as u64;
+            let o = self.retract_batch(input, batch)?;
+            out.insert.extend(o.insert);
+            out.retract.extend(o.retract);
+        }
         for batch in delta.insert.iter().filter(|b| b.num_rows() > 0) {
             self.rows_in += batch.num_rows() as u64;
             out.insert.extend(self.apply_batch(input, batch)?.insert);
@@ -501,7 +681,8 @@ impl Operator for IntervalJoinOperator {
     }
 
     /// Side `input`'s watermark moved: the other side's rows it puts out
-    /// of reach leave.
+    /// of reach leave, and so do the side's own rows that could still
+    /// change until now.
     fn advance_watermark(&mut self, input: usize, watermark_us: i64) -> Result<Delta, SluiceError> {
         if input > 1 {
             return Ok(Delta::default());
@@ -513,17 +694,23 @@ impl Operator for IntervalJoinOperator {
             return Ok(Delta::default());
         }
         self.horizon[input] = horizon;
-        self.drop_side(1 - input)
+        let mut out = self.drop_side(1 - input)?;
+        if self.changing[input] {
+            out.insert.extend(self.drop_side(input)?.insert);
+        }
+        Ok(out)
     }
 
+    /// Each side's live rows with a `matches` column: how many rows of the
+    /// other side each is paired with.
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
         let mut parts = Vec::with_capacity(2);
         for side in &self.sides {
             let (rows, matched) = side.live_rows()?;
             let mut fields = rows.schema().fields().to_vec();
-            fields.push(Arc::new(Field::new("matched", DataType::Boolean, false)));
+            fields.push(Arc::new(Field::new("matches", DataType::UInt32, false)));
             let mut columns = rows.columns().to_vec();
-            columns.push(Arc::new(BooleanArray::from(matched)));
+            columns.push(Arc::new(UInt32Array::from(matched)));
             parts.push(vec![RecordBatch::try_new(
                 Arc::new(Schema::new(fields)),
                 columns,
@@ -532,24 +719,32 @@ impl Operator for IntervalJoinOperator {
         Ok(parts)
     }
 
+    /// Takes back what [`IntervalJoinOperator::snapshot`] wrote; a state
+    /// written before matches were counted has a `matched` flag instead
+    /// (its joins never took rows back, so a flag is all they used).
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
         let side = self
             .sides
             .get_mut(part)
             .ok_or_else(|| SluiceError::Internal(format!("a join has no side {part}")))?;
         let width = side.schema.fields().len();
+        let damaged = || {
+            SluiceError::Internal(
+                "the checkpoint's interval join state has unexpected columns".into(),
+            )
+        };
         for batch in rows {
-            let matched = batch
-                .columns()
-                .get(width)
-                .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
-                .filter(|_| batch.num_columns() == width + 1)
-                .ok_or_else(|| {
-                    SluiceError::Internal(
-                        "the checkpoint's interval join state has unexpected columns".into(),
-                    )
-                })?;
-            let matched = (0..matched.len()).map(|i| matched.value(i)).collect();
+            if batch.num_columns() != width + 1 {
+                return Err(damaged());
+            }
+            let column = batch.column(width);
+            let matched: Vec<u32> = if let Some(c) = column.as_any().downcast_ref::<UInt32Array>() {
+                c.values().to_vec()
+            } else if let Some(c) = column.as_any().downcast_ref::<BooleanArray>() {
+                (0..c.len()).map(|i| c.value(i) as u32).collect()
+            } else {
+                return Err(damaged());
+            };
             side.load(batch.project(&(0..width).collect::<Vec<_>>())?, matched)?;
         }
         Ok(())

@@ -1504,6 +1504,21 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     let mut clock = ViewClock::new(&table);
     clock.resume(&clock_state);
     let closing = task.compiled.closing;
+    // A self-join with a time band (an interval join of the table with
+    // itself, or with an aggregate of its windows): rows behind the
+    // watermark there are late, and the join moves with the watermark.
+    let bands = task.compiled.band_columns(0, &provider_schema);
+    let lateness = task.compiled.allowed_lateness_us();
+    if !bands.is_empty() {
+        if let Err(e) = task
+            .compiled
+            .advance_source_watermarks(&[clock.watermark], ctx.clone())
+            .await
+        {
+            task.publish(Err(e), None, Vec::new());
+            return;
+        }
+    }
     // A keyed table: the versions the view has applied, to take back.
     let mut versions = None;
     if table.def.is_keyed() {
@@ -1526,6 +1541,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
             let compiled = &mut task.compiled;
             let applied_rows = task.applied_rows.clone();
             let versions = &mut versions;
+            let bands = &bands;
             let result: Result<(), SluiceError> = async {
                 // Frames in commit order: a group commit stamps all of its
                 // frames with the same ingest time.
@@ -1575,6 +1591,14 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                             }
                             delta.push(match (&closing, watermark) {
                                 (Some(c), Some(w)) => split_late(rows, c, w, *k, base, &mut late)?,
+                                (None, Some(w)) if !bands.is_empty() => {
+                                    let at = BandPosition {
+                                        input: 0,
+                                        partition: *k,
+                                        base_offset: base,
+                                    };
+                                    split_behind(rows, bands, w, lateness, at, &mut late)?
+                                }
                                 _ => rows,
                             });
                         }
@@ -1587,9 +1611,15 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                         }
                         applied_rows.fetch_add(chunk_rows, Ordering::Relaxed);
                     }
+                    let before = clock.watermark;
                     clock.advance(commit[0].0, commit);
                     if let Some(w) = clock.watermark {
                         compiled.close_windows(w)?;
+                    }
+                    if !bands.is_empty() && clock.watermark != before {
+                        compiled
+                            .advance_source_watermarks(&[clock.watermark], ctx.clone())
+                            .await?;
                     }
                 }
                 Ok(())
