@@ -155,10 +155,21 @@ fn hop(
             ));
         }
     }
+    // With constant sizes, the window starts come from integer arithmetic
+    // (`hop_window_starts`, the server's function) rather than a series
+    // over timestamps; both give the same values and type.
+    let starts = match (slide_us, size_us) {
+        (Some(slide_us), Some(size_us)) => {
+            format!("hop_window_starts({column}, {slide_us}, {size_us})")
+        }
+        _ => format!(
+            "generate_series(date_bin({slide}, {column} - {size}) + {slide}, \
+             date_bin({slide}, {column}), {slide})"
+        ),
+    };
     let sql = format!(
         "SELECT *, window_start + {} AS window_end FROM \
-         (SELECT *, unnest(generate_series(date_bin({slide}, {column} - {size}) + {slide}, \
-         date_bin({slide}, {column}), {slide})) AS window_start FROM {table}) AS hop_windows",
+         (SELECT *, unnest({starts}) AS window_start FROM {table}) AS hop_windows",
         end_offset(&size, size_us)
     );
     windowed_table(&sql, &table, &column, alias, size_us, slide_us)

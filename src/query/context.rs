@@ -133,6 +133,7 @@ pub fn build_context(
     super::pg_functions::register(&ctx);
     ctx.register_udf(super::pg_roles::has_table_privilege(roles_for_functions));
     ctx.register_udaf(super::checked_sum());
+    ctx.register_udf(super::hop_window_starts());
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }

@@ -275,6 +275,7 @@ pub async fn compile(
     ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
     ctx.add_analyzer_rule(Arc::new(crate::query::TimestampText));
     ctx.register_udaf(crate::query::checked_sum());
+    ctx.register_udf(crate::query::hop_window_starts());
     // A lone COUNT(DISTINCT x) per group stays one aggregate with a
     // distinct accumulator, which the aggregate operator keeps (and takes
     // rows back from); the batch rewrite into two nested GROUP BYs would
