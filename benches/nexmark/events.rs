@@ -8,7 +8,9 @@ use nexmark::event::Event;
 use nexmark::EventGenerator;
 
 /// The three tables, append-only, with a 4-second watermark on each
-/// event time (as Flink's Nexmark setup declares it).
+/// event time (as Flink's Nexmark setup declares it), and q13's side
+/// input: 10,000 keys, each with its number as text as the value (Flink's
+/// setup reads such a file).
 pub const TABLES: &str = "
     CREATE TABLE person (id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR,
         city VARCHAR, state VARCHAR, date_time TIMESTAMP, extra VARCHAR,
@@ -21,6 +23,8 @@ pub const TABLES: &str = "
         date_time TIMESTAMP, extra VARCHAR,
         WATERMARK FOR date_time AS date_time - INTERVAL '4 seconds')
         APPEND ONLY WITH (partitions = 2);
+    CREATE TABLE side_input (key BIGINT, value VARCHAR) APPEND ONLY;
+    INSERT INTO side_input SELECT value AS key, CAST(value AS VARCHAR) AS value FROM generate_series(0, 9999);
 ";
 
 /// 2026-01-01 00:00:00 UTC in milliseconds: every run the same events.
