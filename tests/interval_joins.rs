@@ -178,6 +178,22 @@ const CASES: &[Case] = &[
         left_final: None,
         right_final: Some("b.at + INTERVAL '5 seconds' < {wm}"),
     },
+    // The same, keyed by window_start: its rows change until a window
+    // after their time.
+    Case {
+        name: "full_window_start_groups",
+        query: "SELECT a.id, a.n, a.window_start, b.auction, b.price, b.at AS b_at FROM \
+                (SELECT seller AS id, count(*) AS n, window_start FROM {auction_windows} w \
+                 GROUP BY seller, window_start) a \
+                FULL JOIN {bid} b ON a.id = b.auction \
+                AND b.at BETWEEN a.window_start AND a.window_start + INTERVAL '3 seconds'",
+        window: None,
+        left_final: Some(
+            "a.window_start + INTERVAL '3 seconds' < {wm_bid} \
+             AND a.window_start + INTERVAL '5 seconds' <= {wm_auction}",
+        ),
+        right_final: Some("b.at + INTERVAL '5 seconds' <= {wm}"),
+    },
 ];
 
 /// The TUMBLE the window aggregates above group by.

@@ -77,6 +77,9 @@ pub(super) struct AggregatePipeline {
     /// `window_end` among the keys, and the allowed lateness).
     view_schema: SchemaRef,
     closing: Option<(usize, i64)>,
+    /// What the closing key adds up to its window's end: 0 for a
+    /// `window_end`, the size for a `window_start` (inside the graph).
+    closing_offset_us: i64,
     description: String,
     rows_in: u64,
     /// Inside the graph (below a join): each delta emits the changed
@@ -191,6 +194,7 @@ impl AggregatePipeline {
             group_rows: Vec::new(),
             view_schema: Arc::new(Schema::empty()),
             closing: None,
+            closing_offset_us: 0,
             description: format!(
                 "GROUP BY {} computing {}",
                 match aggregate.group_expr.is_empty() {
@@ -317,11 +321,18 @@ impl AggregatePipeline {
     }
 
     /// Inside the graph: drops the groups of windows the watermark closed
-    /// (key `group_index` is their `window_end`), without emitting
-    /// anything, since their rows went out as they changed. Rows of a
-    /// closed window are then late for the view, so none comes.
-    pub(super) fn close_windows_silently(&mut self, group_index: usize, lateness_us: i64) {
+    /// (key `group_index` is their `window_end`, or their `window_start`
+    /// when `offset_us`, the window's size, is added to it), without
+    /// emitting anything, since their rows went out as they changed. Rows
+    /// of a closed window are then late for the view, so none comes.
+    pub(super) fn close_windows_silently(
+        &mut self,
+        group_index: usize,
+        lateness_us: i64,
+        offset_us: i64,
+    ) {
         self.closing = Some((group_index, lateness_us));
+        self.closing_offset_us = offset_us;
     }
 
     /// The groups the rows of `batch` belong to (that exist now).
@@ -950,6 +961,7 @@ impl Operator for AggregatePipeline {
         let schema = self.view_schema.clone();
         let threshold = watermark_us.saturating_sub(lateness_us);
         if self.emits_changes.is_some() {
+            let threshold = threshold.saturating_sub(self.closing_offset_us);
             let _ = self.close_windows(&schema, group_index, threshold)?;
             return Ok(Delta::default());
         }

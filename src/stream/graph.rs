@@ -205,6 +205,8 @@ struct BandTime {
     index: usize,
     /// The TUMBLE window it is the start or end of, if it is one.
     window_us: Option<i64>,
+    /// It is the window's end.
+    end: bool,
     /// The aggregate stage whose `window_end` key it is.
     stage: Option<usize>,
 }
@@ -425,6 +427,14 @@ impl JoinGraph {
                 if let Some(size) = window {
                     operator = operator.windowed(size);
                 }
+                // A changing side keyed by window_start: its rows change
+                // until a window after their time, so its horizon is a
+                // window (less 1 µs) behind the watermark.
+                for (side, time) in [&left_time, &right_time].into_iter().enumerate() {
+                    if let (Some(_), false, Some(size)) = (time.stage, time.end, time.window_us) {
+                        operator = operator.reaching_back(side, size - 1);
+                    }
+                }
                 let operator =
                     operator.changing([left_time.stage.is_some(), right_time.stage.is_some()])?;
                 for time in [&left_time, &right_time] {
@@ -522,7 +532,7 @@ impl JoinGraph {
         };
         let Some((source, traced)) = traced else {
             return refuse(format!(
-                "{column} to be a column of a table, passed through unchanged, or the window_end of a TUMBLE over one that an aggregate groups by"
+                "{column} to be a column of a table, passed through unchanged, or the window_start or window_end of a TUMBLE over one that an aggregate groups by (HOP windows are not supported there)"
             ));
         };
         match self.source_times.get(source).cloned().flatten() {
@@ -531,6 +541,7 @@ impl JoinGraph {
                 column: traced.column,
                 index,
                 window_us: traced.window_us,
+                end: traced.end,
                 stage: traced.stage,
             }),
             Some(_) | None => {
@@ -545,10 +556,10 @@ impl JoinGraph {
 
     /// An aggregate below a join: a stage whose output is the rows of the
     /// groups each delta changed (their old rows taken back). A group key
-    /// that is the `window_end` of a TUMBLE over an append-only table's
-    /// WATERMARK column is traced as such, so that an interval join above
-    /// can bound its state by it (see [`JoinGraph::band_time`]); its
-    /// windows then close by the watermark.
+    /// that is the `window_end` or `window_start` of a TUMBLE over an
+    /// append-only table's WATERMARK column is traced as such, so that an
+    /// interval join above can bound its state by it (see
+    /// [`JoinGraph::band_time`]); its windows then close by the watermark.
     async fn lift_aggregate(
         &mut self,
         aggregate: datafusion::logical_expr::Aggregate,
@@ -568,18 +579,19 @@ impl JoinGraph {
         operator.emit_changes(Arc::new(aggregate.schema.as_arrow().clone()));
         let id = self.stages.len();
         let mut traced = vec![None; aggregate.schema.fields().len()];
-        let window_end = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| {
+        let window_key = aggregate.group_expr.iter().enumerate().find_map(|(i, e)| {
             let t = trace_expr(e, &input)?;
             let source = self.source_names.iter().position(|s| *s == t.source)?;
             let marked = self.source_times.get(source).cloned().flatten();
-            (t.end
-                && t.stage.is_none()
-                && t.window_us.is_some()
-                && marked == Some(t.column.clone()))
-            .then_some((i, t))
+            (t.stage.is_none() && t.window_us.is_some() && marked == Some(t.column.clone()))
+                .then_some((i, t))
         });
-        if let Some((i, t)) = window_end {
-            operator.close_windows_silently(i, self.lateness_us);
+        if let Some((i, t)) = window_key {
+            let offset = match t.end {
+                true => 0,
+                false => t.window_us.unwrap_or_default(),
+            };
+            operator.close_windows_silently(i, self.lateness_us, offset);
             traced[i] = Some(TracedColumn {
                 stage: Some(id),
                 ..t

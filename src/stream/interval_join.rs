@@ -421,6 +421,16 @@ impl IntervalJoinOperator {
         self
     }
 
+    /// Side `side`'s rows can still bring times down to `us` behind its
+    /// horizon: an aggregate's `window_start`, which changes until the
+    /// watermark passes the window's end.
+    pub fn reaching_back(mut self, side: usize, us: i64) -> IntervalJoinOperator {
+        if let Some(r) = self.reach_back_us.get_mut(side) {
+            *r = us;
+        }
+        self
+    }
+
     /// Sides whose rows change until their own horizon passes them: rows
     /// there may be taken back, and a row stays held (to take its pairs
     /// back) until it can no longer change, as well as no longer match.
