@@ -7,6 +7,11 @@
 //! band is the tightest lower and upper bound found for one pair of
 //! columns, inclusive (a strict `<` is still checked exactly by the join's
 //! condition; the band only decides what can still match).
+//!
+//! Tracing a column back to a source ([`source_column`]) tells whose
+//! watermark moves it: a table's column, a TUMBLE's `window_start` or
+//! `window_end` over it, or such a window as the group key of an aggregate
+//! stage below the join.
 
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
