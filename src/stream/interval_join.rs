@@ -572,6 +572,14 @@ impl IntervalJoinOperator {
         )?))
     }
 
+    /// Sends `batches` on (into a delta's inserts or retractions), counted.
+    fn emit(&mut self, into: &mut Vec<RecordBatch>, batches: impl Iterator<Item = RecordBatch>) {
+        for b in batches {
+            self.rows_out += b.num_rows() as u64;
+            into.push(b);
+        }
+    }
+
     /// A delta of `side`: its pairs with the other side's state, its
     /// NULL-padded rows that can never match, then its rows kept.
     fn apply_batch(&mut self, side: usize, batch: &RecordBatch) -> Result<Delta, SluiceError> {
@@ -584,15 +592,9 @@ impl IntervalJoinOperator {
             matched[*i as usize] += 1;
             self.sides[other].matched[e.batch as usize][e.row as usize] += 1;
         }
-        if let Some(joined) = pairs.joined {
-            self.rows_out += joined.num_rows() as u64;
-            out.insert.push(joined);
-        }
         // A preserved row with a NULL key or time can never match.
-        if let Some(rows) = self.never_matching(side, batch, &keys, &times)? {
-            self.rows_out += rows.num_rows() as u64;
-            out.insert.push(rows);
-        }
+        let never = self.never_matching(side, batch, &keys, &times)?;
+        self.emit(&mut out.insert, pairs.joined.into_iter().chain(never));
         self.sides[side].keep(batch.clone(), keys, &times, matched);
         // Rows already beyond the other side's reach leave at once.
         out.insert.extend(self.drop_side(side)?.insert);
@@ -622,14 +624,8 @@ impl IntervalJoinOperator {
             let count = &mut self.sides[other].matched[e.batch as usize][e.row as usize];
             *count = count.saturating_sub(1);
         }
-        if let Some(joined) = pairs.joined {
-            self.rows_out += joined.num_rows() as u64;
-            out.retract.push(joined);
-        }
-        if let Some(rows) = self.never_matching(side, batch, &keys, &times)? {
-            self.rows_out += rows.num_rows() as u64;
-            out.retract.push(rows);
-        }
+        let never = self.never_matching(side, batch, &keys, &times)?;
+        self.emit(&mut out.retract, pairs.joined.into_iter().chain(never));
         for e in held.into_iter().flatten() {
             self.sides[side].forget(e);
         }
