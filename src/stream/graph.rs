@@ -517,23 +517,26 @@ impl JoinGraph {
     /// The source and column a band's time `column` of input `plan` is
     /// (or, for a window join, bins): an append-only table's WATERMARK
     /// column, so that the watermark bounds what can still match, or the
-    /// `window_end` key of an aggregate stage over one (whose rows change
-    /// until the watermark passes it).
+    /// `window_start` or `window_end` key of an aggregate stage over one
+    /// (whose rows change until the watermark passes the window's end).
     fn band_time(&self, plan: &LogicalPlan, column: &Column) -> Result<BandTime, SluiceError> {
         let index = plan.schema().index_of_column(column)?;
         let traced = source_column(plan, index).and_then(|t| {
             let source = self.source_names.iter().position(|s| *s == t.source)?;
             Some((source, t))
         });
-        let refuse = |why: String| {
+        let refuse = |why: String, hint: &str| {
             Err(SluiceError::Unsupported(format!(
-                "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match (declare WATERMARK FOR <column> AS <column> - INTERVAL '...' in CREATE TABLE)"
+                "the join's time band on {column} needs {why}: the watermark is what lets the join drop rows the other input can no longer match{hint}"
             )))
         };
         let Some((source, traced)) = traced else {
-            return refuse(format!(
-                "{column} to be a column of a table, passed through unchanged, or the window_start or window_end of a TUMBLE over one that an aggregate groups by (HOP windows are not supported there)"
-            ));
+            return refuse(
+                format!(
+                    "{column} to be a column of a table, passed through unchanged, or the window_start or window_end of a TUMBLE over one that an aggregate groups by (HOP windows are not supported there)"
+                ),
+                "",
+            );
         };
         match self.source_times.get(source).cloned().flatten() {
             Some(mark) if mark == traced.column => Ok(BandTime {
@@ -546,10 +549,13 @@ impl JoinGraph {
             }),
             Some(_) | None => {
                 let table = &self.source_names[source];
-                refuse(format!(
-                    "a watermark on {table}.{}, an append-only table's WATERMARK column (a keyed table or a view has none)",
-                    traced.column
-                ))
+                refuse(
+                    format!(
+                        "a watermark on {table}.{}, an append-only table's WATERMARK column (a keyed table or a view has none)",
+                        traced.column
+                    ),
+                    " (declare WATERMARK FOR <column> AS <column> - INTERVAL '...' in CREATE TABLE)",
+                )
             }
         }
     }
