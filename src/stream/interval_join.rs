@@ -64,7 +64,7 @@ type RowKey = Box<[u8]>;
 type KeysAndTimes = (Vec<Option<RowKey>>, Vec<Option<i64>>);
 
 /// Where a row of a side's state is.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Entry {
     batch: u32,
     row: u32,
@@ -145,7 +145,10 @@ impl BandSide {
             SluiceError::Internal("an interval join's input took rows back".into())
         })?;
         let wanted = converter.convert_columns(batch.columns())?;
-        let mut taken: Vec<Entry> = Vec::new();
+        // Held rows already found for an earlier row of the batch (two
+        // equal rows taken back are two held rows).
+        let mut taken: std::collections::HashSet<(u32, u32), ahash::RandomState> =
+            Default::default();
         let mut found = Vec::with_capacity(batch.num_rows());
         for (i, key) in keys.iter().enumerate() {
             let (Some(key), Some(t)) = (key, times[i]) else {
@@ -155,7 +158,7 @@ impl BandSide {
             let mut hit = None;
             for e in self.index.get(key).into_iter().flatten() {
                 let (b, r) = (e.batch as usize, e.row as usize);
-                if !self.alive[b][r] || self.times[b][r] != t || taken.contains(e) {
+                if !self.alive[b][r] || self.times[b][r] != t || taken.contains(&(e.batch, e.row)) {
                     continue;
                 }
                 let held = converter.convert_columns(self.batches[b].slice(r, 1).columns())?;
@@ -165,7 +168,7 @@ impl BandSide {
                 }
             }
             if let Some(e) = hit {
-                taken.push(e);
+                taken.insert((e.batch, e.row));
             }
             found.push(hit);
         }
