@@ -519,8 +519,48 @@ impl AggregatePipeline {
         if self.vectorized.is_some() {
             return self.close_vectorized_windows(schema, group_index, threshold_us);
         }
-        if self.keys.is_empty() {
+        let closed = self.closed_groups(group_index, threshold_us)?;
+        if closed.is_empty() {
             return Ok(None);
+        }
+        let batch = self.rows_of(schema, &closed, true)?;
+        self.drop_groups(&closed);
+        Ok(Some(batch))
+    }
+
+    /// Drops the groups of the windows whose key `group_index` is at or
+    /// before `threshold_us`, emitting nothing (inside the graph, where
+    /// their rows went out as they changed).
+    fn drop_closed_windows(
+        &mut self,
+        group_index: usize,
+        threshold_us: i64,
+    ) -> Result<(), SluiceError> {
+        let closed = self.closed_groups(group_index, threshold_us)?;
+        self.drop_groups(&closed);
+        Ok(())
+    }
+
+    fn drop_groups(&mut self, groups: &[usize]) {
+        if groups.is_empty() {
+            return;
+        }
+        let mut keep = vec![true; self.keys.len()];
+        for &g in groups {
+            keep[g] = false;
+        }
+        self.retain_groups(&keep);
+    }
+
+    /// The groups whose key `group_index` (a window's end) is at or before
+    /// `threshold_us`.
+    fn closed_groups(
+        &self,
+        group_index: usize,
+        threshold_us: i64,
+    ) -> Result<Vec<usize>, SluiceError> {
+        if self.keys.is_empty() {
+            return Ok(Vec::new());
         }
         let keys = self
             .converter
@@ -533,19 +573,9 @@ impl AggregatePipeline {
             .as_any()
             .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
             .ok_or_else(|| SluiceError::Internal("window_end is not a timestamp".into()))?;
-        let closed: Vec<usize> = (0..ends.len())
+        Ok((0..ends.len())
             .filter(|&g| ends.is_valid(g) && ends.value(g) <= threshold_us)
-            .collect();
-        if closed.is_empty() {
-            return Ok(None);
-        }
-        let batch = self.rows_of(schema, &closed, true)?;
-        let mut keep = vec![true; self.keys.len()];
-        for g in closed {
-            keep[g] = false;
-        }
-        self.retain_groups(&keep);
-        Ok(Some(batch))
+            .collect())
     }
 
     /// The pre-aggregation rows whose window is still open.
@@ -958,13 +988,13 @@ impl Operator for AggregatePipeline {
         let Some((group_index, lateness_us)) = self.closing else {
             return Ok(Delta::default());
         };
-        let schema = self.view_schema.clone();
         let threshold = watermark_us.saturating_sub(lateness_us);
         if self.emits_changes.is_some() {
             let threshold = threshold.saturating_sub(self.closing_offset_us);
-            let _ = self.close_windows(&schema, group_index, threshold)?;
+            self.drop_closed_windows(group_index, threshold)?;
             return Ok(Delta::default());
         }
+        let schema = self.view_schema.clone();
         Ok(Delta {
             insert: self
                 .close_windows(&schema, group_index, threshold)?
