@@ -319,7 +319,7 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
         (db.code().code(), db.message()),
         ("22003", "value out of range: overflow")
     );
-    // In range, the same expressions answer, under the same column names.
+    // In range, the same expressions answer, under PostgreSQL's names.
     let rows = c
         .simple_query("SELECT a + 10, b - 1 FROM n WHERE a < 100")
         .await
@@ -331,7 +331,7 @@ async fn integer_overflow_is_an_error_not_a_wrapped_number() {
             _ => None,
         })
         .unwrap();
-    assert_eq!(row.columns()[0].name(), "n.a + Int64(10)");
+    assert_eq!(row.columns()[0].name(), "?column?");
     assert_eq!((row.get(0), row.get(1)), (Some("11"), Some("1")));
     // An integer SUM is a bigint, so SUM(integer) does not overflow early.
     assert_eq!(scalar(&c, "SELECT SUM(b) FROM n").await, 2147483602);
@@ -789,4 +789,94 @@ async fn savepoints_aborted_blocks_and_deallocate() {
     c.batch_execute("DEALLOCATE ALL").await.unwrap();
     let e = c.query_one(&stmt, &[]).await.unwrap_err();
     assert_eq!(sqlstate(&e), "26000", "{e:?}");
+}
+
+/// Result columns carry PostgreSQL's names (`count`, `?column?`, `int4`)
+/// and may repeat (`SELECT id, id`), in the simple and the extended
+/// protocol, for psql, tokio-postgres and psycopg alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_have_postgresql_names_and_may_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id BIGINT, value TEXT);
+         INSERT INTO t VALUES (1, 'a'), (2, 'b');
+         INSERT INTO t SELECT id + 10, CAST(value AS TEXT) FROM t;",
+    )
+    .await
+    .unwrap();
+    assert_eq!(scalar(&c, "SELECT count(*) FROM t").await, 4);
+    let names = |cols: &[tokio_postgres::Column]| {
+        cols.iter()
+            .map(|c| c.name().to_string())
+            .collect::<Vec<_>>()
+    };
+    let cases: [(&str, &[&str]); 6] = [
+        ("SELECT id, id FROM t WHERE id = $1", &["id", "id"]),
+        (
+            "SELECT count(*), count(*), sum(id), max(id) + 1, upper(min(value)), 1::int \
+             FROM t WHERE id > $1",
+            &["count", "count", "sum", "?column?", "upper", "int4"],
+        ),
+        ("SELECT 1 AS a, 2 AS a, $1::bigint", &["a", "a", "int8"]),
+        ("SELECT *, id FROM t WHERE id = $1", &["id", "value", "id"]),
+        (
+            "SELECT t.id, u.id FROM t JOIN t u ON t.id = u.id WHERE t.id = $1",
+            &["id", "id"],
+        ),
+        (
+            "SELECT id, id FROM t WHERE id = $1 UNION ALL SELECT 5, 5",
+            &["id", "id"],
+        ),
+    ];
+    for (sql, expected) in cases {
+        let stmt = c
+            .prepare_typed(sql, &[tokio_postgres::types::Type::INT8])
+            .await;
+        let stmt = stmt.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(names(stmt.columns()), expected, "Describe of {sql}");
+        let rows = c.query(&stmt, &[&1i64]).await.unwrap();
+        assert!(!rows.is_empty(), "{sql}");
+        assert_eq!(names(rows[0].columns()), expected, "{sql}");
+    }
+    let rows = c
+        .query("SELECT id, id FROM t ORDER BY id", &[])
+        .await
+        .unwrap();
+    let pairs: Vec<(i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(pairs, [(1, 1), (2, 2), (11, 11), (12, 12)]);
+
+    let (ok, out, err) = server.psql(
+        "SELECT count(*), count(*) FROM t;\nSELECT id, id + 1, 'x' FROM t ORDER BY id LIMIT 1;\n\
+         COPY (SELECT id, id FROM t ORDER BY id LIMIT 1) TO STDOUT WITH (FORMAT csv, HEADER);\n",
+    );
+    assert!(ok, "{err}");
+    let squeezed = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(squeezed.contains("count | count ---"), "{out}");
+    assert!(squeezed.contains("id | ?column? | ?column? ---"), "{out}");
+    assert!(out.contains("id,id\n1,1"), "COPY's header: {out}");
+
+    if !common::python_has("psycopg") {
+        return;
+    }
+    let script = format!(
+        r#"
+import psycopg
+from psycopg.rows import dict_row
+with psycopg.connect("host=127.0.0.1 port={port} user=test dbname=test", autocommit=True, row_factory=dict_row) as conn:
+    row = conn.execute("SELECT count(*), max(value) FROM t WHERE id > %s", (0,)).fetchone()
+    assert row == {{"count": 4, "max": "b"}}, row
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, id FROM t WHERE id = %s", (1,), prepare=True)
+        assert [d.name for d in cur.description] == ["id", "id"], cur.description
+        assert cur.fetchall() == [{{"id": 1}}]
+print("ok")
+"#,
+        port = server.port
+    );
+    common::run_client(
+        "psycopg script",
+        std::process::Command::new("python3").arg("-c").arg(script),
+    );
 }

@@ -14,6 +14,7 @@ mod error;
 mod hidden;
 mod parse;
 mod regproc;
+mod result_names;
 mod roles;
 mod session_user;
 mod set_returning;
@@ -31,6 +32,7 @@ pub use parse::{
     ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
+pub use result_names::{name_result_columns, ResultName};
 pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleOptions, PUBLIC};
 pub use session_user::bind_session_user;
 pub use set_returning::rewrite_set_returning;

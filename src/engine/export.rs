@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::prelude::DataFrame;
 
@@ -11,11 +12,20 @@ use crate::store::DurableStore;
 
 /// Writes the query's rows as one Parquet file to a server path or an
 /// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
-pub async fn to_location(df: DataFrame, location: &str) -> Result<u64, SluiceError> {
-    let schema = Arc::new(df.schema().as_arrow().clone());
-    let mut batches = df.collect().await?;
+pub async fn to_location(
+    df: DataFrame,
+    columns: SchemaRef,
+    location: &str,
+) -> Result<u64, SluiceError> {
+    // The file's columns are named as the query's result shows them.
+    let mut batches = df
+        .collect()
+        .await?
+        .into_iter()
+        .map(|b| named_as(b, &columns))
+        .collect::<Result<Vec<_>, _>>()?;
     if batches.is_empty() {
-        batches.push(RecordBatch::new_empty(schema));
+        batches.push(RecordBatch::new_empty(columns));
     }
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     let data = tokio::task::spawn_blocking(move || crate::checkpoint::encode_parquet(&batches))
@@ -55,4 +65,19 @@ pub async fn to_location(df: DataFrame, location: &str) -> Result<u64, SluiceErr
     };
     store.put(&key, data).await?;
     Ok(rows as u64)
+}
+
+/// `batch` with its columns named as `columns` names them.
+fn named_as(batch: RecordBatch, columns: &Schema) -> Result<RecordBatch, SluiceError> {
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(columns.fields())
+        .map(|(f, shown)| f.as_ref().clone().with_name(shown.name()))
+        .collect();
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        batch.columns().to_vec(),
+    )?)
 }

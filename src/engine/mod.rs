@@ -82,6 +82,8 @@ pub enum Outcome {
     CopyOut {
         rows: Box<DataFrame>,
         copy: Box<CopyTo>,
+        /// The columns as a header names them.
+        columns: SchemaRef,
     },
     /// An empty statement.
     Empty,
@@ -256,22 +258,26 @@ impl Engine {
             (Prepared::Insert(insert), BoundParams::Insert(params)) => {
                 self.run_insert(session, insert, &params).await
             }
-            (Prepared::PointRead { read, .. }, BoundParams::Values(params)) => {
+            (Prepared::PointRead { read, columns, .. }, BoundParams::Values(params)) => {
                 let batch = read.execute(&self.views, Some(&params))?;
                 Ok(Outcome::Batches {
-                    schema: batch.schema(),
+                    schema: columns.clone(),
                     batches: vec![batch],
                     tag: "SELECT",
                 })
             }
             (
                 Prepared::Plan {
-                    plan, is_insert, ..
+                    plan,
+                    is_insert,
+                    columns,
+                    ..
                 },
                 BoundParams::Values(params),
             ) => {
                 let plan = plan.as_ref().clone().replace_params_with_values(&params)?;
-                self.run_plan(session, plan, *is_insert).await
+                self.run_plan(session, plan, Some(columns.clone()), *is_insert)
+                    .await
             }
             _ => Err(SluiceError::Internal(
                 "a prepared statement bound the wrong kind of parameters".into(),
@@ -352,8 +358,8 @@ impl Engine {
                 },
                 &session.role().name,
             );
-            let plan = self.planner.plan(s, &session.role()).await?;
-            return self.run_plan(session, plan, false).await;
+            let (plan, columns) = self.planner.plan_shown(s, &session.role()).await?;
+            return self.run_plan(session, plan, Some(columns), false).await;
         }
         // A FETCH moves a cursor, which ROLLBACK TO SAVEPOINT cannot undo.
         let fetch = matches!(stmt, Statement::Fetch(_));
@@ -413,19 +419,20 @@ impl Engine {
                         "permission denied to COPY to a file: only superusers may COPY to a file or an object store; COPY ... TO STDOUT (psql's \\copy) works for everyone",
                     )?;
                 }
-                let plan = self
+                let (plan, columns) = self
                     .planner
-                    .plan(ast::Statement::Query(copy.query.clone()), &session.role())
+                    .plan_shown(ast::Statement::Query(copy.query.clone()), &session.role())
                     .await?;
                 let df = self.dataframe(session, plan).await?;
                 match &copy.target {
                     ExportTarget::Stdout => Ok(Outcome::CopyOut {
                         rows: Box::new(df),
                         copy: Box::new(copy),
+                        columns,
                     }),
                     ExportTarget::Location(location) => Ok(Outcome::Done {
                         tag: "COPY",
-                        rows: Some(export::to_location(df, location).await?),
+                        rows: Some(export::to_location(df, columns, location).await?),
                     }),
                 }
             }
@@ -509,7 +516,7 @@ impl Engine {
                     self.planner
                         .insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
                 let plan = self.planner.plan(statement, &session.role()).await?;
-                self.run_plan(session, plan, true).await
+                self.run_plan(session, plan, None, true).await
             }
             Statement::CreateView(cv) => {
                 let emit = EmitOptions {
@@ -761,8 +768,8 @@ impl Engine {
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
                 let s = self.planner.compat_statement(sql, *q, &session.role().name);
-                let plan = self.planner.plan(s, &session.role()).await?;
-                self.run_plan(session, plan, false).await
+                let (plan, columns) = self.planner.plan_shown(s, &session.role()).await?;
+                self.run_plan(session, plan, Some(columns), false).await
             }
         }
     }
@@ -1245,16 +1252,18 @@ impl Engine {
     }
 
     /// Runs a planned query: an `INSERT ... SELECT` to its end, anything
-    /// else as a stream of rows that a cancel stops.
+    /// else as a stream of rows that a cancel stops, shown as `columns`
+    /// (the plan's own when None).
     pub(crate) async fn run_plan(
         &self,
         session: &Session,
         plan: LogicalPlan,
+        columns: Option<SchemaRef>,
         is_insert: bool,
     ) -> Result<Outcome, SluiceError> {
         let df = self.dataframe(session, plan).await?;
         let task = df.task_ctx();
-        let schema = Arc::new(df.schema().as_arrow().clone());
+        let schema = columns.unwrap_or_else(|| Arc::new(df.schema().as_arrow().clone()));
         let physical = self.physical_plan(df).await?;
         let watch = session.cancel.watch();
         if is_insert {

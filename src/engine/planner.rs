@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -13,7 +13,7 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
     hide_system_columns, parse_sql, rewrite_window_functions, split_statements, InsertValue,
-    Statement,
+    ResultName, Statement,
 };
 
 use super::{
@@ -36,6 +36,8 @@ pub enum Prepared {
         plan: Box<LogicalPlan>,
         params: ParamFields,
         is_insert: bool,
+        /// The result's columns as the client sees them.
+        columns: SchemaRef,
     },
     /// An INSERT of literals and parameters, staged without a plan.
     Insert(Arc<PreparedInsert>),
@@ -45,6 +47,8 @@ pub enum Prepared {
         plan: Box<LogicalPlan>,
         params: ParamFields,
         read: Arc<PointRead>,
+        /// The result's columns as the client sees them.
+        columns: SchemaRef,
     },
     /// Executed as in the simple protocol when the portal runs (no
     /// parameters, no result rows).
@@ -95,11 +99,15 @@ impl Prepared {
         }
     }
 
-    fn plan(plan: LogicalPlan, is_insert: bool) -> Result<Prepared, SluiceError> {
+    fn plan(
+        (plan, columns): (LogicalPlan, SchemaRef),
+        is_insert: bool,
+    ) -> Result<Prepared, SluiceError> {
         Ok(Prepared::Plan {
             params: Arc::new(ordered_parameter_types(&plan)?),
             plan: Box::new(plan),
             is_insert,
+            columns,
         })
     }
 }
@@ -119,9 +127,20 @@ impl Planner {
     /// table and view it reads, INSERT on every table it inserts into).
     pub(crate) async fn plan(
         &self,
-        mut stmt: ast::Statement,
+        stmt: ast::Statement,
         role: &SessionRole,
     ) -> Result<LogicalPlan, SluiceError> {
+        Ok(self.plan_shown(stmt, role).await?.0)
+    }
+
+    /// [`Planner::plan`], and the result's columns as the client sees
+    /// them: named as PostgreSQL names them (see `sluice_sql::result_names`).
+    pub(crate) async fn plan_shown(
+        &self,
+        mut stmt: ast::Statement,
+        role: &SessionRole,
+    ) -> Result<(LogicalPlan, SchemaRef), SluiceError> {
+        let names = sluice_sql::name_result_columns(&mut stmt);
         let store = self.store.clone();
         sluice_sql::bind_session_user(&mut stmt, &role.name);
         rewrite_window_functions(&mut stmt)?;
@@ -147,7 +166,8 @@ impl Planner {
             }
             _ => {
                 self.check_access(role, &plan)?;
-                Ok(plan)
+                let shown = shown_columns(plan.schema().as_arrow(), names.as_deref());
+                Ok((plan, shown))
             }
         }
     }
@@ -328,7 +348,7 @@ impl Planner {
                 },
                 &user.name,
             );
-            return Prepared::plan(self.plan(s, user).await?, false);
+            return Prepared::plan(self.plan_shown(s, user).await?, false);
         }
         match stmt {
             Statement::Insert {
@@ -357,7 +377,7 @@ impl Planner {
                 }
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Prepared::plan(self.plan(statement, user).await?, true)
+                Prepared::plan(self.plan_shown(statement, user).await?, true)
             }
             Statement::Insert {
                 values: None,
@@ -368,19 +388,20 @@ impl Planner {
             } => {
                 let statement =
                     self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
-                Prepared::plan(self.plan(statement, user).await?, true)
+                Prepared::plan(self.plan_shown(statement, user).await?, true)
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q, &user.name);
-                let plan = self.plan(s, user).await?;
+                let (plan, columns) = self.plan_shown(s, user).await?;
                 if let Some(read) = PointRead::recognize(&plan) {
                     return Ok(Prepared::PointRead {
                         params: Arc::new(ordered_parameter_types(&plan)?),
                         plan: Box::new(plan),
                         read: Arc::new(read),
+                        columns,
                     });
                 }
-                Prepared::plan(plan, false)
+                Prepared::plan((plan, columns), false)
             }
             // Answered when it runs, as rows of one text column.
             Statement::ExplainView { .. } | Statement::ExplainCreateView(_) => Ok(Prepared::Rows {
@@ -429,6 +450,58 @@ impl Planner {
             params: Arc::new(params),
         })
     }
+}
+
+/// `schema` with its columns renamed as `names` (a query's SELECT list,
+/// item by item) names them. A wildcard's columns keep theirs; so do the
+/// items between two wildcards, which cannot be told apart.
+fn shown_columns(schema: &Schema, names: Option<&[ResultName]>) -> SchemaRef {
+    let fields = schema.fields();
+    let n = fields.len();
+    let mut shown: Vec<Option<&str>> = vec![None; n];
+    if let Some(names) = names {
+        let named = |r: &&ResultName| matches!(r, ResultName::Named(_));
+        let head = names.iter().take_while(named).count();
+        let tail = names.iter().rev().take_while(named).count();
+        let fits = if head == names.len() {
+            names.len() == n
+        } else {
+            head + tail <= n
+        };
+        if fits {
+            for (i, name) in names[..head].iter().enumerate() {
+                if let ResultName::Named(name) = name {
+                    shown[i] = Some(name);
+                }
+            }
+            if head < names.len() {
+                for (k, name) in names[names.len() - tail..].iter().enumerate() {
+                    if let ResultName::Named(name) = name {
+                        shown[n - tail + k] = Some(name);
+                    }
+                }
+            }
+        }
+    }
+    if shown
+        .iter()
+        .zip(fields.iter())
+        .all(|(s, f)| s.is_none_or(|s| s == f.name()))
+    {
+        return Arc::new(schema.clone());
+    }
+    let renamed: Vec<FieldRef> = fields
+        .iter()
+        .zip(shown)
+        .map(|(f, s)| match s {
+            Some(name) if name != f.name() => Arc::new(f.as_ref().clone().with_name(name)),
+            _ => f.clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(
+        renamed,
+        schema.metadata().clone(),
+    ))
 }
 
 /// What EXPLAIN answers: one text column.

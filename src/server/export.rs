@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use arrow_pg::encoder::encode_value;
@@ -19,8 +20,13 @@ use sluice_sql::{CopyTo, ExportFormat};
 use crate::error::SluiceError;
 
 /// Streams the query's rows to the client as COPY data.
-pub async fn to_stdout(df: DataFrame, copy: &CopyTo) -> Result<CopyOut, SluiceError> {
-    let schema = Arc::new(df.schema().as_arrow().clone());
+/// `columns`: the result's columns as the header names them.
+pub async fn to_stdout(
+    df: DataFrame,
+    copy: &CopyTo,
+    columns: SchemaRef,
+) -> Result<CopyOut, SluiceError> {
+    let schema = columns;
     let binary = copy.format == ExportFormat::Binary;
     let wire_format = if binary {
         Format::UnifiedBinary

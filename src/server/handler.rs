@@ -227,7 +227,11 @@ impl Handlers {
                 columns,
                 futures::stream::empty(),
             )),
-            Outcome::CopyOut { rows, copy } => match export::to_stdout(*rows, &copy).await? {
+            Outcome::CopyOut {
+                rows,
+                copy,
+                columns,
+            } => match export::to_stdout(*rows, &copy, columns).await? {
                 export::CopyOut::Stream(response) => response,
                 export::CopyOut::EmptyBinary { columns } => {
                     send_empty_binary_copy(client, columns).await?;
@@ -330,15 +334,13 @@ impl QueryParser for Planner {
     ) -> PgWireResult<Vec<FieldInfo>> {
         match stmt {
             Prepared::Plan {
-                plan,
+                columns,
                 is_insert: false,
                 ..
             }
-            | Prepared::PointRead { plan, .. } => arrow_schema_to_pg_fields(
-                plan.schema().as_arrow(),
-                format.unwrap_or(&Format::UnifiedText),
-                None,
-            ),
+            | Prepared::PointRead { columns, .. } => {
+                arrow_schema_to_pg_fields(columns, format.unwrap_or(&Format::UnifiedText), None)
+            }
             Prepared::Rows { schema, .. } => {
                 arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
             }
