@@ -32,7 +32,8 @@ impl LogStore {
         for def in catalog.tables() {
             let dir = table_dir(data_dir, def.id);
             let ends = transactions.recovered().table_ends(def.id);
-            let log = TableLog::open(def.clone(), &dir, config, ends)?;
+            let frames = transactions.carried_frames(def.id);
+            let log = TableLog::open(def.clone(), &dir, config, ends, frames)?;
             info!(table = %def.name, partitions = def.options.partitions, "recovered table");
             tables.insert(def.name.clone(), Arc::new(log));
         }
@@ -146,7 +147,7 @@ impl LogStore {
         }
         let def = catalog.create_table(def)?;
         let dir = table_dir(&self.data_dir, def.id);
-        let log = match TableLog::open(def.clone(), &dir, self.config, None) {
+        let log = match TableLog::open(def.clone(), &dir, self.config, None, Vec::new()) {
             Ok(log) => Arc::new(log),
             Err(e) => {
                 let _ = catalog.drop_table(&def.name);

@@ -78,8 +78,12 @@ enum Upkeep {
 /// known.
 struct PrepareRequest {
     parts: Vec<(usize, RecordBatch)>,
-    /// Every partition's end offset once the frames are written.
-    prepared: oneshot::Sender<Result<Vec<u64>, LogError>>,
+    /// Whether the transaction log may carry the frames (see
+    /// `super::transaction`): then they are not fsynced here.
+    carry: bool,
+    /// Every partition's end offset once the frames are written, and the
+    /// frames (partition, bytes) when they were not fsynced.
+    prepared: oneshot::Sender<Result<Prepared, LogError>>,
     /// A message publishes the frames; the sender dropped takes them back.
     decision: mpsc::Receiver<()>,
     published: oneshot::Sender<()>,
@@ -88,9 +92,16 @@ struct PrepareRequest {
 /// A table's part of a transaction, prepared: see
 /// [`super::transaction`]. Dropped without [`PreparedAppend::publish`],
 /// its frames are taken back.
+/// What a table's writer reports of a prepared transaction: its ends, and
+/// the frames (partition, bytes) it left for the transaction log to carry.
+type Prepared = (Vec<u64>, Vec<(usize, Vec<u8>)>);
+
 pub struct PreparedAppend {
     table: Arc<TableLog>,
     ends: Vec<u64>,
+    /// Frames written and not fsynced: the transaction record must carry
+    /// them.
+    carried: Vec<(usize, Vec<u8>)>,
     publish: mpsc::Sender<()>,
     published: oneshot::Receiver<()>,
     /// For a keyed table: its live-key index, held until the records are
@@ -106,8 +117,18 @@ impl PreparedAppend {
         self.table.def.id
     }
 
+    pub fn table(&self) -> &Arc<TableLog> {
+        &self.table
+    }
+
     pub fn ends(&self) -> &[u64] {
         &self.ends
+    }
+
+    /// The frames the transaction record must carry (partition, bytes);
+    /// empty when the table made them durable itself.
+    pub fn take_carried(&mut self) -> Vec<(usize, Vec<u8>)> {
+        std::mem::take(&mut self.carried)
     }
 
     /// Makes the frames visible (the transaction is durable already).
@@ -172,16 +193,23 @@ const MAX_GROUP: usize = 256;
 impl TableLog {
     /// Opens (recovering) or creates the log of `def` under `dir`.
     /// `transaction_ends`: the end offsets a committed transaction gave the
-    /// table, which its own commit log may not have recorded yet.
+    /// table, which its own commit log may not have recorded yet;
+    /// `transaction_frames`: the table's frames the transaction log
+    /// carries.
     pub fn open(
         def: TableDef,
         dir: &Path,
         config: LogConfig,
         transaction_ends: Option<&[u64]>,
+        transaction_frames: Vec<super::commit::JournalFrame>,
     ) -> Result<TableLog, LogError> {
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let n = def.options.partitions as usize;
-        let (mut commit_log, own_ends, journal) = CommitLog::open(dir, n)?;
+        let (mut commit_log, own_ends, mut journal) = CommitLog::open(dir, n)?;
+        // The transaction log is emptied once every table is open, so the
+        // frames it carries must be durable in the partitions by then.
+        let sync_all = !transaction_frames.is_empty();
+        journal.extend(transaction_frames);
         let mut committed = own_ends.clone();
         if let Some(ends) = transaction_ends.filter(|e| e.len() == n) {
             for (c, e) in committed.iter_mut().zip(ends) {
@@ -207,6 +235,11 @@ impl TableLog {
             // The disk lost committed frames: record what is really there, so
             // frames written after restart are not taken for committed ones.
             warn!(table = %def.name, ?committed, ?recovered, "log shorter than its commit record");
+        }
+        if sync_all {
+            for w in &mut writers {
+                w.sync()?;
+            }
         }
         if recovered != own_ends {
             // Also where a transaction committed frames the table's own
@@ -464,11 +497,14 @@ impl TableLog {
 
     /// Writes a transaction's staged records and holds them, unpublished,
     /// until the returned handle publishes them or is dropped. `since`:
-    /// see [`TableLog::check_unchanged_since`].
+    /// see [`TableLog::check_unchanged_since`]. With `carry`, small
+    /// frames of an append-only table are left for the transaction record
+    /// to carry rather than fsynced ([`PreparedAppend::take_carried`]).
     pub async fn prepare(
         self: &Arc<Self>,
         records: Vec<RecordBatch>,
         since: Option<&[u64]>,
+        carry: bool,
     ) -> Result<PreparedAppend, LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.def.name.clone()));
@@ -493,15 +529,17 @@ impl TableLog {
         self.sender
             .send(WriterRequest::Prepare(PrepareRequest {
                 parts,
+                carry: carry && self.keyed.is_none(),
                 prepared: prepared_tx,
                 decision,
                 published: published_tx,
             }))
             .map_err(|_| stopped())?;
-        let ends = prepared_rx.await.map_err(|_| stopped())??;
+        let (ends, carried) = prepared_rx.await.map_err(|_| stopped())??;
         Ok(PreparedAppend {
             table: self.clone(),
             ends,
+            carried,
             publish,
             published,
             keys,
@@ -756,7 +794,7 @@ impl TableWriter {
     /// A transaction's part: write and fsync its frames, report the new
     /// ends, then wait for the outcome.
     fn prepare(&mut self, req: PrepareRequest) {
-        let (ends, frame_bytes) = match self.write_prepared(&req.parts) {
+        let (ends, frame_bytes, carried) = match self.write_prepared(&req.parts, req.carry) {
             Ok(written) => written,
             Err(e) => {
                 error!(error = %e, "writing a transaction's records failed");
@@ -765,7 +803,7 @@ impl TableWriter {
                 return;
             }
         };
-        if req.prepared.send(Ok(ends.clone())).is_err() || req.decision.recv().is_err() {
+        if req.prepared.send(Ok((ends.clone(), carried))).is_err() || req.decision.recv().is_err() {
             self.undo_group();
             return;
         }
@@ -784,10 +822,13 @@ impl TableWriter {
         let _ = req.published.send(());
     }
 
+    /// Writes a transaction's frames: fsynced, or with `carry` and when
+    /// small, returned for the transaction record to carry.
     fn write_prepared(
         &mut self,
         parts: &[(usize, RecordBatch)],
-    ) -> Result<(Vec<u64>, usize), LogError> {
+        carry: bool,
+    ) -> Result<(Vec<u64>, usize, Vec<(usize, Vec<u8>)>), LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.name.clone()));
         }
@@ -796,15 +837,21 @@ impl TableWriter {
         }
         let now = now_us();
         let mut frame_bytes = 0;
+        let mut frames = Vec::new();
         for (p, batch) in parts {
             let range = event_range(batch, self.event_time_index);
-            frame_bytes += self.writers[*p].write_frame(batch, now, range)?.len();
+            let bytes = self.writers[*p].write_frame(batch, now, range)?;
+            frame_bytes += bytes.len();
+            frames.push((*p, bytes));
         }
-        for w in &mut self.writers {
-            w.sync()?;
+        if !carry || frame_bytes > CARRY_MAX_BYTES {
+            for w in &mut self.writers {
+                w.sync()?;
+            }
+            frames.clear();
         }
         let ends = self.writers.iter().map(|w| w.next_offset()).collect();
-        Ok((ends, frame_bytes))
+        Ok((ends, frame_bytes, frames))
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
@@ -885,7 +932,22 @@ fn restore_carried_frames(
     journal: Vec<super::commit::JournalFrame>,
 ) -> Result<(), LogError> {
     let mut restored = vec![0u64; writers.len()];
-    for frame in journal {
+    // The commit log's and the transaction log's frames, in offset order
+    // per partition.
+    let mut journal: Vec<(usize, u64, super::commit::JournalFrame)> = journal
+        .into_iter()
+        .filter_map(|f| {
+            let header: &[u8; super::frame::HEADER_LEN] =
+                f.bytes.get(..super::frame::HEADER_LEN)?.try_into().ok()?;
+            let base = super::frame::parse_header(header)?.0.base_offset;
+            Some((f.partition, base, f))
+        })
+        .collect();
+    journal.sort_by_key(|(p, base, _)| (*p, *base));
+    for (_, _, frame) in journal {
+        if frame.partition >= writers.len() {
+            continue;
+        }
         let w = &mut writers[frame.partition];
         let Some((header, _)) = frame
             .bytes
@@ -999,7 +1061,8 @@ mod tests {
     #[tokio::test]
     async fn frames_lost_from_partitions_come_back_from_the_commit_log() {
         let dir = tempfile::tempdir().unwrap();
-        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        let log =
+            TableLog::open(def(), dir.path(), LogConfig::default(), None, Vec::new()).unwrap();
         let schema = def().data_schema();
         for i in 0..10 {
             let batch = RecordBatch::try_new(
@@ -1021,7 +1084,8 @@ mod tests {
                 }
             }
         }
-        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        let log =
+            TableLog::open(def(), dir.path(), LogConfig::default(), None, Vec::new()).unwrap();
         let back: Vec<u64> = log.partitions().iter().map(|p| p.end_offset()).collect();
         assert_eq!(back, ends);
         let mut want: Vec<i64> = (0..10).chain(100..110).collect();
@@ -1044,7 +1108,8 @@ mod tests {
         let batch = |v: Vec<i64>| {
             RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(v))]).unwrap()
         };
-        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        let log =
+            TableLog::open(def(), dir.path(), LogConfig::default(), None, Vec::new()).unwrap();
         log.append(vec![batch(vec![1, 2, 3, 4])]).await.unwrap();
         log.close_active_segments().await.unwrap();
         // Nothing new: a second call opens no other segment.
@@ -1059,7 +1124,8 @@ mod tests {
             );
         }
         drop(log);
-        let log = TableLog::open(def(), dir.path(), LogConfig::default(), None).unwrap();
+        let log =
+            TableLog::open(def(), dir.path(), LogConfig::default(), None, Vec::new()).unwrap();
         for p in log.partitions() {
             assert_eq!(p.closed_local_segments().len(), 1, "partition {}", p.index);
         }
