@@ -94,14 +94,17 @@ struct PrepareRequest {
 /// its frames are taken back.
 /// What a table's writer reports of a prepared transaction: its ends, and
 /// the frames (partition, bytes) it left for the transaction log to carry.
-type Prepared = (Vec<u64>, Vec<(usize, Vec<u8>)>);
+type Prepared = (Vec<u64>, CarriedFrames);
+
+/// Frames (partition, bytes) written and not fsynced.
+type CarriedFrames = Vec<(usize, Vec<u8>)>;
 
 pub struct PreparedAppend {
     table: Arc<TableLog>,
     ends: Vec<u64>,
     /// Frames written and not fsynced: the transaction record must carry
     /// them.
-    carried: Vec<(usize, Vec<u8>)>,
+    carried: CarriedFrames,
     publish: mpsc::Sender<()>,
     published: oneshot::Receiver<()>,
     /// For a keyed table: its live-key index, held until the records are
@@ -127,7 +130,7 @@ impl PreparedAppend {
 
     /// The frames the transaction record must carry (partition, bytes);
     /// empty when the table made them durable itself.
-    pub fn take_carried(&mut self) -> Vec<(usize, Vec<u8>)> {
+    pub fn take_carried(&mut self) -> CarriedFrames {
         std::mem::take(&mut self.carried)
     }
 
@@ -828,7 +831,7 @@ impl TableWriter {
         &mut self,
         parts: &[(usize, RecordBatch)],
         carry: bool,
-    ) -> Result<(Vec<u64>, usize, Vec<(usize, Vec<u8>)>), LogError> {
+    ) -> Result<(Vec<u64>, usize, CarriedFrames), LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.name.clone()));
         }
