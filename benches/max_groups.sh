@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# How many groups a view holds in how much memory: for each G given, a
+# fresh server loads G events with G distinct user ids (13-byte keys, as in
+# benches/high_cardinality.sh), backfills
+# `SELECT user_id, COUNT(*), SUM(tokens), MIN(tokens), MAX(tokens) ... GROUP
+# BY user_id`, and reports the server's resident memory after FLUSH and its
+# peak (VmHWM) over the whole backfill and checkpoint, with the state
+# bytes the view reports.
+#
+#   bash benches/max_groups.sh 10000000 20000000 30000000
+#   SLUICE_BIN=/path/to/sluice   measures another build of the server
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=5480
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+python3 -c 'import duckdb' 2>/dev/null || python3 -m pip install -q duckdb
+if [ -z "${SLUICE_BIN:-}" ]; then
+  cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
+  SLUICE_BIN="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
+fi
+WORK="$(mktemp -d /tmp/sluice-maxgroups.XXXXXX)"
+cleanup() {
+  [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+q() { psql -X -qtA -h 127.0.0.1 -p $PORT -c "$1"; }
+kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$PID/status"; }
+start() {
+  "$SLUICE_BIN" serve --listen 127.0.0.1:$PORT --data-dir "$WORK/data" --http-listen off 2>>"$WORK/sluice.log" &
+  PID=$!
+  for _ in $(seq 300); do psql -h 127.0.0.1 -p $PORT -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+echo "| groups | RSS before | RSS after FLUSH | peak RSS (VmHWM) | peak per group | state bytes per group (reported) | backfill (wall) |"
+echo "|---|---|---|---|---|---|---|"
+for G in "$@"; do
+  rm -rf "$WORK/data" "$WORK/events.csv"
+  python3 - "$G" "$WORK/events.csv" <<'PY'
+import sys, duckdb
+g, path = int(sys.argv[1]), sys.argv[2]
+duckdb.connect().execute(f"""
+  COPY (SELECT 'user_' || lpad(((i * 7919) % {g})::VARCHAR, 8, '0') AS user_id,
+               (i * 31) % 1000 AS tokens
+        FROM range({g}) t(i)) TO '{path}' (HEADER false)""")
+PY
+  start
+  q "CREATE TABLE ev (user_id TEXT, tokens BIGINT) APPEND ONLY WITH (partitions = 4)"
+  q "\\copy ev FROM '$WORK/events.csv' WITH (FORMAT csv)"
+  rm -f "$WORK/events.csv"
+  # A fresh process, so that neither COPY's memory nor its peak counts.
+  kill "$PID"; wait "$PID" 2>/dev/null || true
+  start
+  R0=$(kib VmRSS); T0=$(date +%s.%N)
+  q "CREATE MATERIALIZED VIEW per_user AS SELECT user_id, COUNT(*) AS n, SUM(tokens) AS tokens, MIN(tokens) AS lo, MAX(tokens) AS hi FROM ev GROUP BY user_id"
+  q "FLUSH"
+  T1=$(date +%s.%N); R1=$(kib VmRSS); HWM=$(kib VmHWM)
+  ROWS=$(q "SELECT COUNT(*) FROM per_user")
+  [ "$ROWS" = "$G" ] || { echo "per_user has $ROWS rows, expected $G"; exit 1; }
+  STATE=$(q "SELECT state_bytes FROM sluice_catalog.view_operators WHERE view_name = 'per_user' AND kind = 'aggregate'")
+  python3 - "$G" "$R0" "$R1" "$HWM" "$STATE" "$T0" "$T1" <<'PY'
+import sys
+g, r0, r1, hwm, state = (int(x) for x in sys.argv[1:6])
+t0, t1 = float(sys.argv[6]), float(sys.argv[7])
+gib = lambda k: f"{k / 1024 / 1024:.2f} GiB"
+print(f"| {g:,} | {gib(r0)} | {gib(r1)} | {gib(hwm)} | {hwm * 1024 / g:,.0f} B | {state / g:,.0f} B | {t1 - t0:.1f} s |")
+PY
+  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
+done
