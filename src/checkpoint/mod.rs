@@ -27,6 +27,11 @@ pub use format::{decode_parquet, encode_parquet, encode_state_part};
 
 /// Attempts kept for `sluice_catalog.checkpoints`.
 const RECORDS_KEPT: usize = 2_000;
+/// A checkpoint is not due sooner than this many times what the last one
+/// cost after it began: with a large state, checkpoints take at most about
+/// a fifth of a view's time (as Flink's minimum pause between checkpoints
+/// does, here found from the cost).
+const PACE: u64 = 4;
 /// Longest wait between two attempts of a failing checkpoint.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -284,6 +289,9 @@ pub struct ViewCheckpointer {
     captured_offsets: Option<Vec<u64>>,
     captured_late: u64,
     last_capture: Instant,
+    /// What the last committed epoch cost, in microseconds: capturing the
+    /// state on the view's task and writing it.
+    last_cost_us: Arc<std::sync::atomic::AtomicU64>,
     on_commit: OnCommit,
     /// Batches of the view's appended rows already captured.
     pub appended_done: usize,
@@ -320,14 +328,26 @@ impl ViewCheckpointer {
             captured_offsets: restored.map(|m| m.source_offsets.clone()),
             captured_late: restored.map(|m| m.late_count).unwrap_or(0),
             last_capture: Instant::now(),
+            last_cost_us: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             on_commit,
             appended_done,
         }
     }
 
+    /// How long after a capture the next one is due: the interval, or
+    /// [`PACE`] times what the last epoch cost when that is longer.
+    fn pause(&self) -> Duration {
+        let cost = self.last_cost_us.load(std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .interval
+            .max(Duration::from_micros(cost.saturating_mul(PACE)))
+    }
+
     /// True when a new epoch should be captured now: nothing is uploading,
     /// the view moved since the last capture, and the interval passed (or a
-    /// FLUSH asked).
+    /// FLUSH asked). A view whose state takes long to capture and write
+    /// waits longer (see [`ViewCheckpointer::pause`]), so checkpoints take
+    /// at most about a fifth of its time however large its state.
     /// `force`: capture even if the view has not moved (its change log
     /// starts or stops).
     pub fn due(&mut self, offsets: &[u64], late_count: u64, asked: bool, force: bool) -> bool {
@@ -337,7 +357,7 @@ impl ViewCheckpointer {
         self.in_flight = None;
         let moved =
             self.captured_offsets.as_deref() != Some(offsets) || late_count != self.captured_late;
-        force || (moved && (asked || self.last_capture.elapsed() >= self.shared.interval))
+        force || (moved && (asked || self.last_capture.elapsed() >= self.pause()))
     }
 
     /// True while an epoch is being written.
@@ -345,8 +365,9 @@ impl ViewCheckpointer {
         self.in_flight.is_some() && !self.upload_done.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Starts writing an epoch; retries until it commits.
-    pub fn start(&mut self, capture: Capture, appended_done: usize) {
+    /// Starts writing an epoch; retries until it commits. `captured_in`:
+    /// how long capturing it took on the view's task.
+    pub fn start(&mut self, capture: Capture, appended_done: usize, captured_in: Duration) {
         self.captured_offsets = Some(capture.source_offsets.clone());
         self.captured_late = capture.late_count;
         self.last_capture = Instant::now();
@@ -361,9 +382,11 @@ impl ViewCheckpointer {
         let done = self.upload_done.clone();
         done.store(false, std::sync::atomic::Ordering::Release);
         let wake = self.wake.clone();
+        let last_cost_us = self.last_cost_us.clone();
         let span = info_span!("checkpoint", view = %view, epoch);
         let handle = tokio::spawn(
             async move {
+                let began = Instant::now();
                 let mut attempt = 0u32;
                 loop {
                     attempt += 1;
@@ -424,6 +447,11 @@ impl ViewCheckpointer {
                                 }
                             }
                             *last.lock() = Some(manifest);
+                            let cost = captured_in + began.elapsed();
+                            last_cost_us.store(
+                                cost.as_micros() as u64,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
                             done.store(true, std::sync::atomic::Ordering::Release);
                             wake.notify_one();
                             return;
@@ -615,4 +643,39 @@ async fn collect_garbage(
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view whose epochs cost more than a quarter of the interval waits
+    /// four times their cost between captures; a FLUSH does not wait.
+    #[test]
+    fn a_costly_state_is_captured_less_often() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(DurableStore::local(dir.path()).unwrap());
+        let shared = Checkpoints::new(store, Duration::from_millis(100));
+        let mut c = ViewCheckpointer::new(
+            shared,
+            1,
+            "v",
+            None,
+            0,
+            Arc::new(|_: &CheckpointManifest, _: bool| {}),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        assert_eq!(c.pause(), Duration::from_millis(100));
+        c.last_cost_us
+            .store(10_000, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(c.pause(), Duration::from_millis(100));
+        c.last_cost_us
+            .store(2_000_000, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(c.pause(), Duration::from_secs(8));
+        c.last_capture = Instant::now() - Duration::from_secs(2);
+        assert!(!c.due(&[5], 0, false, false), "not yet: the pause is 8 s");
+        assert!(c.due(&[5], 0, true, false), "a FLUSH asks for one now");
+        c.last_capture = Instant::now() - Duration::from_secs(9);
+        assert!(c.due(&[5], 0, false, false));
+    }
 }

@@ -1053,6 +1053,7 @@ impl ViewTask {
         {
             return;
         }
+        let capture_began = std::time::Instant::now();
         let changes = match self.capture_changes(&view, wanted) {
             Ok(c) => c,
             Err(e) => {
@@ -1089,8 +1090,11 @@ impl ViewTask {
         if erase {
             view.erase_asked.store(false, Ordering::Release);
         }
-        self.checkpointer
-            .start(capture, self.compiled.appended_batches());
+        self.checkpointer.start(
+            capture,
+            self.compiled.appended_batches(),
+            capture_began.elapsed(),
+        );
     }
 
     /// The change log's new rows since the last capture (starting the log
