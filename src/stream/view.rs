@@ -969,6 +969,7 @@ impl ViewManager {
             late_unsaved: Vec::new(),
             applied_rows,
             tracker,
+            publish_cost: Duration::ZERO,
         };
         let span = info_span!("view", name = %view.def.name);
         let handle = match task.compiled.source.clone() {
@@ -1014,7 +1015,16 @@ struct ViewTask {
     applied_rows: Arc<AtomicU64>,
     /// The change log's base while the view keeps one.
     tracker: Option<ChangeTracker>,
+    /// How long the last publish took (see [`ViewTask::wait`]).
+    publish_cost: Duration,
 }
+
+/// A view whose publish costs more than this reads its input only after a
+/// pause of [`PUBLISH_PACE`] times that cost.
+const PUBLISH_PAUSE_FROM: Duration = Duration::from_millis(2);
+const PUBLISH_PACE: u32 = 4;
+/// The longest pause, whatever a publish costs.
+const PUBLISH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 impl ViewTask {
     /// Publishes the view's rows as of `consumed`; false when the view is
@@ -1028,13 +1038,16 @@ impl ViewTask {
         let Some(view) = self.view.upgrade() else {
             return false;
         };
+        let began = std::time::Instant::now();
         let snapshot = result.and_then(|_| self.compiled.snapshot());
         self.late_count += late.len() as u64;
         let room = LATE_ROWS_KEPT.saturating_sub(self.late_kept);
         let kept: Vec<LateRow> = late.iter().take(room).copied().collect();
         self.late_kept += kept.len();
         self.late_unsaved.extend(kept);
-        view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late)
+        let published = view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late);
+        self.publish_cost = began.elapsed();
+        published
     }
 
     /// Starts a checkpoint epoch when one is due (see
@@ -1125,7 +1138,17 @@ impl ViewTask {
 
     /// Waits for the source to move, a FLUSH, or the next checkpoint time.
     /// False when the source is gone.
+    ///
+    /// A view whose publish is costly (one over millions of groups reads
+    /// every group to publish) first pauses for a few times that cost, so
+    /// that many commits share one publish instead of each paying for one,
+    /// which would take the CPU ingest needs; its rows then trail the log
+    /// by at most the pause more.
     async fn wait<T>(&self, changes: &mut watch::Receiver<T>) -> bool {
+        if self.publish_cost > PUBLISH_PAUSE_FROM {
+            let pause = (self.publish_cost * PUBLISH_PACE).min(PUBLISH_PAUSE_MAX);
+            tokio::time::sleep(pause).await;
+        }
         tokio::select! {
             r = changes.changed() => r.is_ok(),
             _ = self.wake.notified() => true,
