@@ -1020,7 +1020,7 @@ fn event_range(batch: &RecordBatch, index: Option<usize>) -> (i64, i64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use arrow::array::Int64Array;
     use sluice_catalog::{ColumnDef, SqlType, TableOptions};
@@ -1041,7 +1041,8 @@ mod tests {
         }
     }
 
-    async fn ids(log: &TableLog) -> Vec<i64> {
+    /// Every id the table holds, sorted.
+    pub(crate) async fn ids(log: &TableLog) -> Vec<i64> {
         let mut out = Vec::new();
         for p in log.partitions() {
             for meta in p.frames_in_range(0, p.end_offset()) {

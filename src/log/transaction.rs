@@ -731,9 +731,10 @@ mod tests {
     /// recovery writes the frames back from the transaction log.
     #[tokio::test]
     async fn a_transactions_frames_lost_from_partitions_come_back_from_its_record() {
-        use arrow::array::{Array, Int64Array};
+        use arrow::array::Int64Array;
         use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions};
 
+        use crate::log::table::tests::ids;
         use crate::log::{LogConfig, LogStore};
 
         let def = |name: &str| TableDef {
@@ -749,22 +750,6 @@ mod tests {
                 ..TableOptions::default()
             },
         };
-        async fn ids(table: &TableLog) -> Vec<i64> {
-            let mut out = Vec::new();
-            for p in table.partitions() {
-                for meta in p.frames_in_range(0, p.end_offset()) {
-                    let batch = p.read_frame(&meta).await.unwrap();
-                    let col = batch
-                        .column(0)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .unwrap();
-                    out.extend((0..col.len()).map(|i| col.value(i)));
-                }
-            }
-            out.sort_unstable();
-            out
-        }
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::open(dir.path(), LogConfig::default()).unwrap();
         let a = store.create_table(def("a"), false).unwrap().unwrap();
