@@ -1026,9 +1026,14 @@ pub(crate) mod tests {
     use sluice_catalog::{ColumnDef, SqlType, TableOptions};
 
     fn def() -> TableDef {
+        def_named("t")
+    }
+
+    /// A table of one BIGINT `id` column in two partitions.
+    pub(crate) fn def_named(name: &str) -> TableDef {
         TableDef {
             id: 1,
-            name: "t".into(),
+            name: name.into(),
             columns: vec![ColumnDef {
                 name: "id".into(),
                 ty: SqlType::BigInt,

@@ -731,25 +731,11 @@ mod tests {
     /// recovery writes the frames back from the transaction log.
     #[tokio::test]
     async fn a_transactions_frames_lost_from_partitions_come_back_from_its_record() {
-        use arrow::array::Int64Array;
-        use sluice_catalog::{ColumnDef, SqlType, TableDef, TableOptions};
-
-        use crate::log::table::tests::ids;
+        use crate::log::table::tests::{def_named, ids};
         use crate::log::{LogConfig, LogStore};
+        use arrow::array::Int64Array;
 
-        let def = |name: &str| TableDef {
-            id: 0,
-            name: name.into(),
-            columns: vec![ColumnDef {
-                name: "id".into(),
-                ty: SqlType::BigInt,
-                nullable: false,
-            }],
-            options: TableOptions {
-                partitions: 2,
-                ..TableOptions::default()
-            },
-        };
+        let def = def_named;
         let dir = tempfile::tempdir().unwrap();
         let store = LogStore::open(dir.path(), LogConfig::default()).unwrap();
         let a = store.create_table(def("a"), false).unwrap().unwrap();
