@@ -11,6 +11,13 @@
 //! back into it (a crash of the machine, not of the process, can lose
 //! writes that were not fsynced).
 //!
+//! A table fed by a source (a Kafka topic) also keeps, in every record, the
+//! next source offset of each partition: the rows and the position they
+//! were read up to become durable in the same fsync, so a source resumes
+//! exactly after the last committed row. They are written as an entry
+//! tagged with partition `u32::MAX` (`next offset i64 * partitions`, -1
+//! where a partition has none yet).
+//!
 //! Record: `crc32c u32 | len u32 | seq u64 | ends u64 * partitions |
 //! (partition u32 | frame_len u32 | frame)*`; CRC32C over everything after
 //! `len`.
@@ -33,7 +40,13 @@ const PREALLOCATE_BYTES: u64 = 1 << 20;
 pub struct CommitLog {
     file: RecordFile,
     seq: u64,
+    /// The next source offset per partition, written in every record;
+    /// empty for a table no source feeds.
+    positions: Vec<i64>,
 }
+
+/// The tag of the entry that holds a record's source positions.
+const POSITIONS_TAG: u32 = u32::MAX;
 
 /// A frame carried by a commit record, to be written back into its
 /// partition on recovery if the partition lost it.
@@ -43,21 +56,37 @@ pub struct JournalFrame {
     pub bytes: Vec<u8>,
 }
 
-/// The frames of a record's body after its end offsets; `None` when the
-/// body does not divide into whole frames of known partitions.
-fn parse_frames(mut body: &[u8], partitions: usize) -> Option<Vec<JournalFrame>> {
+/// The frames of a record's body after its end offsets, and its source
+/// positions; `None` when the body does not divide into whole frames of
+/// known partitions.
+fn parse_frames(
+    mut body: &[u8],
+    partitions: usize,
+) -> Option<(Vec<JournalFrame>, Option<Vec<i64>>)> {
     let mut frames = Vec::new();
+    let mut positions = None;
     while !body.is_empty() {
-        let partition = u32::from_le_bytes(body.get(0..4)?.try_into().ok()?) as usize;
+        let tag = u32::from_le_bytes(body.get(0..4)?.try_into().ok()?);
         let len = u32::from_le_bytes(body.get(4..8)?.try_into().ok()?) as usize;
-        let bytes = body.get(8..8 + len)?.to_vec();
-        if partition >= partitions {
+        let bytes = body.get(8..8 + len)?;
+        if tag == POSITIONS_TAG && len == 8 * partitions {
+            positions = Some(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+                    .collect(),
+            );
+        } else if (tag as usize) < partitions {
+            frames.push(JournalFrame {
+                partition: tag as usize,
+                bytes: bytes.to_vec(),
+            });
+        } else {
             return None;
         }
-        frames.push(JournalFrame { partition, bytes });
         body = &body[8 + len..];
     }
-    Some(frames)
+    Some((frames, positions))
 }
 
 impl CommitLog {
@@ -74,6 +103,7 @@ impl CommitLog {
         })?;
         let mut last: Option<(u64, Vec<u64>)> = None;
         let mut journal = Vec::new();
+        let mut positions = Vec::new();
         for body in &records {
             let seq = u64::from_le_bytes(body[0..8].try_into().unwrap_or_default());
             let ends = body[8..ends_len]
@@ -81,11 +111,18 @@ impl CommitLog {
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
                 .collect();
             last = Some((seq, ends));
-            journal.extend(parse_frames(&body[ends_len..], partitions).unwrap_or_default());
+            let (frames, record_positions) =
+                parse_frames(&body[ends_len..], partitions).unwrap_or_default();
+            journal.extend(frames);
+            positions = record_positions.unwrap_or_default();
         }
         let (seq, ends) = last.unwrap_or((0, vec![0; partitions]));
         let fresh = file.is_empty();
-        let mut log = CommitLog { file, seq };
+        let mut log = CommitLog {
+            file,
+            seq,
+            positions,
+        };
         if fresh {
             // A new table: make the empty state durable so recovery always
             // finds a record.
@@ -93,6 +130,18 @@ impl CommitLog {
             sync_dir(dir)?;
         }
         Ok((log, ends, journal))
+    }
+
+    /// The next source offset of each partition as the newest record has
+    /// them (-1: none yet); empty for a table no source feeds.
+    pub fn positions(&self) -> &[i64] {
+        &self.positions
+    }
+
+    /// Sets the source positions the next records carry; returns the
+    /// previous ones, to put back if that record is not written.
+    pub fn set_positions(&mut self, positions: Vec<i64>) -> Vec<i64> {
+        std::mem::replace(&mut self.positions, positions)
     }
 
     /// True once the log should be rotated: the next record must then be
@@ -123,22 +172,24 @@ impl CommitLog {
 
     fn append(&mut self, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Result<(), LogError> {
         self.seq += 1;
-        self.file.append(&encode(self.seq, ends, frames))
+        self.file
+            .append(&encode(self.seq, ends, frames, &self.positions))
     }
 
     /// Replaces the log by one record of `ends`, dropping the frames it
     /// carries. Every carried frame must be durable in its partition.
     pub fn rotate(&mut self, ends: &[u64]) -> Result<(), LogError> {
         self.seq += 1;
-        self.file.replace(&encode(self.seq, ends, &[]))
+        self.file
+            .replace(&encode(self.seq, ends, &[], &self.positions))
     }
 }
 
 /// A record's body: `seq u64 | ends u64 * partitions | (partition u32 |
-/// frame_len u32 | frame)*`.
-fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Vec<u8> {
+/// frame_len u32 | frame)*`, then the source positions when there are any.
+fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)], positions: &[i64]) -> Vec<u8> {
     let frame_bytes: usize = frames.iter().map(|(_, f)| 8 + f.len()).sum();
-    let mut body = Vec::with_capacity(8 + 8 * ends.len() + frame_bytes);
+    let mut body = Vec::with_capacity(8 + 8 * ends.len() + frame_bytes + 8 + 8 * positions.len());
     body.extend_from_slice(&seq.to_le_bytes());
     for e in ends {
         body.extend_from_slice(&e.to_le_bytes());
@@ -147,6 +198,13 @@ fn encode(seq: u64, ends: &[u64], frames: &[(usize, Vec<u8>)]) -> Vec<u8> {
         body.extend_from_slice(&(*partition as u32).to_le_bytes());
         body.extend_from_slice(&(frame.len() as u32).to_le_bytes());
         body.extend_from_slice(frame);
+    }
+    if !positions.is_empty() {
+        body.extend_from_slice(&POSITIONS_TAG.to_le_bytes());
+        body.extend_from_slice(&((8 * positions.len()) as u32).to_le_bytes());
+        for p in positions {
+            body.extend_from_slice(&p.to_le_bytes());
+        }
     }
     body
 }
@@ -162,6 +220,29 @@ mod tests {
     use super::*;
     use std::fs::{self, OpenOptions};
     use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn source_positions_ride_with_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _, _) = CommitLog::open(dir.path(), 2).unwrap();
+        assert!(log.positions().is_empty());
+        log.set_positions(vec![10, -1]);
+        log.commit_with_frames(&[1, 0], &[(0, vec![1, 2, 3])])
+            .unwrap();
+        log.set_positions(vec![12, 4]);
+        log.commit(&[3, 1]).unwrap();
+        drop(log);
+        let (mut log, ends, journal) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(ends, vec![3, 1]);
+        assert_eq!(log.positions(), &[12, 4]);
+        assert_eq!(journal.len(), 1, "the positions entry is not a frame");
+        // A rotation keeps them.
+        log.rotate(&[3, 1]).unwrap();
+        drop(log);
+        let (log, _, journal) = CommitLog::open(dir.path(), 2).unwrap();
+        assert_eq!(log.positions(), &[12, 4]);
+        assert!(journal.is_empty());
+    }
 
     #[test]
     fn newest_record_wins_and_torn_tail_is_cut() {

@@ -57,6 +57,9 @@ enum WriterRequest {
 
 struct AppendRequest {
     parts: Vec<(usize, RecordBatch)>,
+    /// A source's next offset per partition once these rows are in
+    /// (partition, offset): committed in the same record as the rows.
+    positions: Vec<(usize, i64)>,
     upkeep: Upkeep,
     reply: oneshot::Sender<Result<(), LogError>>,
 }
@@ -172,6 +175,8 @@ pub struct TableLog {
     compaction: tokio::sync::Mutex<()>,
     /// Held while closed segments move to the object store.
     tiering: tokio::sync::Mutex<()>,
+    /// A source's positions in the newest commit record at open.
+    recovered_positions: Vec<i64>,
 }
 
 struct KeyedWrites {
@@ -249,6 +254,7 @@ impl TableLog {
             // log does not name yet.
             commit_log.commit(&recovered)?;
         }
+        let recovered_positions = commit_log.positions().to_vec();
         let (sender, receiver) = mpsc::channel();
         let (committed_tx, committed) = tokio::sync::watch::channel(recovered.clone());
         let poisoned = Arc::new(AtomicBool::new(false));
@@ -296,6 +302,7 @@ impl TableLog {
             },
             compaction: tokio::sync::Mutex::new(()),
             tiering: tokio::sync::Mutex::new(()),
+            recovered_positions,
         })
     }
 
@@ -396,6 +403,7 @@ impl TableLog {
         on_conflict_do_nothing: bool,
         staged: &[RecordBatch],
     ) -> Result<Vec<RecordBatch>, LogError> {
+        self.check_statement_writes()?;
         let Some(keyed) = &self.keyed else {
             return batches.iter().map(|b| as_stored(&self.def, b)).collect();
         };
@@ -509,6 +517,7 @@ impl TableLog {
         since: Option<&[u64]>,
         carry: bool,
     ) -> Result<PreparedAppend, LogError> {
+        self.check_statement_writes()?;
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.def.name.clone()));
         }
@@ -573,7 +582,19 @@ impl TableLog {
         Ok(n)
     }
 
+    /// Statements may not write a table a source feeds.
+    pub fn check_statement_writes(&self) -> Result<(), LogError> {
+        match self.def.written_by_source() {
+            Some(by) => Err(LogError::WrittenBySource {
+                table: self.def.name.clone(),
+                by,
+            }),
+            None => Ok(()),
+        }
+    }
+
     async fn commit_routed(&self, routed: RoutedRows) -> Result<u64, LogError> {
+        self.check_statement_writes()?;
         let rows = routed.rows;
         if rows == 0 {
             return Ok(0);
@@ -586,6 +607,7 @@ impl TableLog {
         self.sender
             .send(WriterRequest::Append(AppendRequest {
                 parts,
+                positions: Vec::new(),
                 upkeep: Upkeep::None,
                 reply,
             }))
@@ -593,6 +615,54 @@ impl TableLog {
         rx.await
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
         Ok(rows)
+    }
+
+    /// Appends rows a source read, each batch into the partition it names,
+    /// and commits `positions` (partition, next source offset) in the same
+    /// commit record: after a crash the table holds exactly the rows read
+    /// before the positions [`TableLog::source_positions`] gives. Also
+    /// commits positions with no rows.
+    pub async fn append_from_source(
+        &self,
+        parts: Vec<(usize, RecordBatch)>,
+        positions: Vec<(usize, i64)>,
+    ) -> Result<u64, LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.def.name.clone()));
+        }
+        let n = self.partitions.len();
+        let mut rows = 0;
+        let mut stored = Vec::with_capacity(parts.len());
+        for (p, batch) in parts {
+            if p >= n {
+                return Err(LogError::Arrow(
+                    arrow::error::ArrowError::InvalidArgumentError(format!(
+                        "table {} has no partition {p}",
+                        self.def.name
+                    )),
+                ));
+            }
+            rows += batch.num_rows() as u64;
+            stored.push((p, as_stored(&self.def, &batch)?));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.sender
+            .send(WriterRequest::Append(AppendRequest {
+                parts: coalesce(stored, n)?,
+                positions,
+                upkeep: Upkeep::None,
+                reply,
+            }))
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
+        rx.await
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
+        Ok(rows)
+    }
+
+    /// The next source offset of each partition as recovered at open (-1:
+    /// none yet); empty when no source ever committed to this table.
+    pub fn source_positions(&self) -> &[i64] {
+        &self.recovered_positions
     }
 
     /// Makes every partition durable and rotates the commit log, so it no
@@ -613,6 +683,7 @@ impl TableLog {
         self.sender
             .send(WriterRequest::Append(AppendRequest {
                 parts: Vec::new(),
+                positions: Vec::new(),
                 upkeep,
                 reply,
             }))
@@ -771,10 +842,14 @@ impl TableWriter {
                     Err(_) => break,
                 }
             }
+            let previous_positions = self.stage_positions(&group);
             let result = self.write_group(&group);
             if let Err(e) = &result {
                 error!(error = %e, "append group failed");
                 self.undo_group();
+                if let Some(previous) = previous_positions {
+                    self.commit_log.set_positions(previous);
+                }
             }
             for req in group {
                 let _ = req.reply.send(match &result {
@@ -783,6 +858,22 @@ impl TableWriter {
                 });
             }
         }
+    }
+
+    /// Sets the source positions the group's commit record carries;
+    /// returns the previous ones when the group moves any.
+    fn stage_positions(&mut self, group: &[AppendRequest]) -> Option<Vec<i64>> {
+        if group.iter().all(|r| r.positions.is_empty()) {
+            return None;
+        }
+        let mut positions = self.commit_log.positions().to_vec();
+        positions.resize(self.writers.len(), -1);
+        for (p, next) in group.iter().flat_map(|r| r.positions.iter()) {
+            if let Some(slot) = positions.get_mut(*p) {
+                *slot = *next;
+            }
+        }
+        Some(self.commit_log.set_positions(positions))
     }
 
     /// Takes back the frames of a group that was not committed; a table
