@@ -147,6 +147,92 @@ pub struct TableOptions {
     /// seconds (keyed tables).
     #[serde(default)]
     pub delete_retention_secs: Option<u64>,
+    /// Where the rows come from when not from statements: a Kafka topic.
+    #[serde(default)]
+    pub source: Option<KafkaSource>,
+    /// For a source's dead-letter table: the name of the table it serves.
+    #[serde(default)]
+    pub dead_letters_of: Option<String>,
+}
+
+/// A table fed by a Kafka topic: partition k of the topic feeds partition k
+/// of the table, and each row keeps its Kafka offset, key and timestamp in
+/// the hidden [`KAFKA_COLUMNS`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaSource {
+    pub topic: String,
+    pub bootstrap_servers: String,
+    pub format: SourceFormat,
+    pub start: SourceStart,
+    /// `kafka.<name>` options, passed to the client as `<name>`.
+    #[serde(default)]
+    pub properties: Vec<(String, String)>,
+    /// The topic's partitions this server reads (`kafka_partitions`); all
+    /// of them when `None`.
+    #[serde(default)]
+    pub owned_partitions: Option<Vec<u32>>,
+}
+
+/// How a Kafka record's value becomes a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceFormat {
+    /// One JSON object per record, its fields named as the columns.
+    Json,
+    /// One CSV line per record, its fields in column order.
+    Csv,
+    /// The whole value in the table's one column.
+    Raw,
+}
+
+/// Where a source starts reading a partition it has no offset for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceStart {
+    Earliest,
+    Latest,
+    /// The first record at or after this time (milliseconds since 1970).
+    TimestampMs(i64),
+}
+
+/// The hidden columns of a Kafka-fed table, after its own columns:
+/// selectable by name, not in `SELECT *`.
+pub const KAFKA_COLUMNS: [&str; 3] = ["_kafka_offset", "_kafka_key", "_kafka_timestamp"];
+
+/// The column definitions of [`KAFKA_COLUMNS`].
+pub fn kafka_column_defs() -> Vec<ColumnDef> {
+    vec![
+        ColumnDef {
+            name: KAFKA_COLUMNS[0].into(),
+            ty: SqlType::BigInt,
+            nullable: false,
+        },
+        ColumnDef {
+            name: KAFKA_COLUMNS[1].into(),
+            ty: SqlType::Bytea,
+            nullable: true,
+        },
+        ColumnDef {
+            name: KAFKA_COLUMNS[2].into(),
+            ty: SqlType::TimestampTz,
+            nullable: true,
+        },
+    ]
+}
+
+/// The columns of a source's dead-letter table, `<table>_dead_letters`.
+pub fn dead_letter_column_defs() -> Vec<ColumnDef> {
+    let col = |name: &str, ty: SqlType, nullable: bool| ColumnDef {
+        name: name.into(),
+        ty,
+        nullable,
+    };
+    vec![
+        col("kafka_partition", SqlType::Int, false),
+        col("kafka_offset", SqlType::BigInt, false),
+        col("kafka_key", SqlType::Bytea, true),
+        col("kafka_timestamp", SqlType::TimestampTz, true),
+        col("payload", SqlType::Bytea, true),
+        col("error", SqlType::Text, false),
+    ]
 }
 
 /// Default `delete_retention`: one day.
@@ -170,6 +256,8 @@ impl Default for TableOptions {
             watermark_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             primary_key: Vec::new(),
             delete_retention_secs: None,
+            source: None,
+            dead_letters_of: None,
         }
     }
 }
@@ -207,6 +295,28 @@ impl TableDef {
             false,
         ));
         Arc::new(Schema::new(fields))
+    }
+
+    /// Columns a wildcard leaves out: the hidden columns, and a Kafka-fed
+    /// table's [`KAFKA_COLUMNS`].
+    pub fn hidden_columns(&self) -> Vec<&str> {
+        let mut hidden: Vec<&str> = HIDDEN_COLUMNS.to_vec();
+        if self.options.source.is_some() {
+            hidden.extend(KAFKA_COLUMNS);
+        }
+        hidden
+    }
+
+    /// Whether rows come only from a source (a Kafka topic, or a source's
+    /// dead letters), so statements may not write them.
+    pub fn written_by_source(&self) -> Option<String> {
+        if let Some(s) = &self.options.source {
+            return Some(format!("Kafka topic \"{}\"", s.topic));
+        }
+        self.options
+            .dead_letters_of
+            .as_ref()
+            .map(|t| format!("the dead letters of table \"{t}\""))
     }
 
     /// A keyed table (PRIMARY KEY): a compacted log.

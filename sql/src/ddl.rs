@@ -1,6 +1,6 @@
 use sluice_catalog::{
-    ColumnDef, SqlType, TableDef, TableOptions, WatermarkDef, DELETED_COLUMN, HIDDEN_COLUMNS,
-    OP_COLUMN,
+    kafka_column_defs, ColumnDef, KafkaSource, SourceFormat, SourceStart, SqlType, TableDef,
+    TableOptions, WatermarkDef, DELETED_COLUMN, HIDDEN_COLUMNS, OP_COLUMN,
 };
 use sqlparser::ast::{self, CharacterLength, ColumnOption, DataType, ExactNumberInfo};
 use sqlparser::dialect::PostgreSqlDialect;
@@ -70,6 +70,7 @@ pub(crate) fn create_table(
     for col in &ct.columns {
         let col_name = ident_name(&col.name);
         if HIDDEN_COLUMNS.contains(&col_name.as_str())
+            || col_name.starts_with("_kafka_")
             || col_name == DELETED_COLUMN
             || col_name == OP_COLUMN
         {
@@ -142,6 +143,12 @@ pub(crate) fn create_table(
     if let Some((column, expr)) = &clauses.watermark {
         options.watermark = Some(watermark(column, expr, &columns)?);
     }
+    if let Some(source) = &options.source {
+        check_source_table(source, &columns, &options)?;
+        // The topic's partition count is known only once the broker is
+        // asked; the engine sets it.
+        columns.extend(kafka_column_defs());
+    }
     Ok(CreateTable {
         table: TableDef {
             id: 0,
@@ -168,6 +175,7 @@ fn table_options(
         }
     };
     let mut options = TableOptions::default();
+    let mut source = SourceOptions::default();
     for opt in list {
         let ast::SqlOption::KeyValue { key, value } = opt else {
             return Err(SqlError::InvalidOption(format!(
@@ -176,6 +184,9 @@ fn table_options(
         };
         let key = key.value.to_lowercase();
         let text = option_text(value);
+        if source.take(&key, &text)? {
+            continue;
+        }
         match key.as_str() {
             "partitions" => {
                 let n: u32 = text.parse().map_err(|_| {
@@ -205,12 +216,199 @@ fn table_options(
             }
             other => {
                 return Err(SqlError::InvalidOption(format!(
-                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, retention_bytes, delete_retention, watermark_idle_timeout)"
+                    "unrecognized table option \"{other}\" (known: partitions, partition_key, retention, retention_bytes, delete_retention, watermark_idle_timeout, connector, topic, bootstrap_servers, format, start, kafka_partitions, kafka.<property>)"
                 )))
             }
         }
     }
+    options.source = source.finish(options.partitions != 1 || options.partition_key.is_some())?;
     Ok(options)
+}
+
+/// The options of `WITH (connector = 'kafka', ...)`, gathered before they
+/// are checked together.
+#[derive(Default)]
+struct SourceOptions {
+    connector: Option<String>,
+    topic: Option<String>,
+    bootstrap_servers: Option<String>,
+    format: Option<String>,
+    start: Option<String>,
+    partitions: Option<String>,
+    properties: Vec<(String, String)>,
+}
+
+impl SourceOptions {
+    /// Takes `key` when it is a source option.
+    fn take(&mut self, key: &str, text: &str) -> Result<bool, SqlError> {
+        let slot = match key {
+            "connector" => &mut self.connector,
+            "topic" => &mut self.topic,
+            "bootstrap_servers" | "properties.bootstrap.server" => &mut self.bootstrap_servers,
+            "format" => &mut self.format,
+            "start" | "scan.startup.mode" => &mut self.start,
+            "kafka_partitions" => &mut self.partitions,
+            _ => {
+                let Some(property) = key.strip_prefix("kafka.") else {
+                    return Ok(false);
+                };
+                self.properties
+                    .push((property.to_string(), text.to_string()));
+                return Ok(true);
+            }
+        };
+        *slot = Some(text.to_string());
+        Ok(true)
+    }
+
+    fn finish(self, partitioning_given: bool) -> Result<Option<KafkaSource>, SqlError> {
+        let Some(connector) = self.connector else {
+            if self.topic.is_some()
+                || self.bootstrap_servers.is_some()
+                || !self.properties.is_empty()
+            {
+                return Err(SqlError::InvalidOption(
+                    "topic, bootstrap_servers and kafka.* options need connector = 'kafka'".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        if !connector.eq_ignore_ascii_case("kafka") {
+            return Err(SqlError::Unsupported(format!(
+                "connector \"{connector}\" is not supported (only 'kafka')"
+            )));
+        }
+        if partitioning_given {
+            return Err(SqlError::InvalidOption(
+                "a Kafka-fed table has the topic's partitions: leave out partitions and partition_key"
+                    .into(),
+            ));
+        }
+        let required = |v: Option<String>, name: &str| {
+            v.filter(|v| !v.is_empty()).ok_or_else(|| {
+                SqlError::InvalidOption(format!("connector = 'kafka' needs the option {name}"))
+            })
+        };
+        let topic = required(self.topic, "topic")?;
+        let bootstrap_servers = required(self.bootstrap_servers, "bootstrap_servers")?;
+        let format = match self.format.as_deref().map(str::to_lowercase).as_deref() {
+            None | Some("json") => SourceFormat::Json,
+            Some("csv") => SourceFormat::Csv,
+            Some("raw") => SourceFormat::Raw,
+            Some(other) => {
+                return Err(SqlError::InvalidOption(format!(
+                    "format must be 'json', 'csv' or 'raw', got '{other}'"
+                )))
+            }
+        };
+        let start = match self.start.as_deref().map(str::to_lowercase).as_deref() {
+            None | Some("earliest") => SourceStart::Earliest,
+            Some("latest") => SourceStart::Latest,
+            Some(time) => SourceStart::TimestampMs(parse_start_time(time)?),
+        };
+        let owned_partitions = self
+            .partitions
+            .as_deref()
+            .map(parse_partition_list)
+            .transpose()?;
+        Ok(Some(KafkaSource {
+            topic,
+            bootstrap_servers,
+            format,
+            start,
+            properties: self.properties,
+            owned_partitions,
+        }))
+    }
+}
+
+/// `start = '2026-01-01 00:00:00+00'`: milliseconds since 1970 (UTC when
+/// no offset is given).
+fn parse_start_time(text: &str) -> Result<i64, SqlError> {
+    let t = text.trim();
+    let with_zone = ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"]
+        .iter()
+        .find_map(|f| chrono::DateTime::parse_from_str(t, f).ok())
+        .map(|d| d.timestamp_millis());
+    let without = || {
+        ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
+            .or_else(|| {
+                chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+                    .ok()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+            })
+            .map(|d| d.and_utc().timestamp_millis())
+    };
+    with_zone.or_else(without).ok_or_else(|| {
+        SqlError::InvalidOption(format!(
+            "start must be 'earliest', 'latest' or a timestamp such as '2026-01-01 00:00:00+00', got '{text}'"
+        ))
+    })
+}
+
+/// `kafka_partitions = '0-3,6'`: the listed partitions, sorted.
+fn parse_partition_list(text: &str) -> Result<Vec<u32>, SqlError> {
+    let bad = || {
+        SqlError::InvalidOption(format!(
+            "kafka_partitions must list partitions such as '0-7' or '0,2,4', got '{text}'"
+        ))
+    };
+    let mut out = Vec::new();
+    for piece in text.split(',').map(str::trim) {
+        match piece.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b || b >= MAX_PARTITIONS {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => {
+                let p: u32 = piece.parse().map_err(|_| bad())?;
+                if p >= MAX_PARTITIONS {
+                    return Err(bad());
+                }
+                out.push(p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+/// What a Kafka-fed table may be: append-only, and for `format = 'raw'`
+/// one column that takes the record's bytes.
+fn check_source_table(
+    source: &KafkaSource,
+    columns: &[ColumnDef],
+    options: &TableOptions,
+) -> Result<(), SqlError> {
+    if !options.primary_key.is_empty() {
+        return Err(SqlError::Unsupported(
+            "a Kafka-fed table is append-only: it cannot have a PRIMARY KEY".into(),
+        ));
+    }
+    if source.format == SourceFormat::Raw
+        && (columns.len() != 1
+            || !matches!(
+                columns[0].ty,
+                SqlType::Text | SqlType::Varchar { .. } | SqlType::Bytea | SqlType::Jsonb
+            ))
+    {
+        return Err(SqlError::InvalidOption(
+            "format = 'raw' needs one column of type text, varchar, jsonb or bytea".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A size such as `1048576`, `64 MB` or `2GB` (units of 1024).
@@ -397,7 +595,7 @@ mod tests {
 
     fn create(sql: &str) -> Result<CreateTable, SqlError> {
         match parse_sql(sql)? {
-            Statement::CreateTable(c) => Ok(c),
+            Statement::CreateTable(c) => Ok(*c),
             other => panic!("not a CREATE TABLE: {other:?}"),
         }
     }
@@ -432,6 +630,62 @@ mod tests {
                 SqlType::Jsonb,
             ]
         );
+    }
+
+    #[test]
+    fn kafka_sources() {
+        let t = create(
+            "CREATE TABLE ev (id BIGINT, at TIMESTAMP) WITH (connector = 'kafka', topic = 'events', \
+             bootstrap_servers = '127.0.0.1:9092', format = 'csv', start = '2026-01-01 00:00:01+01', \
+             kafka_partitions = '4-5,0', \"kafka.security.protocol\" = 'SSL')",
+        )
+        .unwrap();
+        let source = t.table.options.source.clone().unwrap();
+        assert_eq!(source.topic, "events");
+        assert_eq!(source.format, SourceFormat::Csv);
+        // 2025-12-31 23:00:01 UTC.
+        assert_eq!(source.start, SourceStart::TimestampMs(1_767_222_001_000));
+        assert_eq!(source.owned_partitions, Some(vec![0, 4, 5]));
+        assert_eq!(
+            source.properties,
+            vec![("security.protocol".to_string(), "SSL".to_string())]
+        );
+        let names: Vec<&str> = t.table.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "at",
+                "_kafka_offset",
+                "_kafka_key",
+                "_kafka_timestamp"
+            ]
+        );
+        assert!(t.table.hidden_columns().contains(&"_kafka_key"));
+        let default = create(
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1')",
+        )
+        .unwrap();
+        let source = default.table.options.source.unwrap();
+        assert_eq!(
+            (source.format, source.start),
+            (SourceFormat::Json, SourceStart::Earliest)
+        );
+        for bad in [
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', bootstrap_servers = 'b:1')",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't')",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'pulsar', topic = 't', bootstrap_servers = 'b:1')",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1', partitions = 4)",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1', format = 'avro')",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1', start = 'yesterday')",
+            "CREATE TABLE ev (id BIGINT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1', kafka_partitions = '3-1')",
+            "CREATE TABLE ev (id BIGINT, v TEXT) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1', format = 'raw')",
+            "CREATE TABLE ev (id BIGINT PRIMARY KEY) WITH (connector = 'kafka', topic = 't', bootstrap_servers = 'b:1')",
+            "CREATE TABLE ev (id BIGINT) WITH (topic = 't')",
+            "CREATE TABLE ev (_kafka_offset BIGINT)",
+        ] {
+            assert!(create(bad).is_err(), "{bad} should be refused");
+        }
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 use std::ops::ControlFlow;
 
-use sluice_catalog::HIDDEN_COLUMNS;
 use sqlparser::ast::{
     ExcludeSelectItem, Ident, ObjectName, ObjectNamePart, Query, Select, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, TableFactor, VisitMut, VisitorMut,
@@ -18,20 +17,22 @@ use sqlparser::ast::{
 use crate::parse::ident_name;
 
 /// Rewrites every wildcard in `statement` that would expand to a log table's
-/// hidden columns. `is_log_table` is given the unqualified, case-folded name.
-pub fn hide_system_columns<F>(statement: &mut sqlparser::ast::Statement, is_log_table: F)
+/// hidden columns. `hidden_columns` is given the unqualified, case-folded
+/// name, and returns a log table's hidden columns (`None` for anything
+/// else).
+pub fn hide_system_columns<F>(statement: &mut sqlparser::ast::Statement, hidden_columns: F)
 where
-    F: Fn(&str) -> bool,
+    F: Fn(&str) -> Option<Vec<String>>,
 {
-    let mut rewriter = WildcardRewriter { is_log_table };
+    let mut rewriter = WildcardRewriter { hidden_columns };
     let _ = statement.visit(&mut rewriter);
 }
 
 struct WildcardRewriter<F> {
-    is_log_table: F,
+    hidden_columns: F,
 }
 
-impl<F: Fn(&str) -> bool> VisitorMut for WildcardRewriter<F> {
+impl<F: Fn(&str) -> Option<Vec<String>>> VisitorMut for WildcardRewriter<F> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
@@ -41,13 +42,13 @@ impl<F: Fn(&str) -> bool> VisitorMut for WildcardRewriter<F> {
 }
 
 /// A relation in a FROM clause: the name its columns are qualified with, and
-/// whether it is a log table.
+/// a log table's hidden columns.
 struct Relation {
     qualifier: Option<String>,
-    is_log: bool,
+    hidden: Option<Vec<String>>,
 }
 
-impl<F: Fn(&str) -> bool> WildcardRewriter<F> {
+impl<F: Fn(&str) -> Option<Vec<String>>> WildcardRewriter<F> {
     fn rewrite_set_expr(&self, body: &mut SetExpr) {
         match body {
             SetExpr::Select(select) => self.rewrite_select(select),
@@ -70,16 +71,16 @@ impl<F: Fn(&str) -> bool> WildcardRewriter<F> {
                             .map(|a| ident_name(&a.name))
                             .unwrap_or_else(|| table.clone()),
                     ),
-                    is_log: (self.is_log_table)(&table),
+                    hidden: (self.hidden_columns)(&table),
                 }
             }
             TableFactor::Derived { alias, .. } => Relation {
                 qualifier: alias.as_ref().map(|a| ident_name(&a.name)),
-                is_log: false,
+                hidden: None,
             },
             _ => Relation {
                 qualifier: None,
-                is_log: false,
+                hidden: None,
             },
         }
     }
@@ -93,14 +94,17 @@ impl<F: Fn(&str) -> bool> WildcardRewriter<F> {
             })
             .map(|f| self.relation(f))
             .collect();
-        if !relations.iter().any(|r| r.is_log) {
+        if !relations.iter().any(|r| r.hidden.is_some()) {
             return;
         }
         let mut projection = Vec::with_capacity(select.projection.len());
         for item in select.projection.drain(..) {
             match item {
                 SelectItem::Wildcard(mut opts) if relations.len() == 1 => {
-                    add_exclude(&mut opts);
+                    add_exclude(
+                        &mut opts,
+                        relations[0].hidden.as_deref().unwrap_or_default(),
+                    );
                     projection.push(SelectItem::Wildcard(opts));
                 }
                 SelectItem::Wildcard(opts)
@@ -110,8 +114,8 @@ impl<F: Fn(&str) -> bool> WildcardRewriter<F> {
                 {
                     for r in &relations {
                         let mut o = opts.clone();
-                        if r.is_log {
-                            add_exclude(&mut o);
+                        if let Some(hidden) = &r.hidden {
+                            add_exclude(&mut o, hidden);
                         }
                         let q = r.qualifier.clone().unwrap_or_default();
                         projection.push(SelectItem::QualifiedWildcard(
@@ -127,11 +131,12 @@ impl<F: Fn(&str) -> bool> WildcardRewriter<F> {
                     mut opts,
                 ) => {
                     let q = last_part(&name);
-                    if relations
+                    if let Some(hidden) = relations
                         .iter()
-                        .any(|r| r.is_log && r.qualifier.as_deref() == Some(q.as_str()))
+                        .find(|r| r.qualifier.as_deref() == Some(q.as_str()))
+                        .and_then(|r| r.hidden.as_ref())
                     {
-                        add_exclude(&mut opts);
+                        add_exclude(&mut opts, hidden);
                     }
                     projection.push(SelectItem::QualifiedWildcard(
                         SelectItemQualifiedWildcardKind::ObjectName(name),
@@ -153,14 +158,14 @@ fn last_part(name: &ObjectName) -> String {
         .unwrap_or_default()
 }
 
-fn add_exclude(opts: &mut WildcardAdditionalOptions) {
+fn add_exclude(opts: &mut WildcardAdditionalOptions, hidden_columns: &[String]) {
     let mut names: Vec<ObjectName> = match opts.opt_exclude.take() {
         Some(ExcludeSelectItem::Single(n)) => vec![n],
         Some(ExcludeSelectItem::Multiple(ns)) => ns,
         None => vec![],
     };
-    for hidden in HIDDEN_COLUMNS {
-        if !names.iter().any(|n| last_part(n) == hidden) {
+    for hidden in hidden_columns {
+        if !names.iter().any(|n| &last_part(n) == hidden) {
             names.push(ObjectName(vec![ObjectNamePart::Identifier(Ident::new(
                 hidden,
             ))]));
@@ -172,6 +177,7 @@ fn add_exclude(opts: &mut WildcardAdditionalOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_catalog::HIDDEN_COLUMNS;
     use sqlparser::dialect::PostgreSqlDialect;
     use sqlparser::parser::Parser;
 
@@ -179,7 +185,10 @@ mod tests {
         let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
             .unwrap()
             .remove(0);
-        hide_system_columns(&mut s, |t| t == "usage" || t == "other");
+        hide_system_columns(&mut s, |t| {
+            (t == "usage" || t == "other")
+                .then(|| HIDDEN_COLUMNS.iter().map(|c| c.to_string()).collect())
+        });
         s.to_string()
     }
 

@@ -28,8 +28,9 @@ pub use driver_queries::driver_query;
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use parse::{
-    parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView, ExportFormat,
-    ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes, TransactionOp,
+    ident_name, parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView,
+    ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes,
+    TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
 pub use result_names::{name_result_columns, ResultName};

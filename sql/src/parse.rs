@@ -12,7 +12,7 @@ use crate::subscription::{parse_subscription_statement, CreateSubscription, Fetc
 /// One statement, classified by who executes it.
 #[derive(Debug, Clone)]
 pub enum Statement {
-    CreateTable(CreateTable),
+    CreateTable(Box<CreateTable>),
     DropTable {
         names: Vec<String>,
         if_exists: bool,
@@ -553,7 +553,7 @@ fn object_name(name: &ast::ObjectName) -> String {
         .unwrap_or_else(|| name.to_string())
 }
 
-pub(crate) fn ident_name(ident: &ast::Ident) -> String {
+pub fn ident_name(ident: &ast::Ident) -> String {
     if ident.quote_style.is_some() {
         ident.value.clone()
     } else {
@@ -563,9 +563,9 @@ pub(crate) fn ident_name(ident: &ast::Ident) -> String {
 
 fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Statement, SqlError> {
     match statement {
-        ast::Statement::CreateTable(ct) => {
-            Ok(Statement::CreateTable(ddl::create_table(&ct, &clauses)?))
-        }
+        ast::Statement::CreateTable(ct) => Ok(Statement::CreateTable(Box::new(ddl::create_table(
+            &ct, &clauses,
+        )?))),
         ast::Statement::Drop {
             object_type: ObjectType::Table,
             if_exists,
