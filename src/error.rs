@@ -24,6 +24,8 @@ pub enum SluiceError {
     Auth(#[from] crate::auth::AuthError),
     #[error(transparent)]
     Subscription(#[from] crate::subscribe::SubscriptionError),
+    #[error(transparent)]
+    Source(#[from] crate::source::SourceError),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     TransactionAborted,
     #[error("{0} can only be used in transaction blocks")]
@@ -90,6 +92,8 @@ impl SluiceError {
             SluiceError::Store(e) => e.sqlstate(),
             SluiceError::Auth(e) => e.sqlstate(),
             SluiceError::Subscription(e) => e.sqlstate(),
+            SluiceError::Source(crate::source::SourceError::Log(e)) => log_sqlstate(e),
+            SluiceError::Source(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
             SluiceError::NoTransactionBlock(_) => "25P01",
             SluiceError::ActiveTransaction(_) => "25001",
@@ -167,6 +171,7 @@ fn log_sqlstate(e: &LogError) -> &'static str {
         LogError::Store(s) => s.sqlstate(),
         LogError::TransactionTooLarge { .. } => "54000",
         LogError::SerializationFailure { .. } => "40001",
+        LogError::WrittenBySource { .. } => "42809",
         _ => "XX000",
     }
 }

@@ -38,6 +38,7 @@ use crate::log::{
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
 use crate::query::SCAN_NOTICES;
 use crate::query::{build_context, session_config};
+use crate::source::SourceManager;
 use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
@@ -142,6 +143,7 @@ pub struct Engine {
     pub objects: Arc<DurableStore>,
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
+    pub sources: Arc<SourceManager>,
     pub ctx: Arc<SessionContext>,
     pub planner: Arc<Planner>,
     pub connections: Arc<ConnectionRegistry>,
@@ -173,37 +175,19 @@ impl Engine {
         // Every table and consumer group now holds in its own files what
         // the transaction log committed.
         store.transactions().clear()?;
+        let sources = SourceManager::start(store.clone());
         let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
         let ctx = Arc::new(build_context(
             store.clone(),
             views.clone(),
             subs.clone(),
+            sources.clone(),
             connections.clone(),
             config.query_memory,
             roles.clone(),
         )?);
-        Ok(Engine::new(
-            store,
-            views,
-            subs,
-            ctx,
-            objects,
-            connections,
-            roles,
-        ))
-    }
-
-    pub fn new(
-        store: Arc<LogStore>,
-        views: Arc<ViewManager>,
-        subs: Arc<SubscriptionManager>,
-        ctx: Arc<SessionContext>,
-        objects: Arc<DurableStore>,
-        connections: Arc<ConnectionRegistry>,
-        roles: Arc<RoleStore>,
-    ) -> Engine {
         let compat = Arc::new(PostgresCompatibilityParser::new());
-        Engine {
+        Ok(Engine {
             planner: Arc::new(Planner {
                 store: store.clone(),
                 ctx: ctx.clone(),
@@ -214,10 +198,11 @@ impl Engine {
             objects,
             views,
             subs,
+            sources,
             ctx,
             connections,
             roles,
-        }
+        })
     }
 
     /// Runs a bound prepared statement (not `Direct` or `Rows` ones, which
@@ -381,6 +366,18 @@ impl Engine {
             Statement::CreateTable(ct) => {
                 let name = ct.table.name.clone();
                 let existed = self.store.table(&name).is_some();
+                if ct.table.options.source.is_some() {
+                    if self
+                        .sources
+                        .create_table(ct.table, ct.if_not_exists)
+                        .await?
+                    {
+                        let dead = crate::source::dead_letter_table_name(&name);
+                        self.roles
+                            .created(&session.role(), ObjectKind::Table, &[name, dead])?;
+                    }
+                    return Ok(Outcome::done("CREATE TABLE"));
+                }
                 self.store.create_table(ct.table, ct.if_not_exists)?;
                 if !existed {
                     self.roles
@@ -402,12 +399,37 @@ impl Engine {
                     self.roles
                         .check_owner(&session.role(), ObjectKind::Table, name)?;
                     self.check_dependents("table", name)?;
+                    if let Some(table) = self.store.table(name) {
+                        if let Some(of) = &table.def.options.dead_letters_of {
+                            if self.store.table(of).is_some() && !names.contains(of) {
+                                return Err(SluiceError::ObjectInUse(format!(
+                                    "table \"{name}\" holds the dead letters of table \"{of}\": DROP TABLE {of} drops both"
+                                )));
+                            }
+                        }
+                        if table.def.options.source.is_some() {
+                            self.check_dependents(
+                                "table",
+                                &crate::source::dead_letter_table_name(name),
+                            )?;
+                        }
+                    }
                 }
                 for name in &names {
-                    if self.store.table(name).is_some() {
-                        self.store.drop_table(name)?;
-                        self.roles
-                            .dropped(ObjectKind::Table, std::slice::from_ref(name))?;
+                    let Some(table) = self.store.table(name) else {
+                        continue;
+                    };
+                    let mut dropped = vec![name.clone()];
+                    if table.def.options.source.is_some() {
+                        self.sources.stop(name).await;
+                        dropped.push(crate::source::dead_letter_table_name(name));
+                    }
+                    for name in dropped {
+                        if self.store.table(&name).is_some() {
+                            self.store.drop_table(&name)?;
+                            self.roles
+                                .dropped(ObjectKind::Table, std::slice::from_ref(&name))?;
+                        }
                     }
                 }
                 Ok(Outcome::done("DROP TABLE"))
@@ -441,6 +463,7 @@ impl Engine {
                     .store
                     .table(&copy.table)
                     .ok_or_else(|| SluiceError::UndefinedTable(copy.table.clone()))?;
+                table.check_statement_writes()?;
                 self.roles.check(
                     &session.role(),
                     ObjectKind::Table,
@@ -479,6 +502,7 @@ impl Engine {
                     .store
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                log.check_statement_writes()?;
                 self.roles.check(
                     &session.role(),
                     ObjectKind::Table,
@@ -1064,12 +1088,17 @@ impl Engine {
             Prepared::Plan { plan, .. } | Prepared::PointRead { plan, .. } => {
                 self.planner.check_access(&role, plan)
             }
-            Prepared::Insert(insert) => Ok(self.roles.check(
-                &role,
-                ObjectKind::Table,
-                &insert.table,
-                sluice_sql::Privilege::Insert,
-            )?),
+            Prepared::Insert(insert) => {
+                if let Some(t) = self.store.table(&insert.table) {
+                    t.check_statement_writes()?;
+                }
+                Ok(self.roles.check(
+                    &role,
+                    ObjectKind::Table,
+                    &insert.table,
+                    sluice_sql::Privilege::Insert,
+                )?)
+            }
             Prepared::Modify { change, plan, .. } => {
                 let (table, privilege) = match change.as_ref() {
                     RowChange::Update { table } => (table, sluice_sql::Privilege::Update),
@@ -1090,7 +1119,8 @@ impl Engine {
         table: &str,
         privilege: sluice_sql::Privilege,
     ) -> Result<(), SluiceError> {
-        if self.store.table(table).is_some() {
+        if let Some(t) = self.store.table(table) {
+            t.check_statement_writes()?;
             self.roles
                 .check(&session.role(), ObjectKind::Table, table, privilege)?;
         }

@@ -147,7 +147,29 @@ impl Planner {
         sluice_sql::rewrite_regproc_zero(&mut stmt);
         sluice_sql::rewrite_catalog_subqueries(&mut stmt);
         sluice_sql::rewrite_set_returning(&mut stmt);
-        hide_system_columns(&mut stmt, |t| store.table(t).is_some());
+        if let ast::Statement::Insert(ast::Insert {
+            table: ast::TableObject::TableName(name),
+            ..
+        }) = &stmt
+        {
+            let table = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(sluice_sql::ident_name);
+            if let Some(t) = table.and_then(|t| self.store.table(&t)) {
+                t.check_statement_writes()?;
+            }
+        }
+        hide_system_columns(&mut stmt, |t| {
+            store.table(t).map(|t| {
+                t.def
+                    .hidden_columns()
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect()
+            })
+        });
         let state = self.ctx.state();
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
@@ -178,10 +200,15 @@ impl Planner {
         role: &SessionRole,
         plan: &LogicalPlan,
     ) -> Result<(), SluiceError> {
+        let access = crate::query::plan_access(plan);
+        for name in &access.inserts {
+            if let Some(t) = self.store.table(name) {
+                t.check_statement_writes()?;
+            }
+        }
         if self.roles.is_superuser(role) {
             return Ok(());
         }
-        let access = crate::query::plan_access(plan);
         for (kind, name) in &access.reads {
             self.roles
                 .check(role, *kind, name, sluice_sql::Privilege::Select)?;

@@ -1,7 +1,8 @@
 //! What `pg_catalog` (psql's `\d`, JDBC's `DatabaseMetaData`, SQLAlchemy's
 //! reflection) is told about tables: the columns as the table defines
 //! them, NOT NULL included, without the hidden columns (`_partition`,
-//! `_offset`, `_ingested_at`), which `SELECT *` does not show either.
+//! `_offset`, `_ingested_at`, and a Kafka-fed table's `_kafka_*`), which
+//! `SELECT *` does not show either.
 //!
 //! The query planner sees every column as nullable (NOT NULL is enforced
 //! when rows are staged, with PostgreSQL's error), so the catalog cannot
@@ -66,7 +67,16 @@ impl CatalogInfo for SluiceCatalogInfo {
     ) -> Result<Option<SchemaRef>, DataFusionError> {
         if schema == "public" {
             if let Some(t) = self.store.table(table) {
-                return Ok(Some(t.def.data_schema()));
+                // A Kafka-fed table's Kafka columns are hidden too.
+                let hidden = t.def.hidden_columns();
+                let schema = t.def.data_schema();
+                let shown: Vec<_> = schema
+                    .fields()
+                    .iter()
+                    .filter(|f| !hidden.contains(&f.name().as_str()))
+                    .cloned()
+                    .collect();
+                return Ok(Some(Arc::new(Schema::new(shown))));
             }
         }
         CatalogInfo::table_schema(&self.catalogs, catalog, schema, table).await

@@ -17,7 +17,10 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::auth::{ObjectKind, RoleStore, SessionRole};
+use std::sync::atomic::Ordering;
+
 use crate::log::LogStore;
+use crate::source::SourceManager;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
@@ -78,6 +81,7 @@ pub struct SystemSchema {
     pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
+    pub sources: Arc<SourceManager>,
     pub connections: Arc<ConnectionRegistry>,
     pub roles: Arc<RoleStore>,
 }
@@ -88,12 +92,13 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 10] = [
+const SYSTEM_TABLES: [&str; 11] = [
     "checkpoints",
     "lag",
     "late_rows",
     "partitions",
     "sessions",
+    "sources",
     "subscriptions",
     "tables",
     "view_operators",
@@ -112,7 +117,12 @@ impl SchemaProvider for SystemSchema {
         let views = self.views.clone();
         let subs = self.subs.clone();
         let connections = self.connections.clone();
+        let sources = self.sources.clone();
         let (table, visibility) = match name {
+            "sources" => (
+                SystemTable::live(Arc::new(move || sources_batch(&sources)))?,
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
             "partitions" => (
                 SystemTable::of_store(store, partitions_schema(), partitions_batch),
                 Visibility::Object("table_name", ObjectKind::Table),
@@ -674,6 +684,78 @@ fn subscriptions_batch(subs: &SubscriptionManager) -> Result<RecordBatch> {
 /// How far each consumer (views and subscriptions) is behind its source,
 /// per source partition: in records, and in seconds (the age of the oldest
 /// record it has not processed, or for a group not committed).
+/// One row per partition of every Kafka-fed table: how far the source has
+/// read, how far the topic goes, and what went wrong last.
+fn sources_batch(sources: &SourceManager) -> Result<RecordBatch> {
+    let mut table = vec![];
+    let mut topic = vec![];
+    let mut partition = vec![];
+    let mut owned = vec![];
+    let mut high = vec![];
+    let mut next = vec![];
+    let mut lag = vec![];
+    let mut rows = vec![];
+    let mut dead = vec![];
+    let mut errors = vec![];
+    let mut last_error = vec![];
+    let mut last_error_at = vec![];
+    for s in sources.statuses() {
+        let error = s.last_error();
+        for (k, p) in s.partitions.iter().enumerate() {
+            let h = p.high_watermark.load(Ordering::Relaxed);
+            let n = p.next_offset.load(Ordering::Relaxed);
+            table.push(s.table.clone());
+            topic.push(s.topic.clone());
+            partition.push(k as i32);
+            owned.push(p.owned.load(Ordering::Relaxed));
+            high.push((h >= 0).then_some(h));
+            next.push((n >= 0).then_some(n));
+            lag.push((h >= 0 && n >= 0).then(|| (h - n).max(0)));
+            rows.push(p.rows.load(Ordering::Relaxed) as i64);
+            dead.push(p.dead_letters.load(Ordering::Relaxed) as i64);
+            errors.push(s.errors.load(Ordering::Relaxed) as i64);
+            last_error.push(error.as_ref().map(|(_, e)| e.clone()));
+            last_error_at.push(error.as_ref().map(|(at, _)| *at));
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(table)),
+        Arc::new(StringArray::from(topic)),
+        Arc::new(Int32Array::from(partition)),
+        Arc::new(BooleanArray::from(owned)),
+        Arc::new(Int64Array::from(high)),
+        Arc::new(Int64Array::from(next)),
+        Arc::new(Int64Array::from(lag)),
+        Arc::new(Int64Array::from(rows)),
+        Arc::new(Int64Array::from(dead)),
+        Arc::new(Int64Array::from(errors)),
+        Arc::new(StringArray::from(last_error)),
+        Arc::new(TimestampMicrosecondArray::from(last_error_at).with_timezone("+00:00")),
+    ];
+    Ok(RecordBatch::try_new(sources_schema(), columns)?)
+}
+
+fn sources_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("owned", DataType::Boolean, false),
+        Field::new("high_watermark", DataType::Int64, true),
+        Field::new("next_offset", DataType::Int64, true),
+        Field::new("lag_records", DataType::Int64, true),
+        Field::new("rows_read", DataType::Int64, false),
+        Field::new("dead_letters", DataType::Int64, false),
+        Field::new("errors", DataType::Int64, false),
+        Field::new("last_error", DataType::Utf8, true),
+        Field::new(
+            "last_error_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00"))),
+            true,
+        ),
+    ]))
+}
+
 fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBatch> {
     let now = crate::checkpoint::now_us();
     let mut consumer = vec![];

@@ -257,12 +257,23 @@ pub async fn compile(
         [one] => one.clone(),
         _ => ViewSource::Several(sources.clone()),
     };
-    let tables: Vec<String> = sources
+    let tables: Vec<(String, Vec<String>)> = sources
         .iter()
-        .filter(|s| matches!(s, ViewSource::Table(_)))
-        .map(|s| s.name())
+        .filter_map(|s| match s {
+            ViewSource::Table(t) => Some((
+                t.def.name.clone(),
+                t.def
+                    .hidden_columns()
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect(),
+            )),
+            _ => None,
+        })
         .collect();
-    hide_system_columns(&mut stmt, |t| tables.iter().any(|n| n == t));
+    hide_system_columns(&mut stmt, |t| {
+        tables.iter().find(|(n, _)| n == t).map(|(_, h)| h.clone())
+    });
 
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
