@@ -286,6 +286,12 @@ async fn records_that_do_not_parse_become_dead_letters() {
         let e = c.batch_execute(sql).await.expect_err(sql);
         assert_eq!(sqlstate(&e), "42809", "{sql}: {e}");
     }
+    // A prepared INSERT, as drivers send it.
+    let e = c
+        .execute("INSERT INTO ev (id) VALUES ($1)", &[&1i64])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42809", "{e}");
     // psql's \d shows the table's own columns, as `SELECT *` does.
     let (ok, out, err) = server.psql("\\d ev");
     assert!(ok, "{err}");

@@ -389,6 +389,7 @@ impl Planner {
                     .store
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
+                log.check_statement_writes()?;
                 check_on_conflict(&log.def, on_conflict_do_nothing)?;
                 let literal = rows
                     .iter()

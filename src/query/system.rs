@@ -702,8 +702,13 @@ fn sources_batch(sources: &SourceManager) -> Result<RecordBatch> {
     for s in sources.statuses() {
         let error = s.last_error();
         for (k, p) in s.partitions.iter().enumerate() {
-            let h = p.high_watermark.load(Ordering::Relaxed);
             let n = p.next_offset.load(Ordering::Relaxed);
+            // The broker's statistics come once a second: the end is at
+            // least what was read.
+            let h = match p.high_watermark.load(Ordering::Relaxed) {
+                h if h >= 0 => h.max(n),
+                h => h,
+            };
             table.push(s.table.clone());
             topic.push(s.topic.clone());
             partition.push(k as i32);
