@@ -26,6 +26,8 @@ pub enum SluiceError {
     Subscription(#[from] crate::subscribe::SubscriptionError),
     #[error(transparent)]
     Source(#[from] crate::source::SourceError),
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     TransactionAborted,
     #[error("{0} can only be used in transaction blocks")]
@@ -94,6 +96,10 @@ impl SluiceError {
             SluiceError::Subscription(e) => e.sqlstate(),
             SluiceError::Source(crate::source::SourceError::Log(e)) => log_sqlstate(e),
             SluiceError::Source(e) => e.sqlstate(),
+            SluiceError::Sink(crate::sink::SinkError::Connector(
+                crate::source::SourceError::Log(e),
+            )) => log_sqlstate(e),
+            SluiceError::Sink(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
             SluiceError::NoTransactionBlock(_) => "25P01",
             SluiceError::ActiveTransaction(_) => "25001",

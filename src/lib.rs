@@ -15,6 +15,7 @@ pub mod log;
 pub mod metrics;
 pub mod query;
 pub mod server;
+pub mod sink;
 pub mod source;
 pub mod status;
 pub mod store;

@@ -352,6 +352,73 @@ async fn a_broker_that_goes_down_is_reported_and_nothing_is_lost() {
     assert_exactly_once(&c, 2000).await;
 }
 
+/// The mock broker keeps about 5 MB per partition: records past that are
+/// deleted from the front, as Kafka's retention would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_by_retention_before_they_were_read_are_counted_and_skipped() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("big", 1, 1).unwrap();
+    let bootstrap = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE ev (id BIGINT NOT NULL, pad TEXT) WITH (connector = 'kafka', \
+         topic = 'big', bootstrap_servers = '{bootstrap}')"
+    ))
+    .await
+    .unwrap();
+    let pad = "x".repeat(1000);
+    let record = |id: i64| (0, format!(r#"{{"id": {id}, "pad": "{pad}"}}"#));
+    let p = producer(&bootstrap);
+    produce(&p, "big", &(0..10).map(record).collect::<Vec<_>>());
+    wait_for(&c, "SELECT count(*) FROM ev", 10, Duration::from_secs(30)).await;
+
+    // While the server is down, 8 MB more: the front of the partition goes.
+    server.kill9();
+    produce(&p, "big", &(10..8010).map(record).collect::<Vec<_>>());
+    let consumer: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .unwrap();
+    let (low, high) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&consumer, "big", 0, Duration::from_secs(10))
+            .unwrap();
+    assert!(low > 10, "the mock broker deleted the oldest records");
+    server.start_again();
+    let c = server.connect().await;
+    wait_for(
+        &c,
+        "SELECT count(*) FROM ev",
+        10 + high - low,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        scalar(&c, "SELECT min(id) FROM ev WHERE id >= 10").await,
+        low
+    );
+    assert_eq!(
+        scalar(&c, "SELECT skipped_records FROM sluice_catalog.sources").await,
+        low - 10
+    );
+    let error = common::text_rows(&c, "SELECT last_error FROM sluice_catalog.sources").await;
+    assert!(
+        error[0].contains("deleted by Kafka's retention")
+            && error[0].contains(&format!("resuming at {low}")),
+        "{error:?}"
+    );
+    // The skip is committed: a restart does not count it again.
+    server.restart();
+    let c = server.connect().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        scalar(&c, "SELECT skipped_records FROM sluice_catalog.sources").await,
+        0
+    );
+    assert_eq!(scalar(&c, "SELECT count(*) FROM ev").await, 10 + high - low);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creating_a_source_checks_the_topic_and_the_options() {
     let mock = MockCluster::new(1).expect("mock cluster");

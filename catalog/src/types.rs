@@ -432,6 +432,30 @@ pub struct SubscriptionDef {
     /// The table or materialized view it reads.
     pub source: String,
     pub start: SubscriptionStart,
+    /// Set when the group is a sink's: the sink reads the source through
+    /// it and writes what it reads to Kafka.
+    #[serde(default)]
+    pub sink: Option<KafkaSink>,
+}
+
+/// A sink (`CREATE SINK s FROM relation INTO kafka WITH (...)`): the
+/// relation's rows, or a view's changes, written to a Kafka topic in
+/// transactions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaSink {
+    pub topic: String,
+    pub bootstrap_servers: String,
+    /// Columns whose values make each record's key (a JSON object of
+    /// them); none: records have no key.
+    pub key: Vec<String>,
+    /// `kafka.<name>` options, passed to the producer as `<name>`.
+    #[serde(default)]
+    pub properties: Vec<(String, String)>,
+    /// The producer's transactional id, chosen at CREATE and kept, so
+    /// that a restart fences the producer it replaces and two servers'
+    /// sinks of one name do not fence each other.
+    #[serde(default)]
+    pub transactional_id: String,
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleO
 pub use session_user::bind_session_user;
 pub use set_returning::rewrite_set_returning;
 pub use sqlparser;
-pub use subscription::{CreateSubscription, Fetch, FetchCount, StartAt};
+pub use subscription::{CreateSink, CreateSubscription, Fetch, FetchCount, StartAt};
 pub use windows::{rewrite_window_functions, WindowSpec};
 
 /// Parses one statement of PostgreSQL's SQL, for the rewrite modules' tests.

@@ -7,7 +7,9 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::ddl::{self, CreateTable};
 use crate::error::SqlError;
-use crate::subscription::{parse_subscription_statement, CreateSubscription, Fetch, StartAt};
+use crate::subscription::{
+    parse_subscription_statement, CreateSink, CreateSubscription, Fetch, StartAt,
+};
 
 /// One statement, classified by who executes it.
 #[derive(Debug, Clone)]
@@ -76,6 +78,12 @@ pub enum Statement {
         value: String,
     },
     CreateSubscription(CreateSubscription),
+    /// `CREATE SINK s FROM relation INTO kafka WITH (...)`
+    CreateSink(Box<CreateSink>),
+    DropSink {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     DropSubscription {
         names: Vec<String>,
         if_exists: bool,
@@ -151,6 +159,8 @@ impl Statement {
             Statement::RebuildView { .. } => "ALTER MATERIALIZED VIEW",
             Statement::CreateSubscription(_) => "CREATE SUBSCRIPTION",
             Statement::DropSubscription { .. } => "DROP SUBSCRIPTION",
+            Statement::CreateSink(_) => "CREATE SINK",
+            Statement::DropSink { .. } => "DROP SINK",
             Statement::ResetSubscription { .. } => "ALTER SUBSCRIPTION",
             Statement::CreateRole { .. } => "CREATE ROLE",
             Statement::AlterRole { .. } => "ALTER ROLE",

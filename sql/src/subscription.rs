@@ -1,9 +1,11 @@
-//! Statements of subscriptions (consumer groups), their cursors, and view
-//! rebuilds. None of them is PostgreSQL syntax that `sqlparser` knows, so
+//! Statements of subscriptions (consumer groups), their cursors, sinks
+//! (a consumer group that writes to Kafka), and view rebuilds. None of them is PostgreSQL syntax that `sqlparser` knows, so
 //! they are read here from the token stream.
 
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::tokenizer::{Token, Tokenizer, Word};
+
+use sluice_catalog::KafkaSink;
 
 use crate::error::SqlError;
 use crate::parse::Statement;
@@ -27,6 +29,21 @@ pub struct CreateSubscription {
     pub name: String,
     pub source: String,
     pub start: StartAt,
+}
+
+/// `CREATE SINK [IF NOT EXISTS] s FROM relation INTO kafka WITH (topic =
+/// '...', bootstrap_servers = '...', format = 'json', key = 'a, b',
+/// start = 'earliest' | 'latest', "kafka.<property>" = '...')`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSink {
+    pub name: String,
+    pub source: String,
+    pub if_not_exists: bool,
+    /// Where in the source the sink starts: its first retained row, or
+    /// what comes after the CREATE.
+    pub start: StartAt,
+    /// The sink's settings; the server chooses its transactional id.
+    pub sink: KafkaSink,
 }
 
 /// How many rows `FETCH` asks for.
@@ -58,6 +75,15 @@ pub(crate) fn parse_subscription_statement(sql: &str) -> Result<Option<Statement
     let mut p = Tokens { tokens, at: 0 };
     let statement = if p.keywords(&["create", "subscription"]) {
         create_subscription(&mut p)?
+    } else if p.keywords(&["create", "sink"]) {
+        create_sink(&mut p)?
+    } else if p.keywords(&["drop", "sink"]) {
+        let if_exists = p.keywords(&["if", "exists"]);
+        let mut names = vec![p.ident("sink name")?];
+        while p.punct(&Token::Comma) {
+            names.push(p.ident("sink name")?);
+        }
+        Statement::DropSink { names, if_exists }
     } else if p.keywords(&["drop", "subscription"]) {
         let if_exists = p.keywords(&["if", "exists"]);
         let mut names = vec![p.ident("subscription name")?];
@@ -161,6 +187,92 @@ fn create_subscription(p: &mut Tokens) -> Result<Statement, SqlError> {
         source,
         start,
     }))
+}
+
+fn create_sink(p: &mut Tokens) -> Result<Statement, SqlError> {
+    let if_not_exists = p.keywords(&["if", "not", "exists"]);
+    let name = p.ident("sink name")?;
+    p.expect(&["from"])?;
+    let source = p.ident("table or view name")?;
+    p.expect(&["into"])?;
+    let connector = p.ident("connector name")?;
+    if connector != "kafka" {
+        return Err(SqlError::InvalidOption(format!(
+            "sink connector \"{connector}\" is not supported (only kafka)"
+        )));
+    }
+    let (mut topic, mut servers, mut key, mut start) = (None, None, Vec::new(), StartAt::Earliest);
+    let mut properties = Vec::new();
+    if p.keyword("with") {
+        p.require_punct(&Token::LParen, "(")?;
+        loop {
+            let option = p.option_name()?;
+            p.require_punct(&Token::Eq, "=")?;
+            let value = p.option_value()?;
+            match option.as_str() {
+                "topic" => topic = Some(value),
+                "bootstrap_servers" => servers = Some(value),
+                "format" if value.eq_ignore_ascii_case("json") => {}
+                "format" => {
+                    return Err(SqlError::InvalidOption(format!(
+                        "invalid value for option \"format\": \"{value}\" (a sink writes json)"
+                    )))
+                }
+                "key" => {
+                    key = value
+                        .split(',')
+                        .map(|c| c.trim().to_lowercase())
+                        .filter(|c| !c.is_empty())
+                        .collect();
+                    if key.is_empty() {
+                        return Err(SqlError::InvalidOption(
+                            "option \"key\" names no column".into(),
+                        ));
+                    }
+                }
+                "start" => {
+                    start = match value.to_lowercase().as_str() {
+                        "earliest" => StartAt::Earliest,
+                        "latest" => StartAt::Latest,
+                        other => {
+                            return Err(SqlError::InvalidOption(format!(
+                                "invalid value for option \"start\": \"{other}\" (earliest or latest)"
+                            )))
+                        }
+                    }
+                }
+                other => match other.strip_prefix("kafka.") {
+                    Some(property) if !property.is_empty() => {
+                        properties.push((property.to_string(), value))
+                    }
+                    _ => {
+                        return Err(SqlError::InvalidOption(format!(
+                            "unrecognized sink option \"{other}\" (known: topic, bootstrap_servers, format, key, start, kafka.<property>)"
+                        )))
+                    }
+                },
+            }
+            if !p.punct(&Token::Comma) {
+                break;
+            }
+        }
+        p.require_punct(&Token::RParen, ")")?;
+    }
+    let needs =
+        |name: &str| SqlError::InvalidOption(format!("a Kafka sink needs the option {name}"));
+    Ok(Statement::CreateSink(Box::new(CreateSink {
+        name,
+        source,
+        if_not_exists,
+        start,
+        sink: KafkaSink {
+            topic: topic.ok_or_else(|| needs("topic"))?,
+            bootstrap_servers: servers.ok_or_else(|| needs("bootstrap_servers"))?,
+            key,
+            properties,
+            transactional_id: String::new(),
+        },
+    })))
 }
 
 fn start_at(p: &mut Tokens, offsets_allowed: bool) -> Result<StartAt, SqlError> {
@@ -336,6 +448,51 @@ impl Tokens {
         }
     }
 
+    /// An option's name: a word, a quoted name, or dotted words
+    /// (`kafka.linger.ms`), which stay whole.
+    fn option_name(&mut self) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Word(w)) if w.quote_style.is_some() => {
+                let name = w.value.clone();
+                self.at += 1;
+                Ok(name)
+            }
+            Some(Token::Word(_)) => {
+                let mut name = self.word_lower()?;
+                while self.punct(&Token::Period) {
+                    name.push('.');
+                    name.push_str(&self.word_lower()?);
+                }
+                Ok(name)
+            }
+            Some(Token::SingleQuotedString(_)) => self.string("option name"),
+            _ => Err(self.unexpected("option name")),
+        }
+    }
+
+    fn word_lower(&mut self) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Word(w)) => {
+                let v = w.value.to_lowercase();
+                self.at += 1;
+                Ok(v)
+            }
+            _ => Err(self.unexpected("option name")),
+        }
+    }
+
+    /// An option's value: a string, a word or a number, as written.
+    fn option_value(&mut self) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Number(n, _)) => {
+                let v = n.clone();
+                self.at += 1;
+                Ok(v)
+            }
+            _ => self.string_or_word("option value"),
+        }
+    }
+
     fn number(&mut self, what: &str) -> Result<u64, SqlError> {
         match self.peek() {
             Some(Token::Number(n, _)) => {
@@ -410,6 +567,49 @@ mod tests {
             parse_sql("CREATE SUBSCRIPTION s FROM t WITH (start = 'soon')"),
             Err(SqlError::InvalidOption(_))
         ));
+        match parse_sql(
+            "CREATE SINK IF NOT EXISTS s FROM totals INTO kafka WITH (topic = 'out', \
+             bootstrap_servers = '127.0.0.1:9092', format = 'json', key = 'tenant, Day', \
+             kafka.linger.ms = 5, \"kafka.compression.type\" = 'lz4', start = latest)",
+        )
+        .unwrap()
+        {
+            Statement::CreateSink(c) => {
+                assert_eq!((c.name.as_str(), c.source.as_str()), ("s", "totals"));
+                assert!(c.if_not_exists);
+                assert_eq!(c.start, StartAt::Latest);
+                assert_eq!(c.sink.topic, "out");
+                assert_eq!(c.sink.key, ["tenant", "day"]);
+                assert_eq!(
+                    c.sink.properties,
+                    [
+                        ("linger.ms".to_string(), "5".to_string()),
+                        ("compression.type".to_string(), "lz4".to_string())
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_sql("DROP SINK IF EXISTS a, b").unwrap() {
+            Statement::DropSink { names, if_exists } => {
+                assert_eq!(names, ["a", "b"]);
+                assert!(if_exists);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "CREATE SINK s FROM t INTO kafka WITH (topic = 'x')",
+            "CREATE SINK s FROM t INTO kafka WITH (bootstrap_servers = 'b:1')",
+            "CREATE SINK s FROM t INTO kafka WITH (topic = 'x', bootstrap_servers = 'b:1', format = 'avro')",
+            "CREATE SINK s FROM t INTO kafka WITH (topic = 'x', bootstrap_servers = 'b:1', colour = 'red')",
+            "CREATE SINK s FROM t INTO kafka WITH (topic = 'x', bootstrap_servers = 'b:1', key = ' , ')",
+            "CREATE SINK s FROM t INTO s3 WITH (topic = 'x', bootstrap_servers = 'b:1')",
+        ] {
+            assert!(
+                matches!(parse_sql(bad), Err(SqlError::InvalidOption(_))),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             parse_sql("FETCH 10 FROM c extra"),
             Err(SqlError::Syntax(_))

@@ -38,6 +38,7 @@ use crate::log::{
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
 use crate::query::SCAN_NOTICES;
 use crate::query::{build_context, session_config};
+use crate::sink::SinkManager;
 use crate::source::SourceManager;
 use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
@@ -144,6 +145,7 @@ pub struct Engine {
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
     pub sources: Arc<SourceManager>,
+    pub sinks: Arc<SinkManager>,
     pub ctx: Arc<SessionContext>,
     pub planner: Arc<Planner>,
     pub connections: Arc<ConnectionRegistry>,
@@ -176,12 +178,16 @@ impl Engine {
         // the transaction log committed.
         store.transactions().clear()?;
         let sources = SourceManager::start(store.clone());
+        let sinks = SinkManager::start(store.clone(), views.clone(), subs.clone());
         let connections = Arc::new(ConnectionRegistry::new(config.max_connections));
         let ctx = Arc::new(build_context(
             store.clone(),
             views.clone(),
             subs.clone(),
-            sources.clone(),
+            crate::query::Connectors {
+                sources: sources.clone(),
+                sinks: sinks.clone(),
+            },
             connections.clone(),
             config.query_memory,
             roles.clone(),
@@ -199,6 +205,7 @@ impl Engine {
             views,
             subs,
             sources,
+            sinks,
             ctx,
             connections,
             roles,
@@ -645,16 +652,43 @@ impl Engine {
                 )?;
                 Ok(Outcome::done("CREATE SUBSCRIPTION"))
             }
+            Statement::CreateSink(c) => {
+                let role = session.role();
+                if let Some(kind) = self.relation_kind(&c.source) {
+                    self.roles
+                        .check(&role, kind, &c.source, sluice_sql::Privilege::Select)?;
+                }
+                if self.sinks.create(&c).await? {
+                    self.roles.created(
+                        &role,
+                        ObjectKind::Subscription,
+                        std::slice::from_ref(&c.name),
+                    )?;
+                }
+                Ok(Outcome::done("CREATE SINK"))
+            }
+            Statement::DropSink { names, if_exists } => {
+                for name in &names {
+                    if self.subs.exists(name) {
+                        self.roles
+                            .check_owner(&session.role(), ObjectKind::Subscription, name)?;
+                    }
+                }
+                self.sinks.drop_sinks(&names, if_exists).await?;
+                self.roles.dropped(ObjectKind::Subscription, &names)?;
+                Ok(Outcome::done("DROP SINK"))
+            }
             Statement::DropSubscription { names, if_exists } => {
                 for name in &names {
                     self.roles
                         .check_owner(&session.role(), ObjectKind::Subscription, name)?;
                 }
-                self.subs.drop_subscriptions(&names, if_exists)?;
+                self.subs.drop_subscriptions(&names, if_exists, false)?;
                 self.roles.dropped(ObjectKind::Subscription, &names)?;
                 Ok(Outcome::done("DROP SUBSCRIPTION"))
             }
             Statement::ResetSubscription { name, to } => {
+                self.refuse_sink_group(&name)?;
                 self.roles
                     .check_owner(&session.role(), ObjectKind::Subscription, &name)?;
                 self.subs.reset(&name, &to).await?;
@@ -705,6 +739,7 @@ impl Engine {
                 if s.cursors.lock().contains_key(&name) {
                     return Err(SubscriptionError::DuplicateCursor(name).into());
                 }
+                self.refuse_sink_group(&subscription)?;
                 if self.subs.exists(&subscription) {
                     self.roles.check(
                         &s.role(),
@@ -1127,11 +1162,25 @@ impl Engine {
         Ok(())
     }
 
+    /// A sink's consumer group is the sink's alone: no cursor reads it and
+    /// no RESET moves it.
+    fn refuse_sink_group(&self, name: &str) -> Result<(), SluiceError> {
+        match self.subs.get(name) {
+            Some(g) if g.def.sink.is_some() => {
+                Err(SubscriptionError::IsSink(name.to_string()).into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check_dependents(&self, kind: &'static str, name: &str) -> Result<(), SluiceError> {
         let dependent = match self.views.dependents(name).into_iter().next() {
             Some(view) => format!("materialized view {view}"),
             None => match self.subs.dependents(name).into_iter().next() {
-                Some(sub) => format!("subscription {sub}"),
+                Some(sub) => match self.subs.get(&sub).is_some_and(|g| g.def.sink.is_some()) {
+                    true => format!("sink {sub}"),
+                    false => format!("subscription {sub}"),
+                },
                 None => return Ok(()),
             },
         };

@@ -31,5 +31,6 @@ pub use pg_functions::{setting, version_string};
 pub use point_read::PointRead;
 pub(crate) use provider::{changelog_frame, project_frame};
 pub use provider::{literal_i64, LogTableProvider, ON_CONFLICT_DO_NOTHING, SCAN_NOTICES};
+pub use system::Connectors;
 pub use timestamp_text::TimestampText;
 pub use yielding_joins::YieldingJoins;

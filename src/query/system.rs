@@ -20,6 +20,7 @@ use crate::auth::{ObjectKind, RoleStore, SessionRole};
 use std::sync::atomic::Ordering;
 
 use crate::log::LogStore;
+use crate::sink::SinkManager;
 use crate::source::SourceManager;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
@@ -81,9 +82,16 @@ pub struct SystemSchema {
     pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
     pub subs: Arc<SubscriptionManager>,
-    pub sources: Arc<SourceManager>,
+    pub connectors: Connectors,
     pub connections: Arc<ConnectionRegistry>,
     pub roles: Arc<RoleStore>,
+}
+
+/// What connects the server to Kafka: the sources feeding tables and the
+/// sinks writing to topics.
+pub struct Connectors {
+    pub sources: Arc<SourceManager>,
+    pub sinks: Arc<SinkManager>,
 }
 
 impl fmt::Debug for SystemSchema {
@@ -92,12 +100,13 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 11] = [
+const SYSTEM_TABLES: [&str; 12] = [
     "checkpoints",
     "lag",
     "late_rows",
     "partitions",
     "sessions",
+    "sinks",
     "sources",
     "subscriptions",
     "tables",
@@ -117,8 +126,13 @@ impl SchemaProvider for SystemSchema {
         let views = self.views.clone();
         let subs = self.subs.clone();
         let connections = self.connections.clone();
-        let sources = self.sources.clone();
+        let sources = self.connectors.sources.clone();
+        let sinks = self.connectors.sinks.clone();
         let (table, visibility) = match name {
+            "sinks" => (
+                SystemTable::live(Arc::new(move || sinks_batch(&sinks)))?,
+                Visibility::Object("sink_name", ObjectKind::Subscription),
+            ),
             "sources" => (
                 SystemTable::live(Arc::new(move || sources_batch(&sources)))?,
                 Visibility::Object("table_name", ObjectKind::Table),
@@ -639,6 +653,9 @@ fn subscriptions_batch(subs: &SubscriptionManager) -> Result<RecordBatch> {
     let mut skipped = vec![];
     let mut error = vec![];
     for s in subs.subscriptions() {
+        if s.def.sink.is_some() {
+            continue;
+        }
         name.push(s.def.name.clone());
         source.push(s.def.source.clone());
         start.push(match s.def.start {
@@ -696,6 +713,7 @@ fn sources_batch(sources: &SourceManager) -> Result<RecordBatch> {
     let mut lag = vec![];
     let mut rows = vec![];
     let mut dead = vec![];
+    let mut skipped = vec![];
     let mut errors = vec![];
     let mut last_error = vec![];
     let mut last_error_at = vec![];
@@ -718,6 +736,7 @@ fn sources_batch(sources: &SourceManager) -> Result<RecordBatch> {
             lag.push((h >= 0 && n >= 0).then(|| (h - n).max(0)));
             rows.push(p.rows.load(Ordering::Relaxed) as i64);
             dead.push(p.dead_letters.load(Ordering::Relaxed) as i64);
+            skipped.push(p.skipped.load(Ordering::Relaxed) as i64);
             errors.push(s.errors.load(Ordering::Relaxed) as i64);
             last_error.push(error.as_ref().map(|(_, e)| e.clone()));
             last_error_at.push(error.as_ref().map(|(at, _)| *at));
@@ -733,6 +752,7 @@ fn sources_batch(sources: &SourceManager) -> Result<RecordBatch> {
         Arc::new(Int64Array::from(lag)),
         Arc::new(Int64Array::from(rows)),
         Arc::new(Int64Array::from(dead)),
+        Arc::new(Int64Array::from(skipped)),
         Arc::new(Int64Array::from(errors)),
         Arc::new(StringArray::from(last_error)),
         Arc::new(TimestampMicrosecondArray::from(last_error_at).with_timezone("+00:00")),
@@ -751,6 +771,7 @@ fn sources_schema() -> SchemaRef {
         Field::new("lag_records", DataType::Int64, true),
         Field::new("rows_read", DataType::Int64, false),
         Field::new("dead_letters", DataType::Int64, false),
+        Field::new("skipped_records", DataType::Int64, false),
         Field::new("errors", DataType::Int64, false),
         Field::new("last_error", DataType::Utf8, true),
         Field::new(
@@ -759,6 +780,62 @@ fn sources_schema() -> SchemaRef {
             true,
         ),
     ]))
+}
+
+/// One row per sink: what it reads, where it writes, how far it is.
+fn sinks_batch(sinks: &SinkManager) -> Result<RecordBatch> {
+    let mut name = vec![];
+    let mut source = vec![];
+    let mut topic = vec![];
+    let mut key = vec![];
+    let mut records = vec![];
+    let mut transactions = vec![];
+    let mut position = vec![];
+    let mut errors = vec![];
+    let mut last_error = vec![];
+    let mut last_error_at = vec![];
+    for s in sinks.statuses() {
+        let error = s.last_error();
+        name.push(s.name.clone());
+        source.push(s.source.clone());
+        topic.push(s.topic.clone());
+        key.push((!s.key.is_empty()).then(|| s.key.clone()));
+        records.push(s.records_sent.load(Ordering::Relaxed) as i64);
+        transactions.push(s.transactions.load(Ordering::Relaxed) as i64);
+        position.push(s.position.lock().iter().sum::<u64>() as i64);
+        errors.push(s.errors.load(Ordering::Relaxed) as i64);
+        last_error.push(error.as_ref().map(|(_, e)| e.clone()));
+        last_error_at.push(error.as_ref().map(|(at, _)| *at));
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("sink_name", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("key", DataType::Utf8, true),
+        Field::new("records_sent", DataType::Int64, false),
+        Field::new("transactions", DataType::Int64, false),
+        Field::new("rows_read", DataType::Int64, false),
+        Field::new("errors", DataType::Int64, false),
+        Field::new("last_error", DataType::Utf8, true),
+        Field::new(
+            "last_error_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00"))),
+            true,
+        ),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(name)),
+        Arc::new(StringArray::from(source)),
+        Arc::new(StringArray::from(topic)),
+        Arc::new(StringArray::from(key)),
+        Arc::new(Int64Array::from(records)),
+        Arc::new(Int64Array::from(transactions)),
+        Arc::new(Int64Array::from(position)),
+        Arc::new(Int64Array::from(errors)),
+        Arc::new(StringArray::from(last_error)),
+        Arc::new(TimestampMicrosecondArray::from(last_error_at).with_timezone("+00:00")),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBatch> {
@@ -803,7 +880,7 @@ fn lag_batch(views: &ViewManager, subs: &SubscriptionManager) -> Result<RecordBa
     }
     for g in subs.lag() {
         consumer.push(g.name);
-        kind.push("subscription");
+        kind.push(if g.sink { "sink" } else { "subscription" });
         source.push(g.source);
         partition.push(g.partition as i32);
         committed.push(Some(g.committed as i64));

@@ -35,7 +35,7 @@ use arrow::record_batch::RecordBatch;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use sluice_catalog::{KafkaSource, SourceStart};
@@ -122,22 +122,34 @@ fn consumer(
         .map_err(|e| SourceError::Config(e.to_string()))
 }
 
-/// The number of partitions of the source's topic.
-pub fn topic_partitions(source: &KafkaSource) -> Result<u32, SourceError> {
-    let consumer = consumer(source, "sluice-metadata", None)?;
+/// The number of partitions of a topic, asked of the broker.
+pub fn topic_partitions(
+    servers: &str,
+    topic: &str,
+    properties: &[(String, String)],
+) -> Result<u32, SourceError> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", servers);
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config
+        .set("group.id", "sluice-metadata")
+        .create()
+        .map_err(|e| SourceError::Config(e.to_string()))?;
     let metadata = consumer
-        .fetch_metadata(Some(&source.topic), BROKER_TIMEOUT)
+        .fetch_metadata(Some(topic), BROKER_TIMEOUT)
         .map_err(|e| SourceError::Unreachable {
-            servers: source.bootstrap_servers.clone(),
+            servers: servers.to_string(),
             reason: e.to_string(),
         })?;
-    let topic = metadata
+    let found = metadata
         .topics()
         .iter()
-        .find(|t| t.name() == source.topic)
+        .find(|t| t.name() == topic)
         .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .ok_or_else(|| SourceError::UnknownTopic(source.topic.clone()))?;
-    Ok(topic.partitions().len() as u32)
+        .ok_or_else(|| SourceError::UnknownTopic(topic.to_string()))?;
+    Ok(found.partitions().len() as u32)
 }
 
 pub struct KafkaSourceTask {
@@ -147,6 +159,9 @@ pub struct KafkaSourceTask {
     pub status: Arc<SourceStatus>,
     pub stop: Arc<AtomicBool>,
     pub runtime: tokio::runtime::Handle,
+    /// Set when the consumer reports that a position was past Kafka's
+    /// retention.
+    pub offsets_reset: AtomicBool,
 }
 
 impl KafkaSourceTask {
@@ -201,6 +216,27 @@ impl KafkaSourceTask {
         let mut resolved = Vec::new();
         for k in self.owned() {
             if positions[k] >= 0 {
+                // Records Kafka's retention deleted before they were read
+                // are skipped, counted and announced.
+                let (low, _) = consumer
+                    .fetch_watermarks(&self.source.topic, k as i32, BROKER_TIMEOUT)
+                    .map_err(unreachable)?;
+                if low > positions[k] {
+                    let skipped = low - positions[k];
+                    let notice = format!(
+                        "partition {k} of topic \"{}\": offsets {} to {} were deleted by Kafka's retention before the source read them; {skipped} records skipped, resuming at {low}",
+                        self.source.topic,
+                        positions[k],
+                        low - 1
+                    );
+                    warn!(%notice, "source skipped records");
+                    self.status.partitions[k]
+                        .skipped
+                        .fetch_add(skipped as u64, Ordering::Relaxed);
+                    self.status.note_error(notice);
+                    positions[k] = low;
+                    resolved.push((k, low));
+                }
                 continue;
             }
             let offset = match self.source.start {
@@ -241,7 +277,10 @@ impl KafkaSourceTask {
         if !resolved.is_empty() {
             self.runtime
                 .block_on(self.table.append_from_source(Vec::new(), resolved.clone()))?;
-            info!(?resolved, "source positions set from the start option");
+            info!(
+                ?resolved,
+                "source positions set from the start option or past retention"
+            );
         }
         self.assign(&consumer, &positions)?;
         for k in self.owned() {
@@ -302,10 +341,21 @@ impl KafkaSourceTask {
         };
         while !self.stop.load(Ordering::Acquire) {
             let records = self.poll(&consumer, &positions);
-            if records.is_empty() {
-                continue;
-            }
-            match self.append(&decoder, records, &mut positions, &mut dead_until) {
+            let appended = match records.is_empty() {
+                true => Ok(()),
+                false => self.append(&decoder, records, &mut positions, &mut dead_until),
+            };
+            match appended {
+                // Kafka's retention passed a position while the source ran:
+                // start again from the committed positions, which counts
+                // and announces what was skipped.
+                Ok(()) if self.offsets_reset.swap(false, Ordering::AcqRel) => match self.start() {
+                    Ok((c, p)) => {
+                        consumer = c;
+                        positions = p;
+                    }
+                    Err(e) => self.status.note_error(e.to_string()),
+                },
                 Ok(()) => {}
                 Err(e) => {
                     // Nothing of the poll is committed: read it again from
@@ -349,6 +399,9 @@ impl KafkaSourceTask {
                 Some(Err(e)) => {
                     warn!(error = %e, "Kafka consumer error");
                     self.status.note_error(e.to_string());
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
+                        self.offsets_reset.store(true, Ordering::Release);
+                    }
                     if gather_until.is_some() {
                         break;
                     }

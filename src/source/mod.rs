@@ -54,6 +54,8 @@ pub struct PartitionStatus {
     /// Rows appended and records sent to the dead letters since start-up.
     pub rows: AtomicU64,
     pub dead_letters: AtomicU64,
+    /// Records Kafka's retention deleted before the source read them.
+    pub skipped: AtomicU64,
 }
 
 impl SourceStatus {
@@ -147,9 +149,11 @@ impl SourceManager {
             return Err(duplicate(dead_name).into());
         }
         let asked = source.clone();
-        let partitions = tokio::task::spawn_blocking(move || kafka::topic_partitions(&asked))
-            .await
-            .map_err(|e| SourceError::Start(e.to_string()))??;
+        let partitions = tokio::task::spawn_blocking(move || {
+            kafka::topic_partitions(&asked.bootstrap_servers, &asked.topic, &asked.properties)
+        })
+        .await
+        .map_err(|e| SourceError::Start(e.to_string()))??;
         if let Some(owned) = &source.owned_partitions {
             if let Some(p) = owned.iter().find(|p| **p >= partitions) {
                 return Err(SourceError::NoSuchPartition {
@@ -223,6 +227,7 @@ impl SourceManager {
             status: status.clone(),
             stop: stop.clone(),
             runtime: tokio::runtime::Handle::current(),
+            offsets_reset: AtomicBool::new(false),
         };
         let thread = std::thread::Builder::new()
             .name(format!("source-{}", table.def.id))

@@ -11,6 +11,10 @@ pub enum SubscriptionError {
     UndefinedSource(String),
     #[error("subscription \"{0}\" does not exist")]
     UndefinedSubscription(String),
+    #[error("\"{0}\" is a sink, not a subscription: DROP SINK {0}")]
+    IsSink(String),
+    #[error("sink \"{0}\" does not exist")]
+    UndefinedSink(String),
     #[error("{0}")]
     InvalidPosition(String),
     #[error("invalid input syntax for type timestamp: \"{0}\"")]
@@ -42,6 +46,8 @@ impl SubscriptionError {
             SubscriptionError::DuplicateCursor(_) => "42P03",
             SubscriptionError::UndefinedSource(_) => "42P01",
             SubscriptionError::UndefinedSubscription(_) => "42704",
+            SubscriptionError::IsSink(_) => "42809",
+            SubscriptionError::UndefinedSink(_) => "42704",
             SubscriptionError::InvalidPosition(_) => "22023",
             SubscriptionError::BadTimestamp(_) => "22007",
             SubscriptionError::Unsupported(_) => "0A000",

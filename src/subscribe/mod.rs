@@ -23,7 +23,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use sluice_catalog::{checked_body, SubscriptionDef, SubscriptionStart};
+use sluice_catalog::{checked_body, KafkaSink, SubscriptionDef, SubscriptionStart};
 use sluice_sql::{CreateSubscription, FetchCount, StartAt};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -312,6 +312,11 @@ impl SubscriptionCursor {
         }
     }
 
+    /// The next offset to read, per partition of the source.
+    pub fn position(&self) -> &[u64] {
+        &self.position
+    }
+
     /// True when a FETCH of the open transaction moved the cursor.
     pub fn fetched_in_transaction(&self) -> bool {
         self.at_begin.is_some()
@@ -487,6 +492,11 @@ impl SubscriptionManager {
         self.groups.read().contains_key(name)
     }
 
+    /// A consumer group by name.
+    pub fn get(&self, name: &str) -> Option<Arc<Subscription>> {
+        self.groups.read().get(name).cloned()
+    }
+
     pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
         let mut v: Vec<_> = self.groups.read().values().cloned().collect();
         v.sort_by(|a, b| a.def.name.cmp(&b.def.name));
@@ -568,6 +578,15 @@ impl SubscriptionManager {
 
     /// `CREATE SUBSCRIPTION`: the definition, then its first offsets.
     pub async fn create(&self, c: &CreateSubscription) -> Result<(), SluiceError> {
+        self.create_group(c, None).await
+    }
+
+    /// A consumer group: a subscription's, or a sink's when `sink` is set.
+    pub async fn create_group(
+        &self,
+        c: &CreateSubscription,
+        sink: Option<KafkaSink>,
+    ) -> Result<(), SluiceError> {
         let source = self.source(&c.source)?;
         if self.groups.read().contains_key(&c.name) {
             return Err(sluice_catalog::CatalogError::DuplicateSubscription(c.name.clone()).into());
@@ -581,6 +600,7 @@ impl SubscriptionManager {
             name: c.name.clone(),
             source: c.source.clone(),
             start,
+            sink,
         })?;
         // A view that updates rows in place starts its change log (its rows
         // as inserts, then each epoch's deletes and inserts) and a
@@ -618,10 +638,28 @@ impl SubscriptionManager {
         Ok(())
     }
 
-    pub fn drop_subscriptions(&self, names: &[String], if_exists: bool) -> Result<(), SluiceError> {
+    /// `DROP SUBSCRIPTION`, or with `sinks` the groups of `DROP SINK`
+    /// (the sinks already stopped).
+    pub fn drop_subscriptions(
+        &self,
+        names: &[String],
+        if_exists: bool,
+        sinks: bool,
+    ) -> Result<(), SluiceError> {
         for name in names {
-            if !if_exists && !self.groups.read().contains_key(name) {
-                return Err(SubscriptionError::UndefinedSubscription(name.clone()).into());
+            let is_sink = self.groups.read().get(name).map(|g| g.def.sink.is_some());
+            match (is_sink, sinks) {
+                (Some(true), false) => return Err(SubscriptionError::IsSink(name.clone()).into()),
+                (Some(false), true) => {
+                    return Err(SluiceError::WrongObjectType(name.clone(), "sink"))
+                }
+                (None, false) if !if_exists => {
+                    return Err(SubscriptionError::UndefinedSubscription(name.clone()).into())
+                }
+                (None, true) if !if_exists => {
+                    return Err(SubscriptionError::UndefinedSink(name.clone()).into())
+                }
+                _ => {}
             }
         }
         for name in names {
@@ -800,6 +838,8 @@ pub struct GroupLag {
     /// up, or for a view, whose rows carry no ingest time).
     pub oldest_unread_us: Option<i64>,
     pub skipped: u64,
+    /// The group is a sink's.
+    pub sink: bool,
 }
 
 impl SubscriptionManager {
@@ -829,6 +869,7 @@ impl SubscriptionManager {
                     end: e,
                     oldest_unread_us: oldest,
                     skipped: skipped.get(k).copied().unwrap_or(0),
+                    sink: g.def.sink.is_some(),
                 });
             }
         }
