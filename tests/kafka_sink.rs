@@ -159,7 +159,23 @@ async fn an_aggregate_view_sunk_to_a_topic_across_kills_ends_with_the_views_rows
         server.kill9();
         server.start_again();
     }
+    // A broker that goes away: the sink reports it and carries on after.
     let c = server.connect().await;
+    mock.broker_down(1).unwrap();
+    c.batch_execute(&insert_sql(next_id, 100)).await.unwrap();
+    next_id += 100;
+    let start = Instant::now();
+    while scalar(
+        &c,
+        "SELECT count(*) FROM sluice_catalog.sinks WHERE sink_name = 'totals' AND last_error IS NOT NULL AND errors > 0",
+    )
+    .await
+        == 0
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "the sink reports the broker's failure");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    mock.broker_up(1).unwrap();
     c.batch_execute(&insert_sql(next_id, 100)).await.unwrap();
     wait_caught_up(&c, "totals", Duration::from_secs(120)).await;
     let consumer_ends_with = apply_upserts(&read_topic(&bootstrap, "totals"));

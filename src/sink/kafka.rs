@@ -46,7 +46,10 @@ const MAX_TRANSACTION_RECORDS: u64 = 20_000;
 /// How long a read waits for new rows before looking at `stop` again.
 const READ_WAIT: Duration = Duration::from_millis(500);
 /// How long a broker request (init, commit, offsets) may take.
-const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a transaction's records may take to reach the broker before
+/// the transaction is given up.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause before a failed sink starts again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -164,6 +167,9 @@ impl KafkaSinkTask {
         *self.status.position.lock() = start.clone();
         info!(position = ?start, "sink producing");
         while !self.stop.load(Ordering::Acquire) {
+            // Serves the client's callbacks: a broker that went away is
+            // reported even while there is nothing to send.
+            producer.poll(Duration::ZERO);
             let mut notices = Vec::new();
             let batches = self
                 .runtime
@@ -189,8 +195,11 @@ impl KafkaSinkTask {
                     self.send(&producer, partition, r.key.as_deref(), r.value.as_deref())?;
                 }
                 let offsets = position_offsets(&self.sink.topic, cursor.position())?;
-                let committed = producer
-                    .send_offsets_to_transaction(&offsets, &metadata, BROKER_TIMEOUT)
+                let committed = self
+                    .deliver(&producer)
+                    .and_then(|()| {
+                        producer.send_offsets_to_transaction(&offsets, &metadata, BROKER_TIMEOUT)
+                    })
                     .and_then(|()| producer.commit_transaction(BROKER_TIMEOUT));
                 if let Err(e) = committed {
                     let _ = producer.abort_transaction(BROKER_TIMEOUT);
@@ -204,6 +213,21 @@ impl KafkaSinkTask {
                 .note_sent(records.len() as u64, cursor.position());
         }
         Ok(())
+    }
+
+    /// Waits until the broker has every queued record, in short flushes
+    /// that serve the client's callbacks (so errors are reported as they
+    /// come), for at most [`DELIVERY_TIMEOUT`] or until the sink stops.
+    fn deliver(&self, producer: &BaseProducer<SinkContext>) -> Result<(), KafkaError> {
+        let until = Instant::now() + DELIVERY_TIMEOUT;
+        loop {
+            match producer.flush(Duration::from_secs(1)) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
+                    if Instant::now() < until && !self.stop.load(Ordering::Acquire) => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Queues one record, waiting while the producer's queue is full.
