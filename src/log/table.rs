@@ -603,18 +603,27 @@ impl TableLog {
             return Err(LogError::Poisoned(self.def.name.clone()));
         }
         let parts = coalesce(routed.parts, self.partitions.len())?;
+        self.append_and_wait(parts, Vec::new()).await?;
+        Ok(rows)
+    }
+
+    /// Hands one append to the writer and waits for its commit.
+    async fn append_and_wait(
+        &self,
+        parts: Vec<(usize, RecordBatch)>,
+        positions: Vec<(usize, i64)>,
+    ) -> Result<(), LogError> {
         let (reply, rx) = oneshot::channel();
         self.sender
             .send(WriterRequest::Append(AppendRequest {
                 parts,
-                positions: Vec::new(),
+                positions,
                 upkeep: Upkeep::None,
                 reply,
             }))
             .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
         rx.await
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
-        Ok(rows)
+            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?
     }
 
     /// Appends rows a source read, each batch into the partition it names,
@@ -645,17 +654,7 @@ impl TableLog {
             rows += batch.num_rows() as u64;
             stored.push((p, as_stored(&self.def, &batch)?));
         }
-        let (reply, rx) = oneshot::channel();
-        self.sender
-            .send(WriterRequest::Append(AppendRequest {
-                parts: coalesce(stored, n)?,
-                positions,
-                upkeep: Upkeep::None,
-                reply,
-            }))
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
-        rx.await
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))??;
+        self.append_and_wait(coalesce(stored, n)?, positions).await?;
         Ok(rows)
     }
 
