@@ -252,7 +252,12 @@ async fn a_table_sunk_to_a_topic_sends_each_row_once_and_sinks_are_checked() {
     );
 
     c.batch_execute(&sink("")).await.unwrap();
-    c.batch_execute(&sink("")).await.unwrap_err();
+    let e = c.batch_execute(&sink("")).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42710", "{e}");
+    assert_eq!(
+        e.as_db_error().map(|d| d.message()),
+        Some("sink \"rows_out\" already exists")
+    );
     c.batch_execute(&sink("").replace("CREATE SINK", "CREATE SINK IF NOT EXISTS"))
         .await
         .unwrap();

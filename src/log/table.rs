@@ -654,7 +654,8 @@ impl TableLog {
             rows += batch.num_rows() as u64;
             stored.push((p, as_stored(&self.def, &batch)?));
         }
-        self.append_and_wait(coalesce(stored, n)?, positions).await?;
+        self.append_and_wait(coalesce(stored, n)?, positions)
+            .await?;
         Ok(rows)
     }
 

@@ -106,10 +106,15 @@ impl SinkManager {
     /// sink exists and `if_not_exists`.
     pub async fn create(&self, c: &CreateSink) -> Result<bool, SluiceError> {
         if let Some(g) = self.subs.get(&c.name) {
-            if g.def.sink.is_some() && c.if_not_exists {
-                return Ok(false);
-            }
-            return Err(sluice_catalog::CatalogError::DuplicateSubscription(c.name.clone()).into());
+            return match (g.def.sink.is_some(), c.if_not_exists) {
+                (true, true) => Ok(false),
+                (true, false) => Err(SubscriptionError::DuplicateSink(c.name.clone()).into()),
+                // Sinks and subscriptions share one namespace: a sink is a
+                // consumer group.
+                (false, _) => {
+                    Err(sluice_catalog::CatalogError::DuplicateSubscription(c.name.clone()).into())
+                }
+            };
         }
         let mut sink = c.sink.clone();
         let (_, primary_key, changes_in_place) = self.source_columns(&c.source)?;

@@ -15,6 +15,8 @@ pub enum SubscriptionError {
     IsSink(String),
     #[error("sink \"{0}\" does not exist")]
     UndefinedSink(String),
+    #[error("sink \"{0}\" already exists")]
+    DuplicateSink(String),
     #[error("{0}")]
     InvalidPosition(String),
     #[error("invalid input syntax for type timestamp: \"{0}\"")]
@@ -48,6 +50,7 @@ impl SubscriptionError {
             SubscriptionError::UndefinedSubscription(_) => "42704",
             SubscriptionError::IsSink(_) => "42809",
             SubscriptionError::UndefinedSink(_) => "42704",
+            SubscriptionError::DuplicateSink(_) => "42710",
             SubscriptionError::InvalidPosition(_) => "22023",
             SubscriptionError::BadTimestamp(_) => "22007",
             SubscriptionError::Unsupported(_) => "0A000",
