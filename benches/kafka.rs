@@ -94,6 +94,16 @@ async fn main() {
         "produced {records} records in {:.1} s",
         t.elapsed().as_secs_f64()
     );
+    for p in 0..4 {
+        let (low, _) = producer
+            .client()
+            .fetch_watermarks("events", p, Duration::from_secs(10))
+            .expect("watermarks");
+        assert_eq!(
+            low, 0,
+            "the mock broker deleted the oldest records of partition {p}: use fewer records"
+        );
+    }
 
     let dir = tempfile::tempdir().expect("temp dir");
     let server = start(dir.path());
