@@ -257,6 +257,26 @@ async fn records_that_do_not_parse_become_dead_letters() {
         4
     );
 
+    // The same counts on /metrics, per partition.
+    let (_, metrics) = common::http_get(server.http_port, "/metrics").await;
+    for k in 0..2 {
+        let labels = format!("{{table=\"ev\",topic=\"mixed\",partition=\"{k}\"}}");
+        assert_eq!(
+            common::sample(
+                &metrics,
+                &format!("sluice_kafka_source_dead_letters{labels}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            common::sample(
+                &metrics,
+                &format!("sluice_kafka_source_next_offset{labels}")
+            ),
+            57.0
+        );
+    }
+
     // The Kafka columns are hidden from `SELECT *`, and selectable.
     let star = c.query("SELECT * FROM ev LIMIT 1", &[]).await.unwrap();
     assert_eq!(star[0].columns().len(), 4);

@@ -305,6 +305,22 @@ async fn a_table_sunk_to_a_topic_sends_each_row_once_and_sinks_are_checked() {
         1000
     );
 
+    let (_, metrics) = common::http_get(server.http_port, "/metrics").await;
+    assert_eq!(
+        common::sample(
+            &metrics,
+            "sluice_kafka_sink_records_sent{sink=\"rows_out\",topic=\"rows\"}"
+        ),
+        1000.0
+    );
+    assert_eq!(
+        common::sample(
+            &metrics,
+            "sluice_lag_records{consumer=\"rows_out\",kind=\"sink\",source=\"ev\",partition=\"0\"}"
+        ),
+        0.0
+    );
+
     // A keyed table: its primary key is the records' key by default.
     c.batch_execute(&format!(
         "CREATE SINK plans_out FROM plans INTO kafka WITH (topic = 'rows', bootstrap_servers = '{bootstrap}');
