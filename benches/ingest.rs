@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the ingest path, stage by stage: parsing COPY CSV
-//! into validated Arrow batches, and appending batches to a partitioned log
-//! (routing, IPC framing, fsync, commit).
+//! into validated Arrow batches, decoding the same rows as Kafka JSON
+//! records, and appending batches to a partitioned log (routing, IPC
+//! framing, fsync, commit).
 //!
 //!     cargo bench --bench ingest
 
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sluice::ingest::CopyParser;
 use sluice::log::{LogConfig, LogStore};
+use sluice::source::decode::{KafkaRecord, RecordDecoder};
 
 const ROWS: usize = 200_000;
 
@@ -25,6 +27,34 @@ fn usage_csv(rows: usize) -> Vec<u8> {
         ));
     }
     s.into_bytes()
+}
+
+/// The same rows as [`usage_csv`], one JSON record each, in polls of
+/// 16,384 records (what a source appends in one commit).
+fn usage_records(rows: usize) -> Vec<Vec<KafkaRecord>> {
+    let records: Vec<KafkaRecord> = (0..rows)
+        .map(|i| KafkaRecord {
+            partition: 0,
+            offset: i as i64,
+            key: None,
+            timestamp_ms: Some(1_767_225_600_000),
+            payload: Some(
+                format!(
+                    r#"{{"event_id": "evt-{i:09}", "tenant": "tenant-{:02}", "tokens": {}, "event_time": "2026-01-01 00:{:02}:{:02}.{:06}"}}"#,
+                    i % 50,
+                    50 + i % 3950,
+                    (i / 60000) % 60,
+                    (i / 1000) % 60,
+                    i % 1000 * 1000
+                )
+                .into_bytes(),
+            ),
+        })
+        .collect();
+    records
+        .chunks(16_384)
+        .map(<[KafkaRecord]>::to_vec)
+        .collect()
 }
 
 fn table_sql() -> sluice_sql::Statement {
@@ -59,6 +89,25 @@ fn bench(c: &mut Criterion) {
             }
             p.finish().expect("batches")
         })
+    });
+
+    let polls = usage_records(ROWS);
+    let mut kafka_table = ct.table.clone();
+    kafka_table
+        .columns
+        .extend(sluice_catalog::kafka_column_defs());
+    let decoder = RecordDecoder::new(&kafka_table, sluice_catalog::SourceFormat::Json);
+    group.bench_function("kafka_json_decode", |b| {
+        b.iter_batched(
+            || polls.clone(),
+            |polls| {
+                for poll in polls {
+                    let decoded = decoder.decode(poll);
+                    assert!(decoded.dead.is_empty() && decoded.rows.is_some());
+                }
+            },
+            BatchSize::LargeInput,
+        )
     });
 
     let mut p = CopyParser::new(&ct.table, copy.clone(), u64::MAX).expect("parser");

@@ -7,6 +7,7 @@
 //! The records of one poll are converted together; only when that fails
 //! are they converted one by one, to tell the bad ones from the rest.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -14,6 +15,8 @@ use arrow::array::{
     TimestampMicrosecondArray,
 };
 use arrow::record_batch::RecordBatch;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use sluice_catalog::{SourceFormat, SqlType, TableDef, KAFKA_COLUMNS};
 use sluice_sql::{CopyFormat, CopyFrom};
 
@@ -121,22 +124,15 @@ impl RecordDecoder {
 
     fn json_values(&self, records: &[&KafkaRecord]) -> Result<Vec<RecordBatch>, IngestError> {
         let mut stager = RowStager::new(&self.value_def, &[], false)?;
-        let mut fields: Vec<Option<String>> = Vec::with_capacity(self.value_def.columns.len());
+        let names: Vec<&str> = self
+            .value_def
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         for (i, r) in records.iter().enumerate() {
             let payload = r.payload.as_deref().ok_or_else(|| no_value(i))?;
-            let value: serde_json::Value = serde_json::from_slice(payload)
-                .map_err(|e| bad_record(i, format!("invalid JSON: {e}")))?;
-            let serde_json::Value::Object(object) = value else {
-                return Err(bad_record(i, "the value is not a JSON object".into()));
-            };
-            fields.clear();
-            for c in &self.value_def.columns {
-                fields.push(match object.get(&c.name) {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(serde_json::Value::String(s)) => Some(s.clone()),
-                    Some(other) => Some(other.to_string()),
-                });
-            }
+            let fields = json_fields(payload, &names).map_err(|reason| bad_record(i, reason))?;
             stager.push_row(&fields, i as u64 + 1)?;
         }
         stager.finish()
@@ -251,6 +247,131 @@ pub fn dead_letter_rows(
     RecordBatch::try_new(def.data_schema(), columns)
 }
 
+/// The fields of a JSON object named as `columns`, as the text COPY would
+/// read for each: `None` for a missing field or `null`, a string's value,
+/// or any other value as compact JSON. Fields of other names are skipped
+/// without being built, and strings without escapes are borrowed from the
+/// record.
+fn json_fields<'de>(
+    payload: &'de [u8],
+    columns: &[&str],
+) -> Result<Vec<Option<Cow<'de, str>>>, String> {
+    let starts_an_object = payload
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !starts_an_object {
+        // Not an object, or not JSON at all: say which.
+        return Err(match serde_json::from_slice::<serde_json::Value>(payload) {
+            Ok(_) => "the value is not a JSON object".into(),
+            Err(e) => format!("invalid JSON: {e}"),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(payload);
+    let fields = ObjectFields { columns }
+        .deserialize(&mut de)
+        .and_then(|f| de.end().map(|()| f))
+        .map_err(|e| format!("invalid JSON: {e}"))?;
+    Ok(fields)
+}
+
+/// Reads one JSON object into the fields of `columns`.
+struct ObjectFields<'c> {
+    columns: &'c [&'c str],
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectFields<'_> {
+    type Value = Vec<Option<Cow<'de, str>>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectFields<'_> {
+    type Value = Vec<Option<Cow<'de, str>>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = vec![None; self.columns.len()];
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match self.columns.iter().position(|c| *c == key) {
+                // A repeated name: the last one counts.
+                Some(k) => fields[k] = map.next_value_seed(FieldText)?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// One field's value as COPY text.
+struct FieldText;
+
+impl<'de> DeserializeSeed<'de> for FieldText {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldText {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v)))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Borrowed(if v { "true" } else { "false" })))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        // As serde_json prints a number it parsed.
+        Ok(Some(Cow::Owned(serde_json::Value::from(v).to_string())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let v = serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let v = serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(Some(Cow::Owned(v.to_string())))
+    }
+}
+
 fn no_value(i: usize) -> IngestError {
     bad_record(i, "the record has no value".into())
 }
@@ -294,6 +415,59 @@ mod tests {
             key: Some(b"k".to_vec()),
             timestamp_ms: Some(1_000),
             payload: Some(payload.as_bytes().to_vec()),
+        }
+    }
+
+    /// How fields were read before [`json_fields`]: a whole
+    /// `serde_json::Value`, then the columns' fields out of it.
+    fn fields_by_value(payload: &[u8], columns: &[&str]) -> Result<Vec<Option<String>>, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(payload).map_err(|e| format!("invalid JSON: {e}"))?;
+        let serde_json::Value::Object(object) = value else {
+            return Err("the value is not a JSON object".into());
+        };
+        Ok(columns
+            .iter()
+            .map(|c| match object.get(*c) {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(other) => Some(other.to_string()),
+            })
+            .collect())
+    }
+
+    #[test]
+    fn json_fields_read_as_a_whole_value_would() {
+        let columns = ["id", "name", "tags", "at"];
+        for payload in [
+            r#"{"id": 7, "name": "ann", "tags": ["a", {"b": 1.5}], "at": "2026-01-01 10:00:00"}"#,
+            r#"  {"name": "tab\there \u00e9", "id": -12, "other": {"deep": [1, 2]}}  "#,
+            r#"{"id": 1e300, "name": null, "tags": {"z": true, "a": null}}"#,
+            r#"{"id": 0.1, "name": true, "at": false}"#,
+            r#"{"id": 18446744073709551615, "id": 3}"#,
+            r#"{"id": 12345678901234567890123}"#,
+            r#"{}"#,
+            r#"[1, 2, 3]"#,
+            r#""a string""#,
+            r#"not json"#,
+            r#"{"id": 1} trailing"#,
+            r#"{"id": 1"#,
+            r#"{"id": "\ud800"}"#,
+            "",
+        ] {
+            let old = fields_by_value(payload.as_bytes(), &columns);
+            let new = json_fields(payload.as_bytes(), &columns).map(|f| {
+                f.into_iter()
+                    .map(|v| v.map(Cow::into_owned))
+                    .collect::<Vec<_>>()
+            });
+            match (&old, &new) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{payload}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.split(':').next(), b.split(':').next(), "{payload}")
+                }
+                _ => panic!("{payload}: {old:?} against {new:?}"),
+            }
         }
     }
 
