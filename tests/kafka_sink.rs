@@ -446,3 +446,64 @@ async fn a_table_sunk_to_a_real_broker_is_exactly_once_across_kills() {
     ids.sort();
     assert_eq!(ids, (0..next_id).collect::<Vec<_>>());
 }
+
+/// Every column type out through a sink and back in through a source: the
+/// same rows (a jsonb document comes back compact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_column_type_goes_out_through_a_sink_and_back_through_a_source() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("rt", 1, 1).unwrap();
+    let bootstrap = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let columns = "b BOOLEAN, s SMALLINT, i INT, l BIGINT, r REAL, d DOUBLE PRECISION, \
+                   n NUMERIC(10,3), t TEXT, v VARCHAR(5), y BYTEA, dt DATE, ts TIMESTAMP, \
+                   tz TIMESTAMPTZ, j JSONB";
+    c.batch_execute(&format!(
+        "CREATE TABLE every ({columns});
+         INSERT INTO every VALUES
+             (true, 1, 2, 3, 1.1, 2.25, 12.345, 'x \"q\"\n', 'abc', '\\x00ff', '2026-01-02',
+              '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05+02', '{{\"k\": [1, {{\"z\": null}}]}}'),
+             (false, -1, -2, -3, 'NaN', '-Infinity', -0.5, '', '', '\\x', '1970-01-01',
+              '1970-01-01 00:00:00', '1970-01-01 00:00:00+00', '\"s\"'),
+             (NULL, NULL, NULL, NULL, 'Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+         CREATE SINK every_out FROM every INTO kafka WITH (topic = 'rt', bootstrap_servers = '{bootstrap}');
+         CREATE TABLE back ({columns}) WITH (connector = 'kafka', topic = 'rt', \
+             bootstrap_servers = '{bootstrap}', format = 'json');"
+    ))
+    .await
+    .unwrap();
+    let start = Instant::now();
+    while scalar(&c, "SELECT count(*) FROM back").await < 3 {
+        if start.elapsed() > Duration::from_secs(60) {
+            let sinks = common::text_rows(
+                &c,
+                "SELECT records_sent, last_error FROM sluice_catalog.sinks",
+            )
+            .await;
+            let sources = common::text_rows(
+                &c,
+                "SELECT next_offset, dead_letters, last_error FROM sluice_catalog.sources",
+            )
+            .await;
+            let back = common::text_rows(
+                &c,
+                "SELECT CAST(payload AS TEXT), error FROM back_dead_letters",
+            )
+            .await;
+            panic!("rows did not come back: sinks {sinks:?}, sources {sources:?}, back {back:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM back_dead_letters").await,
+        0
+    );
+    let same = "SELECT b, s, i, l, r, d, n, t, v, y, dt, ts, tz, \
+                replace(CAST(j AS TEXT), ' ', '') AS j FROM";
+    for (a, b) in [("every", "back"), ("back", "every")] {
+        let extra = common::text_rows(&c, &format!("{same} {a} EXCEPT {same} {b}")).await;
+        assert!(extra.is_empty(), "in {a}, not in {b}: {extra:?}");
+    }
+}

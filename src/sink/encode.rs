@@ -8,8 +8,10 @@
 
 use std::collections::HashSet;
 
-use arrow::array::{Array, Int32Array, StringArray};
-use arrow::datatypes::SchemaRef;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, Int32Array, StringArray};
+use arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
 use arrow::json::writer::{LineDelimited, WriterBuilder};
 use arrow::record_batch::RecordBatch;
 
@@ -117,28 +119,118 @@ impl From<arrow::error::ArrowError> for SinkError {
     }
 }
 
-/// Each row of `batch` as one JSON object.
+/// Each row of `batch` as one JSON object, its fields in column order.
 fn json_lines(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, SinkError> {
+    let schema = batch.schema();
+    let columns = (0..batch.num_columns())
+        .map(|i| column_json(batch, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let names: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| serde_json::Value::from(f.name().as_str()).to_string())
+        .collect();
+    Ok((0..batch.num_rows())
+        .map(|row| {
+            let mut line = Vec::with_capacity(64);
+            line.push(b'{');
+            for (k, (name, values)) in names.iter().zip(&columns).enumerate() {
+                if k > 0 {
+                    line.push(b',');
+                }
+                line.extend_from_slice(name.as_bytes());
+                line.push(b':');
+                line.extend_from_slice(values[row].as_bytes());
+            }
+            line.push(b'}');
+            line
+        })
+        .collect())
+}
+
+/// Each row's value of column `i` as JSON text: as arrow-json writes it,
+/// except a `jsonb` column's document, which is nested as it is, a float
+/// that is not finite, which is the string PostgreSQL prints (`"NaN"`,
+/// `"Infinity"`, `"-Infinity"`) where arrow-json would write null, and
+/// bytes, written as PostgreSQL writes them (`"\\x00ff"`).
+fn column_json(batch: &RecordBatch, i: usize) -> Result<Vec<String>, SinkError> {
+    let field = batch.schema().field(i).clone();
+    let array = batch.column(i);
+    let is_jsonb = field
+        .metadata()
+        .get(sluice_catalog::SQL_TYPE_METADATA_KEY)
+        .is_some_and(|t| t == "jsonb");
+    if let (true, Some(docs)) = (is_jsonb, array.as_any().downcast_ref::<StringArray>()) {
+        return Ok(docs
+            .iter()
+            .map(|d| d.unwrap_or("null").to_string())
+            .collect());
+    }
+    // One column at a time under a fixed name: each line is `{"v":...}`.
+    let single = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new(
+            "v",
+            field.data_type().clone(),
+            true,
+        )])),
+        vec![array.clone()],
+    )?;
     let mut writer = WriterBuilder::new()
         .with_explicit_nulls(true)
         .build::<_, LineDelimited>(Vec::new());
-    writer.write(batch)?;
+    writer.write(&single)?;
     writer.finish()?;
-    let text = writer.into_inner();
+    let text =
+        String::from_utf8(writer.into_inner()).map_err(|e| SinkError::Encode(e.to_string()))?;
     // JSON escapes newlines inside strings: each line is one row.
-    Ok(text
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect())
+    let mut values: Vec<String> = text
+        .lines()
+        .map(|l| {
+            l.strip_prefix(r#"{"v":"#)
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap_or("null")
+                .to_string()
+        })
+        .collect();
+    if matches!(
+        field.data_type(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64
+    ) {
+        let floats = arrow::compute::cast(array, &DataType::Float64)?;
+        let floats = floats.as_primitive::<Float64Type>();
+        for (row, v) in floats.iter().enumerate() {
+            match v {
+                Some(v) if v.is_nan() => values[row] = r#""NaN""#.into(),
+                Some(v) if v == f64::INFINITY => values[row] = r#""Infinity""#.into(),
+                Some(v) if v == f64::NEG_INFINITY => values[row] = r#""-Infinity""#.into(),
+                _ => {}
+            }
+        }
+    }
+    if matches!(
+        field.data_type(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    ) {
+        // arrow-json writes bare hex; PostgreSQL's `\x` form reads back
+        // as the same bytes (in a source, COPY or INSERT).
+        for v in values.iter_mut().filter(|v| v.starts_with('"')) {
+            v.insert_str(1, r"\\x");
+        }
+    }
+    if values.len() != batch.num_rows() {
+        return Err(SinkError::Encode(format!(
+            "column {} gave {} values for {} rows",
+            field.name(),
+            values.len(),
+            batch.num_rows()
+        )));
+    }
+    Ok(values)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use arrow::array::{ArrayRef, Int64Array};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::array::{ArrayRef, BinaryArray, Float32Array, Float64Array, Int64Array};
 
     use super::*;
 
@@ -197,6 +289,67 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn jsonb_is_nested_and_floats_that_are_not_finite_are_strings() {
+        let doc = Field::new("doc", DataType::Utf8, true).with_metadata(
+            [(
+                sluice_catalog::SQL_TYPE_METADATA_KEY.to_string(),
+                "jsonb".to_string(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Float64, true),
+            Field::new("y", DataType::Float32, true),
+            doc,
+            Field::new("note", DataType::Utf8, true),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float64Array::from(vec![Some(f64::NAN), Some(2.5), None])),
+            Arc::new(Float32Array::from(vec![
+                Some(f32::NEG_INFINITY),
+                Some(1.1),
+                Some(f32::INFINITY),
+            ])),
+            Arc::new(StringArray::from(vec![
+                Some(r#"{"k": [1, {"z": null}]}"#),
+                None,
+                Some("3"),
+            ])),
+            Arc::new(StringArray::from(vec![Some("a \"b\"\nc"), None, Some("")])),
+        ];
+        let batch = RecordBatch::try_new(schema, columns).unwrap();
+        let lines: Vec<String> = json_lines(&batch)
+            .unwrap()
+            .into_iter()
+            .map(|l| String::from_utf8(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"{"x":"NaN","y":"-Infinity","doc":{"k": [1, {"z": null}]},"note":"a \"b\"\nc"}"#,
+                r#"{"x":2.5,"y":1.1,"doc":null,"note":null}"#,
+                r#"{"x":null,"y":"Infinity","doc":3,"note":""}"#,
+            ]
+        );
+        for l in &lines {
+            serde_json::from_str::<serde_json::Value>(l).unwrap();
+        }
+        let bytes = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("y", DataType::Binary, true)])),
+            vec![Arc::new(BinaryArray::from(vec![
+                Some(&[0u8, 255][..]),
+                None,
+            ]))],
+        )
+        .unwrap();
+        let lines = json_lines(&bytes).unwrap();
+        let y: serde_json::Value = serde_json::from_slice(&lines[0]).unwrap();
+        assert_eq!(y["y"], "\\x00ff");
+        assert_eq!(lines[1], br#"{"y":null}"#);
     }
 
     #[test]

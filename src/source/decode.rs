@@ -130,9 +130,16 @@ impl RecordDecoder {
             .iter()
             .map(|c| c.name.as_str())
             .collect();
+        let documents: Vec<bool> = self
+            .value_def
+            .columns
+            .iter()
+            .map(|c| c.ty == SqlType::Jsonb)
+            .collect();
         for (i, r) in records.iter().enumerate() {
             let payload = r.payload.as_deref().ok_or_else(|| no_value(i))?;
-            let fields = json_fields(payload, &names).map_err(|reason| bad_record(i, reason))?;
+            let fields =
+                json_fields(payload, &names, &documents).map_err(|reason| bad_record(i, reason))?;
             stager.push_row(&fields, i as u64 + 1)?;
         }
         stager.finish()
@@ -249,12 +256,14 @@ pub fn dead_letter_rows(
 
 /// The fields of a JSON object named as `columns`, as the text COPY would
 /// read for each: `None` for a missing field or `null`, a string's value,
-/// or any other value as compact JSON. Fields of other names are skipped
-/// without being built, and strings without escapes are borrowed from the
-/// record.
+/// or any other value as compact JSON. A column marked in `documents`
+/// (jsonb) takes any value as JSON, a string too (as PostgreSQL's
+/// `json_populate_record` does). Fields of other names are skipped without
+/// being built, and strings without escapes are borrowed from the record.
 fn json_fields<'de>(
     payload: &'de [u8],
     columns: &[&str],
+    documents: &[bool],
 ) -> Result<Vec<Option<Cow<'de, str>>>, String> {
     let starts_an_object = payload
         .iter()
@@ -268,7 +277,7 @@ fn json_fields<'de>(
         });
     }
     let mut de = serde_json::Deserializer::from_slice(payload);
-    let fields = ObjectFields { columns }
+    let fields = ObjectFields { columns, documents }
         .deserialize(&mut de)
         .and_then(|f| de.end().map(|()| f))
         .map_err(|e| format!("invalid JSON: {e}"))?;
@@ -278,6 +287,7 @@ fn json_fields<'de>(
 /// Reads one JSON object into the fields of `columns`.
 struct ObjectFields<'c> {
     columns: &'c [&'c str],
+    documents: &'c [bool],
 }
 
 impl<'de> DeserializeSeed<'de> for ObjectFields<'_> {
@@ -300,7 +310,11 @@ impl<'de> Visitor<'de> for ObjectFields<'_> {
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match self.columns.iter().position(|c| *c == key) {
                 // A repeated name: the last one counts.
-                Some(k) => fields[k] = map.next_value_seed(FieldText)?,
+                Some(k) => {
+                    fields[k] = map.next_value_seed(FieldText {
+                        document: self.documents.get(k).copied().unwrap_or(false),
+                    })?
+                }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -310,8 +324,11 @@ impl<'de> Visitor<'de> for ObjectFields<'_> {
     }
 }
 
-/// One field's value as COPY text.
-struct FieldText;
+/// One field's value as COPY text; for a `document` column, a string as
+/// JSON too.
+struct FieldText {
+    document: bool,
+}
 
 impl<'de> DeserializeSeed<'de> for FieldText {
     type Value = Option<Cow<'de, str>>;
@@ -333,15 +350,21 @@ impl<'de> Visitor<'de> for FieldText {
     }
 
     fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Borrowed(v)))
+        match self.document {
+            true => self.visit_str(v),
+            false => Ok(Some(Cow::Borrowed(v))),
+        }
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Owned(v.to_string())))
+        self.visit_string(v.to_string())
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Owned(v)))
+        match self.document {
+            true => Ok(Some(Cow::Owned(serde_json::Value::String(v).to_string()))),
+            false => Ok(Some(Cow::Owned(v))),
+        }
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
@@ -456,7 +479,7 @@ mod tests {
             "",
         ] {
             let old = fields_by_value(payload.as_bytes(), &columns);
-            let new = json_fields(payload.as_bytes(), &columns).map(|f| {
+            let new = json_fields(payload.as_bytes(), &columns, &[false; 4]).map(|f| {
                 f.into_iter()
                     .map(|v| v.map(Cow::into_owned))
                     .collect::<Vec<_>>()
@@ -469,6 +492,27 @@ mod tests {
                 _ => panic!("{payload}: {old:?} against {new:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_jsonb_column_takes_any_json_value_as_it_is() {
+        let fields = json_fields(
+            br#"{"j": "s\"", "k": {"a": [1, null]}, "n": null, "t": "s"}"#,
+            &["j", "k", "n", "t"],
+            &[true, true, true, false],
+        )
+        .unwrap();
+        let fields: Vec<Option<String>> =
+            fields.into_iter().map(|f| f.map(Cow::into_owned)).collect();
+        assert_eq!(
+            fields,
+            [
+                Some(r#""s\"""#.to_string()),
+                Some(r#"{"a":[1,null]}"#.to_string()),
+                None,
+                Some("s".to_string()),
+            ]
+        );
     }
 
     #[test]
