@@ -88,6 +88,11 @@ pub struct CheckpointManifest {
     /// hold it, and the view's rows at this epoch are its base.
     #[serde(default)]
     pub changes_kept: bool,
+    /// Operator parts number each stage of the dataflow once: an aggregate
+    /// the query repeats shares one stage. Manifests written before say
+    /// false, numbering a stage per operator as lifted.
+    #[serde(default)]
+    pub stages_shared: bool,
 }
 
 impl CheckpointManifest {
@@ -146,6 +151,7 @@ mod tests {
             completed_at_us: 2,
             source_offsets: vec![10, 20],
             changes_kept: false,
+            stages_shared: true,
             clock: ViewClockState {
                 max_event_us: vec![Some(5), None],
                 last_commit_us: vec![Some(1), None],

@@ -596,6 +596,7 @@ async fn write_epoch(
         late_count: capture.late_count,
         files,
         changes_kept: capture.changes_kept,
+        stages_shared: true,
     };
     store
         .put(

@@ -233,6 +233,26 @@ pub struct JoinGraph {
     /// The bounds filters put on `ROW_NUMBER()` outputs, by the window
     /// function's output name: how many rows each Top-N gives.
     row_number_limits: Vec<(String, usize)>,
+    /// Aggregates lifted so far, as the query wrote them, each with the
+    /// entries of `lifted_stages` its lifting added and the plan reading
+    /// its stage: the same aggregate written again reads that stage.
+    lifted_aggregates: Vec<LiftedAggregate>,
+    /// The stage each lifted operator is, in lifting order: how stages
+    /// were numbered before a repeated aggregate shared its stage (one per
+    /// lifted operator), which checkpoints written then still use.
+    lifted_stages: Vec<usize>,
+    /// The next capture writes every stage whole: the state came from a
+    /// checkpoint numbered otherwise.
+    capture_whole_next: bool,
+}
+
+/// An aggregate below a join or another aggregate, lifted as a stage.
+struct LiftedAggregate {
+    aggregate: datafusion::logical_expr::Aggregate,
+    /// Its entries in [`JoinGraph::lifted_stages`] (its input's stages,
+    /// then its own).
+    lifted: std::ops::Range<usize>,
+    output: LogicalPlan,
 }
 
 impl JoinGraph {
@@ -246,6 +266,9 @@ impl JoinGraph {
             bands: Vec::new(),
             source_retracts: Vec::new(),
             row_number_limits: Vec::new(),
+            lifted_aggregates: Vec::new(),
+            lifted_stages: Vec::new(),
+            capture_whole_next: false,
         }
     }
 
@@ -571,6 +594,78 @@ impl JoinGraph {
         aggregate: datafusion::logical_expr::Aggregate,
         state: &SessionState,
     ) -> Result<LogicalPlan, SluiceError> {
+        if let Some(shared) = self.shared_aggregate(&aggregate)? {
+            return Ok(shared);
+        }
+        let first = self.lifted_stages.len();
+        let original = aggregate.clone();
+        let output = self.lift_new_aggregate(aggregate, state).await?;
+        self.lifted_aggregates.push(LiftedAggregate {
+            aggregate: original,
+            lifted: first..self.lifted_stages.len(),
+            output: output.clone(),
+        });
+        Ok(output)
+    }
+
+    /// The plan reading the stage of an aggregate lifted before that
+    /// computes the same as `aggregate`: the same input and aggregates,
+    /// grouped by the same keys (in any order; a projection puts them in
+    /// this one's). Nexmark's q5 counts each auction's bids per window
+    /// twice, once for the rows and once for the maximum.
+    fn shared_aggregate(
+        &mut self,
+        aggregate: &datafusion::logical_expr::Aggregate,
+    ) -> Result<Option<LogicalPlan>, SluiceError> {
+        let same_keys = |earlier: &datafusion::logical_expr::Aggregate| {
+            let keys = &aggregate.group_expr;
+            if keys.len() != earlier.group_expr.len()
+                || keys.iter().any(|k| matches!(k, Expr::GroupingSet(_)))
+            {
+                return (keys == &earlier.group_expr).then(|| (0..keys.len()).collect());
+            }
+            let order: Vec<usize> = keys
+                .iter()
+                .map(|k| earlier.group_expr.iter().position(|e| e == k))
+                .collect::<Option<_>>()?;
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            (seen.len() == order.len()).then_some(order)
+        };
+        let Some((order, lifted, output)) = self.lifted_aggregates.iter().find_map(|l| {
+            let same = l.aggregate.input == aggregate.input
+                && l.aggregate.aggr_expr == aggregate.aggr_expr;
+            let order: Vec<usize> = same.then(|| same_keys(&l.aggregate)).flatten()?;
+            Some((order, l.lifted.clone(), l.output.clone()))
+        }) else {
+            return Ok(None);
+        };
+        // Numbered as before sharing, this aggregate and its input's
+        // stages were stages of their own, holding the same state.
+        let again = self.lifted_stages[lifted].to_vec();
+        self.lifted_stages.extend(again);
+        if order.iter().enumerate().all(|(i, &k)| i == k) {
+            return Ok(Some(output));
+        }
+        let columns = (0..aggregate.schema.fields().len())
+            .map(|i| {
+                let from = order.get(i).copied().unwrap_or(i);
+                let (q, f) = output.schema().qualified_field(from);
+                let (aq, af) = aggregate.schema.qualified_field(i);
+                Expr::Column(Column::new(q.cloned(), f.name()))
+                    .alias_qualified(aq.cloned(), af.name())
+            })
+            .collect();
+        let projection = datafusion::logical_expr::Projection::try_new(columns, Arc::new(output))?;
+        Ok(Some(LogicalPlan::Projection(projection)))
+    }
+
+    async fn lift_new_aggregate(
+        &mut self,
+        aggregate: datafusion::logical_expr::Aggregate,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
         let input = self
             .lift_joins(aggregate.input.as_ref().clone(), state, true)
             .await?;
@@ -841,6 +936,7 @@ impl JoinGraph {
         traced: Vec<Option<TracedColumn>>,
     ) -> LogicalPlan {
         let id = self.stages.len();
+        self.lifted_stages.push(id);
         let slot = DeltaSlot::default();
         self.stages.push(Stage {
             operator,
@@ -1046,7 +1142,7 @@ impl JoinGraph {
         if self.stages.is_empty() {
             return Ok(None);
         }
-        if whole {
+        if whole || self.capture_whole_next {
             return self.capture_whole();
         }
         let mut gains = Vec::with_capacity(self.stages.len());
@@ -1062,6 +1158,7 @@ impl JoinGraph {
 
     /// Every operator's whole state (which resets what each has gained).
     fn capture_whole(&mut self) -> Result<Option<(Vec<OperatorPart>, bool)>, SluiceError> {
+        self.capture_whole_next = false;
         let mut parts = Vec::with_capacity(self.stages.len());
         for stage in &mut self.stages {
             parts.push(stage.operator.snapshot()?);
@@ -1070,18 +1167,25 @@ impl JoinGraph {
     }
 
     /// Puts back what [`JoinGraph::capture`] wrote, in the order written
-    /// (a whole state, then what it gained).
-    pub fn restore(&mut self, files: &[RestoredPart]) -> Result<(), SluiceError> {
+    /// (a whole state, then what it gained). `shared` says the checkpoint
+    /// numbers each stage once; before stages were shared, it numbered
+    /// them as lifted (see `lifted_stages`), and the next capture then
+    /// writes them whole, in today's numbers.
+    pub fn restore(&mut self, files: &[RestoredPart], shared: bool) -> Result<(), SluiceError> {
+        let renumbered = !shared && self.lifted_stages.iter().enumerate().any(|(i, &s)| i != s);
         for file in files {
             match file.id {
-                Some(id) => self.restore_part(id.stage, id.part as usize, &file.rows)?,
+                Some(id) => {
+                    self.restore_part(id.stage, id.part as usize, &file.rows, renumbered)?
+                }
                 None => {
                     for b in &file.rows {
-                        self.restore_ipc_parts(b)?;
+                        self.restore_ipc_parts(b, renumbered)?;
                     }
                 }
             }
         }
+        self.capture_whole_next |= renumbered;
         Ok(())
     }
 
@@ -1090,17 +1194,29 @@ impl JoinGraph {
         stage: u32,
         part: usize,
         rows: &[RecordBatch],
+        renumbered: bool,
     ) -> Result<(), SluiceError> {
+        let mut stage = stage as usize;
+        if renumbered {
+            let Some(&now) = self.lifted_stages.get(stage) else {
+                return Err(bad_state("an operator the view does not have"));
+            };
+            // A repeated aggregate's copy held what the first one holds.
+            if self.lifted_stages.iter().position(|&s| s == now) != Some(stage) {
+                return Ok(());
+            }
+            stage = now;
+        }
         let stage = self
             .stages
-            .get_mut(stage as usize)
+            .get_mut(stage)
             .ok_or_else(|| bad_state("an operator the view does not have"))?;
         stage.operator.restore(part, rows)
     }
 
     /// A state file of an earlier version: a row per stage and part, the
     /// rows in Arrow IPC form.
-    fn restore_ipc_parts(&mut self, b: &RecordBatch) -> Result<(), SluiceError> {
+    fn restore_ipc_parts(&mut self, b: &RecordBatch, renumbered: bool) -> Result<(), SluiceError> {
         let (Some(op), Some(side), Some(state)) = (
             b.column(0)
                 .as_any()
@@ -1120,7 +1236,7 @@ impl JoinGraph {
                 None,
             )?;
             let rows = reader.collect::<Result<Vec<_>, _>>()?;
-            self.restore_part(op.value(i), side.value(i) as usize, &rows)?;
+            self.restore_part(op.value(i), side.value(i) as usize, &rows, renumbered)?;
         }
         Ok(())
     }
@@ -1353,6 +1469,43 @@ mod tests {
         out
     }
 
+    /// A checkpoint numbered before repeated aggregates shared a stage
+    /// (one stage per lifted operator) restores into today's stages: a
+    /// copy's parts are skipped (the first holds the same), and the next
+    /// capture writes every stage whole, in today's numbers.
+    #[test]
+    fn restores_a_checkpoint_numbered_before_stages_were_shared() {
+        let mut graph = one_join();
+        let second = one_join().stages.pop().unwrap();
+        graph.stages.push(second);
+        // Lifted as stage 0, stage 0 again (shared), then stage 1.
+        graph.lifted_stages = vec![0, 0, 1];
+        let left = rows("v", vec![1, 2], vec![10, 20]);
+        let right = rows("w", vec![1], vec![5]);
+        let part = |stage, part, rows: &RecordBatch| RestoredPart {
+            id: Some(StatePartId { stage, part }),
+            rows: vec![rows.clone()],
+        };
+        let old = [part(0, 0, &left), part(1, 0, &left), part(2, 1, &right)];
+        graph.restore(&old, false).unwrap();
+        let held: Vec<u64> = graph.stats().iter().map(|s| s.state_rows).collect();
+        assert_eq!(held, [2, 1]);
+        let (parts, whole) = graph.capture(false).unwrap().unwrap();
+        assert!(whole);
+        let stages: Vec<u32> = parts.iter().map(|p| p.id.stage).collect();
+        assert!(stages.iter().all(|&s| s < 2), "{stages:?}");
+        // Numbered as today, the same parts are not renumbered.
+        let mut today = one_join();
+        today.stages.push(one_join().stages.pop().unwrap());
+        today.lifted_stages = vec![0, 0, 1];
+        today
+            .restore(&[part(0, 0, &left), part(1, 1, &right)], true)
+            .unwrap();
+        let held: Vec<u64> = today.stats().iter().map(|s| s.state_rows).collect();
+        assert_eq!(held, [2, 1]);
+        assert!(!today.capture(false).unwrap().unwrap().1);
+    }
+
     /// A checkpoint written before each part had a file of its own (one
     /// row per stage and part, Arrow IPC bytes) restores, and the next
     /// capture writes the restored state part by part.
@@ -1374,10 +1527,13 @@ mod tests {
         .unwrap();
         let mut graph = one_join();
         graph
-            .restore(&[RestoredPart {
-                id: None,
-                rows: vec![old],
-            }])
+            .restore(
+                &[RestoredPart {
+                    id: None,
+                    rows: vec![old],
+                }],
+                false,
+            )
             .unwrap();
         assert_eq!(graph.stats()[0].state_rows, 4);
         // Nothing was gained since the restore.
@@ -1408,7 +1564,7 @@ mod tests {
                 rows: p.rows,
             })
             .collect();
-        again.restore(&files).unwrap();
+        again.restore(&files, true).unwrap();
         assert_eq!(again.stats()[0].state_rows, 3);
     }
 }

@@ -807,8 +807,12 @@ impl CompiledView {
     }
 
     /// Puts back the joins' state from a checkpoint.
-    pub fn restore_operators(&mut self, files: &[RestoredPart]) -> Result<(), SluiceError> {
-        self.graph.restore(files)
+    pub fn restore_operators(
+        &mut self,
+        files: &[RestoredPart],
+        shared: bool,
+    ) -> Result<(), SluiceError> {
+        self.graph.restore(files, shared)
     }
 
     /// Closes the windows the watermark has passed (see [`WindowClosing`]).

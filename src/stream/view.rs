@@ -846,7 +846,7 @@ impl ViewManager {
         let manifest = match restored {
             Some(r) => {
                 compiled.restore(r.appended, r.groups)?;
-                compiled.restore_operators(&r.operators)?;
+                compiled.restore_operators(&r.operators, r.manifest.stages_shared)?;
                 restored_changes = r.changes;
                 start.consumed = r.manifest.source_offsets.clone();
                 start.clock = r.manifest.clock.clone();
