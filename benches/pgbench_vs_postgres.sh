@@ -12,10 +12,12 @@
 #
 #   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
 #   SLUICE_BIN=/path/to/sluice runs another build of the server
+#   MODE=simple sends each statement as text (parsed and planned each time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-15}"
 CLIENTS="${CLIENTS:-8}"
+MODE="${MODE:-prepared}"
 WORK="$(mktemp -d /tmp/sluice-pgbench.XXXXXX)"
 SLUICE_PORT=5477
 PG_PORT=5478
@@ -70,7 +72,7 @@ SQL
 run() {
   local name=$1 port=$2 user=$3 script=$4
   rm -f "$WORK"/log.*
-  (cd "$WORK" && "$PGBENCH" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECS" -l --log-prefix=log \
+  (cd "$WORK" && "$PGBENCH" -n -M "$MODE" -c "$CLIENTS" -j 2 -T "$SECS" -l --log-prefix=log \
     -h 127.0.0.1 -p "$port" -U "$user" -f "$script" "$user" >"$WORK/$name.out" 2>&1) \
     || { cat "$WORK/$name.out"; exit 1; }
   python3 - "$name" "$WORK/$name.out" "$WORK" <<'PY'
@@ -115,11 +117,11 @@ psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE txev (id BIGINT, t
 P_TX1=$(run postgres_tx_one $PG_PORT postgres "$WORK/tx_one.sql")
 P_TX2=$(run postgres_tx_two $PG_PORT postgres "$WORK/tx_two.sql")
 
-python3 - "$CLIENTS" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" <<'PY'
+python3 - "$CLIENTS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" <<'PY'
 import sys
-clients, rows = sys.argv[1], int(sys.argv[2])
-runs = [a.split() for a in sys.argv[3:]]
-print(f"clients: {clients}; Sluice stored {rows:,} inserted rows")
+clients, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+runs = [a.split() for a in sys.argv[4:]]
+print(f"clients: {clients}; protocol: {mode}; Sluice stored {rows:,} inserted rows")
 print("| statement | Sluice tps | p50 / p99 ms | PostgreSQL 15 tps | p50 / p99 ms | ratio |")
 print("|---|---|---|---|---|---|")
 for what, s, p in [

@@ -64,13 +64,18 @@ pub fn rss_bytes(pid: u32) -> u64 {
 }
 
 pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
-    c.query_one(sql, &[])
+    try_scalar(c, sql)
         .await
-        .unwrap_or_else(|e| {
-            let why = e
-                .as_db_error()
-                .map(|d| format!("{}: {}", d.code().code(), d.message()));
-            panic!("{sql}: {}", why.unwrap_or_else(|| e.to_string()))
-        })
-        .get(0)
+        .unwrap_or_else(|why| panic!("{sql}: {why}"))
+}
+
+/// The one value of `sql`, or its SQLSTATE and message.
+pub async fn try_scalar(c: &tokio_postgres::Client, sql: &str) -> Result<i64, String> {
+    match c.query_one(sql, &[]).await {
+        Ok(row) => Ok(row.get(0)),
+        Err(e) => Err(e
+            .as_db_error()
+            .map(|d| format!("{}: {}", d.code().code(), d.message()))
+            .unwrap_or_else(|| e.to_string())),
+    }
 }
