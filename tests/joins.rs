@@ -129,6 +129,14 @@ const VIEWS: &[(&str, &str)] = &[
          JOIN (SELECT g, max(n) AS m FROM (SELECT w % 3 AS g, k, count(*) AS n FROM r GROUP BY w % 3, k) c GROUP BY g) b \
          ON a.g = b.g AND a.n >= b.m",
     ),
+    // The second computes only some of the first's aggregates (the
+    // optimizer drops the sum nothing reads): it shares the stage too.
+    (
+        "repeated_aggregate_subset",
+        "SELECT a.k, a.n, a.total FROM (SELECT k, w % 3 AS g, count(*) AS n, sum(w) AS total FROM r GROUP BY k, w % 3) a \
+         JOIN (SELECT g, max(n) AS m FROM (SELECT w % 3 AS g, k, count(*) AS n, sum(w) AS total FROM r GROUP BY w % 3, k) c GROUP BY g) b \
+         ON a.g = b.g AND a.n >= b.m",
+    ),
 ];
 
 type Rand = rand::rngs::StdRng;
@@ -227,6 +235,16 @@ async fn join_views_equal_batch_queries_through_changes_and_sigkill() {
     let stages: Vec<String> = text_rows(
         &c,
         "SELECT kind FROM sluice_catalog.view_operators WHERE view_name = 'repeated_aggregate' ORDER BY operator",
+    )
+    .await;
+    assert_eq!(
+        stages,
+        ["aggregate", "aggregate", "join", "rows"],
+        "one aggregate stage for the two"
+    );
+    let stages: Vec<String> = text_rows(
+        &c,
+        "SELECT kind FROM sluice_catalog.view_operators WHERE view_name = 'repeated_aggregate_subset' ORDER BY operator",
     )
     .await;
     assert_eq!(

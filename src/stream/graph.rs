@@ -609,10 +609,11 @@ impl JoinGraph {
     }
 
     /// The plan reading the stage of an aggregate lifted before that
-    /// computes the same as `aggregate`: the same input and aggregates,
-    /// grouped by the same keys (in any order; a projection puts them in
-    /// this one's). Nexmark's q5 counts each auction's bids per window
-    /// twice, once for the rows and once for the maximum.
+    /// computes what `aggregate` does: the same input, grouped by the same
+    /// keys (in any order), computing its aggregates among others (the
+    /// optimizer drops those a query does not read). A projection puts the
+    /// columns in this one's order. Nexmark's q5 counts each auction's
+    /// bids per window twice, once for the rows and once for the maximum.
     fn shared_aggregate(
         &mut self,
         aggregate: &datafusion::logical_expr::Aggregate,
@@ -624,20 +625,15 @@ impl JoinGraph {
             {
                 return (keys == &earlier.group_expr).then(|| (0..keys.len()).collect());
             }
-            let order: Vec<usize> = keys
-                .iter()
-                .map(|k| earlier.group_expr.iter().position(|e| e == k))
-                .collect::<Option<_>>()?;
-            let mut seen = order.clone();
-            seen.sort_unstable();
-            seen.dedup();
-            (seen.len() == order.len()).then_some(order)
+            distinct_positions(keys, &earlier.group_expr)
         };
-        let Some((order, lifted, output)) = self.lifted_aggregates.iter().find_map(|l| {
-            let same = l.aggregate.input == aggregate.input
-                && l.aggregate.aggr_expr == aggregate.aggr_expr;
-            let order: Vec<usize> = same.then(|| same_keys(&l.aggregate)).flatten()?;
-            Some((order, l.lifted.clone(), l.output.clone()))
+        let Some((order, computed, lifted, output)) = self.lifted_aggregates.iter().find_map(|l| {
+            if l.aggregate.input != aggregate.input {
+                return None;
+            }
+            let order: Vec<usize> = same_keys(&l.aggregate)?;
+            let computed = distinct_positions(&aggregate.aggr_expr, &l.aggregate.aggr_expr)?;
+            Some((order, computed, l.lifted.clone(), l.output.clone()))
         }) else {
             return Ok(None);
         };
@@ -645,12 +641,19 @@ impl JoinGraph {
         // stages were stages of their own, holding the same state.
         let again = self.lifted_stages[lifted].to_vec();
         self.lifted_stages.extend(again);
-        if order.iter().enumerate().all(|(i, &k)| i == k) {
+        let width = output.schema().fields().len();
+        let keys_out = aggregate.schema.fields().len() - computed.len();
+        let from: Vec<usize> = (0..keys_out)
+            .map(|i| order.get(i).copied().unwrap_or(i))
+            .chain(computed.iter().map(|&a| keys_out + a))
+            .collect();
+        if from.len() == width && from.iter().enumerate().all(|(i, &k)| i == k) {
             return Ok(Some(output));
         }
-        let columns = (0..aggregate.schema.fields().len())
-            .map(|i| {
-                let from = order.get(i).copied().unwrap_or(i);
+        let columns = from
+            .iter()
+            .enumerate()
+            .map(|(i, &from)| {
                 let (q, f) = output.schema().qualified_field(from);
                 let (aq, af) = aggregate.schema.qualified_field(i);
                 Expr::Column(Column::new(q.cloned(), f.name()))
@@ -1257,6 +1260,19 @@ fn numbered_parts(stages: Vec<Vec<StatePart>>) -> Vec<OperatorPart> {
         }
     }
     out
+}
+
+/// Where each of `wanted` stands in `among`, each in its own place; None
+/// when one is missing.
+fn distinct_positions(wanted: &[Expr], among: &[Expr]) -> Option<Vec<usize>> {
+    let at: Vec<usize> = wanted
+        .iter()
+        .map(|w| among.iter().position(|e| e == w))
+        .collect::<Option<_>>()?;
+    let mut seen = at.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    (seen.len() == at.len()).then_some(at)
 }
 
 /// A window size as an interval: "5 seconds", "1500 milliseconds".
