@@ -137,6 +137,23 @@ const VIEWS: &[(&str, &str)] = &[
          JOIN (SELECT g, max(n) AS m FROM (SELECT w % 3 AS g, k, count(*) AS n, sum(w) AS total FROM r GROUP BY w % 3, k) c GROUP BY g) b \
          ON a.g = b.g AND a.n >= b.m",
     ),
+    // Aggregates with no GROUP BY below a join: their one row exists
+    // before any input, and every change takes it back and sends it anew.
+    (
+        "global_max_r",
+        "SELECT a.k, a.n FROM (SELECT k, count(*) AS n FROM r GROUP BY k) a \
+         JOIN (SELECT max(n) AS m FROM (SELECT k, count(id) AS n FROM r GROUP BY k) c) b ON a.n = b.m",
+    ),
+    (
+        "global_max_l",
+        "SELECT a.k, a.n FROM (SELECT k, count(*) AS n FROM l GROUP BY k) a \
+         JOIN (SELECT max(n) AS m FROM (SELECT k, count(v) AS n FROM l GROUP BY k) c) b ON a.n = b.m",
+    ),
+    (
+        "global_count_left",
+        "SELECT a.k, a.name, b.n, b.total FROM (SELECT k, name, 1 AS one FROM d) a \
+         LEFT JOIN (SELECT 1 AS one, count(*) AS n, sum(w) AS total FROM r) b ON a.one = b.one",
+    ),
 ];
 
 type Rand = rand::rngs::StdRng;
@@ -200,9 +217,14 @@ fn sorted(mut rows: Vec<String>) -> Vec<String> {
 
 /// Every view equals its query run over the tables, as multisets.
 async fn check_views(c: &tokio_postgres::Client, when: &str) {
+    check_listed(c, VIEWS, when).await
+}
+
+/// Each of `views` equals its query, as multisets.
+async fn check_listed(c: &tokio_postgres::Client, views: &[(&str, &str)], when: &str) {
     c.batch_execute("FLUSH").await.unwrap();
     let mut sizes = Vec::new();
-    for (name, query) in VIEWS {
+    for (name, query) in views {
         let view = sorted(text_rows(c, &format!("SELECT * FROM {name}")).await);
         let batch = sorted(text_rows(c, query).await);
         assert_eq!(view, batch, "{name} {when}");
@@ -275,6 +297,65 @@ async fn join_views_equal_batch_queries_through_changes_and_sigkill() {
         let c = server.connect().await;
         check_views(&c, &format!("after kill {kill}")).await;
     }
+}
+
+/// Views created over empty tables: a global aggregate below a join has
+/// its one row from the start (`count(*)` of nothing is 0), before any
+/// write, and after a SIGKILL the view restored from a checkpoint does not
+/// send it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_aggregates_below_joins_have_their_row_before_any_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
+    let c = server.connect().await;
+    c.batch_execute(TABLES).await.unwrap();
+    let counts = "SELECT a.n, b.m FROM (SELECT count(*) AS n FROM l) a JOIN (SELECT count(*) AS m FROM r) b ON a.n = b.m";
+    let views: Vec<(&str, &str)> = VIEWS
+        .iter()
+        .copied()
+        .filter(|(name, _)| name.starts_with("global_"))
+        .chain([("counts", counts)])
+        .collect();
+    for (name, query) in &views {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(text_rows(&c, "SELECT * FROM counts").await, ["0|0"]);
+    c.batch_execute("INSERT INTO d VALUES (1, 'one')")
+        .await
+        .unwrap();
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT * FROM global_count_left").await,
+        ["1|one|0|NULL"]
+    );
+    check_listed(&c, &views, "before any row of l and r").await;
+    // A checkpoint of the views before any row of l and r, then a SIGKILL.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    server.kill9();
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute(
+        "INSERT INTO l VALUES (1, 10), (1, 20), (2, 5); \
+         INSERT INTO r VALUES (1, 1, 7), (2, 1, 8), (3, 2, 9)",
+    )
+    .await
+    .unwrap();
+    check_listed(&c, &views, "after the first rows").await;
+    c.batch_execute("DELETE FROM r WHERE id = 3; INSERT INTO r VALUES (4, 2, 1), (5, 2, 2), (6, 2, 3); INSERT INTO l VALUES (3, 1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    server.kill9();
+    server.restart();
+    let c = server.connect().await;
+    check_listed(&c, &views, "after a second SIGKILL").await;
+    c.batch_execute("DELETE FROM r WHERE id = 1; DELETE FROM r WHERE id = 2")
+        .await
+        .unwrap();
+    check_listed(&c, &views, "after deletes").await;
 }
 
 /// What the dataflow cannot keep exact is refused at CREATE, naming what

@@ -9,7 +9,10 @@
 //! COUNT(DISTINCT). Inputs that never take rows back, with aggregates that
 //! DataFusion vectorizes (COUNT, SUM, AVG, MIN, MAX, ...), keep their groups
 //! instead in [`VectorizedGroups`]: keys interned in one hash table, each
-//! aggregate one column of state over all groups.
+//! aggregate one column of state over all groups. A global aggregate (no
+//! GROUP BY) has its one row before any input; inside the graph that row
+//! goes up when the view starts from nothing ([`Operator::start`]), so
+//! that each later change can take it back.
 //!
 //! Checkpoint: one batch with the view's current row of each group, the
 //! group keys and every accumulator's `state()` ([`AggregatePipeline::state_batch`]);
@@ -941,6 +944,23 @@ impl AggregatePipeline {
 }
 
 impl Operator for AggregatePipeline {
+    /// Inside the graph, a global aggregate's one row (unless HAVING
+    /// leaves it out): the row every later delta takes back first.
+    fn start(&mut self) -> Result<Delta, SluiceError> {
+        let Some(schema) = self.emits_changes.clone() else {
+            return Ok(Delta::default());
+        };
+        if !self.group_exprs.is_empty() {
+            return Ok(Delta::default());
+        }
+        let row = self.visible_rows(&schema, &[0])?;
+        self.rows_out += row.num_rows() as u64;
+        Ok(Delta {
+            insert: vec![row],
+            retract: Vec::new(),
+        })
+    }
+
     /// Feeds the rows; emits nothing, since the view reads its groups
     /// whole ([`AggregatePipeline::rows`]).
     fn apply(&mut self, _input: usize, delta: &Delta) -> Result<Delta, SluiceError> {

@@ -244,6 +244,10 @@ pub struct JoinGraph {
     /// The next capture writes every stage whole: the state came from a
     /// checkpoint numbered otherwise.
     capture_whole_next: bool,
+    /// The operators' rows before any input (a global aggregate's one
+    /// row) have not gone up yet: the view did not start from a
+    /// checkpoint, and nothing has run through the graph.
+    unstarted: bool,
 }
 
 /// An aggregate below a join or another aggregate, lifted as a stage.
@@ -269,7 +273,14 @@ impl JoinGraph {
             lifted_aggregates: Vec::new(),
             lifted_stages: Vec::new(),
             capture_whole_next: false,
+            unstarted: true,
         }
+    }
+
+    /// Whether the operators' rows before any input are still to be sent
+    /// up (by the next [`JoinGraph::propagate`]).
+    pub fn unstarted(&self) -> bool {
+        self.unstarted && !self.stages.is_empty()
     }
 
     /// Which sources may take rows back: what a Top-N must keep.
@@ -1007,7 +1018,9 @@ impl JoinGraph {
     /// the outputs by join. With `watermarks` (by source), each stage then
     /// moves the watermarks of its inputs that have one, and what that
     /// emits goes on up as well; `source` is then `NO_SOURCE` when no
-    /// source's rows come with them.
+    /// source's rows come with them. The first call of a graph that did
+    /// not come from a checkpoint first sends up what each operator holds
+    /// before any input ([`Operator::start`]).
     pub async fn propagate(
         &mut self,
         source: usize,
@@ -1017,8 +1030,12 @@ impl JoinGraph {
         ctx: Arc<TaskContext>,
     ) -> Result<Vec<Delta>, SluiceError> {
         let mut outputs: Vec<Delta> = Vec::with_capacity(self.stages.len());
+        let starting = std::mem::take(&mut self.unstarted);
         for j in 0..self.stages.len() {
-            let mut out = Delta::default();
+            let mut out = match starting {
+                true => self.stages[j].operator.start()?,
+                false => Delta::default(),
+            };
             for side in 0..self.stages[j].inputs.len() {
                 let input = &self.stages[j].inputs[side];
                 let reads_delta = input.sources.contains(&source)
@@ -1175,6 +1192,9 @@ impl JoinGraph {
     /// them as lifted (see `lifted_stages`), and the next capture then
     /// writes them whole, in today's numbers.
     pub fn restore(&mut self, files: &[RestoredPart], shared: bool) -> Result<(), SluiceError> {
+        // The checkpoint's state already went up through the graph,
+        // including the rows each operator had before any input.
+        self.unstarted = false;
         let renumbered = !shared && self.lifted_stages.iter().enumerate().any(|(i, &s)| i != s);
         for file in files {
             match file.id {

@@ -47,6 +47,14 @@ pub struct OperatorStats {
 }
 
 pub trait Operator: Send + Sync {
+    /// The rows the operator gives before any input (a global aggregate's
+    /// one row: `count(*)` of nothing is 0), sent once when the view
+    /// starts from nothing; a view restored from a checkpoint sent them
+    /// before. Most operators give none.
+    fn start(&mut self) -> Result<Delta, SluiceError> {
+        Ok(Delta::default())
+    }
+
     /// Applies a delta that arrived on input `input`; returns the delta it
     /// sends on.
     fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError>;

@@ -696,10 +696,24 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         let insert: Vec<RecordBatch> = insert.into_iter().filter(|b| b.num_rows() > 0).collect();
         let retract: Vec<RecordBatch> = retract.into_iter().filter(|b| b.num_rows() > 0).collect();
-        if insert.is_empty() && retract.is_empty() {
+        if insert.is_empty() && retract.is_empty() && !self.graph.unstarted() {
             return Ok(());
         }
         self.step(source, insert, retract, None, ctx, watermark_us)
+            .await
+    }
+
+    /// Sends up what the graph's operators hold before any input (a
+    /// global aggregate's one row below a join), once, for a view that
+    /// did not start from a checkpoint; nothing otherwise.
+    pub async fn start(
+        &mut self,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        if !self.graph.unstarted() {
+            return Ok(());
+        }
+        self.step(NO_SOURCE, Vec::new(), Vec::new(), None, ctx, None)
             .await
     }
 

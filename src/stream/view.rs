@@ -1027,6 +1027,25 @@ const PUBLISH_PACE: u32 = 4;
 const PUBLISH_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 impl ViewTask {
+    /// Sends up the rows the view's operators hold before any input (see
+    /// [`CompiledView::start`]); false when that failed and the view
+    /// stopped.
+    async fn start_operators(&mut self, ctx: Arc<TaskContext>) -> bool {
+        let started = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            self.compiled.start(ctx),
+        ))
+        .await
+        .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))
+        .and_then(|r| r);
+        match started {
+            Ok(()) => true,
+            Err(e) => {
+                self.publish(Err(e), None, Vec::new());
+                false
+            }
+        }
+    }
+
     /// Publishes the view's rows as of `consumed`; false when the view is
     /// gone or stopped.
     fn publish(
@@ -1419,6 +1438,9 @@ impl View {
 async fn follow_changing_view(mut task: ViewTask, upstream: Arc<View>) {
     let mut changes = upstream.progress.subscribe();
     let ctx = Arc::new(TaskContext::default());
+    if !task.start_operators(ctx.clone()).await {
+        return;
+    }
     let mut tracker = match ChangeTracker::new(&upstream.schema, &[]) {
         Ok(t) => t,
         Err(e) => {
@@ -1498,6 +1520,9 @@ fn split_changes(
 async fn follow_view(mut task: ViewTask, upstream: Arc<View>) {
     let mut changes = upstream.progress.subscribe();
     let ctx = Arc::new(TaskContext::default());
+    if !task.start_operators(ctx.clone()).await {
+        return;
+    }
     let mut first = true;
     loop {
         changes.borrow_and_update();
@@ -1528,6 +1553,9 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     let projection: Vec<usize> = (0..provider_schema.fields().len()).collect();
     let data_columns = table.def.columns.len();
     let ctx = Arc::new(TaskContext::default());
+    if !task.start_operators(ctx.clone()).await {
+        return;
+    }
     let mut clock = ViewClock::new(&table);
     clock.resume(&clock_state);
     let closing = task.compiled.closing;
@@ -1731,6 +1759,9 @@ async fn follow_inputs(
     clock_state: ViewClockState,
 ) {
     let ctx = Arc::new(TaskContext::default());
+    if !task.start_operators(ctx.clone()).await {
+        return;
+    }
     let widths: Vec<usize> = inputs
         .iter()
         .map(|i| match i {
