@@ -36,8 +36,8 @@ use crate::log::{
     TableLog,
 };
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
-use crate::query::SCAN_NOTICES;
 use crate::query::{build_context, session_config};
+use crate::query::{PointRead, SCAN_NOTICES};
 use crate::sink::SinkManager;
 use crate::source::SourceManager;
 use crate::store::DurableStore;
@@ -250,8 +250,24 @@ impl Engine {
             (Prepared::Insert(insert), BoundParams::Insert(params)) => {
                 self.run_insert(session, insert, &params).await
             }
-            (Prepared::PointRead { read, columns, .. }, BoundParams::Values(params)) => {
-                let batch = read.execute(&self.views, Some(&params))?;
+            (
+                Prepared::PointRead {
+                    read,
+                    columns,
+                    plan,
+                    ..
+                },
+                BoundParams::Values(params),
+            ) => {
+                if read.reads_table() && session.transaction.lock().open {
+                    let plan = plan.as_ref().clone().replace_params_with_values(&params)?;
+                    return self
+                        .run_plan(session, plan, Some(columns.clone()), false)
+                        .await;
+                }
+                let batch = read
+                    .execute(&self.views, &self.store, Some(&params))
+                    .await?;
                 Ok(Outcome::Batches {
                     schema: columns.clone(),
                     batches: vec![batch],
@@ -828,6 +844,20 @@ impl Engine {
             Statement::Query(q) => {
                 let s = self.planner.compat_statement(sql, *q, &session.role().name);
                 let (plan, columns) = self.planner.plan_shown(s, &session.role()).await?;
+                // A view's row by its key given as literals: a lookup in
+                // the view's index, as a prepared point read is.
+                // A keyed table inside a block is read with the block's
+                // writes, by the plan.
+                let in_block = || session.transaction.lock().open;
+                let read = PointRead::recognize(&plan)
+                    .filter(|r| !(r.has_params() || r.reads_table() && in_block()));
+                if let Some(read) = read {
+                    return Ok(Outcome::Batches {
+                        schema: columns,
+                        batches: vec![read.execute(&self.views, &self.store, None).await?],
+                        tag: "SELECT",
+                    });
+                }
                 self.run_plan(session, plan, Some(columns), false).await
             }
         }

@@ -31,6 +31,8 @@ pub enum LogError {
     TransactionTooLarge { limit: u64 },
     #[error("could not serialize access due to concurrent update of table \"{table}\": another transaction committed a row with a key this REPEATABLE READ transaction writes after its snapshot; retry the transaction")]
     SerializationFailure { table: String },
+    #[error("reading a row of table \"{table}\" by its key: {reason}")]
+    KeyLookup { table: String, reason: &'static str },
     #[error("cannot write to table \"{table}\": its rows come from {by}")]
     WrittenBySource { table: String, by: String },
 }

@@ -32,6 +32,12 @@ impl KeyCodec {
         })
     }
 
+    /// The key of one row given as its key columns' values, in the
+    /// order of the primary key.
+    pub fn encode(&self, columns: Vec<ArrayRef>) -> Result<Rows, LogError> {
+        Ok(self.converter.convert_columns(&columns)?)
+    }
+
     /// The keys of a batch whose first columns are the table's columns.
     pub fn keys(&self, batch: &RecordBatch) -> Result<Rows, LogError> {
         let columns: Vec<ArrayRef> = self
@@ -209,6 +215,88 @@ impl KeyIndex {
             }
         }
         Ok(())
+    }
+}
+
+/// Where the latest live record of each key of a keyed table is
+/// (partition, offset), for reads of one row by its key. Built from the
+/// log by the first such read, then kept by the table's writer: it notes
+/// each commit's frames as they become visible, before the commit's ends
+/// are published, so a read finds every acknowledged write.
+pub struct LatestLocations {
+    codec: KeyCodec,
+    /// The table's column count: the tombstone flag follows them.
+    columns: usize,
+    by_key: parking_lot::RwLock<Option<KeyLocations>>,
+}
+
+/// Each live key's latest record: (partition, offset).
+pub type KeyLocations = HashMap<Box<[u8]>, (u32, u64)>;
+
+impl LatestLocations {
+    pub fn new(def: &TableDef) -> Result<LatestLocations, LogError> {
+        Ok(LatestLocations {
+            codec: KeyCodec::new(def)?,
+            columns: def.columns.len(),
+            by_key: parking_lot::RwLock::new(None),
+        })
+    }
+
+    pub fn codec(&self) -> &KeyCodec {
+        &self.codec
+    }
+
+    pub fn is_built(&self) -> bool {
+        self.by_key.read().is_some()
+    }
+
+    /// Puts in the locations read from the log (no write may run
+    /// meanwhile: the caller holds the table's key lock).
+    pub fn install(&self, by_key: KeyLocations) {
+        *self.by_key.write() = Some(by_key);
+    }
+
+    /// `Some(None)`: the key has no live record; `None`: not built.
+    pub fn get(&self, key: &[u8]) -> Option<Option<(u32, u64)>> {
+        self.by_key.read().as_ref().map(|m| m.get(key).copied())
+    }
+
+    /// Notes frames that are becoming visible (partition, base offset,
+    /// records), then runs `publish` (which publishes the commit's ends)
+    /// under the same lock, so that no read sees the one without the
+    /// other. A frame whose keys cannot be read drops the locations
+    /// (the next read builds them again) rather than leave them wrong.
+    pub fn note_then<T>(
+        &self,
+        frames: &[(usize, u64, &RecordBatch)],
+        publish: impl FnOnce() -> T,
+    ) -> T {
+        let mut guard = self.by_key.write();
+        if let Some(map) = guard.as_mut() {
+            let noted: Result<(), LogError> = frames.iter().try_for_each(|(p, base, batch)| {
+                let keys = self.codec.keys(batch)?;
+                let deleted = batch
+                    .columns()
+                    .get(self.columns)
+                    .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
+                for (i, key) in keys.iter().enumerate() {
+                    match record_kind(deleted, i) {
+                        Some(false) => {
+                            map.insert(Box::from(key.as_ref()), (*p as u32, base + i as u64));
+                        }
+                        Some(true) => {
+                            map.remove(key.as_ref());
+                        }
+                        None => {}
+                    }
+                }
+                Ok(())
+            });
+            if noted.is_err() {
+                *guard = None;
+            }
+        }
+        publish()
     }
 }
 

@@ -26,7 +26,7 @@ pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta
 pub use record_file::RecordFile;
 pub use remote::RemoteSegment;
 pub use store::LogStore;
-pub use table::{OffsetRange, PreparedAppend, RoutedRows, TableLog};
+pub use table::{KeyedRow, OffsetRange, PreparedAppend, RoutedRows, TableLog};
 pub use tiering::{attach_remote_segments, spawn_tiering, tier_table};
 pub use transaction::{Snapshot, StagedWrites, TransactionCoordinator};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};

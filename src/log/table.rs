@@ -1,6 +1,7 @@
 //! A table's log: its partitions, the routing of rows to partitions, and the
 //! writer thread that makes appends durable with group commit.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -16,7 +17,7 @@ use tracing::{error, info_span, warn};
 
 use super::commit::CommitLog;
 use super::error::LogError;
-use super::keyed::{as_stored, KeyCodec, KeyIndex};
+use super::keyed::{as_stored, latest_records, KeyCodec, KeyIndex, LatestLocations};
 use super::partition::{PartitionLog, PartitionWriter};
 use super::watermark::{TableWatermark, WatermarkTracker};
 use super::LogConfig;
@@ -155,6 +156,15 @@ impl PreparedAppend {
     }
 }
 
+/// A keyed table's record read by its key.
+pub struct KeyedRow {
+    pub partition: u32,
+    pub offset: u64,
+    pub ingested_at_us: i64,
+    /// One stored record: the table's columns, then the tombstone flag.
+    pub record: RecordBatch,
+}
+
 pub struct TableLog {
     pub def: TableDef,
     pub dir: PathBuf,
@@ -183,6 +193,9 @@ struct KeyedWrites {
     codec: KeyCodec,
     /// The live keys, once a statement needed them.
     index: Arc<tokio::sync::Mutex<Option<KeyIndex>>>,
+    /// Where each key's latest record is, once a read by key needed it
+    /// (kept by the writer).
+    locations: Arc<LatestLocations>,
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -257,6 +270,10 @@ impl TableLog {
         let recovered_positions = commit_log.positions().to_vec();
         let (sender, receiver) = mpsc::channel();
         let (committed_tx, committed) = tokio::sync::watch::channel(recovered.clone());
+        let locations = match def.is_keyed() {
+            true => Some(Arc::new(LatestLocations::new(&def)?)),
+            false => None,
+        };
         let poisoned = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(WriteCounters::default());
         let writer = TableWriter {
@@ -269,6 +286,7 @@ impl TableLog {
             receiver,
             poisoned: poisoned.clone(),
             event_time_index: def.event_time_index(),
+            locations: locations.clone(),
         };
         std::thread::Builder::new()
             .name(format!("log-writer-{}", def.id))
@@ -293,12 +311,13 @@ impl TableLog {
             max_statement_bytes: config.max_statement_bytes,
             watermark,
             committed,
-            keyed: match def_keyed {
-                true => Some(KeyedWrites {
+            keyed: match (def_keyed, locations) {
+                (true, Some(locations)) => Some(KeyedWrites {
                     codec: KeyCodec::new(&def_for_keys)?,
                     index: Arc::new(tokio::sync::Mutex::new(None)),
+                    locations,
                 }),
-                false => None,
+                _ => None,
             },
             compaction: tokio::sync::Mutex::new(()),
             tiering: tokio::sync::Mutex::new(()),
@@ -558,6 +577,81 @@ impl TableLog {
         })
     }
 
+    /// The latest live record of one key of a keyed table (`key`: the
+    /// key columns' values, one row each, in primary key order), as of
+    /// the newest commit: found through the key locations (built from
+    /// the log by the first call), then read from its frame. None when
+    /// the key has no live record.
+    pub async fn read_by_key(&self, key: Vec<ArrayRef>) -> Result<Option<KeyedRow>, LogError> {
+        let Some(keyed) = &self.keyed else {
+            return Ok(None);
+        };
+        let locations = &keyed.locations;
+        if !locations.is_built() {
+            // No keyed write runs while the key lock is held, so the
+            // locations read from the log stay right until installed.
+            let _writes = keyed.index.lock().await;
+            if !locations.is_built() {
+                let mut by_key = HashMap::new();
+                for (p, part) in self.partitions.iter().enumerate() {
+                    let latest =
+                        latest_records(&self.def, &keyed.codec, part, part.end_offset()).await?;
+                    for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
+                        let (meta, batch) = &latest.frames[group[0].0];
+                        let keys = keyed.codec.keys(batch)?;
+                        for &(_, i) in group {
+                            by_key.insert(
+                                Box::from(keys.row(i).as_ref()),
+                                (p as u32, meta.header.base_offset + i as u64),
+                            );
+                        }
+                    }
+                }
+                locations.install(by_key);
+            }
+        }
+        let key = locations.codec().encode(key)?;
+        let key = key.row(0);
+        // A newer version may move the key (and compaction empty the old
+        // record) between the look-up and the read: look again.
+        for _ in 0..8 {
+            let Some(found) = locations.get(key.as_ref()) else {
+                return Err(LogError::KeyLookup {
+                    table: self.def.name.clone(),
+                    reason: "the key locations were dropped; try again",
+                });
+            };
+            let Some((p, offset)) = found else {
+                return Ok(None);
+            };
+            let part = &self.partitions[p as usize];
+            let Some(meta) = part.frames_in_range(offset, offset + 1).into_iter().next() else {
+                continue;
+            };
+            let batch = part.read_frame(&meta).await?;
+            let row = offset.saturating_sub(meta.header.base_offset) as usize;
+            if row >= batch.num_rows() {
+                continue;
+            }
+            let record = batch.slice(row, 1);
+            let live =
+                super::keyed::record_kind(super::keyed::deleted_flags(&self.def, &record), 0)
+                    == Some(false);
+            if live && keyed.codec.keys(&record)?.row(0) == key {
+                return Ok(Some(KeyedRow {
+                    partition: p,
+                    offset,
+                    ingested_at_us: meta.header.ingested_at_us,
+                    record,
+                }));
+            }
+        }
+        Err(LogError::KeyLookup {
+            table: self.def.name.clone(),
+            reason: "the key's latest record kept moving; try again",
+        })
+    }
+
     /// Routes a batch of a statement still being received, so the statement
     /// holds its rows once, already split by partition.
     pub fn route_into(&self, batch: &RecordBatch, into: &mut RoutedRows) -> Result<(), LogError> {
@@ -807,9 +901,20 @@ struct TableWriter {
     event_time_index: Option<usize>,
     counters: Arc<WriteCounters>,
     committed: tokio::sync::watch::Sender<Vec<u64>>,
+    /// A keyed table's key locations, noted as each commit is published.
+    locations: Option<Arc<LatestLocations>>,
 }
 
 impl TableWriter {
+    /// Publishes the commit's ends, first noting its frames (partition,
+    /// base offset, records) in the key locations of a keyed table.
+    fn publish_ends(&self, ends: Vec<u64>, frames: &[(usize, u64, &RecordBatch)]) {
+        match &self.locations {
+            Some(l) => l.note_then(frames, || self.committed.send_replace(ends)),
+            None => self.committed.send_replace(ends),
+        };
+    }
+
     fn run(mut self) {
         let span = info_span!("log_writer", table = %self.name);
         let _enter = span.enter();
@@ -888,7 +993,7 @@ impl TableWriter {
     /// A transaction's part: write and fsync its frames, report the new
     /// ends, then wait for the outcome.
     fn prepare(&mut self, req: PrepareRequest) {
-        let (ends, frame_bytes, carried) = match self.write_prepared(&req.parts, req.carry) {
+        let (ends, frame_bytes, carried, bases) = match self.write_prepared(&req.parts, req.carry) {
             Ok(written) => written,
             Err(e) => {
                 error!(error = %e, "writing a transaction's records failed");
@@ -904,7 +1009,13 @@ impl TableWriter {
         for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
             log.publish(w);
         }
-        self.committed.send_replace(ends.clone());
+        let frames: Vec<(usize, u64, &RecordBatch)> = req
+            .parts
+            .iter()
+            .zip(&bases)
+            .map(|((p, batch), base)| (*p, *base, batch))
+            .collect();
+        self.publish_ends(ends, &frames);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters.statements.fetch_add(1, Ordering::Relaxed);
         self.counters
@@ -922,7 +1033,7 @@ impl TableWriter {
         &mut self,
         parts: &[(usize, RecordBatch)],
         carry: bool,
-    ) -> Result<(Vec<u64>, usize, CarriedFrames), LogError> {
+    ) -> Result<(Vec<u64>, usize, CarriedFrames, Vec<u64>), LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.name.clone()));
         }
@@ -932,8 +1043,10 @@ impl TableWriter {
         let now = now_us();
         let mut frame_bytes = 0;
         let mut frames = Vec::new();
+        let mut bases = Vec::with_capacity(parts.len());
         for (p, batch) in parts {
             let range = event_range(batch, self.event_time_index);
+            bases.push(self.writers[*p].next_offset());
             let bytes = self.writers[*p].write_frame(batch, now, range)?;
             frame_bytes += bytes.len();
             frames.push((*p, bytes));
@@ -945,7 +1058,7 @@ impl TableWriter {
             frames.clear();
         }
         let ends = self.writers.iter().map(|w| w.next_offset()).collect();
-        Ok((ends, frame_bytes, frames))
+        Ok((ends, frame_bytes, frames, bases))
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
@@ -965,11 +1078,14 @@ impl TableWriter {
             .iter()
             .flat_map(|r| r.parts.iter().cloned())
             .collect::<Vec<_>>();
-        for (p, batch) in coalesce(parts, self.writers.len())? {
-            let range = event_range(&batch, self.event_time_index);
-            let bytes = self.writers[p].write_frame(&batch, now, range)?;
+        let coalesced = coalesce(parts, self.writers.len())?;
+        let mut written = Vec::with_capacity(coalesced.len());
+        for (p, batch) in &coalesced {
+            let range = event_range(batch, self.event_time_index);
+            written.push((*p, self.writers[*p].next_offset(), batch));
+            let bytes = self.writers[*p].write_frame(batch, now, range)?;
             frame_bytes += bytes.len();
-            frames.push((p, bytes));
+            frames.push((*p, bytes));
         }
         let close = group.iter().any(|r| r.upkeep == Upkeep::CloseSegments);
         if close {
@@ -997,7 +1113,7 @@ impl TableWriter {
         for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
             log.publish(w);
         }
-        self.committed.send_replace(ends);
+        self.publish_ends(ends, &written);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes

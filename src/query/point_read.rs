@@ -1,9 +1,13 @@
-//! Point reads of a materialized view: a `SELECT` of plain columns of one
-//! view filtered by equalities of its columns with parameters or literals
-//! (`SELECT * FROM totals WHERE tenant = $1`). A prepared statement of that
-//! shape is answered by a hash lookup in the view's published snapshot
-//! (an index built once per snapshot), with no plan per execution; it
-//! reads the same snapshot a planned query would, so answers are the same.
+//! Point reads: a `SELECT` of plain columns of one materialized view
+//! filtered by equalities of its columns with parameters or literals
+//! (`SELECT * FROM totals WHERE tenant = $1`), or of one keyed table by
+//! its whole primary key (`SELECT * FROM users WHERE id = $1`). A
+//! statement of that shape is answered with no plan per execution: a
+//! view's by a hash lookup in its published snapshot (an index built once
+//! per snapshot), reading the same snapshot a planned query would; a
+//! keyed table's by the location of the key's latest record
+//! ([`TableLog::read_by_key`]), as of the newest commit, as a planned
+//! query outside a transaction block reads it.
 
 use std::sync::Arc;
 
@@ -14,8 +18,10 @@ use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 
+use super::provider::LogTableProvider;
 use super::view_table::ViewTable;
 use crate::error::SluiceError;
+use crate::log::{LogStore, TableLog};
 use crate::stream::ViewManager;
 
 /// What a key column is compared with.
@@ -26,10 +32,24 @@ enum KeyValue {
     Literal(ScalarValue),
 }
 
+/// What a point read reads.
+#[derive(Debug)]
+enum Target {
+    View(String),
+    /// A keyed table, by the key columns' positions in primary key order
+    /// (among `key_columns`); its id tells a table dropped and created
+    /// again.
+    Table {
+        name: String,
+        id: u64,
+        key_order: Vec<usize>,
+    },
+}
+
 #[derive(Debug)]
 pub struct PointRead {
-    view: String,
-    /// The view's columns when the statement was prepared.
+    target: Target,
+    /// The view's (or table's) columns when the statement was prepared.
     view_schema: SchemaRef,
     key_columns: Vec<usize>,
     key_values: Vec<KeyValue>,
@@ -58,8 +78,30 @@ impl PointRead {
             return None;
         }
         let provider = source_as_provider(&scan.source).ok()?;
-        let view = provider.downcast_ref::<ViewTable>()?;
-        let view_schema = view.schema_when_planned();
+        let mut keyed = None;
+        let (mut target, view_schema) = match provider.downcast_ref::<ViewTable>() {
+            Some(view) => (
+                Target::View(view.name().to_string()),
+                view.schema_when_planned(),
+            ),
+            None => {
+                let table = provider
+                    .downcast_ref::<LogTableProvider>()?
+                    .keyed_latest()?;
+                // A source's table takes writes the key locations do not
+                // follow.
+                if table.def.written_by_source().is_some() {
+                    return None;
+                }
+                let target = Target::Table {
+                    name: table.def.name.clone(),
+                    id: table.def.id,
+                    key_order: Vec::new(),
+                };
+                keyed = Some(table.clone());
+                (target, provider.schema())
+            }
+        };
         let column_index = |e: &Expr| match e {
             Expr::Column(c) => view_schema.index_of(&c.name).ok(),
             _ => None,
@@ -96,12 +138,18 @@ impl PointRead {
             key_columns.push(column);
             key_values.push(match value {
                 Expr::Placeholder(p) => KeyValue::Param(p.id.clone()),
-                Expr::Literal(v, _) => KeyValue::Literal(v.clone()),
+                Expr::Literal(v, _) => {
+                    KeyValue::Literal(exact_in(v, view_schema.field(column).data_type())?)
+                }
                 _ => return None,
             });
         }
+        if let (Target::Table { key_order, .. }, Some(table)) = (&mut target, &keyed) {
+            // The whole primary key, and nothing else, picks one record.
+            *key_order = primary_key_order(table, &key_columns)?;
+        }
         Some(PointRead {
-            view: view.name().to_string(),
+            target,
             view_schema,
             key_columns,
             key_values,
@@ -110,20 +158,28 @@ impl PointRead {
         })
     }
 
-    /// The rows as of the view's last published snapshot.
-    pub fn execute(
+    /// Whether a key is given by a parameter (`$1`), not a literal.
+    pub fn has_params(&self) -> bool {
+        self.key_values
+            .iter()
+            .any(|k| matches!(k, KeyValue::Param(_)))
+    }
+
+    /// Whether it reads a keyed table: inside a transaction block, which
+    /// reads its own writes (and in REPEATABLE READ its snapshot), the
+    /// query is planned instead.
+    pub fn reads_table(&self) -> bool {
+        matches!(self.target, Target::Table { .. })
+    }
+
+    /// The rows: a view's as of its last published snapshot, a keyed
+    /// table's as of its newest commit.
+    pub async fn execute(
         &self,
         views: &ViewManager,
+        tables: &LogStore,
         params: Option<&ParamValues>,
     ) -> Result<RecordBatch, SluiceError> {
-        let view = views
-            .view(&self.view)
-            .ok_or_else(|| SluiceError::UndefinedTable(self.view.clone()))?;
-        if view.schema.fields() != self.view_schema.fields() {
-            return Err(SluiceError::Unsupported(
-                "cached plan must not change result type".into(),
-            ));
-        }
         let key = self
             .key_values
             .iter()
@@ -137,13 +193,119 @@ impl PointRead {
                 ))),
             })
             .collect::<Result<Vec<_>, SluiceError>>()?;
-        view.point_read(
-            &self.key_columns,
-            &key,
-            &self.projection,
-            self.output.clone(),
-        )
+        let changed = || SluiceError::Unsupported("cached plan must not change result type".into());
+        match &self.target {
+            Target::View(name) => {
+                let view = views
+                    .view(name)
+                    .ok_or_else(|| SluiceError::UndefinedTable(name.clone()))?;
+                if view.schema.fields() != self.view_schema.fields() {
+                    return Err(changed());
+                }
+                view.point_read(
+                    &self.key_columns,
+                    &key,
+                    &self.projection,
+                    self.output.clone(),
+                )
+            }
+            Target::Table {
+                name,
+                id,
+                key_order,
+            } => {
+                let table = tables
+                    .table(name)
+                    .ok_or_else(|| SluiceError::UndefinedTable(name.clone()))?;
+                if table.def.id != *id {
+                    return Err(changed());
+                }
+                self.read_table(&table, key_order, &key).await
+            }
+        }
     }
+
+    /// A keyed table's record of the key, projected; no row for a NULL
+    /// key (`= NULL` is never true) or a key with no live record.
+    async fn read_table(
+        &self,
+        table: &TableLog,
+        key_order: &[usize],
+        key: &[ScalarValue],
+    ) -> Result<RecordBatch, SluiceError> {
+        let empty = || RecordBatch::new_empty(self.output.clone());
+        if key.iter().any(ScalarValue::is_null) {
+            return Ok(empty());
+        }
+        let mut columns = Vec::with_capacity(key_order.len());
+        for &k in key_order {
+            let ty = self.view_schema.field(self.key_columns[k]).data_type();
+            let value = key[k].cast_to(ty)?;
+            // A parameter's value out of the column's range equals nothing.
+            if value.is_null() {
+                return Ok(empty());
+            }
+            columns.push(value.to_array_of_size(1)?);
+        }
+        let Some(found) = table.read_by_key(columns).await? else {
+            return Ok(empty());
+        };
+        let n = table.def.columns.len();
+        let columns = self
+            .projection
+            .iter()
+            .zip(self.output.fields())
+            .map(|(&c, field)| {
+                let column: arrow::array::ArrayRef = match c.checked_sub(n) {
+                    None => found.record.column(c).clone(),
+                    Some(0) => {
+                        Arc::new(arrow::array::Int32Array::from(vec![found.partition as i32]))
+                    }
+                    Some(1) => Arc::new(arrow::array::Int64Array::from(vec![found.offset as i64])),
+                    Some(_) => Arc::new(
+                        arrow::array::TimestampMicrosecondArray::from(vec![found.ingested_at_us])
+                            .with_timezone("+00:00"),
+                    ),
+                };
+                Ok(arrow::compute::cast(&column, field.data_type())?)
+            })
+            .collect::<Result<Vec<_>, SluiceError>>()?;
+        Ok(RecordBatch::try_new(self.output.clone(), columns)?)
+    }
+}
+
+/// For a keyed table's point read: the position in `key_columns` of each
+/// primary key column, in primary key order, when they are the whole
+/// primary key.
+fn primary_key_order(table: &TableLog, key_columns: &[usize]) -> Option<Vec<usize>> {
+    let primary = table.def.primary_key_indices();
+    if primary.len() != key_columns.len() {
+        return None;
+    }
+    primary
+        .iter()
+        .map(|p| key_columns.iter().position(|k| k == p))
+        .collect()
+}
+
+/// `value` as a value of `column_type`, when it is one exactly (`5` of a
+/// BIGINT column, `'acme'` of a TEXT one). Otherwise (`5.5` or `'5'` of a
+/// BIGINT column, a text timestamp) the query is planned as usual, which
+/// applies SQL's coercions: a cast would truncate 5.5 to 5.
+fn exact_in(value: &ScalarValue, column_type: &DataType) -> Option<ScalarValue> {
+    let same_kind = |a: &DataType, b: &DataType| {
+        (a.is_integer() && b.is_integer())
+            || (matches!(a, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+                && matches!(b, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+            || a == b
+    };
+    if value.is_null() || !same_kind(&value.data_type(), column_type) {
+        return None;
+    }
+    let cast = value.cast_to(column_type).ok()?;
+    // An integer out of the column's range is not a value of it.
+    let back = cast.cast_to(&value.data_type()).ok()?;
+    (back == *value).then_some(cast)
 }
 
 /// Types whose values are equal in SQL exactly when their row encodings

@@ -91,6 +91,12 @@ impl LogTableProvider {
         }
     }
 
+    /// The keyed table whose latest records a scan of this reads (not
+    /// its changelog, not the target of an INSERT).
+    pub fn keyed_latest(&self) -> Option<&Arc<TableLog>> {
+        (self.mode == ScanMode::Latest && !self.on_conflict_do_nothing).then_some(&self.table)
+    }
+
     /// The table as the target of `INSERT ... ON CONFLICT DO NOTHING`.
     pub fn on_conflict_do_nothing(mut self) -> Self {
         self.on_conflict_do_nothing = true;
