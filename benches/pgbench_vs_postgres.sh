@@ -8,7 +8,9 @@
 #   2. point read by key of a 50-row aggregate: a materialized view in
 #      Sluice, a table with a primary key in PostgreSQL;
 #   3. a transaction block of two INSERTs into one table, and
-#   4. one of an INSERT into each of two tables (committed together).
+#   4. one of an INSERT into each of two tables (committed together);
+#   5. point read by primary key of a 100,000-row table (a keyed table in
+#      Sluice, a table with a primary key in PostgreSQL).
 #
 #   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
 #   SLUICE_BIN=/path/to/sluice runs another build of the server
@@ -52,6 +54,10 @@ SQL
 cat >"$WORK/read.sql" <<'SQL'
 \set t random(1, 50)
 SELECT tenant, n, tokens FROM totals WHERE tenant = :t;
+SQL
+cat >"$WORK/read_keyed.sql" <<'SQL'
+\set id random(1, 100000)
+SELECT id, name, score FROM users WHERE id = :id;
 SQL
 cat >"$WORK/tx_one.sql" <<'SQL'
 \set id random(1, 1000000000)
@@ -100,6 +106,9 @@ psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE txev (id BIGINT,
   -c "CREATE TABLE audit (id BIGINT, what TEXT) WITH (partitions = 4)"
 S_TX1=$(run sluice_tx_one $SLUICE_PORT b "$WORK/tx_one.sql")
 S_TX2=$(run sluice_tx_two $SLUICE_PORT b "$WORK/tx_two.sql")
+psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, score BIGINT) WITH (partitions = 4)" \
+  -c "INSERT INTO users SELECT value, 'user' || CAST(value AS TEXT), value % 100 FROM generate_series(1, 100000)"
+S_KEYED=$(run sluice_read_keyed $SLUICE_PORT b "$WORK/read_keyed.sql")
 kill $SLUICE_PID; wait $SLUICE_PID 2>/dev/null || true; SLUICE_PID=
 
 # --- PostgreSQL 15, durable defaults ---
@@ -116,8 +125,11 @@ psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE txev (id BIGINT, t
   -c "CREATE TABLE audit (id BIGINT, what TEXT)"
 P_TX1=$(run postgres_tx_one $PG_PORT postgres "$WORK/tx_one.sql")
 P_TX2=$(run postgres_tx_two $PG_PORT postgres "$WORK/tx_two.sql")
+psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, score BIGINT)" \
+  -c "INSERT INTO users SELECT g, 'user' || g, g % 100 FROM generate_series(1, 100000) AS g" -c "ANALYZE users"
+P_KEYED=$(run postgres_read_keyed $PG_PORT postgres "$WORK/read_keyed.sql")
 
-python3 - "$CLIENTS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" <<'PY'
+python3 - "$CLIENTS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" "$S_KEYED" "$P_KEYED" <<'PY'
 import sys
 clients, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 runs = [a.split() for a in sys.argv[4:]]
@@ -129,6 +141,7 @@ for what, s, p in [
     ("point read by key", runs[2], runs[3]),
     ("BEGIN; 2 INSERTs into one table; COMMIT", runs[4], runs[5]),
     ("BEGIN; INSERT into each of two tables; COMMIT", runs[6], runs[7]),
+    ("point read of a 100,000-row table by primary key", runs[8], runs[9]),
 ]:
     print(f"| {what} | {float(s[1]):,.0f} | {s[2]} / {s[3]} | {float(p[1]):,.0f} | {p[2]} / {p[3]} | {float(s[1]) / float(p[1]):.2f}x |")
 PY

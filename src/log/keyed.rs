@@ -228,6 +228,7 @@ pub struct LatestLocations {
     /// The table's column count: the tombstone flag follows them.
     columns: usize,
     by_key: parking_lot::RwLock<Option<KeyLocations>>,
+    frames: parking_lot::Mutex<FrameCache>,
 }
 
 /// Each live key's latest record: (partition, offset).
@@ -239,7 +240,22 @@ impl LatestLocations {
             codec: KeyCodec::new(def)?,
             columns: def.columns.len(),
             by_key: parking_lot::RwLock::new(None),
+            frames: parking_lot::Mutex::new(FrameCache::default()),
         })
+    }
+
+    /// The decoded frame of partition `partition` at `base`, if a read by
+    /// key read it lately.
+    pub fn cached_frame(&self, partition: u32, base: u64) -> Option<RecordBatch> {
+        self.frames.lock().get((partition, base))
+    }
+
+    pub fn cache_frame(&self, partition: u32, base: u64, frame: RecordBatch) {
+        self.frames.lock().put((partition, base), frame)
+    }
+
+    pub fn forget_frame(&self, partition: u32, base: u64) {
+        self.frames.lock().remove((partition, base))
     }
 
     pub fn codec(&self) -> &KeyCodec {
@@ -300,6 +316,60 @@ impl LatestLocations {
     }
 }
 
+/// Decoded frames that reads by key found their records in, the most
+/// recently used kept up to a byte budget: a read of a key whose frame is
+/// here costs a look-up, not a frame read, checked and decoded (a frame
+/// of a bulk load holds thousands of records).
+#[derive(Default)]
+struct FrameCache {
+    frames: HashMap<(u32, u64), (RecordBatch, u64)>,
+    /// Least recently used first: use tick -> frame.
+    order: std::collections::BTreeMap<u64, (u32, u64)>,
+    bytes: usize,
+    tick: u64,
+}
+
+/// The frame cache's budget per keyed table.
+const FRAME_CACHE_BYTES: usize = 64 << 20;
+
+impl FrameCache {
+    fn get(&mut self, at: (u32, u64)) -> Option<RecordBatch> {
+        self.tick += 1;
+        let (frame, used) = self.frames.get_mut(&at)?;
+        self.order.remove(used);
+        *used = self.tick;
+        self.order.insert(self.tick, at);
+        Some(frame.clone())
+    }
+
+    fn put(&mut self, at: (u32, u64), frame: RecordBatch) {
+        let size = frame.get_array_memory_size();
+        if size > FRAME_CACHE_BYTES / 4 {
+            return;
+        }
+        self.remove(at);
+        self.tick += 1;
+        self.bytes += size;
+        self.frames.insert(at, (frame, self.tick));
+        self.order.insert(self.tick, at);
+        while self.bytes > FRAME_CACHE_BYTES {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some((f, _)) = self.frames.remove(&oldest) {
+                self.bytes -= f.get_array_memory_size();
+            }
+        }
+    }
+
+    fn remove(&mut self, at: (u32, u64)) {
+        if let Some((f, used)) = self.frames.remove(&at) {
+            self.order.remove(&used);
+            self.bytes -= f.get_array_memory_size();
+        }
+    }
+}
+
 /// Adds the `_deleted` column (false: upserts) to batches of the table's
 /// columns; stored batches pass through.
 pub fn as_stored(def: &TableDef, batch: &RecordBatch) -> Result<RecordBatch, LogError> {
@@ -326,4 +396,44 @@ pub fn tombstones(def: &TableDef, keys: &RecordBatch) -> Result<RecordBatch, Log
     }
     columns.push(Arc::new(BooleanArray::from(vec![true; n])));
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+#[cfg(test)]
+mod frame_cache_tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    /// A frame of about 10 MB.
+    fn frame(v: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([(
+            "v",
+            Arc::new(Int64Array::from(vec![v; 1_250_000])) as ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    #[test]
+    fn keeps_the_most_recently_used_frames_within_its_budget() {
+        let mut cache = FrameCache::default();
+        for base in 0..6 {
+            cache.put((0, base), frame(base as i64));
+        }
+        // Frame 0 used again: frame 1 is now the least recently used.
+        assert!(cache.get((0, 0)).is_some());
+        cache.put((0, 6), frame(6));
+        cache.put((0, 7), frame(7));
+        assert!(cache.bytes <= FRAME_CACHE_BYTES);
+        assert!(cache.get((0, 0)).is_some(), "used lately, kept");
+        assert!(cache.get((0, 1)).is_none(), "least recently used, dropped");
+        assert!(cache.get((0, 7)).is_some());
+        cache.remove((0, 7));
+        assert!(cache.get((0, 7)).is_none());
+        assert_eq!(cache.frames.len(), cache.order.len());
+        let held: usize = cache
+            .frames
+            .values()
+            .map(|(f, _)| f.get_array_memory_size())
+            .sum();
+        assert_eq!(held, cache.bytes);
+    }
 }

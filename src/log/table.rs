@@ -628,23 +628,35 @@ impl TableLog {
             let Some(meta) = part.frames_in_range(offset, offset + 1).into_iter().next() else {
                 continue;
             };
-            let batch = part.read_frame(&meta).await?;
-            let row = offset.saturating_sub(meta.header.base_offset) as usize;
+            let base = meta.header.base_offset;
+            let (batch, cached) = match locations.cached_frame(p, base) {
+                Some(frame) => (frame, true),
+                None => (part.read_frame(&meta).await?, false),
+            };
+            let row = offset.saturating_sub(base) as usize;
             if row >= batch.num_rows() {
+                locations.forget_frame(p, base);
                 continue;
             }
             let record = batch.slice(row, 1);
             let live =
                 super::keyed::record_kind(super::keyed::deleted_flags(&self.def, &record), 0)
                     == Some(false);
-            if live && keyed.codec.keys(&record)?.row(0) == key {
-                return Ok(Some(KeyedRow {
-                    partition: p,
-                    offset,
-                    ingested_at_us: meta.header.ingested_at_us,
-                    record,
-                }));
+            if !(live && keyed.codec.keys(&record)?.row(0) == key) {
+                // A frame compaction rewrote since it was cached, or a key
+                // that moved: read again.
+                locations.forget_frame(p, base);
+                continue;
             }
+            if !cached {
+                locations.cache_frame(p, base, batch.clone());
+            }
+            return Ok(Some(KeyedRow {
+                partition: p,
+                offset,
+                ingested_at_us: meta.header.ingested_at_us,
+                record,
+            }));
         }
         Err(LogError::KeyLookup {
             table: self.def.name.clone(),
