@@ -12,6 +12,7 @@ mod depth;
 mod driver_queries;
 mod error;
 mod hidden;
+mod key_literals;
 mod parse;
 mod regproc;
 mod result_names;
@@ -27,6 +28,7 @@ pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use driver_queries::driver_query;
 pub use error::SqlError;
 pub use hidden::hide_system_columns;
+pub use key_literals::{parameterize_key_literals, KeyLiteral};
 pub use parse::{
     ident_name, parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView,
     ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes,

@@ -165,6 +165,21 @@ impl PointRead {
             .any(|k| matches!(k, KeyValue::Param(_)))
     }
 
+    /// Whether each key parameter's value in `params` is exactly a value
+    /// of its key column's type (literals of a text query, which SQL would
+    /// otherwise coerce: 1.5 is no INT).
+    pub fn params_fit(&self, params: &ParamValues) -> bool {
+        self.key_values
+            .iter()
+            .zip(&self.key_columns)
+            .all(|(k, &c)| match k {
+                KeyValue::Literal(_) => true,
+                KeyValue::Param(id) => params.get_placeholders_with_values(id).is_ok_and(|v| {
+                    exact_in(&v.value, self.view_schema.field(c).data_type()).is_some()
+                }),
+            })
+    }
+
     /// Whether it reads a keyed table: inside a transaction block, which
     /// reads its own writes (and in REPEATABLE READ its snapshot), the
     /// query is planned instead.
