@@ -512,3 +512,67 @@ async fn prepared_update_and_delete_bind_their_parameters() {
         .unwrap_err();
     assert!(!sqlstate(&e).is_empty(), "{e}");
 }
+
+/// `ON CONFLICT (key) DO UPDATE SET` every other column `= EXCLUDED.col`,
+/// as ORMs write an upsert, replaces the row as a keyed table's INSERT
+/// does; every other DO UPDATE would keep part of the old row and is
+/// refused with 0A000, saying what is taken.
+#[tokio::test]
+async fn on_conflict_do_update_that_replaces_the_row_is_an_upsert() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE kv (k TEXT PRIMARY KEY, v BIGINT, note TEXT);
+         CREATE TABLE pair (a INT, b TEXT, v BIGINT, PRIMARY KEY (a, b));
+         INSERT INTO kv VALUES ('a', 1, 'x') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, note = excluded.note;
+         INSERT INTO kv VALUES ('a', 2, 'y'), ('b', 3, NULL) ON CONFLICT (k) DO UPDATE SET note = EXCLUDED.note, v = EXCLUDED.v;
+         INSERT INTO kv VALUES ('b', 4, 'z') ON CONFLICT ON CONSTRAINT kv_pkey DO UPDATE SET k = EXCLUDED.k, v = EXCLUDED.v, note = EXCLUDED.note;
+         INSERT INTO kv SELECT k || '2', v, note FROM kv ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note;
+         INSERT INTO pair VALUES (1, 'p', 1) ON CONFLICT (b, a) DO UPDATE SET v = EXCLUDED.v;
+         INSERT INTO pair VALUES (1, 'p', 5) ON CONFLICT (a, b) DO UPDATE SET v = EXCLUDED.v;",
+    )
+    .await
+    .unwrap();
+    let prepared = c
+        .prepare("INSERT INTO kv (k, v, note) VALUES ($1, $2, $3) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note")
+        .await
+        .unwrap();
+    c.execute(&prepared, &[&"a", &7i64, &"prepared"])
+        .await
+        .unwrap();
+    c.execute(&prepared, &[&"c", &8i64, &None::<String>])
+        .await
+        .unwrap();
+    c.batch_execute("BEGIN; INSERT INTO kv VALUES ('a2', 9, 'tx') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note; COMMIT")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&c, "SELECT k, v, note FROM kv ORDER BY k").await,
+        ["a|7|prepared", "a2|9|tx", "b|4|z", "b2|4|z", "c|8|NULL"]
+    );
+    assert_eq!(rows(&c, "SELECT * FROM pair").await, ["1|p|5"]);
+    for (sql, state) in [
+        // Part of the row from EXCLUDED, the rest kept: not what a keyed
+        // table's INSERT does.
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (k) DO UPDATE SET v = kv.v + 1, note = EXCLUDED.note", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.note, note = EXCLUDED.v", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note WHERE kv.v < 5", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (v) DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT ON CONSTRAINT other DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT DO UPDATE SET v = EXCLUDED.v, note = EXCLUDED.note", "0A000"),
+        ("INSERT INTO pair VALUES (1, 'p', 1) ON CONFLICT (a) DO UPDATE SET v = EXCLUDED.v", "0A000"),
+        ("INSERT INTO kv VALUES ('a', 1, 'q') ON CONFLICT (k) DO UPDATE SET nope = EXCLUDED.nope, v = EXCLUDED.v, note = EXCLUDED.note", "42703"),
+    ] {
+        let e = c.batch_execute(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&e), state, "{sql}: {e}");
+        let e = c.prepare(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&e), state, "prepared {sql}: {e}");
+    }
+    // Nothing of a refused statement was stored.
+    assert_eq!(
+        rows(&c, "SELECT k, v, note FROM kv ORDER BY k").await,
+        ["a|7|prepared", "a2|9|tx", "b|4|z", "b2|4|z", "c|8|NULL"]
+    );
+}

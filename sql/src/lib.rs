@@ -30,9 +30,9 @@ pub use error::SqlError;
 pub use hidden::hide_system_columns;
 pub use key_literals::{parameterize_key_literals, KeyLiteral};
 pub use parse::{
-    ident_name, parse_sql, split_statements, CopyFormat, CopyFrom, CopyTo, CreateView,
-    ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement, TransactionModes,
-    TransactionOp,
+    ident_name, parse_sql, split_statements, ConflictUpdate, CopyFormat, CopyFrom, CopyTo,
+    CreateView, ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement,
+    TransactionModes, TransactionOp,
 };
 pub use regproc::rewrite_regproc_zero;
 pub use result_names::{name_result_columns, ResultName};

@@ -11,6 +11,19 @@ use crate::subscription::{
     parse_subscription_statement, CreateSink, CreateSubscription, Fetch, StartAt,
 };
 
+/// An `ON CONFLICT ... DO UPDATE SET ...` clause, as names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConflictUpdate {
+    /// The conflict target: its columns, or `ON CONSTRAINT name`.
+    pub columns: Vec<String>,
+    pub constraint: Option<String>,
+    /// Each assignment's column, and the column of `EXCLUDED` it takes
+    /// (None: any other expression).
+    pub sets: Vec<(String, Option<String>)>,
+    /// It has a WHERE clause.
+    pub filtered: bool,
+}
+
 /// One statement, classified by who executes it.
 #[derive(Debug, Clone)]
 pub enum Statement {
@@ -33,6 +46,10 @@ pub enum Statement {
         /// `ON CONFLICT DO NOTHING` (keyed tables); the statement carries no
         /// ON CONFLICT clause any more.
         on_conflict_do_nothing: bool,
+        /// `ON CONFLICT ... DO UPDATE SET ...`: what it names, for the
+        /// server to check that it replaces the whole row, which is what
+        /// an INSERT into a keyed table does.
+        on_conflict_update: Option<ConflictUpdate>,
         statement: Box<ast::Statement>,
     },
     /// `UPDATE t SET col = expr, ... [WHERE cond]` (keyed tables): each
@@ -309,6 +326,41 @@ pub fn split_statements(sql: &str) -> Result<Vec<String>, SqlError> {
 
 fn start_of_token(sql: &str, t: &TokenWithSpan) -> usize {
     byte_offset(sql, t.span.start.line, t.span.start.column)
+}
+
+/// An ON CONFLICT DO UPDATE clause as names: `SET v = EXCLUDED.v` is
+/// `("v", Some("v"))`.
+fn conflict_update(target: Option<ast::ConflictTarget>, update: ast::DoUpdate) -> ConflictUpdate {
+    let (columns, constraint) = match target {
+        Some(ast::ConflictTarget::Columns(c)) => (c.iter().map(ident_name).collect(), None),
+        Some(ast::ConflictTarget::OnConstraint(name)) => (Vec::new(), Some(object_name(&name))),
+        None => (Vec::new(), None),
+    };
+    let sets = update
+        .assignments
+        .iter()
+        .map(|a| {
+            let column = match &a.target {
+                ast::AssignmentTarget::ColumnName(name) => object_name(name),
+                other => other.to_string(),
+            };
+            let source = match &a.value {
+                ast::Expr::CompoundIdentifier(parts)
+                    if parts.len() == 2 && parts[0].value.eq_ignore_ascii_case("excluded") =>
+                {
+                    Some(ident_name(&parts[1]))
+                }
+                _ => None,
+            };
+            (column, source)
+        })
+        .collect();
+    ConflictUpdate {
+        columns,
+        constraint,
+        sets,
+        filtered: update.selection.is_some(),
+    }
 }
 
 /// Byte offset of a tokenizer location (1-based line and character column).
@@ -618,12 +670,20 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                     "INSERT ... RETURNING is not supported".into(),
                 ));
             }
+            let mut on_conflict_update = None;
             let on_conflict_do_nothing = match insert.on.take() {
                 None => false,
                 Some(ast::OnInsert::OnConflict(ast::OnConflict {
                     action: ast::OnConflictAction::DoNothing,
                     ..
                 })) => true,
+                Some(ast::OnInsert::OnConflict(ast::OnConflict {
+                    conflict_target,
+                    action: ast::OnConflictAction::DoUpdate(update),
+                })) => {
+                    on_conflict_update = Some(conflict_update(conflict_target, update));
+                    false
+                }
                 Some(other) => {
                     return Err(SqlError::Unsupported(format!(
                         "{other} is not supported: an INSERT into a keyed table already replaces the row with the same key; ON CONFLICT DO NOTHING keeps the existing one"
@@ -646,6 +706,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                 columns,
                 values,
                 on_conflict_do_nothing,
+                on_conflict_update,
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
         }

@@ -522,6 +522,7 @@ impl Engine {
                 columns,
                 values: Some(rows),
                 on_conflict_do_nothing,
+                on_conflict_update,
                 ..
             } if rows
                 .iter()
@@ -540,6 +541,7 @@ impl Engine {
                     sluice_sql::Privilege::Insert,
                 )?;
                 check_on_conflict(&log.def, on_conflict_do_nothing)?;
+                check_conflict_update(&log.def, on_conflict_update.as_ref())?;
                 let mut stager = RowStager::new(&log.def, &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
@@ -564,11 +566,15 @@ impl Engine {
                 table,
                 statement,
                 on_conflict_do_nothing,
+                on_conflict_update,
                 ..
             } => {
-                let statement =
-                    self.planner
-                        .insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                let statement = self.planner.insert_with_columns(
+                    &table,
+                    *statement,
+                    on_conflict_do_nothing,
+                    on_conflict_update.as_ref(),
+                )?;
                 let plan = self.planner.plan(statement, &session.role()).await?;
                 self.run_plan(session, plan, None, true).await
             }
@@ -1396,6 +1402,64 @@ impl Engine {
             rows: Box::pin(cancellable(batches, watch)),
         })
     }
+}
+
+/// `ON CONFLICT ... DO UPDATE SET ...` is what an INSERT into a keyed
+/// table does anyway (the row with the same key is replaced) when its
+/// target is the primary key and it sets every other column from
+/// `EXCLUDED`, as ORMs' upserts write it; anything else would keep parts
+/// of the old row, which a keyed table's INSERT does not.
+pub(super) fn check_conflict_update(
+    def: &sluice_catalog::TableDef,
+    update: Option<&sluice_sql::ConflictUpdate>,
+) -> Result<(), SluiceError> {
+    let Some(update) = update else {
+        return Ok(());
+    };
+    check_on_conflict(def, true)?;
+    let key = &def.options.primary_key;
+    let refuse = |why: String| {
+        SluiceError::Unsupported(format!(
+            "ON CONFLICT DO UPDATE on \"{}\" {why}: an INSERT into a keyed table replaces the whole row with the same key, so DO UPDATE is taken only as ON CONFLICT ({}) DO UPDATE SET every other column = EXCLUDED.column, with no WHERE",
+            def.name,
+            key.join(", ")
+        ))
+    };
+    let target_is_key = match &update.constraint {
+        Some(name) => *name == format!("{}_pkey", def.name),
+        None => {
+            let mut named = update.columns.clone();
+            named.sort();
+            named.dedup();
+            let mut primary = key.clone();
+            primary.sort();
+            named == primary && update.columns.len() == key.len()
+        }
+    };
+    if !target_is_key {
+        return Err(refuse(
+            "needs the primary key as its conflict target".into(),
+        ));
+    }
+    if update.filtered {
+        return Err(refuse("has a WHERE clause".into()));
+    }
+    for (column, source) in &update.sets {
+        if def.column_index(column).is_none() {
+            return Err(crate::ingest::IngestError::UndefinedColumn(column.clone()).into());
+        }
+        if source.as_deref() != Some(column.as_str()) {
+            return Err(refuse(format!(
+                "sets \"{column}\" to something other than EXCLUDED.{column}"
+            )));
+        }
+    }
+    for c in &def.columns {
+        if !key.contains(&c.name) && !update.sets.iter().any(|(s, _)| *s == c.name) {
+            return Err(refuse(format!("does not set \"{}\"", c.name)));
+        }
+    }
+    Ok(())
 }
 
 /// ON CONFLICT DO NOTHING needs a key to conflict on.

@@ -17,7 +17,8 @@ use sluice_sql::{
 };
 
 use super::{
-    check_on_conflict, shown_name, shown_session_setting, transaction_setting, SessionSettings,
+    check_conflict_update, check_on_conflict, shown_name, shown_session_setting,
+    transaction_setting, SessionSettings,
 };
 use crate::auth::{ObjectKind, RoleStore, SessionRole};
 use crate::error::SluiceError;
@@ -305,12 +306,14 @@ impl Planner {
         table: &str,
         mut statement: ast::Statement,
         on_conflict_do_nothing: bool,
+        on_conflict_update: Option<&sluice_sql::ConflictUpdate>,
     ) -> Result<ast::Statement, SluiceError> {
         let log = self
             .store
             .table(table)
             .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
         check_on_conflict(&log.def, on_conflict_do_nothing)?;
+        check_conflict_update(&log.def, on_conflict_update)?;
         if let ast::Statement::Insert(insert) = &mut statement {
             if on_conflict_do_nothing {
                 // The target under the name that inserts with ON CONFLICT
@@ -384,6 +387,7 @@ impl Planner {
                 table,
                 columns,
                 on_conflict_do_nothing,
+                on_conflict_update,
             } => {
                 let log = self
                     .store
@@ -391,6 +395,7 @@ impl Planner {
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
                 log.check_statement_writes()?;
                 check_on_conflict(&log.def, on_conflict_do_nothing)?;
+                check_conflict_update(&log.def, on_conflict_update.as_ref())?;
                 let literal = rows
                     .iter()
                     .flatten()
@@ -403,8 +408,12 @@ impl Planner {
                 if literal {
                     return Ok(Prepared::Direct(piece));
                 }
-                let statement =
-                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                let statement = self.insert_with_columns(
+                    &table,
+                    *statement,
+                    on_conflict_do_nothing,
+                    on_conflict_update.as_ref(),
+                )?;
                 Prepared::plan(self.plan_shown(statement, user).await?, true)
             }
             Statement::Insert {
@@ -412,10 +421,15 @@ impl Planner {
                 statement,
                 table,
                 on_conflict_do_nothing,
+                on_conflict_update,
                 ..
             } => {
-                let statement =
-                    self.insert_with_columns(&table, *statement, on_conflict_do_nothing)?;
+                let statement = self.insert_with_columns(
+                    &table,
+                    *statement,
+                    on_conflict_do_nothing,
+                    on_conflict_update.as_ref(),
+                )?;
                 Prepared::plan(self.plan_shown(statement, user).await?, true)
             }
             Statement::Query(q) => {

@@ -127,6 +127,28 @@ with Session(engine) as s:
     got = [(i.id, i.name) for i in s.scalars(sa.select(Item).order_by(Item.id))]
     assert got == [(1, "a"), (2, None), (3, "c")], got
 
+# The PostgreSQL dialect's upsert, as applications write it: ON CONFLICT
+# on the primary key, every other column from EXCLUDED.
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+upsert = pg_insert(Item.__table__).values([{"id": 3, "name": "c2"}, {"id": 4, "name": "d"}])
+upsert = upsert.on_conflict_do_update(index_elements=["id"], set_={"name": upsert.excluded.name})
+with engine.begin() as c:
+    c.execute(upsert)
+with Session(engine) as s:
+    got = [(i.id, i.name) for i in s.scalars(sa.select(Item).where(Item.id >= 3).order_by(Item.id))]
+    assert got == [(3, "c2"), (4, "d")], got
+    # Only part of the row from EXCLUDED would keep the rest of the old
+    # row, which a keyed table's INSERT does not: refused, 0A000.
+    partial = pg_insert(Item.__table__).values(id=3, name="x")
+    partial = partial.on_conflict_do_update(index_elements=["id"], set_={"name": sa.literal("fixed")})
+    try:
+        s.execute(partial)
+        raise AssertionError("a partial DO UPDATE passed")
+    except sa.exc.DBAPIError as e:
+        assert e.orig.pgcode == "0A000", e.orig.pgcode
+    s.rollback()
+
 
 # Isolation levels as SQLAlchemy sets them: REPEATABLE READ reads one
 # snapshot; a concurrent update of the same key fails the commit (40001).
