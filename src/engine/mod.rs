@@ -855,12 +855,12 @@ impl Engine {
             Statement::Set { .. } => Ok(Outcome::done("SET")),
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             Statement::Query(q) => {
-                let s = self.planner.compat_statement(sql, *q, &session.role().name);
-                if let ast::Statement::Query(q) = &s {
-                    if let Some(answer) = self.text_point_read(session, q).await {
+                if let ast::Statement::Query(query) = q.as_ref() {
+                    if let Some(answer) = self.text_point_read(session, sql, query).await {
                         return Ok(answer);
                     }
                 }
+                let s = self.planner.compat_statement(sql, *q, &session.role().name);
                 let (plan, columns) = self.planner.plan_shown(s, &session.role()).await?;
                 // A view's row by its key given as literals: a lookup in
                 // the view's index, as a prepared point read is.

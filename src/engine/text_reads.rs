@@ -1,5 +1,6 @@
 //! Point reads sent as text with literal keys (psql, psycopg2, any driver
-//! that binds parameters on the client). The query with its keys taken out
+//! that binds parameters on the client). They are looked up before the
+//! compatibility parser reads the text again for psql's catalog queries. The query with its keys taken out
 //! as parameters (`sluice_sql::parameterize_key_literals`) is planned once
 //! per role and text; when it is a point read, later queries of the same
 //! text with other keys run it with their literals as the parameters, and
@@ -105,8 +106,19 @@ impl Engine {
     pub(super) async fn text_point_read(
         &self,
         session: &Session,
+        sql: &str,
         query: &ast::Query,
     ) -> Option<Outcome> {
+        // Catalog queries and queries naming the session's role take the
+        // compatibility parser's rewrites of their text
+        // (`Planner::compat_statement`); a point read names neither.
+        let lower = sql.to_ascii_lowercase();
+        if ["pg_", "information_schema", "current_", "session_user"]
+            .iter()
+            .any(|m| lower.contains(m))
+        {
+            return None;
+        }
         let mut parameterized = query.clone();
         let literals = sluice_sql::parameterize_key_literals(&mut parameterized)?;
         let role = session.role();
@@ -115,11 +127,11 @@ impl Engine {
         let entry = match found {
             Some(entry) => entry,
             None => {
-                let planned = self
+                let statement = self
                     .planner
-                    .plan_shown(ast::Statement::Query(Box::new(parameterized)), &role)
-                    .await
-                    .ok();
+                    .compat
+                    .rewrite(ast::Statement::Query(Box::new(parameterized)));
+                let planned = self.planner.plan_shown(statement, &role).await.ok();
                 let entry = planned.and_then(|(plan, columns)| {
                     let read = PointRead::recognize(&plan)?;
                     Some(Arc::new((read, columns)))
