@@ -419,3 +419,72 @@ async fn text_point_reads_follow_views_dropped_and_created_again() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), "42P01", "{e:?}");
 }
+
+/// Reads by key beside concurrent writers: a writer's own read after its
+/// INSERT is acknowledged sees that INSERT, and no reader sees a key's
+/// value go back, while VACUUM rewrites the segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_point_reads_see_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--segment-bytes", "4000", "--tiering-interval-ms", "100"];
+    let server = Server::start_with(dir.path(), &flags);
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE counters (k BIGINT PRIMARY KEY, v BIGINT) WITH (partitions = 3, delete_retention = '0s')")
+        .await
+        .unwrap();
+    const KEYS_PER_WRITER: i64 = 5;
+    const WRITES: i64 = 60;
+    let mut tasks = Vec::new();
+    for w in 0..3i64 {
+        let writer = server.connect().await;
+        let reader = server.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let insert = writer
+                .prepare("INSERT INTO counters VALUES ($1, $2)")
+                .await
+                .unwrap();
+            let read = reader
+                .prepare("SELECT v FROM counters WHERE k = $1")
+                .await
+                .unwrap();
+            for v in 1..=WRITES {
+                let k = w * KEYS_PER_WRITER + v % KEYS_PER_WRITER;
+                writer.execute(&insert, &[&k, &v]).await.unwrap();
+                let seen: Vec<i64> = reader
+                    .query(&read, &[&k])
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                assert_eq!(seen, [v], "key {k} right after writing {v}");
+            }
+        }));
+    }
+    let reader = server.connect().await;
+    let watcher = tokio::spawn(async move {
+        let read = reader
+            .prepare("SELECT v FROM counters WHERE k = $1")
+            .await
+            .unwrap();
+        let mut last = std::collections::HashMap::new();
+        for i in 0..600i64 {
+            let k = i % (3 * KEYS_PER_WRITER);
+            let rows = reader.query(&read, &[&k]).await.unwrap();
+            if let Some(r) = rows.first() {
+                let v: i64 = r.get(0);
+                let before = last.insert(k, v).unwrap_or(0);
+                assert!(v >= before, "key {k} went back from {before} to {v}");
+            }
+        }
+    });
+    let vacuum = server.connect().await;
+    for _ in 0..5 {
+        vacuum.batch_execute("VACUUM counters").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    watcher.await.unwrap();
+}
