@@ -81,6 +81,27 @@ pub struct LatestRecords {
     pub holes: u64,
 }
 
+/// A live key's bytes and the offset of its latest record.
+pub type LiveKey = (Box<[u8]>, u64);
+
+impl LatestRecords {
+    /// Each live key (its bytes) with the offset of its latest record.
+    pub fn live_keys(&self, codec: &KeyCodec) -> Result<Vec<LiveKey>, LogError> {
+        let mut out = Vec::with_capacity(self.live.len());
+        for group in self.live.chunk_by(|a, b| a.0 == b.0) {
+            let (meta, batch) = &self.frames[group[0].0];
+            let keys = codec.keys(batch)?;
+            for &(_, i) in group {
+                out.push((
+                    Box::from(keys.row(i).as_ref()),
+                    meta.header.base_offset + i as u64,
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Reads the committed records of a partition below `end` and picks the
 /// latest record of each key.
 pub async fn latest_records(
@@ -181,11 +202,8 @@ impl KeyIndex {
         for part in parts {
             let end = part.end_offset();
             let latest = latest_records(def, codec, part, end).await?;
-            for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
-                let keys = codec.keys(&latest.frames[group[0].0].1)?;
-                for &(_, i) in group {
-                    index.live.insert(Box::from(keys.row(i).as_ref()), true);
-                }
+            for (key, _) in latest.live_keys(codec)? {
+                index.live.insert(key, true);
             }
         }
         Ok(index)

@@ -147,7 +147,7 @@ impl PreparedAppend {
         if let (Some((mut index, records)), Some(keyed)) = (self.keys, &self.table.keyed) {
             if let Some(index) = index.as_mut() {
                 for b in &records {
-                    if let Err(e) = index.note(&self.table.def, &keyed.codec, b) {
+                    if let Err(e) = index.note(&self.table.def, keyed.codec(), b) {
                         error!(error = %e, "could not note a transaction's keys");
                     }
                 }
@@ -190,12 +190,18 @@ pub struct TableLog {
 }
 
 struct KeyedWrites {
-    codec: KeyCodec,
     /// The live keys, once a statement needed them.
     index: Arc<tokio::sync::Mutex<Option<KeyIndex>>>,
     /// Where each key's latest record is, once a read by key needed it
     /// (kept by the writer).
     locations: Arc<LatestLocations>,
+}
+
+impl KeyedWrites {
+    /// The primary key's codec (the key locations hold it).
+    fn codec(&self) -> &KeyCodec {
+        self.locations.codec()
+    }
 }
 
 /// How appends were grouped: with group commit, `commits` stays well below
@@ -293,7 +299,6 @@ impl TableLog {
             .spawn(move || writer.run())
             .map_err(LogError::io(dir))?;
         let def_keyed = def.is_keyed();
-        let def_for_keys = def.clone();
         let watermark = def.options.watermark.as_ref().map(|w| {
             WatermarkTracker::new(
                 w.delay_us,
@@ -313,7 +318,6 @@ impl TableLog {
             committed,
             keyed: match (def_keyed, locations) {
                 (true, Some(locations)) => Some(KeyedWrites {
-                    codec: KeyCodec::new(&def_for_keys)?,
                     index: Arc::new(tokio::sync::Mutex::new(None)),
                     locations,
                 }),
@@ -405,7 +409,7 @@ impl TableLog {
         let n = self.commit_routed(parts).await?;
         if let (Some(Some(index)), Some(keyed)) = (index, &self.keyed) {
             for b in records {
-                index.note(&self.def, &keyed.codec, b)?;
+                index.note(&self.def, keyed.codec(), b)?;
             }
         }
         Ok(n)
@@ -449,17 +453,17 @@ impl TableLog {
             return Ok(batches);
         };
         if index.is_none() {
-            *index = Some(KeyIndex::build(&self.def, &keyed.codec, &self.partitions).await?);
+            *index = Some(KeyIndex::build(&self.def, keyed.codec(), &self.partitions).await?);
         }
         let mut pending = KeyIndex::default();
         for b in staged {
-            pending.note(&self.def, &keyed.codec, b)?;
+            pending.note(&self.def, keyed.codec(), b)?;
         }
         let live = index.as_ref();
         let mut seen = std::collections::HashSet::new();
         let mut kept = Vec::with_capacity(batches.len());
         for b in &batches {
-            let keys = keyed.codec.keys(b)?;
+            let keys = keyed.codec().keys(b)?;
             let keep: arrow::array::BooleanArray = keys
                 .iter()
                 .map(|k| {
@@ -506,7 +510,7 @@ impl TableLog {
         let (Some(since), Some(keyed)) = (since, &self.keyed) else {
             return Ok(());
         };
-        let (written, _) = super::keyed::staged_latest(&self.def, &keyed.codec, records)?;
+        let (written, _) = super::keyed::staged_latest(&self.def, keyed.codec(), records)?;
         let ends = self.committed.borrow().clone();
         for (k, part) in self.partitions.iter().enumerate() {
             let from = since.get(k).copied().unwrap_or(0);
@@ -514,7 +518,7 @@ impl TableLog {
             for meta in part.frames_in_range(from, end) {
                 let batch = part.read_frame(&meta).await?;
                 let skip = from.saturating_sub(meta.header.base_offset) as usize;
-                let keys = keyed.codec.keys(&batch)?;
+                let keys = keyed.codec().keys(&batch)?;
                 if (skip..batch.num_rows()).any(|i| written.contains(keys.row(i).as_ref())) {
                     return Err(LogError::SerializationFailure {
                         table: self.def.name.clone(),
@@ -595,16 +599,9 @@ impl TableLog {
                 let mut by_key = HashMap::new();
                 for (p, part) in self.partitions.iter().enumerate() {
                     let latest =
-                        latest_records(&self.def, &keyed.codec, part, part.end_offset()).await?;
-                    for group in latest.live.chunk_by(|a, b| a.0 == b.0) {
-                        let (meta, batch) = &latest.frames[group[0].0];
-                        let keys = keyed.codec.keys(batch)?;
-                        for &(_, i) in group {
-                            by_key.insert(
-                                Box::from(keys.row(i).as_ref()),
-                                (p as u32, meta.header.base_offset + i as u64),
-                            );
-                        }
+                        latest_records(&self.def, keyed.codec(), part, part.end_offset()).await?;
+                    for (key, offset) in latest.live_keys(keyed.codec())? {
+                        by_key.insert(key, (p as u32, offset));
                     }
                 }
                 locations.install(by_key);
@@ -642,7 +639,7 @@ impl TableLog {
             let live =
                 super::keyed::record_kind(super::keyed::deleted_flags(&self.def, &record), 0)
                     == Some(false);
-            if !(live && keyed.codec.keys(&record)?.row(0) == key) {
+            if !(live && keyed.codec().keys(&record)?.row(0) == key) {
                 // A frame compaction rewrote since it was cached, or a key
                 // that moved: read again.
                 locations.forget_frame(p, base);
@@ -683,7 +680,7 @@ impl TableLog {
         let batches: Vec<RecordBatch> = routed.parts.iter().map(|(_, b)| b.clone()).collect();
         let n = self.commit_routed(routed).await?;
         for b in &batches {
-            live.note(&self.def, &keyed.codec, b)?;
+            live.note(&self.def, keyed.codec(), b)?;
         }
         Ok(n)
     }

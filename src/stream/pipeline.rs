@@ -696,7 +696,7 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         let insert: Vec<RecordBatch> = insert.into_iter().filter(|b| b.num_rows() > 0).collect();
         let retract: Vec<RecordBatch> = retract.into_iter().filter(|b| b.num_rows() > 0).collect();
-        if insert.is_empty() && retract.is_empty() && !self.graph.unstarted() {
+        if insert.is_empty() && retract.is_empty() {
             return Ok(());
         }
         self.step(source, insert, retract, None, ctx, watermark_us)
