@@ -15,11 +15,20 @@
 #   bash benches/pgbench_vs_postgres.sh [seconds per run]   (default 15)
 #   SLUICE_BIN=/path/to/sluice runs another build of the server
 #   MODE=simple sends each statement as text (parsed and planned each time)
+#   THREADS=n runs pgbench with n threads (-j, default 2)
+#
+# Besides tps and latency, each run reports the CPU the machine spent per
+# transaction outside pgbench (the server and the kernel's TCP and disk work,
+# from /proc/stat, minus pgbench's own user and system time): on this
+# 2-core machine the client takes a share of the CPU that depends on the
+# server it talks to, so this is the fairer comparison of what each
+# server costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-15}"
 CLIENTS="${CLIENTS:-8}"
 MODE="${MODE:-prepared}"
+THREADS="${THREADS:-2}"
 WORK="$(mktemp -d /tmp/sluice-pgbench.XXXXXX)"
 SLUICE_PORT=5477
 PG_PORT=5478
@@ -74,21 +83,33 @@ INSERT INTO audit (id, what) VALUES (:id, 'tx');
 COMMIT;
 SQL
 
-# run NAME PORT USER SCRIPT: tps and latency percentiles of one pgbench run.
+# Busy CPU time of the whole machine, in clock ticks.
+machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+
+# run NAME PORT USER SCRIPT: tps, latency percentiles and CPU microseconds
+# per transaction outside pgbench, of one pgbench run.
 run() {
-  local name=$1 port=$2 user=$3 script=$4
+  local name=$1 port=$2 user=$3 script=$4 busy_before busy_after
   rm -f "$WORK"/log.*
-  (cd "$WORK" && "$PGBENCH" -n -M "$MODE" -c "$CLIENTS" -j 2 -T "$SECS" -l --log-prefix=log \
+  busy_before=$(machine_busy)
+  (cd "$WORK" && /usr/bin/time -f "%U %S" -o "$WORK/$name.time" \
+    "$PGBENCH" -n -M "$MODE" -c "$CLIENTS" -j "$THREADS" -T "$SECS" -l --log-prefix=log \
     -h 127.0.0.1 -p "$port" -U "$user" -f "$script" "$user" >"$WORK/$name.out" 2>&1) \
     || { cat "$WORK/$name.out"; exit 1; }
-  python3 - "$name" "$WORK/$name.out" "$WORK" <<'PY'
+  busy_after=$(machine_busy)
+  python3 - "$name" "$WORK/$name.out" "$WORK" "$WORK/$name.time" \
+    "$((busy_after - busy_before))" "$(getconf CLK_TCK)" <<'PY'
 import glob, re, sys
-name, out, work = sys.argv[1:4]
+name, out, work, cpu_file = sys.argv[1:5]
+busy_s = int(sys.argv[5]) / int(sys.argv[6])
 text = open(out).read()
 tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))
+transactions = sum(1 for f in glob.glob(work + "/log.*") for _ in open(f))
 lat = sorted(int(l.split()[2]) for f in glob.glob(work + "/log.*") for l in open(f))
 p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
-print(f"{name} {tps:.0f} {p(0.5):.2f} {p(0.99):.2f}")
+client_s = sum(float(x) for x in open(cpu_file).read().split()[-2:])
+server_us = (busy_s - client_s) * 1e6 / transactions
+print(f"{name} {tps:.0f} {p(0.5):.2f} {p(0.99):.2f} {server_us:.1f}")
 PY
 }
 
@@ -129,13 +150,13 @@ psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE users (id BIGINT P
   -c "INSERT INTO users SELECT g, 'user' || g, g % 100 FROM generate_series(1, 100000) AS g" -c "ANALYZE users"
 P_KEYED=$(run postgres_read_keyed $PG_PORT postgres "$WORK/read_keyed.sql")
 
-python3 - "$CLIENTS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" "$S_KEYED" "$P_KEYED" <<'PY'
+python3 - "$CLIENTS" "$THREADS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" "$S_KEYED" "$P_KEYED" <<'PY'
 import sys
-clients, mode, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-runs = [a.split() for a in sys.argv[4:]]
-print(f"clients: {clients}; protocol: {mode}; Sluice stored {rows:,} inserted rows")
-print("| statement | Sluice tps | p50 / p99 ms | PostgreSQL 15 tps | p50 / p99 ms | ratio |")
-print("|---|---|---|---|---|---|")
+clients, threads, mode, rows = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [a.split() for a in sys.argv[5:]]
+print(f"clients: {clients}; threads: {threads}; protocol: {mode}; Sluice stored {rows:,} inserted rows")
+print("| statement | Sluice tps | p50 / p99 ms | PostgreSQL 15 tps | p50 / p99 ms | ratio | CPU us per transaction outside pgbench, Sluice / PostgreSQL |")
+print("|---|---|---|---|---|---|---|")
 for what, s, p in [
     ("single-row INSERT", runs[0], runs[1]),
     ("point read by key", runs[2], runs[3]),
@@ -143,5 +164,5 @@ for what, s, p in [
     ("BEGIN; INSERT into each of two tables; COMMIT", runs[6], runs[7]),
     ("point read of a 100,000-row table by primary key", runs[8], runs[9]),
 ]:
-    print(f"| {what} | {float(s[1]):,.0f} | {s[2]} / {s[3]} | {float(p[1]):,.0f} | {p[2]} / {p[3]} | {float(s[1]) / float(p[1]):.2f}x |")
+    print(f"| {what} | {float(s[1]):,.0f} | {s[2]} / {s[3]} | {float(p[1]):,.0f} | {p[2]} / {p[3]} | {float(s[1]) / float(p[1]):.2f}x | {s[4]} / {p[4]} |")
 PY
