@@ -540,8 +540,11 @@ impl Engine {
                     &table,
                     sluice_sql::Privilege::Insert,
                 )?;
-                check_on_conflict(&log.def, on_conflict_do_nothing)?;
-                check_conflict_update(&log.def, on_conflict_update.as_ref())?;
+                check_on_conflict(
+                    &log.def,
+                    on_conflict_do_nothing,
+                    on_conflict_update.as_ref(),
+                )?;
                 let mut stager = RowStager::new(&log.def, &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
@@ -1409,14 +1412,13 @@ impl Engine {
 /// target is the primary key and it sets every other column from
 /// `EXCLUDED`, as ORMs' upserts write it; anything else would keep parts
 /// of the old row, which a keyed table's INSERT does not.
-pub(super) fn check_conflict_update(
+fn check_conflict_update(
     def: &sluice_catalog::TableDef,
     update: Option<&sluice_sql::ConflictUpdate>,
 ) -> Result<(), SluiceError> {
     let Some(update) = update else {
         return Ok(());
     };
-    check_on_conflict(def, true)?;
     let key = &def.options.primary_key;
     let refuse = |why: String| {
         SluiceError::Unsupported(format!(
@@ -1462,18 +1464,21 @@ pub(super) fn check_conflict_update(
     Ok(())
 }
 
-/// ON CONFLICT DO NOTHING needs a key to conflict on.
+/// An INSERT's ON CONFLICT clause: DO NOTHING and DO UPDATE need a key to
+/// conflict on, and DO UPDATE must mean the upsert a keyed table's INSERT
+/// is ([`check_conflict_update`]).
 pub(super) fn check_on_conflict(
     def: &sluice_catalog::TableDef,
-    on_conflict: bool,
+    do_nothing: bool,
+    update: Option<&sluice_sql::ConflictUpdate>,
 ) -> Result<(), SluiceError> {
-    if on_conflict && !def.is_keyed() {
+    if (do_nothing || update.is_some()) && !def.is_keyed() {
         return Err(SluiceError::Unsupported(format!(
             "ON CONFLICT needs a keyed table (with a PRIMARY KEY); \"{}\" is append-only",
             def.name
         )));
     }
-    Ok(())
+    check_conflict_update(def, update)
 }
 
 /// A FETCH prepared with Parse: its rows have the cursor's schema.

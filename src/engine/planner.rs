@@ -17,8 +17,7 @@ use sluice_sql::{
 };
 
 use super::{
-    check_conflict_update, check_on_conflict, shown_name, shown_session_setting,
-    transaction_setting, SessionSettings,
+    check_on_conflict, shown_name, shown_session_setting, transaction_setting, SessionSettings,
 };
 use crate::auth::{ObjectKind, RoleStore, SessionRole};
 use crate::error::SluiceError;
@@ -312,8 +311,7 @@ impl Planner {
             .store
             .table(table)
             .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
-        check_on_conflict(&log.def, on_conflict_do_nothing)?;
-        check_conflict_update(&log.def, on_conflict_update)?;
+        check_on_conflict(&log.def, on_conflict_do_nothing, on_conflict_update)?;
         if let ast::Statement::Insert(insert) = &mut statement {
             if on_conflict_do_nothing {
                 // The target under the name that inserts with ON CONFLICT
@@ -394,8 +392,11 @@ impl Planner {
                     .table(&table)
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
                 log.check_statement_writes()?;
-                check_on_conflict(&log.def, on_conflict_do_nothing)?;
-                check_conflict_update(&log.def, on_conflict_update.as_ref())?;
+                check_on_conflict(
+                    &log.def,
+                    on_conflict_do_nothing,
+                    on_conflict_update.as_ref(),
+                )?;
                 let literal = rows
                     .iter()
                     .flatten()
