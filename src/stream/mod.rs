@@ -19,6 +19,7 @@ mod band;
 mod changes;
 mod delta;
 mod graph;
+mod group_table;
 mod interval_join;
 mod join;
 pub mod operator;

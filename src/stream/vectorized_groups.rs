@@ -1,11 +1,11 @@
-//! The groups of an aggregate over rows that are never taken back, kept as
-//! DataFusion's hash aggregation keeps them: the keys interned in a
-//! vectorized hash table ([`GroupValues`], specialized by key type), and
-//! each aggregate as one [`GroupsAccumulator`] whose state is a column
+//! The groups of an aggregate over rows that are never taken back, kept much as
+//! DataFusion's hash aggregation keeps them: the keys interned in one hash
+//! table ([`GroupKeyTable`], group indices over keys in the row format),
+//! and each aggregate as one [`GroupsAccumulator`] whose state is a column
 //! indexed by group. A delta costs one hash probe per row and one pass per
 //! aggregate, with no allocation per group.
 //!
-//! State: the hash table, the key columns in group order (appended as
+//! State: the key table, the key columns in group order (appended as
 //! groups are made; a view's published rows share them), and the
 //! accumulators' columns. Reading the groups (a view's rows, a checkpoint)
 //! takes each accumulator's state, which is how DataFusion hands it out,
@@ -26,9 +26,8 @@ use arrow::compute;
 use arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
-use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
+use super::group_table::GroupKeyTable;
 use crate::error::SluiceError;
 
 /// Groups' keys and accumulator states, as columns in group order.
@@ -60,8 +59,8 @@ impl GroupColumns {
 pub(super) struct VectorizedGroups {
     key_schema: SchemaRef,
     aggs: Vec<Arc<AggregateFunctionExpr>>,
-    /// Behind a lock only because DataFusion's tables are not `Sync` and
-    /// operators are: every change has `&mut self` and takes it with
+    /// Behind a lock only because DataFusion's accumulators are not `Sync`
+    /// and operators are: every change has `&mut self` and takes it with
     /// `get_mut`, without locking.
     tables: Mutex<Tables>,
     /// Key columns of the groups in group order, in pieces: one per delta
@@ -72,7 +71,7 @@ pub(super) struct VectorizedGroups {
 }
 
 struct Tables {
-    values: Box<dyn GroupValues>,
+    values: GroupKeyTable,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
 }
 
@@ -90,7 +89,7 @@ impl VectorizedGroups {
         }
         Ok(Some(VectorizedGroups {
             tables: Mutex::new(Tables {
-                values: new_group_values(key_schema.clone(), &GroupOrdering::None)?,
+                values: GroupKeyTable::try_new(&key_schema)?,
                 accumulators: new_accumulators(aggs)?,
             }),
             key_schema,
@@ -274,8 +273,7 @@ impl VectorizedGroups {
             .collect::<Result<Vec<_>, _>>()?;
         tables.accumulators = fresh;
         // Emptied, and every group that stays made again.
-        tables.values.emit(EmitTo::All)?;
-        tables.values.clear_shrink(0);
+        tables.values.clear();
         self.keys.clear();
         let all = GroupColumns { keys, states };
         self.load(&all.take(&UInt32Array::from(kept))?)?;
