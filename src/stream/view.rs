@@ -1477,16 +1477,22 @@ async fn follow_changing_view(mut task: ViewTask, upstream: Arc<View>) {
     }
 }
 
-/// The rows of an append-only view's `batches` past the first `skip`.
-fn rows_after(batches: Vec<RecordBatch>, skip: u64) -> Vec<RecordBatch> {
-    let mut skip = skip as usize;
+/// Rows `from..to` of an append-only view's `batches` (those past `to`
+/// were published after the reader fixed its end, and are read next time).
+fn rows_between(batches: Vec<RecordBatch>, from: u64, to: u64) -> Vec<RecordBatch> {
+    let (mut skip, mut take) = (from as usize, to.saturating_sub(from) as usize);
     let mut rows = Vec::new();
     for b in batches {
+        if take == 0 {
+            break;
+        }
         if skip >= b.num_rows() {
             skip -= b.num_rows();
             continue;
         }
-        rows.push(b.slice(skip, b.num_rows() - skip));
+        let len = (b.num_rows() - skip).min(take);
+        rows.push(b.slice(skip, len));
+        take -= len;
         skip = 0;
     }
     rows
@@ -1530,7 +1536,7 @@ async fn follow_view(mut task: ViewTask, upstream: Arc<View>) {
         let total: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let consumed = task.consumed[0];
         if total > consumed || first {
-            let delta = rows_after(batches, consumed);
+            let delta = rows_between(batches, consumed, total);
             let result = apply_guarded(&mut task.compiled, delta, ctx.clone(), None).await;
             task.consumed = vec![total.max(consumed)];
             if !task.publish(result, None, Vec::new()) {
@@ -1914,7 +1920,10 @@ async fn follow_inputs(
                     match reader {
                         InputReader::Table { .. } => {}
                         InputReader::AppendView(v) => {
-                            let delta = rows_after(v.snapshot(), consumed[at]);
+                            // Up to the end read with the tables' ends: a
+                            // row published since is past `ends`, and the
+                            // view's position says it was not read.
+                            let delta = rows_between(v.snapshot(), consumed[at], ends[at]);
                             apply_input_guarded(compiled, i, delta, Vec::new(), ctx.clone())
                                 .await?;
                         }
@@ -2156,4 +2165,44 @@ fn split_behind(
         return Ok(batch);
     }
     Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, Int64Array};
+
+    fn batch(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![(
+            "v",
+            Arc::new(Int64Array::from(values.to_vec())) as arrow::array::ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let c = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                (0..c.len()).map(|i| c.value(i)).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_append_only_input_is_read_up_to_its_end_and_no_further() {
+        let published = vec![batch(&[0, 1, 2]), batch(&[3, 4]), batch(&[5, 6, 7])];
+        // Rows 5.. were published after the reader fixed its end at 5:
+        // they belong to the next read, which starts at 5.
+        assert_eq!(values(&rows_between(published.clone(), 1, 5)), [1, 2, 3, 4]);
+        assert_eq!(values(&rows_between(published.clone(), 5, 8)), [5, 6, 7]);
+        assert_eq!(
+            values(&rows_between(published.clone(), 0, 8)),
+            (0..8).collect::<Vec<_>>()
+        );
+        // An upstream that restored fewer rows than were read gives none.
+        assert!(rows_between(published.clone(), 6, 4).is_empty());
+        assert!(rows_between(published, 8, 8).is_empty());
+    }
 }
