@@ -4,7 +4,8 @@
 //! deleted (retractions), after every FLUSH (a checkpoint), after SIGKILL
 //! while a writer loads rows, and after more rows on the restored state.
 //! Every aggregate here has a vectorized accumulator, so the append-only
-//! views hold their groups in DataFusion's vectorized tables.
+//! views hold their groups in one key table with DataFusion's vectorized
+//! accumulators.
 
 mod common;
 
@@ -199,5 +200,94 @@ async fn views_with_many_groups_equal_their_batch_queries_through_sigkill() {
         c.batch_execute(&keyed(&mut rng, 500)).await.unwrap();
         c.batch_execute("FLUSH").await.unwrap();
         assert_views_equal_batch(&c, &format!("after SIGKILL {kill} and more rows")).await;
+    }
+}
+
+/// Float keys group as the batch query groups them: `-0.0` and `0.0` are
+/// one group (shown as 0), each NaN and NULL one group, in a view over
+/// append-only rows and one over a keyed table's, across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn float_keys_group_as_the_batch_query_groups_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE fe (f DOUBLE PRECISION, r REAL, n BIGINT) APPEND ONLY WITH (partitions = 2);
+         CREATE TABLE fk (id BIGINT PRIMARY KEY, f DOUBLE PRECISION, n BIGINT);
+         CREATE MATERIALIZED VIEW by_f AS SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r;
+         CREATE MATERIALIZED VIEW by_f_keyed AS SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f;",
+    )
+    .await
+    .unwrap();
+    let values = ["0.0", "-0.0", "'NaN'", "NULL", "1.5", "-1.5"];
+    let insert = |round: usize| {
+        let rows: Vec<String> = (0..60)
+            .map(|i| {
+                let f = values[(i + round) % values.len()];
+                let r = values[(i / 6 + round) % values.len()];
+                format!("({f}, CAST({r} AS REAL), {i})")
+            })
+            .collect();
+        let keyed: Vec<String> = (0..30)
+            .map(|i| {
+                format!(
+                    "({i}, {}, {})",
+                    values[(i + round) % values.len()],
+                    i + round
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO fe VALUES {}; INSERT INTO fk VALUES {}",
+            rows.join(", "),
+            keyed.join(", ")
+        )
+    };
+    let check = |context: &'static str| {
+        let c = &c;
+        async move {
+            c.batch_execute("FLUSH").await.unwrap();
+            for (view, query) in [
+                (
+                    "by_f",
+                    "SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r",
+                ),
+                (
+                    "by_f_keyed",
+                    "SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f",
+                ),
+            ] {
+                let shown = text_rows(c, &format!("SELECT * FROM {view} ORDER BY 1, 2, 3")).await;
+                let batch = text_rows(c, &format!("{query} ORDER BY 1, 2, 3")).await;
+                assert_eq!(shown, batch, "{view} {context}");
+                assert!(
+                    !shown.iter().any(|r| r.starts_with("-0")),
+                    "{view} shows -0 {context}: {shown:?}"
+                );
+            }
+        }
+    };
+    c.batch_execute(&insert(0)).await.unwrap();
+    check("after the first rows").await;
+    c.batch_execute(&insert(1)).await.unwrap();
+    check("after more rows").await;
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute(&insert(2)).await.unwrap();
+    c.batch_execute("FLUSH").await.unwrap();
+    for (view, query) in [
+        (
+            "by_f",
+            "SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r",
+        ),
+        (
+            "by_f_keyed",
+            "SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f",
+        ),
+    ] {
+        let shown = text_rows(&c, &format!("SELECT * FROM {view} ORDER BY 1, 2, 3")).await;
+        let batch = text_rows(&c, &format!("{query} ORDER BY 1, 2, 3")).await;
+        assert_eq!(shown, batch, "{view} after a restart");
     }
 }

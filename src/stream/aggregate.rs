@@ -360,6 +360,7 @@ impl AggregatePipeline {
             .group_exprs
             .iter()
             .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
+            .map(|c| c.map(canonical_key))
             .collect::<Result<Vec<_>, _>>()?)
     }
 
@@ -904,7 +905,7 @@ impl AggregatePipeline {
                 .ok_or_else(|| SluiceError::Internal(format!("checkpoint lacks column {name}")))
         };
         let keys = (0..self.group_exprs.len())
-            .map(|i| column(&format!("__key_{i}")))
+            .map(|i| column(&format!("__key_{i}")).map(canonical_key))
             .collect::<Result<Vec<_>, _>>()?;
         let mut states: Vec<Vec<ArrayRef>> = Vec::new();
         for a in 0..self.aggs.len() {
@@ -1053,6 +1054,30 @@ impl Operator for AggregatePipeline {
                 None => self.groups() as u64,
             },
         }
+    }
+}
+
+/// A group key column with every float `-0.0` made `+0.0`: GROUP BY puts
+/// the two in one group, as DataFusion's batch aggregation does (and shows
+/// it as `0`), while the row format that keys are compared in tells them
+/// apart. NaNs stay as they are, one group per bit pattern, as there.
+fn canonical_key(column: ArrayRef) -> ArrayRef {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{ArrowPrimitiveType, Float16Type, Float32Type, Float64Type};
+    fn fold<T: ArrowPrimitiveType>(column: &ArrayRef) -> ArrayRef {
+        // The type's default is +0, and -0 equals it.
+        let zero = T::Native::default();
+        Arc::new(
+            column
+                .as_primitive::<T>()
+                .unary::<_, T>(|v| if v == zero { zero } else { v }),
+        )
+    }
+    match column.data_type() {
+        DataType::Float64 => fold::<Float64Type>(&column),
+        DataType::Float32 => fold::<Float32Type>(&column),
+        DataType::Float16 => fold::<Float16Type>(&column),
+        _ => column,
     }
 }
 
