@@ -203,6 +203,31 @@ async fn views_with_many_groups_equal_their_batch_queries_through_sigkill() {
     }
 }
 
+/// The views of [`float_keys_group_as_the_batch_query_groups_them`].
+const FLOAT_VIEWS: &[(&str, &str)] = &[
+    (
+        "by_f",
+        "SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r",
+    ),
+    (
+        "by_f_keyed",
+        "SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f",
+    ),
+];
+
+async fn assert_float_views_equal_batch(c: &tokio_postgres::Client, context: &str) {
+    c.batch_execute("FLUSH").await.unwrap();
+    for (view, query) in FLOAT_VIEWS {
+        let shown = text_rows(c, &format!("SELECT * FROM {view} ORDER BY 1, 2, 3")).await;
+        let batch = text_rows(c, &format!("{query} ORDER BY 1, 2, 3")).await;
+        assert_eq!(shown, batch, "{view} {context}");
+        assert!(
+            !shown.iter().any(|r| r.starts_with("-0")),
+            "{view} shows -0 {context}: {shown:?}"
+        );
+    }
+}
+
 /// Float keys group as the batch query groups them: `-0.0` and `0.0` are
 /// one group (shown as 0), each NaN and NULL one group, in a view over
 /// append-only rows and one over a keyed table's, across a restart.
@@ -213,12 +238,15 @@ async fn float_keys_group_as_the_batch_query_groups_them() {
     let c = server.connect().await;
     c.batch_execute(
         "CREATE TABLE fe (f DOUBLE PRECISION, r REAL, n BIGINT) APPEND ONLY WITH (partitions = 2);
-         CREATE TABLE fk (id BIGINT PRIMARY KEY, f DOUBLE PRECISION, n BIGINT);
-         CREATE MATERIALIZED VIEW by_f AS SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r;
-         CREATE MATERIALIZED VIEW by_f_keyed AS SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f;",
+         CREATE TABLE fk (id BIGINT PRIMARY KEY, f DOUBLE PRECISION, n BIGINT);",
     )
     .await
     .unwrap();
+    for (view, query) in FLOAT_VIEWS {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {view} AS {query}"))
+            .await
+            .unwrap();
+    }
     let values = ["0.0", "-0.0", "'NaN'", "NULL", "1.5", "-1.5"];
     let insert = |round: usize| {
         let rows: Vec<String> = (0..60)
@@ -243,51 +271,13 @@ async fn float_keys_group_as_the_batch_query_groups_them() {
             keyed.join(", ")
         )
     };
-    let check = |context: &'static str| {
-        let c = &c;
-        async move {
-            c.batch_execute("FLUSH").await.unwrap();
-            for (view, query) in [
-                (
-                    "by_f",
-                    "SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r",
-                ),
-                (
-                    "by_f_keyed",
-                    "SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f",
-                ),
-            ] {
-                let shown = text_rows(c, &format!("SELECT * FROM {view} ORDER BY 1, 2, 3")).await;
-                let batch = text_rows(c, &format!("{query} ORDER BY 1, 2, 3")).await;
-                assert_eq!(shown, batch, "{view} {context}");
-                assert!(
-                    !shown.iter().any(|r| r.starts_with("-0")),
-                    "{view} shows -0 {context}: {shown:?}"
-                );
-            }
-        }
-    };
     c.batch_execute(&insert(0)).await.unwrap();
-    check("after the first rows").await;
+    assert_float_views_equal_batch(&c, "after the first rows").await;
     c.batch_execute(&insert(1)).await.unwrap();
-    check("after more rows").await;
+    assert_float_views_equal_batch(&c, "after more rows").await;
     drop(c);
     server.restart();
     let c = server.connect().await;
     c.batch_execute(&insert(2)).await.unwrap();
-    c.batch_execute("FLUSH").await.unwrap();
-    for (view, query) in [
-        (
-            "by_f",
-            "SELECT f, r, COUNT(*) AS c, SUM(n) AS s FROM fe GROUP BY f, r",
-        ),
-        (
-            "by_f_keyed",
-            "SELECT f, COUNT(*) AS c, SUM(n) AS s FROM fk GROUP BY f",
-        ),
-    ] {
-        let shown = text_rows(&c, &format!("SELECT * FROM {view} ORDER BY 1, 2, 3")).await;
-        let batch = text_rows(&c, &format!("{query} ORDER BY 1, 2, 3")).await;
-        assert_eq!(shown, batch, "{view} after a restart");
-    }
+    assert_float_views_equal_batch(&c, "after a restart").await;
 }
