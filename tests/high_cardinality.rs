@@ -230,7 +230,7 @@ async fn assert_float_views_equal_batch(c: &tokio_postgres::Client, context: &st
 
 /// Float keys group as the batch query groups them: `-0.0` and `0.0` are
 /// one group (shown as 0), each NaN and NULL one group, in a view over
-/// append-only rows and one over a keyed table's, across a restart.
+/// append-only rows and one over a keyed table's, across SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn float_keys_group_as_the_batch_query_groups_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,5 +279,5 @@ async fn float_keys_group_as_the_batch_query_groups_them() {
     server.restart();
     let c = server.connect().await;
     c.batch_execute(&insert(2)).await.unwrap();
-    assert_float_views_equal_batch(&c, "after a restart").await;
+    assert_float_views_equal_batch(&c, "after SIGKILL").await;
 }
