@@ -511,3 +511,64 @@ async fn the_enrichment_example_follows_price_changes_and_deletes() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), "42P01");
 }
+
+/// Float join keys join as `=` joins them in the batch query: `-0.0` with
+/// `0.0`, a NaN with a NaN, NULL with nothing; in an equi-join and an
+/// interval join, across SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn float_join_keys_join_as_the_batch_query_joins_them() {
+    const FLOAT_JOINS: &[(&str, &str)] = &[
+        (
+            "fj",
+            "SELECT a.f, a.x, b.y FROM fa a JOIN fb b ON a.f = b.f",
+        ),
+        (
+            "fj_band",
+            "SELECT a.f, a.x, b.y FROM fa a JOIN fb b ON a.f = b.f AND b.at BETWEEN a.at AND a.at + INTERVAL '10 seconds'",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE fa (f DOUBLE PRECISION, x BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 minute') APPEND ONLY;
+         CREATE TABLE fb (f DOUBLE PRECISION, y BIGINT, at TIMESTAMP, WATERMARK FOR at AS at - INTERVAL '1 minute') APPEND ONLY;",
+    )
+    .await
+    .unwrap();
+    for (name, query) in FLOAT_JOINS {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let values = ["0.0", "-0.0", "'NaN'", "NULL", "2.5"];
+    let insert = |round: usize| {
+        let rows = |table_offset: usize| -> String {
+            (0..10)
+                .map(|i| {
+                    format!(
+                        "({}, {}, TIMESTAMP '2026-12-03 10:00:00' + INTERVAL '{} seconds')",
+                        values[(i + table_offset + round) % values.len()],
+                        round * 100 + i,
+                        round * 20 + i
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "INSERT INTO fa VALUES {}; INSERT INTO fb VALUES {}",
+            rows(0),
+            rows(1)
+        )
+    };
+    c.batch_execute(&insert(0)).await.unwrap();
+    check_listed(&c, FLOAT_JOINS, "after the first rows").await;
+    let joined = text_rows(&c, "SELECT count(*) FROM fj WHERE f = 0").await;
+    assert!(joined[0] != "0", "no row joined on 0: {joined:?}");
+    drop(c);
+    server.restart();
+    let c = server.connect().await;
+    c.batch_execute(&insert(1)).await.unwrap();
+    check_listed(&c, FLOAT_JOINS, "after SIGKILL").await;
+}

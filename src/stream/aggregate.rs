@@ -45,7 +45,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::pipeline::{nullable, unsupported};
+use super::pipeline::{canonical_key, nullable, unsupported};
 use super::retract::RetractableMinMax;
 use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;
@@ -1054,30 +1054,6 @@ impl Operator for AggregatePipeline {
                 None => self.groups() as u64,
             },
         }
-    }
-}
-
-/// A group key column with every float `-0.0` made `+0.0`: GROUP BY puts
-/// the two in one group, as DataFusion's batch aggregation does (and shows
-/// it as `0`), while the row format that keys are compared in tells them
-/// apart. NaNs stay as they are, one group per bit pattern, as there.
-fn canonical_key(column: ArrayRef) -> ArrayRef {
-    use arrow::array::AsArray;
-    use arrow::datatypes::{ArrowPrimitiveType, Float16Type, Float32Type, Float64Type};
-    fn fold<T: ArrowPrimitiveType>(column: &ArrayRef) -> ArrayRef {
-        // The type's default is +0, and -0 equals it.
-        let zero = T::Native::default();
-        Arc::new(
-            column
-                .as_primitive::<T>()
-                .unary::<_, T>(|v| if v == zero { zero } else { v }),
-        )
-    }
-    match column.data_type() {
-        DataType::Float64 => fold::<Float64Type>(&column),
-        DataType::Float32 => fold::<Float32Type>(&column),
-        DataType::Float16 => fold::<Float16Type>(&column),
-        _ => column,
     }
 }
 

@@ -55,6 +55,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::join::{joined_rows, Source};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use super::pipeline::canonical_key;
 use crate::error::SluiceError;
 
 /// A join key in arrow-row form.
@@ -189,7 +190,11 @@ impl BandSide {
         let columns: Vec<ArrayRef> = self
             .keys
             .iter()
-            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
+            .map(|k| {
+                k.evaluate(batch)?
+                    .into_array(batch.num_rows())
+                    .map(canonical_key)
+            })
             .collect::<Result<_, _>>()?;
         let rows = self.key_rows.convert_columns(&columns)?;
         let keys = (0..batch.num_rows())

@@ -35,6 +35,7 @@ use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use super::pipeline::canonical_key;
 use crate::error::SluiceError;
 
 /// One row of a side's state: where it is.
@@ -104,7 +105,11 @@ impl JoinSide {
         let columns: Vec<ArrayRef> = self
             .keys
             .iter()
-            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
+            .map(|k| {
+                k.evaluate(batch)?
+                    .into_array(batch.num_rows())
+                    .map(canonical_key)
+            })
             .collect::<Result<_, _>>()?;
         let null: Vec<bool> = (0..batch.num_rows())
             .map(|i| columns.iter().any(|c| c.is_null(i)))

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::compute;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -207,6 +207,31 @@ pub enum Pipeline {
 
 pub(super) fn unsupported(what: impl Into<String>) -> SluiceError {
     SluiceError::Unsupported(what.into())
+}
+
+/// A key column (GROUP BY, or an equi-join's) with every float `-0.0`
+/// made `+0.0`, before its rows are compared in the row format, which
+/// tells the two apart: GROUP BY puts them in one group (shown as `0`) and
+/// `=` joins them, as in DataFusion's batch plans. NaNs stay as they are,
+/// equal to a NaN of the same bits, as there.
+pub(super) fn canonical_key(column: ArrayRef) -> ArrayRef {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{ArrowPrimitiveType, DataType, Float16Type, Float32Type, Float64Type};
+    fn fold<T: ArrowPrimitiveType>(column: &ArrayRef) -> ArrayRef {
+        // The type's default is +0, and -0 equals it.
+        let zero = T::Native::default();
+        Arc::new(
+            column
+                .as_primitive::<T>()
+                .unary::<_, T>(|v| if v == zero { zero } else { v }),
+        )
+    }
+    match column.data_type() {
+        DataType::Float64 => fold::<Float64Type>(&column),
+        DataType::Float32 => fold::<Float32Type>(&column),
+        DataType::Float16 => fold::<Float16Type>(&column),
+        _ => column,
+    }
 }
 
 pub(super) fn nullable(schema: &Schema) -> SchemaRef {
