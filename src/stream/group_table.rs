@@ -1,41 +1,53 @@
 //! The group keys of an aggregate over rows that are never taken back, each
-//! kept once: every group's key in Arrow's row format, one after another
-//! in group order, 32 bits of its hash, and a hash table of group indices
-//! (4 bytes a bucket, plus hashbrown's one control byte). A group is its
-//! index. Rows are hashed by column, as DataFusion's hash aggregation
-//! hashes them; the stored 32 bits place a group again when the table
-//! grows, without reading its key.
+//! kept once: every group's key columns in group order (the same columns
+//! the view publishes and the checkpoint writes), 32 bits of its hash, and
+//! a hash table of group indices (4 bytes a bucket, plus hashbrown's one
+//! control byte). A group is its index. Rows are hashed by column, as
+//! DataFusion's hash aggregation hashes them, and a row is compared with a
+//! group's key column by column; the stored 32 bits place a group again
+//! when the table grows, without reading its key.
 //!
 //! This replaces DataFusion's `GroupValues` for the aggregate's groups:
 //! its table for a text key keeps a 32-byte entry per bucket, about 70
-//! bytes a group at 2M groups, where this one keeps about 14.
+//! bytes a group at 2M groups, where this one keeps about 14 beside the
+//! key columns.
 //!
-//! State: the keys, the hashes and the table; nothing of its own is checkpointed (the
-//! aggregate writes the key columns). Watermark: nothing here; a window's
-//! groups are dropped by [`GroupKeyTable::clear`] and the groups that stay
-//! interned again.
+//! The key columns grow in pieces: each batch that makes groups appends
+//! one with their keys, and a piece as long as the one before it is joined
+//! to it, so that there are few pieces and a key is copied a few times at
+//! most as the table grows. Reading the keys joins them all into one.
+//!
+//! State: the key columns, the hashes and the table; nothing of its own is
+//! checkpointed (the aggregate writes the key columns). Watermark: nothing
+//! here; a window's groups are dropped by [`GroupKeyTable::clear`] and the
+//! groups that stay interned again.
 
-use arrow::array::ArrayRef;
+use arrow::array::{make_comparator, new_empty_array, Array, ArrayRef, DynComparator, UInt32Array};
+use arrow::compute::{self, SortOptions};
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use hashbrown::HashTable;
 
 use crate::error::SluiceError;
 
+/// More pieces than this are joined into one, whatever their lengths.
+const MAX_PIECES: usize = 24;
+
 pub(super) struct GroupKeyTable {
-    converter: RowConverter,
-    /// Every group's key, in group order.
-    keys: Rows,
+    schema: SchemaRef,
+    /// Every group's key columns, in group order, in pieces; `starts[p]` is
+    /// the first group of piece `p`.
+    pieces: Vec<Vec<ArrayRef>>,
+    starts: Vec<usize>,
     /// The low 32 bits of every group's hash, in group order.
     hashes: Vec<u32>,
     /// Group indices, placed by [`spread`] of their hash.
     table: HashTable<u32>,
     random_state: RandomState,
-    /// The rows of the last batch interned and their hashes (kept to reuse
-    /// their space).
-    scratch: Rows,
+    /// The hashes of the last batch interned, and the row where each group
+    /// it made first appears (kept to reuse their space).
     scratch_hashes: Vec<u64>,
+    new_rows: Vec<u32>,
 }
 
 /// The table's 64-bit hash of a group's 32: hashbrown places a group by the
@@ -44,21 +56,34 @@ fn spread(hash: u32) -> u64 {
     u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// One comparator per key column, of `left`'s rows with `right`'s.
+fn comparators(left: &[ArrayRef], right: &[ArrayRef]) -> Result<Vec<DynComparator>, SluiceError> {
+    Ok(left
+        .iter()
+        .zip(right)
+        .map(|(l, r)| make_comparator(l.as_ref(), r.as_ref(), SortOptions::default()))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Whether every column compares equal (NULL equals NULL, as GROUP BY has it).
+fn equal(comparators: &[DynComparator], left: usize, right: usize) -> bool {
+    comparators.iter().all(|c| c(left, right).is_eq())
+}
+
 impl GroupKeyTable {
-    /// A table for keys of the columns of `key_schema`; an error when the
-    /// row format has no encoding for some column's type.
-    pub fn try_new(key_schema: &SchemaRef) -> Result<GroupKeyTable, SluiceError> {
-        let converter = RowConverter::new(
-            key_schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
-        Ok(GroupKeyTable {
-            keys: converter.empty_rows(0, 0),
-            scratch: converter.empty_rows(0, 0),
-            converter,
+    /// A table for keys of the columns of `key_schema`, or None when some
+    /// column's type cannot be compared.
+    pub fn try_new(key_schema: &SchemaRef) -> Option<GroupKeyTable> {
+        let empty: Vec<ArrayRef> = key_schema
+            .fields()
+            .iter()
+            .map(|f| new_empty_array(f.data_type()))
+            .collect();
+        comparators(&empty, &empty).ok()?;
+        Some(GroupKeyTable {
+            schema: key_schema.clone(),
+            pieces: Vec::new(),
+            starts: Vec::new(),
             hashes: Vec::new(),
             table: HashTable::new(),
             // A seed of its own, so that keys chosen to collide on one
@@ -68,21 +93,26 @@ impl GroupKeyTable {
                 0u8,
             )),
             scratch_hashes: Vec::new(),
+            new_rows: Vec::new(),
         })
     }
 
     pub fn len(&self) -> usize {
-        self.keys.num_rows()
+        self.hashes.len()
     }
 
-    /// Bytes held: the keys' row bytes and offsets, their hashes, the
-    /// table's buckets and control bytes, and the scratch rows.
+    /// Bytes held: the key columns, their hashes, the table's buckets and
+    /// control bytes, and the scratch space.
     pub fn size(&self) -> usize {
-        self.keys.size()
+        self.pieces
+            .iter()
+            .flatten()
+            .map(|k| k.get_array_memory_size())
+            .sum::<usize>()
             + self.hashes.capacity() * std::mem::size_of::<u32>()
             + self.table.capacity() * (std::mem::size_of::<u32>() + 1)
-            + self.scratch.size()
             + self.scratch_hashes.capacity() * std::mem::size_of::<u64>()
+            + self.new_rows.capacity() * std::mem::size_of::<u32>()
     }
 
     /// The group of each row of `keys` into `group_ids`, making a group for
@@ -92,36 +122,51 @@ impl GroupKeyTable {
         keys: &[ArrayRef],
         group_ids: &mut Vec<usize>,
     ) -> Result<(), SluiceError> {
+        let n = keys.first().map(|k| k.len()).unwrap_or(0);
         let GroupKeyTable {
-            converter,
-            keys: stored,
+            pieces,
+            starts,
             hashes,
             table,
             random_state,
-            scratch,
             scratch_hashes,
+            new_rows,
+            ..
         } = self;
-        scratch.clear();
-        converter.append(scratch, keys)?;
         scratch_hashes.clear();
-        scratch_hashes.resize(scratch.num_rows(), 0);
+        scratch_hashes.resize(n, 0);
         create_hashes(keys, random_state, scratch_hashes)?;
+        let against: Vec<Vec<DynComparator>> = pieces
+            .iter()
+            .map(|piece| comparators(keys, piece))
+            .collect::<Result<_, _>>()?;
+        // The batch's own rows, for groups it makes.
+        let own = comparators(keys, keys)?;
+        let before = hashes.len();
+        new_rows.clear();
         group_ids.clear();
-        group_ids.reserve(scratch.num_rows());
-        for (row, &full) in scratch.iter().zip(scratch_hashes.iter()) {
-            let bytes = row.as_ref();
+        group_ids.reserve(n);
+        for (row, &full) in scratch_hashes.iter().enumerate() {
             let hash = full as u32;
             let found = table.find(spread(hash), |&g| {
-                hashes[g as usize] == hash && stored.row(g as usize).as_ref() == bytes
+                let g = g as usize;
+                if hashes[g] != hash {
+                    return false;
+                }
+                if g >= before {
+                    return equal(&own, row, new_rows[g - before] as usize);
+                }
+                let p = starts.partition_point(|&s| s <= g) - 1;
+                equal(&against[p], row, g - starts[p])
             });
             let group = match found {
                 Some(&g) => g,
                 None => {
-                    let g = u32::try_from(stored.num_rows()).map_err(|_| {
+                    let g = u32::try_from(hashes.len()).map_err(|_| {
                         SluiceError::Internal("an aggregate holds 2^32 groups".into())
                     })?;
-                    stored.push(row);
                     hashes.push(hash);
+                    new_rows.push(row as u32);
                     let hashes = &*hashes;
                     table.insert_unique(spread(hash), g, |&g| spread(hashes[g as usize]));
                     g
@@ -129,16 +174,76 @@ impl GroupKeyTable {
             };
             group_ids.push(group as usize);
         }
+        if !new_rows.is_empty() {
+            let rows = UInt32Array::from(std::mem::take(new_rows));
+            self.pieces.push(
+                keys.iter()
+                    .map(|k| compute::take(k.as_ref(), &rows, None))
+                    .collect::<Result<_, _>>()?,
+            );
+            self.starts.push(before);
+            self.join_pieces()?;
+        }
         Ok(())
+    }
+
+    /// Joins the last piece to the one before while it is as long, and all
+    /// pieces when there are too many.
+    fn join_pieces(&mut self) -> Result<(), SluiceError> {
+        let piece_len = |p: &Vec<ArrayRef>| p.first().map(|k| k.len()).unwrap_or(0);
+        while self.pieces.len() >= 2 {
+            let last = self.pieces.len() - 1;
+            let too_many = self.pieces.len() > MAX_PIECES;
+            if !too_many && piece_len(&self.pieces[last]) < piece_len(&self.pieces[last - 1]) {
+                break;
+            }
+            self.join_from(match too_many {
+                true => 0,
+                false => last - 1,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Joins the pieces from `from` on into one.
+    fn join_from(&mut self, from: usize) -> Result<(), SluiceError> {
+        let joined = (0..self.schema.fields().len())
+            .map(|c| {
+                let parts: Vec<&dyn Array> =
+                    self.pieces[from..].iter().map(|p| p[c].as_ref()).collect();
+                compute::concat(&parts)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.pieces.truncate(from);
+        self.pieces.push(joined);
+        self.starts.truncate(from + 1);
+        Ok(())
+    }
+
+    /// Every group's key columns, in group order (joined into one piece).
+    pub fn key_columns(&mut self) -> Result<Vec<ArrayRef>, SluiceError> {
+        if self.pieces.len() > 1 {
+            self.join_from(0)?;
+        }
+        Ok(match self.pieces.first() {
+            Some(k) => k.clone(),
+            None => self
+                .schema
+                .fields()
+                .iter()
+                .map(|f| new_empty_array(f.data_type()))
+                .collect(),
+        })
     }
 
     /// Forgets every group, giving back the table's memory.
     pub fn clear(&mut self) {
-        self.keys = self.converter.empty_rows(0, 0);
+        self.pieces = Vec::new();
+        self.starts = Vec::new();
         self.hashes = Vec::new();
         self.table = HashTable::new();
-        self.scratch = self.converter.empty_rows(0, 0);
         self.scratch_hashes = Vec::new();
+        self.new_rows = Vec::new();
     }
 }
 

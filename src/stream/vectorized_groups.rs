@@ -1,13 +1,12 @@
 //! The groups of an aggregate over rows that are never taken back, kept much as
 //! DataFusion's hash aggregation keeps them: the keys interned in one hash
-//! table ([`GroupKeyTable`], group indices over keys in the row format),
-//! and each aggregate as one [`GroupsAccumulator`] whose state is a column
+//! table ([`GroupKeyTable`], group indices over the key columns), and
+//! each aggregate as one [`GroupsAccumulator`] whose state is a column
 //! indexed by group. A delta costs one hash probe per row and one pass per
 //! aggregate, with no allocation per group.
 //!
-//! State: the key table, the key columns in group order (appended as
-//! groups are made; a view's published rows share them), and the
-//! accumulators' columns. Reading the groups (a view's rows, a checkpoint)
+//! State: the key table (which holds the key columns in group order; a
+//! view's published rows share them), and the accumulators' columns. Reading the groups (a view's rows, a checkpoint)
 //! takes each accumulator's state, which is how DataFusion hands it out,
 //! merges it back into a fresh accumulator, and evaluates another copy; the
 //! hash table is not touched. Checkpoints write the key columns and each
@@ -57,15 +56,11 @@ impl GroupColumns {
 }
 
 pub(super) struct VectorizedGroups {
-    key_schema: SchemaRef,
     aggs: Vec<Arc<AggregateFunctionExpr>>,
     /// Behind a lock only because DataFusion's accumulators are not `Sync`
     /// and operators are: every change has `&mut self` and takes it with
     /// `get_mut`, without locking.
     tables: Mutex<Tables>,
-    /// Key columns of the groups in group order, in pieces: one per delta
-    /// that made groups, joined into one when read.
-    keys: Vec<Vec<ArrayRef>>,
     /// Group index of each row of the last delta (kept to reuse its space).
     group_ids: Vec<usize>,
 }
@@ -87,14 +82,15 @@ impl VectorizedGroups {
         {
             return Ok(None);
         }
+        let Some(values) = GroupKeyTable::try_new(&key_schema) else {
+            return Ok(None);
+        };
         Ok(Some(VectorizedGroups {
             tables: Mutex::new(Tables {
-                values: GroupKeyTable::try_new(&key_schema)?,
+                values,
                 accumulators: new_accumulators(aggs)?,
             }),
-            key_schema,
             aggs: aggs.to_vec(),
-            keys: Vec::new(),
             group_ids: Vec::new(),
         }))
     }
@@ -116,38 +112,15 @@ impl VectorizedGroups {
         let tables = self.locked();
         tables.values.size()
             + tables.accumulators.iter().map(|a| a.size()).sum::<usize>()
-            + self
-                .keys
-                .iter()
-                .flatten()
-                .map(|k| k.get_array_memory_size())
-                .sum::<usize>()
             + self.group_ids.capacity() * std::mem::size_of::<usize>()
     }
 
-    /// Interns the rows' keys into `group_ids`, keeping the key columns of
-    /// the groups this makes; returns how many groups there are now.
+    /// Interns the rows' keys into `group_ids`; returns how many groups
+    /// there are now.
     fn intern(&mut self, keys: &[ArrayRef]) -> Result<usize, SluiceError> {
         let tables = self.tables.get_mut().unwrap_or_else(|p| p.into_inner());
-        let before = tables.values.len();
         tables.values.intern(keys, &mut self.group_ids)?;
-        let total = tables.values.len();
-        if total > before {
-            // The row where each new group first appears, by group.
-            let mut first = vec![u32::MAX; total - before];
-            for (row, &g) in self.group_ids.iter().enumerate() {
-                if g >= before && first[g - before] == u32::MAX {
-                    first[g - before] = row as u32;
-                }
-            }
-            let first = UInt32Array::from(first);
-            self.keys.push(
-                keys.iter()
-                    .map(|k| compute::take(k.as_ref(), &first, None))
-                    .collect::<Result<_, _>>()?,
-            );
-        }
-        Ok(total)
+        Ok(tables.values.len())
     }
 
     /// Feeds one delta's rows: their key columns, and each aggregate's
@@ -177,25 +150,7 @@ impl VectorizedGroups {
 
     /// The key columns of every group, in group order.
     fn key_columns(&mut self) -> Result<Vec<ArrayRef>, SluiceError> {
-        if self.keys.len() > 1 {
-            let columns = (0..self.key_schema.fields().len())
-                .map(|c| {
-                    let pieces: Vec<&dyn arrow::array::Array> =
-                        self.keys.iter().map(|k| k[c].as_ref()).collect();
-                    compute::concat(&pieces)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            self.keys = vec![columns];
-        }
-        Ok(match self.keys.first() {
-            Some(k) => k.clone(),
-            None => self
-                .key_schema
-                .fields()
-                .iter()
-                .map(|f| arrow::array::new_empty_array(f.data_type()))
-                .collect(),
-        })
+        self.tables().values.key_columns()
     }
 
     /// Every group's keys and states, and each aggregate's value for every
@@ -274,7 +229,6 @@ impl VectorizedGroups {
         tables.accumulators = fresh;
         // Emptied, and every group that stays made again.
         tables.values.clear();
-        self.keys.clear();
         let all = GroupColumns { keys, states };
         self.load(&all.take(&UInt32Array::from(kept))?)?;
         all.take(&taken)
