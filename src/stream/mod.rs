@@ -27,6 +27,7 @@ mod pipeline;
 mod point_index;
 mod retract;
 mod rows;
+mod shared_column;
 mod top_n;
 mod vectorized_groups;
 mod view;

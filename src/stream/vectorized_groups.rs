@@ -1,18 +1,22 @@
 //! The groups of an aggregate over rows that are never taken back, kept much as
 //! DataFusion's hash aggregation keeps them: the keys interned in one hash
 //! table ([`GroupKeyTable`], group indices over the key columns), and
-//! each aggregate as one [`GroupsAccumulator`] whose state is a column
-//! indexed by group. A delta costs one hash probe per row and one pass per
-//! aggregate, with no allocation per group.
+//! each aggregate one column of state indexed by group. A delta costs one
+//! hash probe per row and one pass per aggregate, with no allocation per
+//! group.
 //!
-//! State: the key table (which holds the key columns in group order; a
-//! view's published rows share them), and the accumulators' columns. Reading the groups (a view's rows, a checkpoint)
-//! takes each accumulator's state, which is how DataFusion hands it out,
-//! merges it back into a fresh accumulator, and evaluates another copy; the
+//! State: the key table (which holds the key columns in group order), and
+//! per aggregate a [`SharedColumn`] (COUNT, SUM, MIN and MAX of integer,
+//! date and time types, and SUM of doubles) or else DataFusion's
+//! [`GroupsAccumulator`]. A view's published rows share the key columns
+//! and the shared columns, which are copied only when a group changes
+//! while a reader holds them. DataFusion's accumulators hand their state
+//! out only by taking it: reading the groups (a view's rows, a checkpoint)
+//! merges it back into a fresh accumulator and evaluates another copy. The
 //! hash table is not touched. Checkpoints write the key columns and each
-//! accumulator's `state()` columns, the same columns the per-group
-//! accumulators of a retracting aggregate write, so either reads the
-//! other's checkpoint.
+//! aggregate's state columns, the same columns the per-group accumulators
+//! of a retracting aggregate write, so either reads the other's
+//! checkpoint.
 //!
 //! Watermark: nothing here; the aggregate decides which groups close and
 //! [`VectorizedGroups::split`] drops them in one pass (the groups that stay
@@ -27,6 +31,7 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::group_table::GroupKeyTable;
+use super::shared_column::{shared_column, SharedColumn};
 use crate::error::SluiceError;
 
 /// Groups' keys and accumulator states, as columns in group order.
@@ -67,7 +72,91 @@ pub(super) struct VectorizedGroups {
 
 struct Tables {
     values: GroupKeyTable,
-    accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    accumulators: Vec<GroupAccumulator>,
+}
+
+/// One aggregate over the groups: a column shared with readers (COUNT,
+/// SUM, MIN, MAX of the types [`shared_column`] takes), or DataFusion's.
+enum GroupAccumulator {
+    Shared(Box<dyn SharedColumn>),
+    DataFusion(Box<dyn GroupsAccumulator>),
+}
+
+impl GroupAccumulator {
+    fn new(agg: &AggregateFunctionExpr) -> Result<GroupAccumulator, SluiceError> {
+        Ok(match shared_column(agg) {
+            Some(column) => GroupAccumulator::Shared(column),
+            None => GroupAccumulator::DataFusion(agg.create_groups_accumulator()?),
+        })
+    }
+
+    fn update(
+        &mut self,
+        args: &[ArrayRef],
+        group_ids: &[usize],
+        total: usize,
+    ) -> Result<(), SluiceError> {
+        match self {
+            GroupAccumulator::Shared(c) => c.update(args, group_ids, total),
+            GroupAccumulator::DataFusion(a) => Ok(a.update_batch(args, group_ids, None, total)?),
+        }
+    }
+
+    fn merge(
+        &mut self,
+        states: &[ArrayRef],
+        group_ids: &[usize],
+        total: usize,
+    ) -> Result<(), SluiceError> {
+        match self {
+            GroupAccumulator::Shared(c) => c.merge(states, group_ids, total),
+            GroupAccumulator::DataFusion(a) => Ok(a.merge_batch(states, group_ids, total)?),
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            GroupAccumulator::Shared(c) => c.size(),
+            GroupAccumulator::DataFusion(a) => a.size(),
+        }
+    }
+
+    /// Every group's state, for an accumulator about to be dropped
+    /// (DataFusion's is left empty).
+    fn take_state(&mut self) -> Result<Vec<ArrayRef>, SluiceError> {
+        match self {
+            GroupAccumulator::Shared(c) => Ok(vec![c.values()]),
+            GroupAccumulator::DataFusion(a) => Ok(a.state(EmitTo::All)?),
+        }
+    }
+
+    /// Every group's state and value, leaving the groups as they were
+    /// (`n` of them). DataFusion hands its state out only by taking it, so
+    /// its accumulator is built again from a copy and the value evaluated
+    /// from another.
+    fn read(
+        &mut self,
+        agg: &AggregateFunctionExpr,
+        n: usize,
+    ) -> Result<(Vec<ArrayRef>, ArrayRef), SluiceError> {
+        let live = match self {
+            GroupAccumulator::Shared(c) => {
+                let values = c.values();
+                return Ok((vec![values.clone()], values));
+            }
+            GroupAccumulator::DataFusion(a) => a,
+        };
+        let ids: Vec<usize> = (0..n).collect();
+        let state = live.state(EmitTo::All)?;
+        let mut rebuilt = agg.create_groups_accumulator()?;
+        let mut reader = agg.create_groups_accumulator()?;
+        if n > 0 {
+            rebuilt.merge_batch(&state, &ids, n)?;
+            reader.merge_batch(&state, &ids, n)?;
+        }
+        *live = rebuilt;
+        Ok((state, reader.evaluate(EmitTo::All)?))
+    }
 }
 
 impl VectorizedGroups {
@@ -129,7 +218,7 @@ impl VectorizedGroups {
         let total = self.intern(keys)?;
         let tables = self.tables.get_mut().unwrap_or_else(|p| p.into_inner());
         for (acc, args) in tables.accumulators.iter_mut().zip(args) {
-            acc.update_batch(args, &self.group_ids, None, total)?;
+            acc.update(args, &self.group_ids, total)?;
         }
         Ok(())
     }
@@ -143,7 +232,7 @@ impl VectorizedGroups {
         let total = self.intern(&groups.keys)?;
         let tables = self.tables.get_mut().unwrap_or_else(|p| p.into_inner());
         for (acc, states) in tables.accumulators.iter_mut().zip(&groups.states) {
-            acc.merge_batch(states, &self.group_ids, total)?;
+            acc.merge(states, &self.group_ids, total)?;
         }
         Ok(())
     }
@@ -158,26 +247,14 @@ impl VectorizedGroups {
     pub fn read(&mut self) -> Result<(GroupColumns, Vec<ArrayRef>), SluiceError> {
         let keys = self.key_columns()?;
         let n = self.len();
-        let ids: Vec<usize> = (0..n).collect();
-        let fresh = new_accumulators(&self.aggs)?;
-        let mut evaluating = new_accumulators(&self.aggs)?;
-        let tables = self.tables();
-        let mut states = Vec::with_capacity(tables.accumulators.len());
-        let mut values = Vec::with_capacity(tables.accumulators.len());
-        for ((live, mut acc), reader) in tables
-            .accumulators
-            .iter_mut()
-            .zip(fresh)
-            .zip(evaluating.iter_mut())
-        {
-            let state = live.state(EmitTo::All)?;
-            if n > 0 {
-                acc.merge_batch(&state, &ids, n)?;
-                reader.merge_batch(&state, &ids, n)?;
-            }
-            *live = acc;
-            values.push(reader.evaluate(EmitTo::All)?);
+        let VectorizedGroups { tables, aggs, .. } = self;
+        let tables = tables.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut states = Vec::with_capacity(aggs.len());
+        let mut values = Vec::with_capacity(aggs.len());
+        for (acc, agg) in tables.accumulators.iter_mut().zip(aggs.iter()) {
+            let (state, value) = acc.read(agg, n)?;
             states.push(state);
+            values.push(value);
         }
         Ok((GroupColumns { keys, states }, values))
     }
@@ -188,6 +265,11 @@ impl VectorizedGroups {
         let ids: Vec<usize> = (0..n).collect();
         let mut values = Vec::with_capacity(self.aggs.len());
         for (a, states) in self.aggs.iter().zip(&groups.states) {
+            if shared_column(a).is_some() {
+                // The state is the value.
+                values.push(argument_state(states)?);
+                continue;
+            }
             let mut acc = a.create_groups_accumulator()?;
             if n > 0 {
                 acc.merge_batch(states, &ids, n)?;
@@ -224,7 +306,7 @@ impl VectorizedGroups {
         let states = tables
             .accumulators
             .iter_mut()
-            .map(|a| a.state(EmitTo::All))
+            .map(GroupAccumulator::take_state)
             .collect::<Result<Vec<_>, _>>()?;
         tables.accumulators = fresh;
         // Emptied, and every group that stays made again.
@@ -237,9 +319,13 @@ impl VectorizedGroups {
 
 fn new_accumulators(
     aggs: &[Arc<AggregateFunctionExpr>],
-) -> Result<Vec<Box<dyn GroupsAccumulator>>, SluiceError> {
-    Ok(aggs
-        .iter()
-        .map(|a| a.create_groups_accumulator())
-        .collect::<Result<Vec<_>, _>>()?)
+) -> Result<Vec<GroupAccumulator>, SluiceError> {
+    aggs.iter().map(|a| GroupAccumulator::new(a)).collect()
+}
+
+fn argument_state(states: &[ArrayRef]) -> Result<ArrayRef, SluiceError> {
+    states
+        .first()
+        .cloned()
+        .ok_or_else(|| SluiceError::Internal("an aggregate state without its column".into()))
 }
