@@ -38,19 +38,25 @@ start() {
 echo "| groups | RSS before | RSS after FLUSH | 3 s later | peak RSS (VmHWM) | peak per group | growth per group 3 s after FLUSH | state bytes per group (reported) | backfill (wall) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for G in "$@"; do
-  rm -rf "$WORK/data" "$WORK/events.csv"
-  python3 - "$G" "$WORK/events.csv" <<'PY'
+  rm -rf "$WORK/data" "$WORK"/events.*.csv
+  # In files of 50M rows: one COPY statement stages at most 4 GiB.
+  python3 - "$G" "$WORK" <<'PY'
 import sys, duckdb
-g, path = int(sys.argv[1]), sys.argv[2]
-duckdb.connect().execute(f"""
-  COPY (SELECT 'user_' || lpad(((i * 7919) % {g})::VARCHAR, 8, '0') AS user_id,
-               (i * 31) % 1000 AS tokens
-        FROM range({g}) t(i)) TO '{path}' (HEADER false)""")
+g, work = int(sys.argv[1]), sys.argv[2]
+con = duckdb.connect()
+for n, first in enumerate(range(0, g, 50_000_000)):
+    con.execute(f"""
+      COPY (SELECT 'user_' || lpad(((i * 7919) % {g})::VARCHAR, 8, '0') AS user_id,
+                   (i * 31) % 1000 AS tokens
+            FROM range({first}, {min(g, first + 50_000_000)}) t(i))
+      TO '{work}/events.{n:03}.csv' (HEADER false)""")
 PY
   start
   q "CREATE TABLE ev (user_id TEXT, tokens BIGINT) APPEND ONLY WITH (partitions = 4)"
-  q "\\copy ev FROM '$WORK/events.csv' WITH (FORMAT csv)"
-  rm -f "$WORK/events.csv"
+  for f in "$WORK"/events.*.csv; do
+    q "\\copy ev FROM '$f' WITH (FORMAT csv)"
+    rm -f "$f"
+  done
   # A fresh process, so that neither COPY's memory nor its peak counts.
   kill "$PID"; wait "$PID" 2>/dev/null || true
   start

@@ -30,7 +30,9 @@ use hashbrown::HashTable;
 
 use crate::error::SluiceError;
 
-/// More pieces than this are joined into one, whatever their lengths.
+/// More pieces than this are joined into one, whatever their lengths: a
+/// row's comparison looks its group's piece up, and each batch makes one
+/// comparator per piece and key column.
 const MAX_PIECES: usize = 24;
 
 pub(super) struct GroupKeyTable {
@@ -44,8 +46,8 @@ pub(super) struct GroupKeyTable {
     /// Group indices, placed by [`spread`] of their hash.
     table: HashTable<u32>,
     random_state: RandomState,
-    /// The hashes of the last batch interned, and the row where each group
-    /// it made first appears (kept to reuse their space).
+    /// The hashes of the last batch interned (kept to reuse their space),
+    /// and the row where each group it made first appears.
     scratch_hashes: Vec<u64>,
     new_rows: Vec<u32>,
 }
@@ -301,5 +303,39 @@ mod tests {
         assert_eq!(table.len(), 0);
         table.intern(&nulls, &mut ids).unwrap();
         assert_eq!(ids, vec![0, 0]);
+    }
+
+    #[test]
+    fn keys_kept_in_pieces_read_back_in_group_order() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
+        let mut table = GroupKeyTable::try_new(&schema).unwrap();
+        let mut ids = Vec::new();
+        // Batches of 1 to 40 rows, each with new keys and keys of every
+        // earlier batch, so that rows are compared with many pieces.
+        let mut made = 0usize;
+        for batch in 0..600usize {
+            let fresh = 1 + batch % 40;
+            let keys: Vec<String> = (made..made + fresh)
+                .chain((0..made).step_by(1 + made / 7))
+                .map(|i| format!("key {i}"))
+                .collect();
+            let expected: Vec<usize> = (made..made + fresh)
+                .chain((0..made).step_by(1 + made / 7))
+                .collect();
+            let column: ArrayRef = Arc::new(StringArray::from(keys));
+            table.intern(&[column], &mut ids).unwrap();
+            assert_eq!(ids, expected, "batch {batch}");
+            made += fresh;
+            assert!(
+                table.pieces.len() <= MAX_PIECES,
+                "{} pieces",
+                table.pieces.len()
+            );
+        }
+        let columns = table.key_columns().unwrap();
+        assert_eq!(table.pieces.len(), 1);
+        let keys = columns[0].as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(keys.len(), made);
+        assert!((0..made).all(|i| keys.value(i) == format!("key {i}")));
     }
 }
