@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How many groups a view holds in how much memory: for each G given, a
 # fresh server loads G events with G distinct user ids (13-byte keys, as in
-# benches/high_cardinality.sh), backfills
+# benches/high_cardinality.sh, with nine digits so that G may pass 10^8), backfills
 # `SELECT user_id, COUNT(*), SUM(tokens), MIN(tokens), MAX(tokens) ... GROUP
 # BY user_id`, and reports the server's resident memory after FLUSH and its
 # peak (VmHWM) over the whole backfill and checkpoint, its resident memory
@@ -46,7 +46,7 @@ g, work = int(sys.argv[1]), sys.argv[2]
 con = duckdb.connect()
 for n, first in enumerate(range(0, g, 50_000_000)):
     con.execute(f"""
-      COPY (SELECT 'user_' || lpad(((i * 7919) % {g})::VARCHAR, 8, '0') AS user_id,
+      COPY (SELECT 'user' || lpad(((i * 7919) % {g})::VARCHAR, 9, '0') AS user_id,
                    (i * 31) % 1000 AS tokens
             FROM range({first}, {min(g, first + 50_000_000)}) t(i))
       TO '{work}/events.{n:03}.csv' (HEADER false)""")

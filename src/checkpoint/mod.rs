@@ -242,7 +242,7 @@ pub struct Capture {
     /// Rows appended since the previous capture.
     pub appended: Vec<RecordBatch>,
     /// Open groups, rewritten each epoch.
-    pub groups: Option<RecordBatch>,
+    pub groups: Vec<RecordBatch>,
     /// The operators' state, part by part: all of it, or what it gained
     /// since the last capture (`operators_whole` false).
     pub operators: Option<Vec<OperatorPart>>,
@@ -527,8 +527,12 @@ async fn write_epoch(
             capture.appended.clone(),
         );
     }
-    if let Some(g) = &capture.groups {
-        add(FileKind::Groups, "groups.parquet".into(), vec![g.clone()]);
+    if !capture.groups.is_empty() {
+        add(
+            FileKind::Groups,
+            "groups.parquet".into(),
+            capture.groups.clone(),
+        );
     }
     if let Some(l) = capture.late.as_ref().filter(|l| l.num_rows() > 0) {
         add(FileKind::Late, "late.parquet".into(), vec![l.clone()]);

@@ -1,5 +1,5 @@
 //! The audit of every aggregate a view accepts over every column type:
-//! taking a checkpoint (`state_batch`) must not change the running state.
+//! taking a checkpoint (`state_batches`) must not change the running state.
 //!
 //! For each aggregate and type, one pipeline takes a checkpoint between
 //! every delta, another sees the same deltas without checkpoints, and a
@@ -191,24 +191,29 @@ impl Harness {
 
     /// The view's rows, printed and sorted.
     fn rows(&mut self) -> Vec<String> {
-        let b = self.pipeline.rows(&self.out).expect("snapshot");
-        let opts = FormatOptions::default().with_null("NULL");
-        let fmts: Vec<ArrayFormatter> = b
-            .columns()
-            .iter()
-            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).expect("formatter"))
-            .collect();
-        let mut rows: Vec<String> = (0..b.num_rows())
-            .map(|i| {
-                fmts.iter()
-                    .map(|f| f.value(i).to_string())
-                    .collect::<Vec<_>>()
-                    .join("|")
-            })
-            .collect();
-        rows.sort();
-        rows
+        let batches = self.pipeline.rows(&self.out).expect("snapshot");
+        printed(&arrow::compute::concat_batches(&self.out, &batches).expect("one batch"))
     }
+}
+
+/// A batch's rows, printed and sorted.
+fn printed(b: &RecordBatch) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let fmts: Vec<ArrayFormatter> = b
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).expect("formatter"))
+        .collect();
+    let mut rows: Vec<String> = (0..b.num_rows())
+        .map(|i| {
+            fmts.iter()
+                .map(|f| f.value(i).to_string())
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    rows.sort();
+    rows
 }
 
 #[tokio::test]
@@ -229,12 +234,15 @@ async fn checkpoints_never_change_the_state_they_capture() {
                 .await
                 .expect("planned once already");
             let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-            let mut last_state = None;
+            let mut last_state = Vec::new();
             for step in 0..5 {
                 let b = batch(&schema, &mut rng, 1 + step * 7);
                 live.update(&b).await;
                 plain.update(&b).await;
-                last_state = live.pipeline.state_batch(&live.out).expect("state_batch");
+                last_state = live
+                    .pipeline
+                    .state_batches(&live.out)
+                    .expect("state_batches");
                 assert_eq!(
                     live.rows(),
                     plain.rows(),
@@ -242,7 +250,7 @@ async fn checkpoints_never_change_the_state_they_capture() {
                 );
             }
             let mut restored = Harness::new(&schema, aggregate, false).await.unwrap();
-            if let Some(s) = &last_state {
+            for s in &last_state {
                 restored.pipeline.restore_groups(s).expect("restore");
             }
             assert_eq!(
@@ -278,12 +286,15 @@ async fn retracting_accumulators_survive_checkpoints() {
             };
             let mut plain = Harness::new(&schema, aggregate, true).await.unwrap();
             let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-            let mut last_state = None;
+            let mut last_state = Vec::new();
             for step in 0..5 {
                 let b = batch(&schema, &mut rng, 2 + step * 5);
                 live.update(&b).await;
                 plain.update(&b).await;
-                last_state = live.pipeline.state_batch(&live.out).expect("state_batch");
+                last_state = live
+                    .pipeline
+                    .state_batches(&live.out)
+                    .expect("state_batches");
                 // Take back half of what was just added, after the checkpoint.
                 let back = b.slice(0, b.num_rows() / 2);
                 live.retract(&back).await;
@@ -295,8 +306,12 @@ async fn retracting_accumulators_survive_checkpoints() {
                 );
             }
             let mut restored = Harness::new(&schema, aggregate, true).await.unwrap();
-            let s = live.pipeline.state_batch(&live.out).expect("state_batch");
-            if let Some(s) = s.as_ref().or(last_state.as_ref()) {
+            let s = live
+                .pipeline
+                .state_batches(&live.out)
+                .expect("state_batches");
+            let s = if s.is_empty() { last_state } else { s };
+            for s in &s {
                 restored.pipeline.restore_groups(s).expect("restore");
             }
             assert_eq!(
@@ -342,4 +357,58 @@ async fn raw_accumulators_with_a_consuming_state() {
             .any(|c| c.starts_with("count(DISTINCT x) over text")),
         "expected DataFusion's string COUNT(DISTINCT) to consume its state: {consuming:?}"
     );
+}
+
+/// Groups whose keys the key table holds in many pieces give the same
+/// rows as groups in one piece: published piece by piece, checkpointed
+/// and restored piece by piece, and when windows close across pieces.
+#[tokio::test]
+async fn groups_in_many_pieces_read_restore_and_close_as_in_one() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, true),
+        Field::new("x", DataType::Int64, true),
+    ]));
+    let aggregate = "sum(x) + min(x) * 0 + max(x) * 0 + count(x) * 0";
+    let mut pieces = Harness::new(&schema, aggregate, false).await.unwrap();
+    pieces.pipeline.set_piece_bytes(4 << 10);
+    let mut one = Harness::new(&schema, aggregate, false).await.unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    for _ in 0..8 {
+        let n = 2_000;
+        let g: ArrayRef = Arc::new(Int64Array::from_iter_values(
+            (0..n).map(|_| rng.random_range(0..12_000)),
+        ));
+        let x: ArrayRef =
+            Arc::new(Int64Array::from_iter((0..n).map(|_| {
+                (rng.random_range(0..10) > 0).then(|| rng.random_range(-99..99))
+            })));
+        let b = RecordBatch::try_new(schema.clone(), vec![g, x]).unwrap();
+        pieces.update(&b).await;
+        one.update(&b).await;
+        assert_eq!(pieces.rows(), one.rows());
+    }
+    let published = pieces.pipeline.rows(&pieces.out).unwrap();
+    assert!(published.len() > 4, "{} batches", published.len());
+    let state = pieces.pipeline.state_batches(&pieces.out).unwrap();
+    assert_eq!(state.len(), published.len());
+    let mut restored = Harness::new(&schema, aggregate, false).await.unwrap();
+    restored.pipeline.set_piece_bytes(4 << 10);
+    for s in &state {
+        restored.pipeline.restore_groups(s).unwrap();
+    }
+    assert_eq!(restored.rows(), one.rows());
+    // Key g read as a window's end in microseconds: the groups up to 6,000
+    // close, from every piece.
+    restored.pipeline.attach(restored.out.clone(), Some((0, 0)));
+    let closed = restored
+        .pipeline
+        .close_windows(&restored.out, 0, 6_000)
+        .unwrap()
+        .unwrap();
+    let all = one.rows();
+    let key = |r: &String| r.split('|').next().unwrap().parse::<i64>().unwrap();
+    let expected_closed: Vec<String> = all.iter().filter(|r| key(r) <= 6_000).cloned().collect();
+    assert_eq!(printed(&closed), expected_closed);
+    let open: Vec<String> = all.iter().filter(|r| key(r) > 6_000).cloned().collect();
+    assert_eq!(restored.rows(), open);
 }

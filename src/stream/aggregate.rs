@@ -15,7 +15,7 @@
 //! that each later change can take it back.
 //!
 //! Checkpoint: one batch with the view's current row of each group, the
-//! group keys and every accumulator's `state()` ([`AggregatePipeline::state_batch`]);
+//! group keys and every accumulator's `state()` ([`AggregatePipeline::state_batches`]);
 //! restore merges those states into fresh accumulators.
 //!
 //! Watermark: for windows that close by the watermark, a window's groups
@@ -500,16 +500,22 @@ impl AggregatePipeline {
         Ok(())
     }
 
-    /// The view's rows now: one per group.
-    pub(super) fn rows(&mut self, schema: &SchemaRef) -> Result<RecordBatch, SluiceError> {
+    /// The view's rows now: one per group (in batches, one per piece of
+    /// the key table for vectorized groups).
+    pub(super) fn rows(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, SluiceError> {
         if let Some(groups) = self.vectorized.as_mut() {
-            let (drained, values) = groups.read()?;
-            let mut columns = drained.keys;
-            columns.extend(values);
-            return self.finish(schema, columns, true);
+            return groups
+                .read()?
+                .into_iter()
+                .map(|(piece, values)| {
+                    let mut columns = piece.keys;
+                    columns.extend(values);
+                    self.finish(schema, columns, true)
+                })
+                .collect();
         }
         let all = self.shown(0..self.accumulators.len());
-        self.rows_of(schema, &all, true)
+        Ok(vec![self.rows_of(schema, &all, true)?])
     }
 
     /// Emits the rows of the windows whose `window_end` is at or before
@@ -726,6 +732,14 @@ impl AggregatePipeline {
         Ok(Some(self.finish(schema, columns, true)?))
     }
 
+    /// The key table's pieces (of vectorized groups) grow to `bytes`.
+    #[cfg(test)]
+    pub(super) fn set_piece_bytes(&mut self, bytes: usize) {
+        if let Some(groups) = self.vectorized.as_mut() {
+            groups.set_piece_bytes(bytes);
+        }
+    }
+
     /// The plan that turns a delta into pre-aggregation rows.
     #[cfg(test)]
     pub(super) fn input(&self) -> Arc<dyn ExecutionPlan> {
@@ -770,17 +784,17 @@ impl AggregatePipeline {
     /// rows of those groups (readable by any Parquet reader), then the group
     /// keys and every accumulator's `state()`, from which
     /// [`AggregatePipeline::restore_groups`] rebuilds the accumulators.
-    pub(super) fn state_batch(
+    pub(super) fn state_batches(
         &mut self,
         schema: &SchemaRef,
-    ) -> Result<Option<RecordBatch>, SluiceError> {
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
         if self.vectorized.is_some() {
-            return self.vectorized_state_batch(schema);
+            return self.vectorized_state_batches(schema);
         }
         self.drop_empty_groups();
         let n = self.accumulators.len();
         if n == 0 {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let all: Vec<usize> = (0..n).collect();
         // One row per group: HAVING does not apply to the saved state.
@@ -817,7 +831,7 @@ impl AggregatePipeline {
             true => Some(Arc::new(Int64Array::from(self.group_rows.clone()))),
             false => None,
         };
-        checkpoint_batch(schema, current, keys, group_rows, captured).map(Some)
+        checkpoint_batch(schema, current, keys, group_rows, captured).map(|b| vec![b])
     }
 
     /// Forgets the groups whose rows were all taken back, key and
@@ -862,23 +876,25 @@ impl AggregatePipeline {
         self.accumulators = keep_accs;
     }
 
-    /// [`AggregatePipeline::state_batch`] of vectorized groups: the same
-    /// columns, each written in one piece.
-    fn vectorized_state_batch(
+    /// [`AggregatePipeline::state_batches`] of vectorized groups: the same
+    /// columns, a batch per piece of the key table.
+    fn vectorized_state_batches(
         &mut self,
         schema: &SchemaRef,
-    ) -> Result<Option<RecordBatch>, SluiceError> {
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
         let Some(groups) = self.vectorized.as_mut() else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        if groups.len() == 0 {
-            return Ok(None);
-        }
-        let (drained, values) = groups.read()?;
-        let mut current = drained.keys.clone();
-        current.extend(values);
-        let current = self.finish(schema, current, false)?;
-        checkpoint_batch(schema, current, drained.keys, None, drained.states).map(Some)
+        groups
+            .read()?
+            .into_iter()
+            .map(|(piece, values)| {
+                let mut current = piece.keys.clone();
+                current.extend(values);
+                let current = self.finish(schema, current, false)?;
+                checkpoint_batch(schema, current, piece.keys, None, piece.states)
+            })
+            .collect()
     }
 
     /// Merges row `i` of captured state columns (per aggregate, as
@@ -896,7 +912,7 @@ impl AggregatePipeline {
         Ok(())
     }
 
-    /// Rebuilds the open groups from a batch written by `state_batch`.
+    /// Rebuilds the open groups from a batch written by `state_batches`.
     pub(super) fn restore_groups(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         let column = |name: &str| {
             batch
@@ -1027,7 +1043,7 @@ impl Operator for AggregatePipeline {
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
         let schema = self.view_schema.clone();
-        Ok(vec![self.state_batch(&schema)?.into_iter().collect()])
+        Ok(vec![self.state_batches(&schema)?])
     }
 
     fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {

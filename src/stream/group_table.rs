@@ -14,8 +14,10 @@
 //!
 //! The key columns grow in pieces: each batch that makes groups appends
 //! one with their keys, and a piece as long as the one before it is joined
-//! to it, so that there are few pieces and a key is copied a few times at
-//! most as the table grows. Reading the keys joins them all into one.
+//! to it, up to 64 MiB a piece, so that there are few pieces, a key is
+//! copied a few times at most as the table grows, and no column passes
+//! what one Arrow array can hold. The view publishes and checkpoints its
+//! groups piece by piece.
 //!
 //! State: the key columns, the hashes and the table; nothing of its own is
 //! checkpointed (the aggregate writes the key columns). Watermark: nothing
@@ -30,10 +32,15 @@ use hashbrown::HashTable;
 
 use crate::error::SluiceError;
 
-/// More pieces than this are joined into one, whatever their lengths: a
-/// row's comparison looks its group's piece up, and each batch makes one
-/// comparator per piece and key column.
-const MAX_PIECES: usize = 24;
+/// A piece grows by joining the ones after it up to this many bytes: an
+/// Arrow text column holds at most 2 GiB, and a piece is one batch of the
+/// view's published rows.
+const PIECE_BYTES: usize = 64 << 20;
+
+/// More small pieces than this after the full ones are joined whatever
+/// their lengths: a row's comparison looks its group's piece up, and each
+/// batch makes one comparator per piece and key column.
+const MAX_SMALL_PIECES: usize = 16;
 
 pub(super) struct GroupKeyTable {
     schema: SchemaRef,
@@ -41,6 +48,8 @@ pub(super) struct GroupKeyTable {
     /// the first group of piece `p`.
     pieces: Vec<Vec<ArrayRef>>,
     starts: Vec<usize>,
+    /// Bytes a piece grows to ([`PIECE_BYTES`]; smaller in tests).
+    piece_bytes: usize,
     /// The low 32 bits of every group's hash, in group order.
     hashes: Vec<u32>,
     /// Group indices, placed by [`spread`] of their hash.
@@ -86,6 +95,7 @@ impl GroupKeyTable {
             schema: key_schema.clone(),
             pieces: Vec::new(),
             starts: Vec::new(),
+            piece_bytes: PIECE_BYTES,
             hashes: Vec::new(),
             table: HashTable::new(),
             // A seed of its own, so that keys chosen to collide on one
@@ -189,53 +199,63 @@ impl GroupKeyTable {
         Ok(())
     }
 
-    /// Joins the last piece to the one before while it is as long, and all
-    /// pieces when there are too many.
+    /// Joins the last piece to the one before while it is as long (or
+    /// while there are too many small pieces), unless together they would
+    /// pass the bytes a piece grows to.
     fn join_pieces(&mut self) -> Result<(), SluiceError> {
-        let piece_len = |p: &Vec<ArrayRef>| p.first().map(|k| k.len()).unwrap_or(0);
+        let rows = |p: &[ArrayRef]| p.first().map(|k| k.len()).unwrap_or(0);
+        let bytes = |p: &[ArrayRef]| p.iter().map(|k| k.get_array_memory_size()).sum::<usize>();
         while self.pieces.len() >= 2 {
-            let last = self.pieces.len() - 1;
-            let too_many = self.pieces.len() > MAX_PIECES;
-            if !too_many && piece_len(&self.pieces[last]) < piece_len(&self.pieces[last - 1]) {
+            let (prev, last) = (
+                &self.pieces[self.pieces.len() - 2],
+                &self.pieces[self.pieces.len() - 1],
+            );
+            if bytes(prev) + bytes(last) > self.piece_bytes {
                 break;
             }
-            self.join_from(match too_many {
-                true => 0,
-                false => last - 1,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Joins the pieces from `from` on into one.
-    fn join_from(&mut self, from: usize) -> Result<(), SluiceError> {
-        let joined = (0..self.schema.fields().len())
-            .map(|c| {
-                let parts: Vec<&dyn Array> =
-                    self.pieces[from..].iter().map(|p| p[c].as_ref()).collect();
-                compute::concat(&parts)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.pieces.truncate(from);
-        self.pieces.push(joined);
-        self.starts.truncate(from + 1);
-        Ok(())
-    }
-
-    /// Every group's key columns, in group order (joined into one piece).
-    pub fn key_columns(&mut self) -> Result<Vec<ArrayRef>, SluiceError> {
-        if self.pieces.len() > 1 {
-            self.join_from(0)?;
-        }
-        Ok(match self.pieces.first() {
-            Some(k) => k.clone(),
-            None => self
-                .schema
-                .fields()
+            let full = self
+                .pieces
                 .iter()
-                .map(|f| new_empty_array(f.data_type()))
-                .collect(),
-        })
+                .take_while(|p| bytes(p) > self.piece_bytes / 2)
+                .count();
+            if rows(last) < rows(prev) && self.pieces.len() - full <= MAX_SMALL_PIECES {
+                break;
+            }
+            let joined = (0..self.schema.fields().len())
+                .map(|c| compute::concat(&[prev[c].as_ref(), last[c].as_ref()]))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.pieces.pop();
+            self.starts.pop();
+            if let Some(prev) = self.pieces.last_mut() {
+                *prev = joined;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pieces grow to `bytes` instead of [`PIECE_BYTES`].
+    #[cfg(test)]
+    pub fn set_piece_bytes(&mut self, bytes: usize) {
+        self.piece_bytes = bytes;
+    }
+
+    /// Key columns of no group.
+    pub fn empty_keys(&self) -> Vec<ArrayRef> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| new_empty_array(f.data_type()))
+            .collect()
+    }
+
+    /// Every group's key columns, in group order, in pieces: the first
+    /// group of each, and its columns.
+    pub fn key_pieces(&self) -> Vec<(usize, Vec<ArrayRef>)> {
+        self.starts
+            .iter()
+            .copied()
+            .zip(self.pieces.iter().cloned())
+            .collect()
     }
 
     /// Forgets every group, giving back the table's memory.
@@ -309,33 +329,40 @@ mod tests {
     fn keys_kept_in_pieces_read_back_in_group_order() {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
         let mut table = GroupKeyTable::try_new(&schema).unwrap();
+        // Pieces of at most 32 KiB, so that some fill up.
+        table.piece_bytes = 32 << 10;
         let mut ids = Vec::new();
         // Batches of 1 to 40 rows, each with new keys and keys of every
         // earlier batch, so that rows are compared with many pieces.
         let mut made = 0usize;
         for batch in 0..600usize {
             let fresh = 1 + batch % 40;
-            let keys: Vec<String> = (made..made + fresh)
-                .chain((0..made).step_by(1 + made / 7))
-                .map(|i| format!("key {i}"))
-                .collect();
-            let expected: Vec<usize> = (made..made + fresh)
+            let rows: Vec<usize> = (made..made + fresh)
                 .chain((0..made).step_by(1 + made / 7))
                 .collect();
+            let keys: Vec<String> = rows.iter().map(|i| format!("key {i}")).collect();
             let column: ArrayRef = Arc::new(StringArray::from(keys));
             table.intern(&[column], &mut ids).unwrap();
-            assert_eq!(ids, expected, "batch {batch}");
+            assert_eq!(ids, rows, "batch {batch}");
             made += fresh;
-            assert!(
-                table.pieces.len() <= MAX_PIECES,
-                "{} pieces",
-                table.pieces.len()
-            );
+            let sizes: Vec<usize> = table
+                .pieces
+                .iter()
+                .map(|p| p[0].get_array_memory_size())
+                .collect();
+            let full = sizes.iter().take_while(|&&b| b > (16 << 10)).count();
+            assert!(sizes.len() - full <= MAX_SMALL_PIECES + 1, "{sizes:?}");
+            assert!(sizes.iter().all(|&b| b <= 32 << 10), "{sizes:?}");
         }
-        let columns = table.key_columns().unwrap();
-        assert_eq!(table.pieces.len(), 1);
-        let keys = columns[0].as_any().downcast_ref::<StringArray>().unwrap();
-        assert_eq!(keys.len(), made);
-        assert!((0..made).all(|i| keys.value(i) == format!("key {i}")));
+        let pieces = table.key_pieces();
+        assert!(pieces.len() > 3, "{} pieces", pieces.len());
+        let mut next = 0;
+        for (start, columns) in pieces {
+            assert_eq!(start, next);
+            let keys = columns[0].as_any().downcast_ref::<StringArray>().unwrap();
+            assert!((0..keys.len()).all(|i| keys.value(i) == format!("key {}", start + i)));
+            next += keys.len();
+        }
+        assert_eq!(next, made);
     }
 }

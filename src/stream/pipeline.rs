@@ -879,7 +879,7 @@ impl CompiledView {
                     )?);
                 }
             }
-            Pipeline::Aggregate(agg) if emit_open => out.push(agg.rows(&self.schema)?),
+            Pipeline::Aggregate(agg) if emit_open => out.extend(agg.rows(&self.schema)?),
             Pipeline::Aggregate(_) => {}
         }
         Ok(out)
@@ -924,19 +924,20 @@ impl CompiledView {
         }
     }
 
-    /// Open aggregate state for a checkpoint (None for a filter view).
-    pub fn state_batch(&mut self) -> Result<Option<RecordBatch>, SluiceError> {
+    /// Open aggregate state for a checkpoint (nothing for a filter view
+    /// over an append-only table).
+    pub fn state_batches(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
         match &mut self.pipeline {
             // A filter over a keyed table rewrites its rows each epoch.
             Pipeline::Rows { rows, .. } if self.retracting => {
                 let held = rows.snapshot()?.concat();
                 if held.is_empty() {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 }
-                Ok(Some(compute::concat_batches(&self.schema, held.iter())?))
+                Ok(vec![compute::concat_batches(&self.schema, held.iter())?])
             }
-            Pipeline::Rows { .. } => Ok(None),
-            Pipeline::Aggregate(agg) => Ok(agg.snapshot()?.concat().into_iter().next()),
+            Pipeline::Rows { .. } => Ok(Vec::new()),
+            Pipeline::Aggregate(agg) => Ok(agg.snapshot()?.concat()),
         }
     }
 

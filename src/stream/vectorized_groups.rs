@@ -24,7 +24,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute;
 use arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -44,19 +44,6 @@ pub(super) struct GroupColumns {
 impl GroupColumns {
     pub fn len(&self) -> usize {
         self.keys.first().map(|k| k.len()).unwrap_or(0)
-    }
-
-    /// The groups at `indices`, in that order.
-    pub fn take(&self, indices: &UInt32Array) -> Result<GroupColumns, SluiceError> {
-        let take = |c: &ArrayRef| compute::take(c.as_ref(), indices, None);
-        Ok(GroupColumns {
-            keys: self.keys.iter().map(take).collect::<Result<_, _>>()?,
-            states: self
-                .states
-                .iter()
-                .map(|s| s.iter().map(take).collect::<Result<_, _>>())
-                .collect::<Result<_, _>>()?,
-        })
     }
 }
 
@@ -196,6 +183,12 @@ impl VectorizedGroups {
         self.locked().values.len()
     }
 
+    /// The key table's pieces grow to `bytes`.
+    #[cfg(test)]
+    pub fn set_piece_bytes(&mut self, bytes: usize) {
+        self.tables().values.set_piece_bytes(bytes);
+    }
+
     /// Bytes held by the hash table, the key columns and the accumulators.
     pub fn size(&self) -> usize {
         let tables = self.locked();
@@ -237,15 +230,10 @@ impl VectorizedGroups {
         Ok(())
     }
 
-    /// The key columns of every group, in group order.
-    fn key_columns(&mut self) -> Result<Vec<ArrayRef>, SluiceError> {
-        self.tables().values.key_columns()
-    }
-
-    /// Every group's keys and states, and each aggregate's value for every
-    /// group; the groups stay as they were.
-    pub fn read(&mut self) -> Result<(GroupColumns, Vec<ArrayRef>), SluiceError> {
-        let keys = self.key_columns()?;
+    /// Every group's keys and states, and each aggregate's value, piece by
+    /// piece as the key table holds the keys (the states and values are
+    /// slices of whole columns); the groups stay as they were.
+    pub fn read(&mut self) -> Result<Vec<(GroupColumns, Vec<ArrayRef>)>, SluiceError> {
         let n = self.len();
         let VectorizedGroups { tables, aggs, .. } = self;
         let tables = tables.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -256,7 +244,23 @@ impl VectorizedGroups {
             states.push(state);
             values.push(value);
         }
-        Ok((GroupColumns { keys, states }, values))
+        Ok(tables
+            .values
+            .key_pieces()
+            .into_iter()
+            .map(|(start, keys)| {
+                let len = keys.first().map_or(0, |k| k.len());
+                let slice = |c: &ArrayRef| c.slice(start, len);
+                let states = states
+                    .iter()
+                    .map(|s| s.iter().map(slice).collect())
+                    .collect();
+                (
+                    GroupColumns { keys, states },
+                    values.iter().map(slice).collect(),
+                )
+            })
+            .collect())
     }
 
     /// Each aggregate's value for the given groups' states (in their order).
@@ -279,25 +283,20 @@ impl VectorizedGroups {
         Ok(values)
     }
 
-    /// Removes the groups that `gone` (given the key columns) marks and
-    /// returns them; the others stay.
+    /// Removes the groups that `gone` (given the key columns of a piece of
+    /// the groups) marks and returns them; the others stay.
     pub fn split(
         &mut self,
-        gone: impl FnOnce(&[ArrayRef]) -> Result<BooleanArray, SluiceError>,
+        mut gone: impl FnMut(&[ArrayRef]) -> Result<BooleanArray, SluiceError>,
     ) -> Result<GroupColumns, SluiceError> {
-        let keys = self.key_columns()?;
-        let gone = gone(&keys)?;
-        let (mut taken, mut kept) = (Vec::new(), Vec::new());
-        for i in 0..keys.first().map(|k| k.len()).unwrap_or(0) {
-            match gone.value(i) {
-                true => taken.push(i as u32),
-                false => kept.push(i as u32),
-            }
-        }
-        let taken = UInt32Array::from(taken);
-        if taken.is_empty() {
+        let pieces = self.tables().values.key_pieces();
+        let marks = pieces
+            .iter()
+            .map(|(_, keys)| gone(keys))
+            .collect::<Result<Vec<_>, _>>()?;
+        if marks.iter().all(|m| m.true_count() == 0) {
             return Ok(GroupColumns {
-                keys: keys.iter().map(|k| k.slice(0, 0)).collect(),
+                keys: self.tables().values.empty_keys(),
                 states: Vec::new(),
             });
         }
@@ -309,11 +308,51 @@ impl VectorizedGroups {
             .map(GroupAccumulator::take_state)
             .collect::<Result<Vec<_>, _>>()?;
         tables.accumulators = fresh;
-        // Emptied, and every group that stays made again.
+        // Emptied, and every group that stays made again, piece by piece
+        // (one column of them all might pass what an Arrow array holds).
         tables.values.clear();
-        let all = GroupColumns { keys, states };
-        self.load(&all.take(&UInt32Array::from(kept))?)?;
-        all.take(&taken)
+        let take = |c: &ArrayRef, rows: &UInt32Array| compute::take(c.as_ref(), rows, None);
+        let (mut taken_places, mut taken) = (Vec::new(), Vec::new());
+        for (p, ((start, keys), mark)) in pieces.iter().zip(&marks).enumerate() {
+            let (mut kept_here, mut kept) = (Vec::new(), Vec::new());
+            for i in 0..mark.len() {
+                match mark.value(i) {
+                    true => {
+                        taken_places.push((p, i));
+                        taken.push((start + i) as u32);
+                    }
+                    false => {
+                        kept_here.push(i as u32);
+                        kept.push((start + i) as u32);
+                    }
+                }
+            }
+            let (kept_here, kept) = (UInt32Array::from(kept_here), UInt32Array::from(kept));
+            self.load(&GroupColumns {
+                keys: keys
+                    .iter()
+                    .map(|k| take(k, &kept_here))
+                    .collect::<Result<_, _>>()?,
+                states: states
+                    .iter()
+                    .map(|s| s.iter().map(|c| take(c, &kept)).collect())
+                    .collect::<Result<_, _>>()?,
+            })?;
+        }
+        let taken = UInt32Array::from(taken);
+        Ok(GroupColumns {
+            keys: (0..pieces.first().map_or(0, |(_, k)| k.len()))
+                .map(|c| {
+                    let columns: Vec<&dyn Array> =
+                        pieces.iter().map(|(_, k)| k[c].as_ref()).collect();
+                    compute::interleave(&columns, &taken_places)
+                })
+                .collect::<Result<_, _>>()?,
+            states: states
+                .iter()
+                .map(|s| s.iter().map(|c| take(c, &taken)).collect())
+                .collect::<Result<_, _>>()?,
+        })
     }
 }
 

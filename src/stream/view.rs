@@ -1096,7 +1096,7 @@ impl ViewTask {
         let appended = self
             .compiled
             .appended_since(self.checkpointer.appended_done);
-        let groups = self.compiled.state_batch();
+        let groups = self.compiled.state_batches();
         let operators = self.compiled.operator_state(erase);
         let (appended, groups, operators) = match (appended, groups, operators) {
             (Ok(a), Ok(g), Ok(o)) => (a, g, o),
