@@ -732,6 +732,14 @@ impl AggregatePipeline {
         Ok(Some(self.finish(schema, columns, true)?))
     }
 
+    /// Time spent copying columns the view's published rows held, since
+    /// the last call.
+    pub(super) fn take_copy_time(&mut self) -> std::time::Duration {
+        self.vectorized
+            .as_mut()
+            .map_or(std::time::Duration::ZERO, |g| g.take_copy_time())
+    }
+
     /// The key table's pieces (of vectorized groups) grow to `bytes`.
     #[cfg(test)]
     pub(super) fn set_piece_bytes(&mut self, bytes: usize) {

@@ -885,6 +885,15 @@ impl CompiledView {
         Ok(out)
     }
 
+    /// Time the aggregate spent copying columns that published rows held,
+    /// since the last call: part of what publishing costs.
+    pub fn take_copy_time(&mut self) -> std::time::Duration {
+        match &mut self.pipeline {
+            Pipeline::Aggregate(agg) => agg.take_copy_time(),
+            Pipeline::Rows { .. } => std::time::Duration::ZERO,
+        }
+    }
+
     /// True when published rows never change: new rows are only appended.
     pub fn append_only(&self) -> bool {
         match &self.pipeline {

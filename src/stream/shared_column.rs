@@ -18,6 +18,7 @@
 //! windows' groups by building the columns again.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
 use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
@@ -52,6 +53,9 @@ pub(super) trait SharedColumn: Send + Sync {
 
     /// Bytes held (all of a shared column counts here).
     fn size(&self) -> usize;
+
+    /// Time spent copying columns that readers held, since the last call.
+    fn take_copy_time(&mut self) -> Duration;
 }
 
 /// A shared column for `agg`, or None when it is another function, takes
@@ -132,12 +136,23 @@ impl<N: ArrowNativeType> CopyOnWrite<N> {
     }
 
     /// The values to change: the shared buffer's own memory when no reader
-    /// holds it any more, a copy when one does.
-    fn owned(&mut self) -> &mut Vec<N> {
+    /// holds it any more, a copy when one does (the time it took added to
+    /// `copying`).
+    fn owned(&mut self, copying: &mut Duration) -> &mut Vec<N> {
         if let Some(buffer) = self.shared.take() {
             self.owned = match buffer.into_inner().into_vec::<N>() {
                 Ok(values) => values,
-                Err(buffer) => buffer.typed_data::<N>().to_vec(),
+                Err(buffer) => {
+                    let began = Instant::now();
+                    // As much room as the shared one had, so that the
+                    // groups made next do not move it again.
+                    let values = buffer.typed_data::<N>();
+                    let room = buffer.capacity() / std::mem::size_of::<N>();
+                    let mut copy = Vec::with_capacity(room.max(values.len()));
+                    copy.extend_from_slice(values);
+                    *copying += began.elapsed();
+                    copy
+                }
             };
         }
         &mut self.owned
@@ -168,6 +183,9 @@ struct PrimitiveColumn<T: ArrowPrimitiveType> {
     /// (COUNT is never NULL and keeps none).
     seen: Option<CopyOnWrite<u8>>,
     len: usize,
+    /// Time spent copying what readers held (see
+    /// [`SharedColumn::take_copy_time`]).
+    copying: Duration,
 }
 
 impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
@@ -178,14 +196,17 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
             values: CopyOnWrite::new(),
             seen: (function != Function::Count).then(CopyOnWrite::new),
             len: 0,
+            copying: Duration::ZERO,
         }
     }
 
     fn grow(&mut self, total: usize) {
         if total > self.len {
-            self.values.owned().resize(total, T::Native::default());
+            self.values
+                .owned(&mut self.copying)
+                .resize(total, T::Native::default());
             if let Some(seen) = self.seen.as_mut() {
-                seen.owned().resize(total.div_ceil(8), 0);
+                seen.owned(&mut self.copying).resize(total.div_ceil(8), 0);
             }
             self.len = total;
         }
@@ -199,8 +220,8 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
         };
         let input = input.as_primitive::<T>();
         let function = self.function;
-        let values = self.values.owned();
-        let Some(seen) = self.seen.as_mut().map(|s| s.owned()) else {
+        let values = self.values.owned(&mut self.copying);
+        let Some(seen) = self.seen.as_mut().map(|s| s.owned(&mut self.copying)) else {
             return Err(SluiceError::Internal("COUNT folded as a value".into()));
         };
         for (row, &g) in group_ids.iter().enumerate() {
@@ -241,7 +262,7 @@ impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
         if self.function != Function::Count {
             return self.fold(arg, group_ids);
         }
-        let counts = self.values.owned();
+        let counts = self.values.owned(&mut self.copying);
         let one = T::Native::usize_as(1);
         match arg.logical_nulls() {
             None => group_ids
@@ -269,7 +290,7 @@ impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
         }
         let state = compute::cast(state, &self.data_type)?;
         let state = state.as_primitive::<T>();
-        let counts = self.values.owned();
+        let counts = self.values.owned(&mut self.copying);
         for (row, &g) in group_ids.iter().enumerate() {
             if state.is_valid(row) {
                 counts[g] = counts[g].add_wrapping(state.value(row));
@@ -289,6 +310,10 @@ impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
 
     fn size(&self) -> usize {
         self.values.size() + self.seen.as_ref().map_or(0, |s| s.size())
+    }
+
+    fn take_copy_time(&mut self) -> Duration {
+        std::mem::take(&mut self.copying)
     }
 }
 

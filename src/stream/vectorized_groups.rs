@@ -183,6 +183,19 @@ impl VectorizedGroups {
         self.locked().values.len()
     }
 
+    /// Time spent copying columns that readers held, since the last call:
+    /// a change after a publish pays for what the publish shared.
+    pub fn take_copy_time(&mut self) -> std::time::Duration {
+        self.tables()
+            .accumulators
+            .iter_mut()
+            .map(|a| match a {
+                GroupAccumulator::Shared(c) => c.take_copy_time(),
+                GroupAccumulator::DataFusion(_) => std::time::Duration::ZERO,
+            })
+            .sum()
+    }
+
     /// The key table's pieces grow to `bytes`.
     #[cfg(test)]
     pub fn set_piece_bytes(&mut self, bytes: usize) {

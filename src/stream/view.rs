@@ -1015,7 +1015,8 @@ struct ViewTask {
     applied_rows: Arc<AtomicU64>,
     /// The change log's base while the view keeps one.
     tracker: Option<ChangeTracker>,
-    /// How long the last publish took (see [`ViewTask::wait`]).
+    /// How long the last publish took, with the copies of shared columns
+    /// the changes since the one before made (see [`ViewTask::wait`]).
     publish_cost: Duration,
 }
 
@@ -1065,7 +1066,9 @@ impl ViewTask {
         self.late_kept += kept.len();
         self.late_unsaved.extend(kept);
         let published = view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late);
-        self.publish_cost = began.elapsed();
+        // A change after the last publish copied what it shared with
+        // readers: that is part of what publishing costs.
+        self.publish_cost = began.elapsed() + self.compiled.take_copy_time();
         published
     }
 
