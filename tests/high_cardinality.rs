@@ -365,3 +365,46 @@ async fn aggregates_of_each_column_type_equal_their_batch_query() {
     c.batch_execute(&typed_rows(&mut rng, 3_000)).await.unwrap();
     assert_typed_view_equals_batch(&c, "after SIGKILL and more rows").await;
 }
+
+/// A SUM of bigint that leaves bigint fails the view as it fails the batch
+/// query (22003), rather than wrapping around.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bigint_sum_that_overflows_fails_the_view_as_it_fails_the_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE o (k TEXT, b BIGINT) APPEND ONLY;
+         CREATE MATERIALIZED VIEW o_sums AS SELECT k, SUM(b) AS s, COUNT(*) AS c FROM o GROUP BY k;
+         INSERT INTO o VALUES ('a', 9223372036854775807), ('b', 1);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    c.batch_execute("INSERT INTO o VALUES ('a', 1)")
+        .await
+        .unwrap();
+    let query = c
+        .simple_query("SELECT k, SUM(b) FROM o GROUP BY k")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        query.code(),
+        Some(&tokio_postgres::error::SqlState::NUMERIC_VALUE_OUT_OF_RANGE)
+    );
+    let flush = c.batch_execute("FLUSH").await.unwrap_err();
+    assert!(
+        flush.to_string().contains("bigint out of range")
+            || format!("{:?}", flush.as_db_error()).contains("bigint out of range"),
+        "{flush:?}"
+    );
+    let error: String = c
+        .query_one(
+            "SELECT error FROM sluice_catalog.views WHERE view_name = 'o_sums'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(error, "bigint out of range");
+}

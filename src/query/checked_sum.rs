@@ -32,7 +32,8 @@ struct CheckedSum {
     inner: Sum,
 }
 
-fn out_of_range() -> DataFusionError {
+/// The error of a bigint SUM that overflows (22003), as this SUM reports it.
+pub fn out_of_range() -> DataFusionError {
     DataFusionError::ArrowError(
         Box::new(ArrowError::ArithmeticOverflow("bigint out of range".into())),
         None,

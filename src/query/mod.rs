@@ -24,7 +24,7 @@ mod yielding_joins;
 
 pub use access::{plan_access, PlanAccess};
 pub use checked_arithmetic::CheckedArithmetic;
-pub use checked_sum::checked_sum;
+pub use checked_sum::{checked_sum, out_of_range as sum_out_of_range};
 pub use context::{build_context, session_config};
 pub use hop_windows::hop_window_starts;
 pub use pg_functions::{setting, version_string};

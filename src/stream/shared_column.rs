@@ -2,6 +2,10 @@
 //! never takes rows back, each one column of values in group order that
 //! the view's published rows and its checkpoints share instead of copying.
 //!
+//! They compute what the functions a view's plan names compute: a SUM of
+//! bigint fails on overflow (22003) as Sluice's `sum` does, other sums
+//! wrap as DataFusion's do.
+//!
 //! DataFusion's `GroupsAccumulator` owns its vectors: reading its values
 //! means taking them out and building the accumulator again, so a view
 //! held each value twice, once in the accumulator and once in its
@@ -220,6 +224,9 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
         };
         let input = input.as_primitive::<T>();
         let function = self.function;
+        // Sluice's SUM of bigint fails on overflow, where DataFusion's
+        // (and its SUM of other types) wraps.
+        let checked = function == Function::Sum && self.data_type == DataType::Int64;
         let values = self.values.owned(&mut self.copying);
         let Some(seen) = self.seen.as_mut().map(|s| s.owned(&mut self.copying)) else {
             return Err(SluiceError::Internal("COUNT folded as a value".into()));
@@ -234,6 +241,11 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
             seen[byte] |= bit;
             let v = &mut values[g];
             match function {
+                Function::Sum if checked => {
+                    *v = v
+                        .add_checked(x)
+                        .map_err(|_| crate::query::sum_out_of_range())?
+                }
                 Function::Sum => *v = v.add_wrapping(x),
                 Function::Min if first || x < *v => *v = x,
                 Function::Max if first || x > *v => *v = x,
@@ -381,6 +393,28 @@ mod tests {
         let mut restored = PrimitiveColumn::<Int64Type>::new(Function::Min, DataType::Int64);
         restored.merge(&[min.values()], &[0, 0, 1], 2).unwrap();
         assert_eq!(restored.values().as_ref(), ints(&[Some(-2), None]).as_ref());
+    }
+
+    #[test]
+    fn a_bigint_sum_that_overflows_fails_as_the_batch_sum_does() {
+        let mut sum = PrimitiveColumn::<Int64Type>::new(Function::Sum, DataType::Int64);
+        sum.update(&[ints(&[Some(i64::MAX), Some(-5)])], &[0, 1], 2)
+            .unwrap();
+        let failed = sum.update(&[ints(&[Some(1)])], &[0], 2).unwrap_err();
+        assert!(
+            failed.to_string().contains("bigint out of range"),
+            "{failed}"
+        );
+        // Below the limit, negative sums are kept exactly.
+        sum.update(&[ints(&[Some(i64::MIN + 5)])], &[1], 2).unwrap();
+        assert_eq!(
+            sum.values()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(1),
+            i64::MIN
+        );
     }
 
     #[test]
