@@ -256,10 +256,11 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
     }
 }
 
-fn argument(columns: &[ArrayRef]) -> Result<&ArrayRef, SluiceError> {
+/// The one column of an aggregate's argument (or of its state).
+pub(super) fn first_column(columns: &[ArrayRef]) -> Result<&ArrayRef, SluiceError> {
     columns
         .first()
-        .ok_or_else(|| SluiceError::Internal("an aggregate without its argument".into()))
+        .ok_or_else(|| SluiceError::Internal("an aggregate without its column".into()))
 }
 
 impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
@@ -270,7 +271,7 @@ impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
         total: usize,
     ) -> Result<(), SluiceError> {
         self.grow(total);
-        let arg = argument(args)?;
+        let arg = first_column(args)?;
         if self.function != Function::Count {
             return self.fold(arg, group_ids);
         }
@@ -296,7 +297,7 @@ impl<T: ArrowPrimitiveType> SharedColumn for PrimitiveColumn<T> {
         total: usize,
     ) -> Result<(), SluiceError> {
         self.grow(total);
-        let state = argument(states)?;
+        let state = first_column(states)?;
         if self.function != Function::Count {
             return self.fold(state, group_ids);
         }

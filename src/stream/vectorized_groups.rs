@@ -31,7 +31,7 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use super::group_table::GroupKeyTable;
-use super::shared_column::{shared_column, SharedColumn};
+use super::shared_column::{first_column, shared_column, SharedColumn};
 use crate::error::SluiceError;
 
 /// Groups' keys and accumulator states, as columns in group order.
@@ -284,7 +284,7 @@ impl VectorizedGroups {
         for (a, states) in self.aggs.iter().zip(&groups.states) {
             if shared_column(a).is_some() {
                 // The state is the value.
-                values.push(argument_state(states)?);
+                values.push(first_column(states)?.clone());
                 continue;
             }
             let mut acc = a.create_groups_accumulator()?;
@@ -373,11 +373,4 @@ fn new_accumulators(
     aggs: &[Arc<AggregateFunctionExpr>],
 ) -> Result<Vec<GroupAccumulator>, SluiceError> {
     aggs.iter().map(|a| GroupAccumulator::new(a)).collect()
-}
-
-fn argument_state(states: &[ArrayRef]) -> Result<ArrayRef, SluiceError> {
-    states
-        .first()
-        .cloned()
-        .ok_or_else(|| SluiceError::Internal("an aggregate state without its column".into()))
 }
