@@ -280,10 +280,16 @@ impl VectorizedGroups {
     pub fn evaluate(&self, groups: &GroupColumns) -> Result<Vec<ArrayRef>, SluiceError> {
         let n = groups.len();
         let ids: Vec<usize> = (0..n).collect();
+        // Which aggregates keep a shared column, whose state is its value.
+        let shared: Vec<bool> = self
+            .locked()
+            .accumulators
+            .iter()
+            .map(|a| matches!(a, GroupAccumulator::Shared(_)))
+            .collect();
         let mut values = Vec::with_capacity(self.aggs.len());
-        for (a, states) in self.aggs.iter().zip(&groups.states) {
-            if shared_column(a).is_some() {
-                // The state is the value.
+        for ((a, states), shared) in self.aggs.iter().zip(&groups.states).zip(shared) {
+            if shared {
                 values.push(first_column(states)?.clone());
                 continue;
             }
@@ -353,8 +359,9 @@ impl VectorizedGroups {
             })?;
         }
         let taken = UInt32Array::from(taken);
+        let key_columns = pieces.first().map_or(0, |(_, keys)| keys.len());
         Ok(GroupColumns {
-            keys: (0..pieces.first().map_or(0, |(_, k)| k.len()))
+            keys: (0..key_columns)
                 .map(|c| {
                     let columns: Vec<&dyn Array> =
                         pieces.iter().map(|(_, k)| k[c].as_ref()).collect();
