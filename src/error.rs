@@ -234,7 +234,10 @@ impl SluiceError {
         };
         let text = match root(e) {
             DataFusionError::ArrowError(a, _) => a.to_string(),
-            DataFusionError::Execution(m) => m.clone(),
+            DataFusionError::Execution(m) | DataFusionError::Plan(m) => m.clone(),
+            DataFusionError::External(inner) if inner.downcast_ref::<SluiceError>().is_none() => {
+                inner.to_string()
+            }
             _ => return None,
         };
         postgres_wording(&text)
@@ -246,6 +249,50 @@ fn postgres_wording(text: &str) -> Option<(&'static str, String)> {
         let rest = text.split(after).nth(1)?;
         Some(rest.split('\'').next()?.to_string())
     };
+    for (arrow_type, name) in [
+        ("Int16", "smallint"),
+        ("Int32", "integer"),
+        ("Int64", "bigint"),
+    ] {
+        if text.contains("Can't cast value") && text.contains(&format!("to type {arrow_type}")) {
+            return Some(("22003", format!("{name} out of range")));
+        }
+    }
+    if text.contains("is too large to store in a Decimal128 of precision")
+        || text.contains("Decimal128 overflow")
+    {
+        return Some(("22003", "numeric field overflow".into()));
+    }
+    if text.contains("LIMIT must be >= 0") {
+        return Some(("2201W", "LIMIT must not be negative".into()));
+    }
+    if text.contains("OFFSET must be >= 0") {
+        return Some(("2201X", "OFFSET must not be negative".into()));
+    }
+    if text.contains("field position must not be zero") {
+        return Some(("22023", "field position must not be zero".into()));
+    }
+    if text.contains("invalid Unicode scalar value: -") {
+        return Some(("22023", "character number must be positive".into()));
+    }
+    if text.contains("invalid Unicode scalar value") {
+        return Some(("54000", "requested character too large for encoding".into()));
+    }
+    if let Some(rest) = text.split("regex parse error:").nth(1) {
+        let reason = rest
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("error:"))
+            .map(|l| l.trim_start_matches("error:").trim().to_string())
+            .unwrap_or_else(|| rest.trim().to_string());
+        return Some(("2201B", format!("invalid regular expression: {reason}")));
+    }
+    if text.contains("Scalar subquery returned more than one row") {
+        return Some((
+            "21000",
+            "more than one row returned by a subquery used as an expression".into(),
+        ));
+    }
     if text.contains("cannot take square root of a negative number") {
         return Some((
             "2201F",

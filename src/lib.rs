@@ -22,3 +22,4 @@ pub mod store;
 pub mod stream;
 pub mod subscribe;
 pub mod transaction;
+pub mod types;

@@ -15,10 +15,14 @@ pub enum SqlType {
     BigInt,
     Real,
     Double,
-    /// NUMERIC(precision, scale); stored as a 128-bit decimal.
+    /// NUMERIC(precision, scale); stored as a 128-bit decimal. A NUMERIC
+    /// declared without them (`unconstrained`) is stored as
+    /// [`SqlType::DEFAULT_NUMERIC`]'s and shows no trailing zeros.
     Numeric {
         precision: u8,
         scale: i8,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unconstrained: bool,
     },
     Text,
     Varchar {
@@ -32,7 +36,8 @@ pub enum SqlType {
     Jsonb,
 }
 
-/// Field metadata key that marks a Utf8 column as JSONB.
+/// Field metadata key that says what SQL type a column was declared with
+/// where its Arrow type does not tell (see `SqlType::declared`).
 pub const SQL_TYPE_METADATA_KEY: &str = "sluice.sql_type";
 
 impl SqlType {
@@ -40,6 +45,7 @@ impl SqlType {
     pub const DEFAULT_NUMERIC: SqlType = SqlType::Numeric {
         precision: 38,
         scale: 10,
+        unconstrained: true,
     };
 
     pub fn to_arrow(&self) -> DataType {
@@ -50,7 +56,9 @@ impl SqlType {
             SqlType::BigInt => DataType::Int64,
             SqlType::Real => DataType::Float32,
             SqlType::Double => DataType::Float64,
-            SqlType::Numeric { precision, scale } => DataType::Decimal128(*precision, *scale),
+            SqlType::Numeric {
+                precision, scale, ..
+            } => DataType::Decimal128(*precision, *scale),
             SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => DataType::Utf8,
             SqlType::Bytea => DataType::Binary,
             SqlType::Date => DataType::Date32,
@@ -70,7 +78,13 @@ impl SqlType {
             SqlType::BigInt => "bigint".into(),
             SqlType::Real => "real".into(),
             SqlType::Double => "double precision".into(),
-            SqlType::Numeric { precision, scale } => format!("numeric({precision},{scale})"),
+            SqlType::Numeric {
+                unconstrained: true,
+                ..
+            } => "numeric".into(),
+            SqlType::Numeric {
+                precision, scale, ..
+            } => format!("numeric({precision},{scale})"),
             SqlType::Text => "text".into(),
             SqlType::Varchar { max_len: Some(n) } => format!("character varying({n})"),
             SqlType::Varchar { max_len: None } => "character varying".into(),
@@ -79,6 +93,25 @@ impl SqlType {
             SqlType::Timestamp => "timestamp without time zone".into(),
             SqlType::TimestampTz => "timestamp with time zone".into(),
             SqlType::Jsonb => "jsonb".into(),
+        }
+    }
+
+    /// What a column's Arrow field says of the type beyond its Arrow type
+    /// (its `sluice.sql_type` metadata): `jsonb`, `varchar(5)`, `varchar`,
+    /// `numeric(12,3)`. None for types Arrow tells apart by itself.
+    pub fn declared(&self) -> Option<String> {
+        match self {
+            SqlType::Jsonb => Some("jsonb".into()),
+            SqlType::Varchar { max_len: Some(n) } => Some(format!("varchar({n})")),
+            SqlType::Varchar { max_len: None } => Some("varchar".into()),
+            SqlType::Numeric {
+                unconstrained: true,
+                ..
+            } => Some("numeric".into()),
+            SqlType::Numeric {
+                precision, scale, ..
+            } => Some(format!("numeric({precision},{scale})")),
+            _ => None,
         }
     }
 
@@ -97,14 +130,13 @@ pub struct ColumnDef {
 impl ColumnDef {
     pub fn to_field(&self) -> Field {
         let field = Field::new(&self.name, self.ty.to_arrow(), self.nullable);
-        if self.ty == SqlType::Jsonb {
-            field.with_metadata(
-                [(SQL_TYPE_METADATA_KEY.to_string(), "jsonb".to_string())]
+        match self.ty.declared() {
+            Some(declared) => field.with_metadata(
+                [(SQL_TYPE_METADATA_KEY.to_string(), declared)]
                     .into_iter()
                     .collect(),
-            )
-        } else {
-            field
+            ),
+            None => field,
         }
     }
 }

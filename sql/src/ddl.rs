@@ -585,6 +585,7 @@ fn numeric(p: u64, s: i64) -> Result<SqlType, SqlError> {
     Ok(SqlType::Numeric {
         precision: p as u8,
         scale: s as i8,
+        unconstrained: false,
     })
 }
 
@@ -619,7 +620,8 @@ mod tests {
                 SqlType::Double,
                 SqlType::Numeric {
                     precision: 10,
-                    scale: 2
+                    scale: 2,
+                    unconstrained: false,
                 },
                 SqlType::Text,
                 SqlType::Varchar { max_len: Some(5) },

@@ -1,55 +1,127 @@
 //! Keeps the hidden columns (`_partition`, `_offset`, `_ingested_at`) out of
-//! `SELECT *` while leaving them selectable by name.
+//! `SELECT *`, `NATURAL` joins and column alias lists while leaving them
+//! selectable by name, and expands `*` as PostgreSQL does.
 //!
-//! DataFusion expands wildcards while planning, so the rewrite happens on the
-//! AST: a wildcard over a log table gets `EXCLUDE (<hidden columns>)`, and an
-//! unqualified wildcard over a join becomes one qualified wildcard per
-//! relation, so that only the log tables' hidden columns are excluded.
+//! DataFusion expands wildcards and matches `NATURAL` columns while
+//! planning, from the tables' full schemas, so the rewrite happens on the
+//! AST, knowing each relation's columns (a table's or view's from the
+//! catalog, a derived table's from its select list):
+//!
+//! - `NATURAL JOIN` becomes `JOIN ... USING` the visible columns both
+//!   sides share (a cross join when they share none);
+//! - `*` over joins with `USING` lists each `USING` column once, first
+//!   (`COALESCE` of both sides for a full join), then the other columns of
+//!   each side, as PostgreSQL's output does;
+//! - `*` over a log table gets `EXCLUDE (<hidden columns>)`, and an
+//!   unqualified `*` over a join becomes one qualified wildcard per
+//!   relation, so that only the log tables' hidden columns are excluded;
+//! - `t AS x(a, b)` over a log table names its visible columns (the rest
+//!   keep their names), as PostgreSQL's alias list does;
+//! - `EXCEPT ALL` and `INTERSECT ALL` keep multiplicities (DataFusion's
+//!   keep each row of the left side whatever the right side's count): each
+//!   side's rows are numbered within their value, and the numbered rows
+//!   go through `EXCEPT` / `INTERSECT`.
 
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    ExcludeSelectItem, Ident, ObjectName, ObjectNamePart, Query, Select, SelectItem,
-    SelectItemQualifiedWildcardKind, SetExpr, TableFactor, VisitMut, VisitorMut,
+    ExcludeSelectItem, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, JoinConstraint, JoinOperator, ObjectName, ObjectNamePart, Query,
+    Select, SelectItem, SelectItemQualifiedWildcardKind, SetExpr, TableAlias, TableAliasColumnDef,
+    TableFactor, TableWithJoins, Value, ValueWithSpan, VisitMut, VisitorMut,
     WildcardAdditionalOptions,
 };
 
 use crate::parse::ident_name;
 
-/// Rewrites every wildcard in `statement` that would expand to a log table's
-/// hidden columns. `hidden_columns` is given the unqualified, case-folded
-/// name, and returns a log table's hidden columns (`None` for anything
-/// else).
-pub fn hide_system_columns<F>(statement: &mut sqlparser::ast::Statement, hidden_columns: F)
+/// A table's or view's columns as the planner sees them: those `*`
+/// shows, then the hidden ones (empty for a view).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelationColumns {
+    pub visible: Vec<String>,
+    pub hidden: Vec<String>,
+}
+
+/// Rewrites `statement` as the module header says. `columns` is given the
+/// unqualified, case-folded name of a relation and returns its columns
+/// (`None` for a name it does not know).
+pub fn hide_system_columns<F>(statement: &mut sqlparser::ast::Statement, columns: F)
 where
-    F: Fn(&str) -> Option<Vec<String>>,
+    F: Fn(&str) -> Option<RelationColumns>,
 {
-    let mut rewriter = WildcardRewriter { hidden_columns };
+    let mut rewriter = WildcardRewriter {
+        columns,
+        ctes: Vec::new(),
+    };
     let _ = statement.visit(&mut rewriter);
 }
 
 struct WildcardRewriter<F> {
-    hidden_columns: F,
+    columns: F,
+    /// The common table expressions in scope, innermost last, with their
+    /// columns where known.
+    ctes: Vec<Vec<(String, Option<Vec<String>>)>>,
 }
 
-impl<F: Fn(&str) -> Option<Vec<String>>> VisitorMut for WildcardRewriter<F> {
+impl<F: Fn(&str) -> Option<RelationColumns>> VisitorMut for WildcardRewriter<F> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let mut scope = Vec::new();
+        if let Some(with) = &mut query.with {
+            for cte in &mut with.cte_tables {
+                // A CTE's columns are what its body gives; the CTEs before
+                // it are in scope there.
+                self.ctes.push(scope.clone());
+                let columns = if cte.alias.columns.is_empty() {
+                    self.query_columns(&cte.query)
+                } else {
+                    Some(
+                        cte.alias
+                            .columns
+                            .iter()
+                            .map(|c| ident_name(&c.name))
+                            .collect(),
+                    )
+                };
+                self.ctes.pop();
+                scope.push((ident_name(&cte.alias.name), columns));
+            }
+        }
+        self.ctes.push(scope);
         self.rewrite_set_expr(&mut query.body);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+        self.ctes.pop();
         ControlFlow::Continue(())
     }
 }
 
-/// A relation in a FROM clause: the name its columns are qualified with, and
-/// a log table's hidden columns.
+/// A relation in a FROM clause: the name its columns are qualified with,
+/// its visible columns where known, and a log table's hidden columns.
+#[derive(Debug, Clone)]
 struct Relation {
     qualifier: Option<String>,
+    visible: Option<Vec<String>>,
     hidden: Option<Vec<String>>,
 }
 
-impl<F: Fn(&str) -> Option<Vec<String>>> WildcardRewriter<F> {
+/// A column of a FROM item's output: its name and what it is.
+#[derive(Debug, Clone)]
+struct OutputColumn {
+    name: String,
+    expr: Expr,
+    /// The expression needs `AS name` (a merged `USING` column).
+    aliased: bool,
+}
+
+impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
     fn rewrite_set_expr(&self, body: &mut SetExpr) {
+        if let Some(counted) = self.counted_set_operation(body) {
+            *body = counted;
+        }
         match body {
             SetExpr::Select(select) => self.rewrite_select(select),
             SetExpr::SetOperation { left, right, .. } => {
@@ -60,46 +132,250 @@ impl<F: Fn(&str) -> Option<Vec<String>>> WildcardRewriter<F> {
         }
     }
 
+    /// `a EXCEPT ALL b` (or `INTERSECT ALL`) with rows numbered within
+    /// their value on both sides; None for any other body, or when the
+    /// left side's columns are unknown.
+    fn counted_set_operation(&self, body: &SetExpr) -> Option<SetExpr> {
+        let SetExpr::SetOperation {
+            left,
+            op,
+            set_quantifier: sqlparser::ast::SetQuantifier::All,
+            right,
+        } = body
+        else {
+            return None;
+        };
+        let op = match op {
+            sqlparser::ast::SetOperator::Except => "EXCEPT",
+            sqlparser::ast::SetOperator::Intersect => "INTERSECT",
+            _ => return None,
+        };
+        let names = self.set_expr_columns(left)?;
+        let columns: Vec<String> = (1..=names.len())
+            .map(|i| format!("__sluice_c{i}"))
+            .collect();
+        let list = columns.join(", ");
+        let side = |alias: &str, q: &SetExpr| {
+            format!(
+                "SELECT {alias}.*, row_number() OVER (PARTITION BY {list}) AS __sluice_n \
+                 FROM ({q}) AS {alias}({list})"
+            )
+        };
+        let outputs: Vec<String> = columns
+            .iter()
+            .zip(&names)
+            .map(|(c, n)| format!("{c} AS \"{}\"", n.replace('"', "\"\"")))
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM ({} {op} {}) AS __sluice_counted",
+            outputs.join(", "),
+            side("__sluice_l", left),
+            side("__sluice_r", right)
+        );
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        let mut parsed = sqlparser::parser::Parser::parse_sql(&dialect, &sql).ok()?;
+        match parsed.pop()? {
+            sqlparser::ast::Statement::Query(q) => Some(*q.body),
+            _ => None,
+        }
+    }
+
+    fn set_expr_columns(&self, body: &SetExpr) -> Option<Vec<String>> {
+        match body {
+            SetExpr::SetOperation { left, .. } => self.set_expr_columns(left),
+            SetExpr::Query(q) => self.query_columns(q),
+            other => {
+                let q = Query {
+                    with: None,
+                    body: Box::new(other.clone()),
+                    order_by: None,
+                    limit_clause: None,
+                    fetch: None,
+                    locks: vec![],
+                    for_clause: None,
+                    settings: None,
+                    format_clause: None,
+                    pipe_operators: vec![],
+                };
+                self.query_columns(&q)
+            }
+        }
+    }
+
+    fn cte(&self, name: &str) -> Option<Option<Vec<String>>> {
+        self.ctes
+            .iter()
+            .rev()
+            .flat_map(|scope| scope.iter().rev())
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+    }
+
     fn relation(&self, factor: &TableFactor) -> Relation {
         match factor {
-            TableFactor::Table { name, alias, .. } => {
+            TableFactor::Table {
+                name, alias, args, ..
+            } => {
                 let table = last_part(name);
+                let qualifier = Some(
+                    alias
+                        .as_ref()
+                        .map(|a| ident_name(&a.name))
+                        .unwrap_or_else(|| table.clone()),
+                );
+                if args.is_some() || name.0.len() > 1 && !is_public(name) {
+                    return Relation {
+                        qualifier,
+                        visible: None,
+                        hidden: None,
+                    };
+                }
+                if let Some(cte) = self.cte(&table) {
+                    return Relation {
+                        qualifier,
+                        visible: renamed(cte, alias.as_ref()),
+                        hidden: None,
+                    };
+                }
+                let known = (self.columns)(&table);
                 Relation {
-                    qualifier: Some(
-                        alias
-                            .as_ref()
-                            .map(|a| ident_name(&a.name))
-                            .unwrap_or_else(|| table.clone()),
-                    ),
-                    hidden: (self.hidden_columns)(&table),
+                    qualifier,
+                    visible: renamed(known.as_ref().map(|k| k.visible.clone()), alias.as_ref()),
+                    hidden: known.map(|k| k.hidden).filter(|h| !h.is_empty()),
                 }
             }
-            TableFactor::Derived { alias, .. } => Relation {
+            TableFactor::Derived {
+                alias, subquery, ..
+            } => Relation {
                 qualifier: alias.as_ref().map(|a| ident_name(&a.name)),
+                visible: renamed(self.query_columns(subquery), alias.as_ref()),
                 hidden: None,
             },
             _ => Relation {
                 qualifier: None,
+                visible: None,
                 hidden: None,
             },
         }
     }
 
-    fn rewrite_select(&self, select: &mut Select) {
-        let relations: Vec<Relation> = select
+    /// The names of a query's output columns, where they can be told
+    /// without planning it.
+    fn query_columns(&self, query: &Query) -> Option<Vec<String>> {
+        let mut body = query.body.as_ref();
+        while let SetExpr::SetOperation { left, .. } = body {
+            body = left;
+        }
+        match body {
+            SetExpr::Select(select) => {
+                let relations = self.relations(select);
+                let mut names = Vec::new();
+                for item in &select.projection {
+                    match item {
+                        SelectItem::UnnamedExpr(Expr::Identifier(i)) => names.push(ident_name(i)),
+                        SelectItem::UnnamedExpr(Expr::CompoundIdentifier(parts)) => {
+                            names.push(ident_name(parts.last()?))
+                        }
+                        SelectItem::ExprWithAlias { alias, .. } => names.push(ident_name(alias)),
+                        SelectItem::Wildcard(opts) => {
+                            let excluded = excluded(opts);
+                            for c in self.expansion(select)? {
+                                if !excluded.contains(&c.name) {
+                                    names.push(c.name);
+                                }
+                            }
+                        }
+                        SelectItem::QualifiedWildcard(
+                            SelectItemQualifiedWildcardKind::ObjectName(n),
+                            opts,
+                        ) => {
+                            let q = last_part(n);
+                            let r = relations
+                                .iter()
+                                .find(|r| r.qualifier.as_deref() == Some(q.as_str()))?;
+                            let excluded = excluded(opts);
+                            names.extend(
+                                r.visible
+                                    .clone()?
+                                    .into_iter()
+                                    .filter(|c| !excluded.contains(c)),
+                            );
+                        }
+                        _ => return None,
+                    }
+                }
+                Some(names)
+            }
+            SetExpr::Query(q) => self.query_columns(q),
+            SetExpr::Values(v) => {
+                let n = v.rows.first()?.len();
+                Some((1..=n).map(|i| format!("column{i}")).collect())
+            }
+            _ => None,
+        }
+    }
+
+    fn relations(&self, select: &Select) -> Vec<Relation> {
+        select
             .from
             .iter()
             .flat_map(|twj| {
                 std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation))
             })
             .map(|f| self.relation(f))
-            .collect();
-        if !relations.iter().any(|r| r.hidden.is_some()) {
+            .collect()
+    }
+
+    fn rewrite_select(&self, select: &mut Select) {
+        // Column alias lists over log tables name the visible columns.
+        for twj in &mut select.from {
+            self.rewrite_alias_list(&mut twj.relation);
+            for j in &mut twj.joins {
+                self.rewrite_alias_list(&mut j.relation);
+            }
+        }
+        // NATURAL joins use the visible columns both sides share.
+        for twj in &mut select.from {
+            self.rewrite_natural_joins(twj);
+        }
+        let relations = self.relations(select);
+        let has_using = select.from.iter().any(|twj| {
+            twj.joins
+                .iter()
+                .any(|j| matches!(constraint(&j.join_operator), Some(JoinConstraint::Using(_))))
+        });
+        let expansion = if has_using {
+            self.expansion(select)
+        } else {
+            None
+        };
+        if expansion.is_none() && !relations.iter().any(|r| r.hidden.is_some()) {
             return;
         }
         let mut projection = Vec::with_capacity(select.projection.len());
         for item in select.projection.drain(..) {
             match item {
+                SelectItem::Wildcard(opts)
+                    if expansion.is_some()
+                        && opts.opt_except.is_none()
+                        && opts.opt_replace.is_none()
+                        && opts.opt_rename.is_none() =>
+                {
+                    let excluded = excluded(&opts);
+                    for c in expansion.iter().flatten() {
+                        if excluded.contains(&c.name) {
+                            continue;
+                        }
+                        projection.push(if c.aliased {
+                            SelectItem::ExprWithAlias {
+                                expr: c.expr.clone(),
+                                alias: Ident::with_quote('"', c.name.clone()),
+                            }
+                        } else {
+                            SelectItem::UnnamedExpr(c.expr.clone())
+                        });
+                    }
+                }
                 SelectItem::Wildcard(mut opts) if relations.len() == 1 => {
                     add_exclude(
                         &mut opts,
@@ -148,6 +424,213 @@ impl<F: Fn(&str) -> Option<Vec<String>>> WildcardRewriter<F> {
         }
         select.projection = projection;
     }
+
+    /// `t AS x(a, b)` over a log table: the listed names for its first
+    /// visible columns, the others' own names, then the hidden columns.
+    fn rewrite_alias_list(&self, factor: &mut TableFactor) {
+        let TableFactor::Table {
+            name,
+            alias: Some(alias),
+            args: None,
+            ..
+        } = factor
+        else {
+            return;
+        };
+        if alias.columns.is_empty() {
+            return;
+        }
+        let Some(known) = (self.columns)(&last_part(name)) else {
+            return;
+        };
+        if known.hidden.is_empty() || alias.columns.len() > known.visible.len() {
+            return;
+        }
+        let given = alias.columns.len();
+        for c in known.visible.iter().skip(given).chain(&known.hidden) {
+            alias.columns.push(TableAliasColumnDef {
+                name: Ident::with_quote('"', c.clone()),
+                data_type: None,
+            });
+        }
+    }
+
+    fn rewrite_natural_joins(&self, twj: &mut TableWithJoins) {
+        let mut left_columns: Option<Vec<String>> = self.relation(&twj.relation).visible;
+        for join in &mut twj.joins {
+            let right = self.relation(&join.relation);
+            let is_natural = matches!(
+                constraint(&join.join_operator),
+                Some(JoinConstraint::Natural)
+            );
+            if is_natural {
+                if let (Some(l), Some(r)) = (&left_columns, &right.visible) {
+                    let common: Vec<String> = l.iter().filter(|c| r.contains(c)).cloned().collect();
+                    let new = if common.is_empty() {
+                        JoinConstraint::On(Expr::Value(ValueWithSpan::from(Value::Boolean(true))))
+                    } else {
+                        JoinConstraint::Using(
+                            common
+                                .iter()
+                                .map(|c| {
+                                    ObjectName(vec![ObjectNamePart::Identifier(Ident::with_quote(
+                                        '"',
+                                        c.clone(),
+                                    ))])
+                                })
+                                .collect(),
+                        )
+                    };
+                    set_constraint(&mut join.join_operator, new);
+                }
+            }
+            left_columns = match (left_columns, right.visible, constraint(&join.join_operator)) {
+                (Some(l), Some(r), Some(JoinConstraint::Using(cols))) => {
+                    let using: Vec<String> = cols.iter().map(last_part).collect();
+                    let mut out = using.clone();
+                    out.extend(l.into_iter().filter(|c| !using.contains(c)));
+                    out.extend(r.into_iter().filter(|c| !using.contains(c)));
+                    Some(out)
+                }
+                (Some(mut l), Some(r), _) => {
+                    l.extend(r);
+                    Some(l)
+                }
+                _ => None,
+            };
+        }
+    }
+
+    /// The columns `*` gives over the select's FROM clause, as PostgreSQL
+    /// orders them; None where a relation's columns or name are unknown.
+    fn expansion(&self, select: &Select) -> Option<Vec<OutputColumn>> {
+        let mut out = Vec::new();
+        for twj in &select.from {
+            let first = self.relation(&twj.relation);
+            let mut columns = columns_of(&first)?;
+            for join in &twj.joins {
+                let right = columns_of(&self.relation(&join.relation))?;
+                match constraint(&join.join_operator) {
+                    Some(JoinConstraint::Using(cols)) => {
+                        let using: Vec<String> = cols.iter().map(last_part).collect();
+                        let mut merged = Vec::new();
+                        for u in &using {
+                            let l = columns.iter().find(|c| &c.name == u)?;
+                            let r = right.iter().find(|c| &c.name == u)?;
+                            merged.push(match &join.join_operator {
+                                JoinOperator::FullOuter(_) => OutputColumn {
+                                    name: u.clone(),
+                                    expr: coalesce(l.expr.clone(), r.expr.clone()),
+                                    aliased: true,
+                                },
+                                JoinOperator::Right(_) | JoinOperator::RightOuter(_) => r.clone(),
+                                _ => l.clone(),
+                            });
+                        }
+                        merged.extend(columns.into_iter().filter(|c| !using.contains(&c.name)));
+                        merged.extend(right.into_iter().filter(|c| !using.contains(&c.name)));
+                        columns = merged;
+                    }
+                    Some(JoinConstraint::Natural) => return None,
+                    _ => columns.extend(right),
+                }
+            }
+            out.extend(columns);
+        }
+        Some(out)
+    }
+}
+
+fn columns_of(r: &Relation) -> Option<Vec<OutputColumn>> {
+    let q = r.qualifier.clone()?;
+    Some(
+        r.visible
+            .clone()?
+            .into_iter()
+            .map(|c| OutputColumn {
+                expr: Expr::CompoundIdentifier(vec![
+                    Ident::with_quote('"', q.clone()),
+                    Ident::with_quote('"', c.clone()),
+                ]),
+                name: c,
+                aliased: false,
+            })
+            .collect(),
+    )
+}
+
+fn coalesce(l: Expr, r: Expr) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new("coalesce")]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(l)),
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(r)),
+            ],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// An alias list's names in place of the first columns' names.
+fn renamed(columns: Option<Vec<String>>, alias: Option<&TableAlias>) -> Option<Vec<String>> {
+    let mut columns = columns?;
+    if let Some(a) = alias {
+        for (c, given) in columns.iter_mut().zip(&a.columns) {
+            *c = ident_name(&given.name);
+        }
+    }
+    Some(columns)
+}
+
+fn is_public(name: &ObjectName) -> bool {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .filter_map(|p| p.as_ident().map(ident_name))
+        .collect();
+    matches!(parts.as_slice(), [.., schema, _] if schema == "public")
+}
+
+fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
+    match op {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c) => Some(c),
+        _ => None,
+    }
+}
+
+fn set_constraint(op: &mut JoinOperator, new: JoinConstraint) {
+    match op {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c) => *c = new,
+        _ => {}
+    }
+}
+
+fn excluded(opts: &WildcardAdditionalOptions) -> Vec<String> {
+    match &opts.opt_exclude {
+        Some(ExcludeSelectItem::Single(n)) => vec![last_part(n)],
+        Some(ExcludeSelectItem::Multiple(ns)) => ns.iter().map(last_part).collect(),
+        None => vec![],
+    }
 }
 
 fn last_part(name: &ObjectName) -> String {
@@ -171,7 +654,9 @@ fn add_exclude(opts: &mut WildcardAdditionalOptions, hidden_columns: &[String]) 
             ))]));
         }
     }
-    opts.opt_exclude = Some(ExcludeSelectItem::Multiple(names));
+    if !names.is_empty() {
+        opts.opt_exclude = Some(ExcludeSelectItem::Multiple(names));
+    }
 }
 
 #[cfg(test)]
@@ -186,8 +671,17 @@ mod tests {
             .unwrap()
             .remove(0);
         hide_system_columns(&mut s, |t| {
-            (t == "usage" || t == "other")
-                .then(|| HIDDEN_COLUMNS.iter().map(|c| c.to_string()).collect())
+            let visible: Vec<String> = match t {
+                "usage" => vec!["a".into(), "tenant".into()],
+                "other" => vec!["k".into(), "b".into()],
+                "n1" => vec!["k".into(), "a".into()],
+                "n2" => vec!["k".into(), "b".into()],
+                _ => return None,
+            };
+            Some(RelationColumns {
+                visible,
+                hidden: HIDDEN_COLUMNS.iter().map(|c| c.to_string()).collect(),
+            })
         });
         s.to_string()
     }
@@ -214,6 +708,30 @@ mod tests {
         assert_eq!(
             rewrite("SELECT x.* FROM (SELECT * FROM other) AS x"),
             "SELECT x.* FROM (SELECT * EXCLUDE (_partition, _offset, _ingested_at) FROM other) AS x"
+        );
+    }
+
+    #[test]
+    fn natural_and_using_joins_show_each_column_once() {
+        assert_eq!(
+            rewrite("SELECT * FROM n1 NATURAL JOIN n2"),
+            "SELECT \"n1\".\"k\", \"n1\".\"a\", \"n2\".\"b\" FROM n1 JOIN n2 USING(\"k\")"
+        );
+        assert_eq!(
+            rewrite("SELECT * FROM n1 FULL JOIN n2 USING (k)"),
+            "SELECT coalesce(\"n1\".\"k\", \"n2\".\"k\") AS \"k\", \"n1\".\"a\", \"n2\".\"b\" FROM n1 FULL JOIN n2 USING(k)"
+        );
+        assert_eq!(
+            rewrite("SELECT * FROM n1 NATURAL JOIN usage"),
+            "SELECT \"n1\".\"a\", \"n1\".\"k\", \"usage\".\"tenant\" FROM n1 JOIN usage USING(\"a\")"
+        );
+        assert_eq!(
+            rewrite("SELECT * FROM (SELECT 1 AS k) q NATURAL JOIN n1"),
+            "SELECT \"q\".\"k\", \"n1\".\"a\" FROM (SELECT 1 AS k) q JOIN n1 USING(\"k\")"
+        );
+        assert_eq!(
+            rewrite("SELECT * FROM n1 AS l(kk, aa)"),
+            "SELECT * EXCLUDE (_partition, _offset, _ingested_at) FROM n1 AS l (kk, aa, \"_partition\", \"_offset\", \"_ingested_at\")"
         );
     }
 }

@@ -6,6 +6,7 @@
 //! as [`Statement`] variants the server executes itself, and everything else
 //! comes back as [`Statement::Query`] for DataFusion.
 
+mod catalog_query;
 mod catalog_subquery;
 mod ddl;
 mod depth;
@@ -14,6 +15,7 @@ mod error;
 mod hidden;
 mod key_literals;
 mod parse;
+mod postgres_syntax;
 mod regproc;
 mod result_names;
 mod roles;
@@ -22,18 +24,20 @@ mod set_returning;
 mod subscription;
 mod windows;
 
+pub use catalog_query::reads_catalog;
 pub use catalog_subquery::rewrite_catalog_subqueries;
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use driver_queries::driver_query;
 pub use error::SqlError;
-pub use hidden::hide_system_columns;
+pub use hidden::{hide_system_columns, RelationColumns};
 pub use key_literals::{parameterize_key_literals, KeyLiteral};
 pub use parse::{
     ident_name, parse_sql, split_statements, ConflictUpdate, CopyFormat, CopyFrom, CopyTo,
     CreateView, ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement,
     TransactionModes, TransactionOp,
 };
+pub use postgres_syntax::rewrite_postgres_syntax;
 pub use regproc::rewrite_regproc_zero;
 pub use result_names::{name_result_columns, ResultName};
 pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleOptions, PUBLIC};

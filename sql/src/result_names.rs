@@ -10,8 +10,11 @@
 //! which PostgreSQL allows: a column whose name repeats an earlier one is
 //! planned under an alias of its own, and shown under its name.
 
+use std::ops::ControlFlow;
+
 use sqlparser::ast::{
-    AccessExpr, DataType, Expr, Ident, Query, SelectItem, SetExpr, Statement, TrimWhereField, Value,
+    AccessExpr, DataType, Expr, Ident, Query, SelectItem, SetExpr, Statement, TrimWhereField,
+    Value, VisitMut, VisitorMut,
 };
 
 /// What one item of a SELECT list shows as.
@@ -66,7 +69,20 @@ fn first_select_names(query: &Query) -> Option<Vec<ResultName>> {
     }
 }
 
+/// Every SELECT of the query (subqueries too) plans each of its items
+/// under a name DataFusion keeps apart from the others: an expression
+/// under its PostgreSQL name (DataFusion's own names of two expressions
+/// may collide, `CAST('x' AS date)` and `CAST('x' AS timestamp)` both
+/// being `Utf8("x")`), and a name that repeats under an alias of its own.
 fn give_repeated_names_aliases(query: &mut Query) {
+    struct Aliases;
+    impl VisitorMut for Aliases {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            visit(query.body.as_mut());
+            ControlFlow::Continue(())
+        }
+    }
     fn visit(body: &mut SetExpr) {
         match body {
             SetExpr::Select(select) => {
@@ -75,19 +91,24 @@ fn give_repeated_names_aliases(query: &mut Query) {
                     let ResultName::Named(name) = item_name(item) else {
                         continue;
                     };
-                    if !seen.contains(&name) {
-                        seen.push(name);
-                        continue;
-                    }
-                    let expr = match item {
-                        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                            e.clone()
-                        }
+                    let repeated = seen.contains(&name);
+                    seen.push(name.clone());
+                    let (expr, named) = match item {
+                        SelectItem::UnnamedExpr(e) => (
+                            e.clone(),
+                            matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)),
+                        ),
+                        SelectItem::ExprWithAlias { expr, .. } => (expr.clone(), true),
                         _ => continue,
+                    };
+                    let alias = match (repeated, named) {
+                        (true, _) => format!("{REPEATED_NAME_ALIAS}{i}"),
+                        (false, false) => name,
+                        (false, true) => continue,
                     };
                     *item = SelectItem::ExprWithAlias {
                         expr,
-                        alias: Ident::with_quote('"', format!("{REPEATED_NAME_ALIAS}{i}")),
+                        alias: Ident::with_quote('"', alias),
                     };
                 }
             }
@@ -99,7 +120,7 @@ fn give_repeated_names_aliases(query: &mut Query) {
             _ => {}
         }
     }
-    visit(query.body.as_mut());
+    let _ = query.visit(&mut Aliases);
 }
 
 fn item_name(item: &SelectItem) -> ResultName {
@@ -174,6 +195,9 @@ fn expr_name(e: &Expr) -> (String, u8) {
         Expr::Array(_) => keyword("array"),
         Expr::Tuple(_) => keyword("row"),
         Expr::Extract { .. } => ("extract".into(), 2),
+        Expr::Substring {
+            shorthand: true, ..
+        } => ("substr".into(), 2),
         Expr::Substring { .. } => ("substring".into(), 2),
         Expr::Position { .. } => ("position".into(), 2),
         Expr::Overlay { .. } => ("overlay".into(), 2),
@@ -274,7 +298,7 @@ mod tests {
         assert_eq!(n, ["id", "id", "count", "count", "a"]);
         assert_eq!(
             sql,
-            "SELECT id, id AS \"__sluice_column_1\", count(*), \
+            "SELECT id, id AS \"__sluice_column_1\", count(*) AS \"count\", \
              count(*) AS \"__sluice_column_3\", 1 AS a FROM t"
         );
     }

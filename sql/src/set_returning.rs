@@ -7,7 +7,11 @@
 //! - `generate_subscripts(a, d)` returns `1..=cardinality(a)` for the
 //!   first dimension: `unnest(CASE WHEN d = 1 THEN range(1, cardinality + 1) END)`;
 //! - `(expr).field` reads a field of a composite value:
-//!   `get_field(expr, 'field')`.
+//!   `get_field(expr, 'field')`;
+//! - `jsonb_array_elements(j)`, `jsonb_array_elements_text(j)`,
+//!   `jsonb_object_keys(j)` (and their `json_` twins) return one row per
+//!   element or key: `unnest` of the list the server's `..._list`
+//!   function gives.
 //!
 //! DataFusion zips several `unnest`s of one select list row by row, as
 //! PostgreSQL does with set-returning functions of equal length.
@@ -72,6 +76,24 @@ impl VisitorMut for SetReturning {
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         if let Some((name, mut args)) = named_call(expr) {
             match (name.as_str(), args.len()) {
+                (
+                    "jsonb_array_elements"
+                    | "json_array_elements"
+                    | "jsonb_array_elements_text"
+                    | "json_array_elements_text"
+                    | "jsonb_object_keys"
+                    | "json_object_keys",
+                    1,
+                ) => {
+                    let list = format!("{}_list", name.replacen("json_", "jsonb_", 1));
+                    // json_array_elements keeps json's type.
+                    let list = if name == "json_array_elements" {
+                        "json_array_elements_list".to_string()
+                    } else {
+                        list
+                    };
+                    *expr = call("unnest", vec![call(&list, args)]);
+                }
                 ("_pg_expandarray", 1) => {
                     *expr = call("unnest", vec![call("_pg_expandarray", args)]);
                 }
@@ -149,7 +171,8 @@ impl VisitorMut for SetReturning {
     }
 }
 
-/// Rewrites `_pg_expandarray`, `generate_subscripts` and `(expr).field`.
+/// Rewrites `_pg_expandarray`, `generate_subscripts`, the JSON
+/// set-returning functions and `(expr).field`.
 pub fn rewrite_set_returning(statement: &mut Statement) {
     let _ = statement.visit(&mut SetReturning);
 }

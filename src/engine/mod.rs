@@ -200,6 +200,7 @@ impl Engine {
         Ok(Engine {
             planner: Arc::new(Planner {
                 store: store.clone(),
+                views: views.clone(),
                 ctx: ctx.clone(),
                 compat,
                 roles: roles.clone(),

@@ -114,6 +114,7 @@ impl Prepared {
 
 pub struct Planner {
     pub(super) store: Arc<LogStore>,
+    pub(super) views: Arc<crate::stream::ViewManager>,
     pub(super) ctx: Arc<SessionContext>,
     pub(super) compat: Arc<PostgresCompatibilityParser>,
     pub(super) roles: Arc<RoleStore>,
@@ -161,19 +162,16 @@ impl Planner {
                 t.check_statement_writes()?;
             }
         }
-        hide_system_columns(&mut stmt, |t| {
-            store.table(t).map(|t| {
-                t.def
-                    .hidden_columns()
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect()
-            })
+        let views = self.views.clone();
+        sluice_sql::rewrite_postgres_syntax(&mut stmt);
+        hide_system_columns(&mut stmt, |name| {
+            crate::query::relation_columns(&store, &views, name)
         });
         let state = self.ctx.state();
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;
+        let plan = crate::query::postgres_plan(plan)?;
         match &plan {
             LogicalPlan::Ddl(_) | LogicalPlan::Copy(_) | LogicalPlan::Statement(_) => Err(
                 SluiceError::Unsupported(format!("statement not supported: {}", plan.display())),
@@ -240,10 +238,18 @@ impl Planner {
         {
             let mut s = fallback;
             sluice_sql::bind_session_user(&mut s, user);
+            if !sluice_sql::reads_catalog(&s) {
+                return s;
+            }
             return self.compat.rewrite(s);
         }
         if let Some(s) = sluice_sql::driver_query(sql) {
             return s;
+        }
+        // A user's query keeps PostgreSQL's meaning: the rules are for
+        // catalog queries (see `sluice_sql::reads_catalog`).
+        if !sluice_sql::reads_catalog(&fallback) {
+            return fallback;
         }
         match self.compat.parse(sql) {
             Ok(mut s) if s.len() == 1 => s.remove(0),

@@ -218,7 +218,7 @@ pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Resul
             write!(out, "{}", date.format("%Y-%m-%d"))
         }
         SqlType::Timestamp | SqlType::TimestampTz => {
-            super::stager::write_postgres_timestamp(unix_micros(v)?, false, out);
+            crate::types::datetime::write_timestamp(unix_micros(v)?, false, out);
             if matches!(ty, SqlType::TimestampTz) {
                 out.push_str("+00:00");
             }

@@ -32,6 +32,14 @@ pub enum IngestError {
         place: RowPlace,
         column: String,
     },
+    /// A date or time PostgreSQL's input does not read (22007) or whose
+    /// fields are out of range (22008).
+    #[error("{error} ({place}, column {column})")]
+    DateTime {
+        error: crate::types::datetime::DateTimeError,
+        place: RowPlace,
+        column: String,
+    },
     #[error("null value in column \"{column}\" violates not-null constraint ({place})")]
     NotNull { place: RowPlace, column: String },
     #[error("value too long for type character varying({max}) ({place}, column {column})")]
@@ -65,6 +73,7 @@ impl IngestError {
         match self {
             IngestError::InvalidText { .. } => "22P02",
             IngestError::OutOfRange { .. } => "22003",
+            IngestError::DateTime { error, .. } => error.sqlstate(),
             IngestError::NotNull { .. } => "23502",
             IngestError::TooLong { .. } => "22001",
             IngestError::ExtraColumns { .. }

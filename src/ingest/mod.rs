@@ -14,6 +14,4 @@ mod stager;
 pub use copy::CopyParser;
 pub use error::{IngestError, RowPlace};
 pub use prepared::{BoundParam, PreparedInsert};
-pub use stager::{
-    conform_batch, postgres_timestamp, timestamp_with_seconds, write_postgres_timestamp, RowStager,
-};
+pub use stager::{conform_batch, RowStager};

@@ -1,9 +1,9 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    new_null_array, Array, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Float32Builder,
-    Float64Builder, Int16Builder, Int32Builder, Int64Builder, StringArray, StringBuilder,
-    TimestampMicrosecondArray, TimestampMicrosecondBuilder,
+    new_null_array, Array, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Array, Date32Builder,
+    Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, StringArray,
+    StringBuilder, TimestampMicrosecondArray, TimestampMicrosecondBuilder,
 };
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::SchemaRef;
@@ -11,6 +11,8 @@ use arrow::record_batch::RecordBatch;
 use sluice_catalog::{ColumnDef, SqlType, TableDef};
 
 use super::error::{IngestError, RowPlace};
+use crate::types::datetime::{days_from_civil, days_in_month, parse_date, parse_timestamp};
+use crate::types::text::parse_bytea;
 
 /// Rows are converted to a batch every this many rows, bounding the text
 /// held in memory.
@@ -354,8 +356,7 @@ fn convert_text(
     match &col.ty {
         SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
             let a: ArrayRef = Arc::new(text.clone());
-            check_text(&a, col, places, lines)?;
-            Ok(a)
+            check_text(&a, col, places, lines)
         }
         SqlType::Bytea => {
             let mut b = BinaryBuilder::with_capacity(text.len(), text.value_data().len());
@@ -363,39 +364,64 @@ fn convert_text(
                 if text.is_null(i) {
                     b.append_null();
                 } else {
-                    b.append_value(decode_bytea(text.value(i)).ok_or_else(|| invalid(i))?);
+                    b.append_value(parse_bytea(text.value(i)).ok_or_else(|| invalid(i))?);
                 }
             }
             Ok(Arc::new(b.finish()))
         }
-        ty => {
-            if ty.is_timestamp() {
-                if let Some(values) = fast_timestamps(text) {
+        SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz => {
+            let fast = if col.ty.is_timestamp() {
+                fast_timestamps(text)
+            } else {
+                None
+            };
+            let bad = |i: usize, error| IngestError::DateTime {
+                error,
+                place: place(places, lines, i),
+                column: col.name.clone(),
+            };
+            Ok(match &col.ty {
+                SqlType::Date => {
+                    let mut out = Vec::with_capacity(text.len());
+                    for i in 0..text.len() {
+                        out.push(match text.is_valid(i) {
+                            true => Some(parse_date(text.value(i)).map_err(|e| bad(i, e))?),
+                            false => None,
+                        });
+                    }
+                    Arc::new(Date32Array::from(out))
+                }
+                ty => {
+                    let zone = *ty == SqlType::TimestampTz;
+                    let values = match fast {
+                        Some(values) => values,
+                        None => {
+                            let mut out = Vec::with_capacity(text.len());
+                            for i in 0..text.len() {
+                                out.push(match text.is_valid(i) {
+                                    true => parse_timestamp(text.value(i), zone)
+                                        .map_err(|e| bad(i, e))?,
+                                    false => 0,
+                                });
+                            }
+                            out
+                        }
+                    };
                     let array =
                         TimestampMicrosecondArray::new(values.into(), text.nulls().cloned());
-                    return Ok(match ty {
-                        SqlType::TimestampTz => Arc::new(array.with_timezone("+00:00")),
-                        _ => Arc::new(array),
-                    });
+                    match zone {
+                        true => Arc::new(array.with_timezone("+00:00")),
+                        false => Arc::new(array),
+                    }
                 }
-            }
+            })
+        }
+        ty => {
             let options = CastOptions {
                 safe: true,
                 ..Default::default()
             };
-            // Whole minutes, which Arrow's parser does not read.
-            let completed: Option<StringArray> = (ty.is_timestamp()
-                && text
-                    .iter()
-                    .flatten()
-                    .any(|v| timestamp_with_seconds(v).is_some()))
-            .then(|| {
-                text.iter()
-                    .map(|v| v.map(|v| timestamp_with_seconds(v).unwrap_or_else(|| v.to_string())))
-                    .collect()
-            });
-            let out =
-                cast_with_options(completed.as_ref().unwrap_or(text), &ty.to_arrow(), &options)?;
+            let out = cast_with_options(text, &ty.to_arrow(), &options)?;
             if out.null_count() != text.null_count() {
                 let i = (0..text.len())
                     .find(|&i| text.is_valid(i) && out.is_null(i))
@@ -444,11 +470,6 @@ fn fast_timestamps(text: &StringArray) -> Option<Vec<i64>> {
 }
 
 fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
-    // `YYYY-MM-DD HH:MM`, which PostgreSQL reads as whole minutes.
-    if b.len() == 16 {
-        let text = std::str::from_utf8(b).ok()?;
-        return parse_timestamp_us(timestamp_with_seconds(text)?.as_bytes());
-    }
     if b.len() < 19
         || b[4] != b'-'
         || b[7] != b'-'
@@ -465,7 +486,13 @@ fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
+    if !(1..=12).contains(&mo)
+        || d < 1
+        || d > days_in_month(y, mo as u32) as i64
+        || h > 23
+        || mi > 59
+        || s > 59
+    {
         return None;
     }
     let mut micros = 0i64;
@@ -476,145 +503,20 @@ fn parse_timestamp_us(b: &[u8]) -> Option<i64> {
         let frac = num(20..b.len())?;
         micros = frac * 10i64.pow((26 - b.len()) as u32);
     }
-    let days = days_from_civil(y, mo, d);
+    let days = days_from_civil(y, mo as u32, d as u32);
     Some(((days * 86_400 + h * 3600 + mi * 60 + s) * 1_000_000) + micros)
 }
 
-/// `YYYY-MM-DD HH:MM` (or with `T`) completed with `:00`; `None` for any
-/// other text.
-pub fn timestamp_with_seconds(text: &str) -> Option<String> {
-    let text = text.trim();
-    let b = text.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    // Minutes, then the end or a zone (`+02`, `-05:30`, `Z`, ` UTC`).
-    let zone = b
-        .get(16)
-        .is_none_or(|c| matches!(c, b'+' | b'-' | b'Z' | b' '));
-    (b.len() >= 16
-        && zone
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && (b[10] == b' ' || b[10] == b'T')
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && &b[11..13] < b"24".as_slice()
-        && &b[14..16] < b"60".as_slice())
-    .then(|| format!("{}:00{}", &text[..16], &text[16..]))
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// PostgreSQL's ISO text of a timestamp (microseconds since the epoch):
-/// fractional seconds only when there are some, without trailing zeros.
-/// Written by hand: this runs for every timestamp a FETCH or a query
-/// sends, and a formatter that reads a format string costs a quarter of a
-/// FETCH's time.
-pub fn postgres_timestamp(us: i64, with_zone: bool) -> String {
-    let mut s = String::with_capacity(29);
-    write_postgres_timestamp(us, with_zone, &mut s);
-    s
-}
-
-/// [`postgres_timestamp`], appended to `out`.
-pub fn write_postgres_timestamp(us: i64, with_zone: bool, out: &mut String) {
-    let days = us.div_euclid(86_400_000_000);
-    let in_day = us.rem_euclid(86_400_000_000);
-    let (y, m, d) = civil_from_days(days);
-    if !(0..=9999).contains(&y) {
-        // Years PostgreSQL writes with "BC" or more digits: the slow path.
-        use std::fmt::Write;
-        let _ = match chrono::DateTime::from_timestamp_micros(us) {
-            Some(t) => write!(out, "{}", t.naive_utc().format("%Y-%m-%d %H:%M:%S%.f")),
-            None => write!(out, "{us}"),
-        };
-        return;
-    }
-    let secs = in_day / 1_000_000;
-    let fraction = in_day % 1_000_000;
-    let mut b = [0u8; 29];
-    let two = |b: &mut [u8], at: usize, v: i64| {
-        b[at] = b'0' + (v / 10) as u8;
-        b[at + 1] = b'0' + (v % 10) as u8;
-    };
-    two(&mut b, 0, y / 100);
-    two(&mut b, 2, y % 100);
-    b[4] = b'-';
-    two(&mut b, 5, m);
-    b[7] = b'-';
-    two(&mut b, 8, d);
-    b[10] = b' ';
-    two(&mut b, 11, secs / 3600);
-    b[13] = b':';
-    two(&mut b, 14, secs / 60 % 60);
-    b[16] = b':';
-    two(&mut b, 17, secs % 60);
-    let mut len = 19;
-    if fraction != 0 {
-        b[19] = b'.';
-        let mut f = fraction;
-        for i in (20..26).rev() {
-            b[i] = b'0' + (f % 10) as u8;
-            f /= 10;
-        }
-        len = 26;
-        while b[len - 1] == b'0' {
-            len -= 1;
-        }
-    }
-    if with_zone {
-        b[len..len + 3].copy_from_slice(b"+00");
-        len += 3;
-    }
-    // Only ASCII digits and punctuation were written.
-    out.push_str(std::str::from_utf8(&b[..len]).unwrap_or_default());
-}
-
-/// Year, month, day of a day number (days since 1970-01-01), proleptic
-/// Gregorian (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Checks VARCHAR lengths and JSON validity of a text column.
+/// Checks VARCHAR lengths and JSON validity of a text column; JSONB
+/// values become their canonical text (`types::json`).
 fn check_text(
     a: &ArrayRef,
     col: &ColumnDef,
     places: &[u64],
     lines: bool,
-) -> Result<(), IngestError> {
+) -> Result<ArrayRef, IngestError> {
     let Some(s) = a.as_any().downcast_ref::<StringArray>() else {
-        return Ok(());
+        return Ok(a.clone());
     };
     match &col.ty {
         SqlType::Varchar { max_len: Some(max) } => {
@@ -627,65 +529,31 @@ fn check_text(
                     });
                 }
             }
+            Ok(a.clone())
         }
         SqlType::Jsonb => {
+            let mut out = StringBuilder::with_capacity(s.len(), s.value_data().len());
             for i in 0..s.len() {
-                if s.is_valid(i)
-                    && serde_json::from_str::<serde::de::IgnoredAny>(s.value(i)).is_err()
-                {
-                    return Err(IngestError::InvalidText {
-                        ty: "json".into(),
-                        value: s.value(i).to_string(),
-                        place: place(places, lines, i),
-                        column: col.name.clone(),
-                    });
+                if s.is_null(i) {
+                    out.append_null();
+                    continue;
+                }
+                match crate::types::json::jsonb_text(s.value(i)) {
+                    Ok(text) => out.append_value(text),
+                    Err(_) => {
+                        return Err(IngestError::InvalidText {
+                            ty: "json".into(),
+                            value: s.value(i).to_string(),
+                            place: place(places, lines, i),
+                            column: col.name.clone(),
+                        })
+                    }
                 }
             }
+            Ok(Arc::new(out.finish()))
         }
-        _ => {}
+        _ => Ok(a.clone()),
     }
-    Ok(())
-}
-
-/// PostgreSQL's bytea input: `\x` hex, or escape format with `\\` and `\ooo`.
-fn decode_bytea(s: &str) -> Option<Vec<u8>> {
-    if let Some(hex) = s.strip_prefix("\\x") {
-        let digits: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if !digits.len().is_multiple_of(2) {
-            return None;
-        }
-        return digits
-            .chunks(2)
-            .map(|p| {
-                let h = (p[0] as char).to_digit(16)?;
-                let l = (p[1] as char).to_digit(16)?;
-                Some((h * 16 + l) as u8)
-            })
-            .collect();
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] != b'\\' {
-            out.push(b[i]);
-            i += 1;
-        } else if b.get(i + 1) == Some(&b'\\') {
-            out.push(b'\\');
-            i += 2;
-        } else {
-            let oct = b.get(i + 1..i + 4)?;
-            if !oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                return None;
-            }
-            out.push(
-                ((oct[0] - b'0') as u32 * 64 + (oct[1] - b'0') as u32 * 8 + (oct[2] - b'0') as u32)
-                    as u8,
-            );
-            i += 4;
-        }
-    }
-    Some(out)
 }
 
 /// Shapes a batch planned by DataFusion (an `INSERT ... SELECT` or an
@@ -726,8 +594,7 @@ pub fn conform_batch(
             Err(_) => new_null_array(&target, n),
         };
         check_not_null(&a, col, &places, false)?;
-        check_text(&a, col, &places, false)?;
-        out.push(a);
+        out.push(check_text(&a, col, &places, false)?);
     }
     Ok(RecordBatch::try_new(table.data_schema(), out)?)
 }
@@ -860,42 +727,5 @@ mod tests {
         let mut s = RowStager::new(&t, &["name".into()], false).unwrap();
         s.push_row(&[Some("a")], 1).unwrap();
         assert_eq!(s.finish().unwrap_err().sqlstate(), "23502");
-    }
-
-    #[test]
-    fn timestamps_print_as_postgresql_prints_them() {
-        let at = |s: &str| {
-            chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f")
-                .unwrap()
-                .and_utc()
-                .timestamp_micros()
-        };
-        assert_eq!(
-            postgres_timestamp(at("2026-01-01 10:00:00.000"), false),
-            "2026-01-01 10:00:00"
-        );
-        assert_eq!(
-            postgres_timestamp(at("2026-01-01 10:00:00.500"), false),
-            "2026-01-01 10:00:00.5"
-        );
-        assert_eq!(
-            postgres_timestamp(at("2026-01-01 10:00:00.000120"), true),
-            "2026-01-01 10:00:00.00012+00"
-        );
-        assert_eq!(
-            postgres_timestamp(at("1969-12-31 23:59:59.999999"), false),
-            "1969-12-31 23:59:59.999999"
-        );
-        // Every day of four centuries, against chrono.
-        let mut us = at("1900-01-01 00:00:00");
-        while us < at("2300-01-01 00:00:00") {
-            let want = chrono::DateTime::from_timestamp_micros(us)
-                .unwrap()
-                .naive_utc()
-                .format("%Y-%m-%d %H:%M:%S")
-                .to_string();
-            assert_eq!(postgres_timestamp(us, false), want);
-            us += 86_400_000_000 + 3_600_000_000 + 61_000_000;
-        }
     }
 }

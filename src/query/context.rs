@@ -12,9 +12,7 @@ use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
 use super::cancel::ConnectionRegistry;
-use super::pg_catalog_info::{
-    HiddenRelations, OidArrayTypePlanner, SluiceCatalogInfo, SluicePgCatalog,
-};
+use super::pg_catalog_info::{HiddenRelations, SluiceCatalogInfo, SluicePgCatalog};
 use super::pg_keys::{key_functions, PrimaryKeys};
 use super::pg_roles::RoleDirectory;
 use super::provider::LogTableProvider;
@@ -52,7 +50,7 @@ pub fn build_context(
     query_memory: Option<usize>,
     roles: Arc<RoleStore>,
 ) -> Result<SessionContext, datafusion::error::DataFusionError> {
-    let ctx = match query_memory {
+    let runtime = match query_memory {
         Some(bytes) => {
             use datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
             use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -60,13 +58,19 @@ pub fn build_context(
                 FairSpillPool::new(bytes),
                 std::num::NonZeroUsize::new(3).unwrap_or(std::num::NonZeroUsize::MIN),
             );
-            let runtime = RuntimeEnvBuilder::new()
-                .with_memory_pool(Arc::new(pool))
-                .build_arc()?;
-            SessionContext::new_with_config_rt(session_config(), runtime)
+            Some(
+                RuntimeEnvBuilder::new()
+                    .with_memory_pool(Arc::new(pool))
+                    .build_arc()?,
+            )
         }
-        None => SessionContext::new_with_config(session_config()),
+        None => None,
     };
+    let ctx = SessionContext::new_with_state(
+        super::postgres_state(session_config(), runtime)
+            .with_physical_optimizer_rule(Arc::new(super::YieldingJoins))
+            .build(),
+    );
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
         datafusion::error::DataFusionError::Internal("default catalog missing".into())
     })?;
@@ -99,15 +103,14 @@ pub fn build_context(
         }),
     );
     setup_pg_catalog(&ctx, CATALOG_NAME, RoleDirectory(roles.clone())).map_err(|e| *e)?;
+    // setup_pg_catalog puts in its own type planner; ours reads
+    // PostgreSQL's type names, and hands it the oid aliases.
     {
         let state = ctx.state_ref();
         let existing = state.read().clone();
         *state.write() =
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(existing)
-                .with_type_planner(Arc::new(OidArrayTypePlanner))
-                .with_analyzer_rule(Arc::new(super::CheckedArithmetic))
-                .with_analyzer_rule(Arc::new(super::TimestampText))
-                .with_physical_optimizer_rule(Arc::new(super::YieldingJoins))
+                .with_type_planner(super::dialect::type_planner())
                 .build();
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,
@@ -132,10 +135,8 @@ pub fn build_context(
         }),
     )?;
     ctx.register_udf(hidden.function());
-    super::pg_functions::register(&ctx);
+    super::register_functions(&ctx);
     ctx.register_udf(super::pg_roles::has_table_privilege(roles_for_functions));
-    ctx.register_udaf(super::checked_sum());
-    ctx.register_udf(super::hop_window_starts());
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }

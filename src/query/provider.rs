@@ -859,3 +859,33 @@ pub(crate) fn project_frame(
         &options,
     )?)
 }
+
+/// The columns a query sees of the table or view `name`: those `*` shows,
+/// then the hidden ones (see `sluice_sql::hide_system_columns`).
+pub fn relation_columns(
+    store: &crate::log::LogStore,
+    views: &crate::stream::ViewManager,
+    name: &str,
+) -> Option<sluice_sql::RelationColumns> {
+    if let Some(t) = store.table(name) {
+        let hidden: Vec<String> = t
+            .def
+            .hidden_columns()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let visible = t
+            .def
+            .columns
+            .iter()
+            .map(|c| c.name.clone())
+            .filter(|c| !hidden.contains(c))
+            .collect();
+        return Some(sluice_sql::RelationColumns { visible, hidden });
+    }
+    let v = views.view(name)?;
+    Some(sluice_sql::RelationColumns {
+        visible: v.schema.fields().iter().map(|f| f.name().clone()).collect(),
+        hidden: Vec::new(),
+    })
+}

@@ -1,31 +1,61 @@
-//! Arrow batches to result rows: arrow-pg's encoder, except that
-//! timestamps sent as text read as PostgreSQL prints them
-//! (`2026-01-01 10:00:00`, `10:00:00.5`, `+00` for timestamptz in the
-//! server's UTC), where pgwire always prints six fractional digits; and a
-//! batch of only integers, booleans, strings and (binary) timestamps (what
-//! a FETCH of most tables is, once text timestamps are text) is written
-//! straight into each row's bytes, with no formatting machinery per value.
+//! Arrow batches to result rows. Each column is described with
+//! PostgreSQL's type oid and typmod (`types::PgType`: `varchar(5)`,
+//! `numeric(12,3)`, `jsonb`); a column sent as text is first turned into
+//! PostgreSQL's text of each value (`types::text`: timestamps, dates,
+//! intervals, floats, decimals, bytea, arrays), and a batch of only
+//! integers, booleans, strings and (binary) timestamps (what a FETCH of
+//! most tables is, once text values are text) is written straight into
+//! each row's bytes, with no formatting machinery per value. Binary
+//! columns go through arrow-pg's encoder, with unsigned integers as
+//! bigint and JSONB with its version byte.
 
 use std::iter;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, StringBuilder};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder, BooleanArray, PrimitiveArray};
 use arrow::compute::cast;
 use arrow::datatypes::{
     DataType, Field, Int16Type, Int32Type, Int64Type, Schema, TimeUnit, TimestampMicrosecondType,
 };
 use arrow::record_batch::RecordBatch;
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
+use arrow_pg::datatypes::encode_recordbatch;
 use bytes::{BufMut, BytesMut};
 use futures::{stream, Stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
+use pgwire::api::Type;
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::types::format::FormatOptions;
 
 use crate::error::SluiceError;
-use crate::ingest::{postgres_timestamp, write_postgres_timestamp};
+use crate::types::datetime::write_timestamp as write_postgres_timestamp;
+use crate::types::text::{array_text, TextFor};
+use crate::types::{oid, PgType};
+
+/// The columns of a schema as RowDescription describes them: PostgreSQL's
+/// type oid and typmod of each, and the format it is sent in.
+pub fn pg_fields(
+    schema: &Schema,
+    format: &Format,
+    options: Option<Arc<FormatOptions>>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    Ok(schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let t = PgType::of_field(f);
+            let ty = Type::from_oid(t.oid).unwrap_or(Type::TEXT);
+            let info = FieldInfo::new(f.name().clone(), None, None, ty, format.format_for(i))
+                .with_type_modifier(t.typmod);
+            match &options {
+                Some(o) => info.with_format_options(o.clone()),
+                None => info,
+            }
+        })
+        .collect())
+}
 
 type Rows = Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync>;
 
@@ -67,7 +97,7 @@ fn stream_of<E>(
 where
     E: Into<SluiceError>,
 {
-    let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, Some(options))?);
+    let fields = Arc::new(pg_fields(schema, format, Some(options))?);
     let for_rows = fields.clone();
     let rows = batches
         .map(move |batch| {
@@ -91,113 +121,83 @@ where
     Ok(QueryResponse::new(fields, rows))
 }
 
-/// The batch with each timestamp or float column that goes out as text
-/// replaced by PostgreSQL's text of it (the field keeps its type).
+/// The batch as the wire sends it: each column that goes out as text and
+/// that [`TextRows`] does not write itself replaced by PostgreSQL's text
+/// of it, and binary columns in a form arrow-pg encodes as their type
+/// (the fields keep their types).
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<RecordBatch> {
-    let text_timestamp = |i: usize| {
-        matches!(
-            batch.column(i).data_type(),
-            DataType::Timestamp(_, _) | DataType::Float32 | DataType::Float64
-        ) && fields.get(i).map(|f| f.format()) == Some(FieldFormat::Text)
+    let schema = batch.schema();
+    let change = |i: usize| -> Option<bool> {
+        let binary = fields.get(i).map(|f| f.format()) == Some(FieldFormat::Binary);
+        let t = batch.column(i).data_type();
+        if binary {
+            let json = PgType::of_field(schema.field(i)).oid == oid::JSONB;
+            return (json
+                || matches!(
+                    t,
+                    DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64
+                ))
+            .then_some(true);
+        }
+        (!matches!(
+            t,
+            DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::Boolean
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Timestamp(TimeUnit::Microsecond, _)
+        ))
+        .then_some(false)
     };
-    if !(0..batch.num_columns()).any(text_timestamp) {
+    if !(0..batch.num_columns()).any(|i| change(i).is_some()) {
         return Ok(batch);
     }
+    let err = |e: arrow::error::ArrowError| PgWireError::ApiError(Box::new(e));
     let mut columns = batch.columns().to_vec();
-    let mut schema_fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
-    for i in (0..batch.num_columns()).filter(|&i| text_timestamp(i)) {
-        columns[i] = match columns[i].data_type() {
-            DataType::Float32 | DataType::Float64 => float_text(&columns[i]),
-            _ => timestamp_text(&columns[i]),
-        }
-        .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
-        schema_fields[i] = schema_fields[i].clone().with_data_type(DataType::Utf8);
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
-        .map_err(|e| PgWireError::ApiError(Box::new(e)))
-}
-
-/// Floats as PostgreSQL prints them: the shortest text that reads back
-/// the same value, in exponent form (`1e+20`, `1.5e-07`) when the decimal
-/// exponent is below -4 or at least 15 (6 for `real`); `Infinity`,
-/// `-Infinity`, `NaN`.
-fn float_text(array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
-    let mut out = StringBuilder::with_capacity(array.len(), array.len() * 8);
-    let mut text = String::new();
-    let mut push = |valid: bool, write: &dyn Fn(&mut String)| {
-        if valid {
-            text.clear();
-            write(&mut text);
-            out.append_value(&text);
-        } else {
-            out.append_null();
-        }
-    };
-    match array.data_type() {
-        DataType::Float32 => {
-            let a = array.as_primitive::<arrow::datatypes::Float32Type>();
-            for i in 0..a.len() {
-                push(a.is_valid(i), &|t| write_postgres_float(a.value(i), 6, t));
-            }
-        }
-        _ => {
-            let a = array.as_primitive::<arrow::datatypes::Float64Type>();
-            for i in 0..a.len() {
-                push(a.is_valid(i), &|t| write_postgres_float(a.value(i), 15, t));
-            }
-        }
-    }
-    Ok(Arc::new(out.finish()))
-}
-
-/// One float in PostgreSQL's text (see [`float_text`]); `digits_limit` is
-/// the decimal exponent from which the exponent form is used.
-fn write_postgres_float<F>(v: F, digits_limit: i32, out: &mut String)
-where
-    F: std::fmt::Display + std::fmt::LowerExp + Into<f64> + Copy,
-{
-    use std::fmt::Write;
-    let wide: f64 = v.into();
-    if wide.is_nan() {
-        out.push_str("NaN");
-        return;
-    }
-    if wide.is_infinite() {
-        out.push_str(if wide > 0.0 { "Infinity" } else { "-Infinity" });
-        return;
-    }
-    // Rust writes the shortest digits that read back the same value:
-    // `1.5e-7`, `1e20`.
-    let exp_form = format!("{v:e}");
-    let (mantissa, exp) = exp_form.split_once('e').unwrap_or((&exp_form, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if wide != 0.0 && (exp < -4 || exp >= digits_limit) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        let _ = write!(out, "{mantissa}e{sign}{:02}", exp.abs());
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
-fn timestamp_text(array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
-    let DataType::Timestamp(_, tz) = array.data_type() else {
-        return Ok(array.clone());
-    };
-    let with_zone = tz.is_some();
-    let micros = cast(array, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
-    let micros = micros.as_primitive::<TimestampMicrosecondType>();
-    let mut out = StringBuilder::with_capacity(micros.len(), micros.len() * 26);
-    for i in 0..micros.len() {
-        if micros.is_null(i) {
-            out.append_null();
+    let mut schema_fields: Vec<Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    for i in 0..batch.num_columns() {
+        let Some(binary) = change(i) else {
             continue;
+        };
+        let (column, data_type) = if !binary {
+            (
+                array_text(&columns[i], schema.field(i), TextFor::Output).map_err(err)?,
+                DataType::Utf8,
+            )
+        } else if columns[i].data_type().is_unsigned_integer() {
+            (
+                cast(&columns[i], &DataType::Int64).map_err(err)?,
+                DataType::Int64,
+            )
+        } else {
+            (jsonb_binary(&columns[i]).map_err(err)?, DataType::Binary)
+        };
+        columns[i] = column;
+        schema_fields[i] = schema_fields[i].clone().with_data_type(data_type);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns).map_err(err)
+}
+
+/// JSONB's binary form: a version byte (1), then the JSON text.
+fn jsonb_binary(text: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
+    let text = cast(text, &DataType::Utf8)?;
+    let text = text.as_string::<i32>();
+    let mut out = BinaryBuilder::with_capacity(text.len(), text.value_data().len() + text.len());
+    let mut value = Vec::new();
+    for v in text.iter() {
+        match v {
+            Some(v) => {
+                value.clear();
+                value.push(1u8);
+                value.extend_from_slice(v.as_bytes());
+                out.append_value(&value);
+            }
+            None => out.append_null(),
         }
-        out.append_value(postgres_timestamp(micros.value(i), with_zone));
     }
     Ok(Arc::new(out.finish()))
 }
@@ -499,8 +499,7 @@ mod tests {
             (with_time(Some("+00:00")), Format::UnifiedBinary),
             (with_time(None), Format::Individual(vec![0, 1, 0, 1, 0, 1])),
         ] {
-            let fields =
-                Arc::new(arrow_schema_to_pg_fields(&batch.schema(), &format, None).unwrap());
+            let fields = Arc::new(pg_fields(&batch.schema(), &format, None).unwrap());
             let fast: Vec<DataRow> = TextRows::new(&batch, &fields)
                 .unwrap()
                 .map(Result::unwrap)
@@ -510,61 +509,6 @@ mod tests {
                 .collect();
             assert_eq!(fast, slow, "{format:?}");
         }
-        // A text timestamp left as a timestamp prints as `postgres_text`
-        // would have printed it.
-        for tz in [None, Some("+00:00")] {
-            let batch = with_time(tz);
-            let fields = Arc::new(
-                arrow_schema_to_pg_fields(&batch.schema(), &Format::UnifiedText, None).unwrap(),
-            );
-            let raw: Vec<DataRow> = TextRows::new(&batch, &fields)
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
-            let texted = postgres_text(batch, &fields).unwrap();
-            let via_text: Vec<DataRow> = TextRows::new(&texted, &fields)
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
-            assert_eq!(raw, via_text);
-        }
-    }
-
-    #[test]
-    fn floats_print_as_postgresql_does() {
-        let text = |v: f64| {
-            let mut s = String::new();
-            write_postgres_float(v, 15, &mut s);
-            s
-        };
-        for (v, want) in [
-            (1e20, "1e+20"),
-            (0.1, "0.1"),
-            (1.0 / 3.0, "0.3333333333333333"),
-            (1.5e-7, "1.5e-07"),
-            (-0.0, "-0"),
-            (100.0, "100"),
-            (123456789012345678.0, "1.2345678901234568e+17"),
-            (1e15, "1e+15"),
-            (123456789012345.0, "123456789012345"),
-            (0.0001, "0.0001"),
-            (0.00001234, "1.234e-05"),
-            (1e-300, "1e-300"),
-            (f64::NAN, "NaN"),
-            (f64::INFINITY, "Infinity"),
-            (f64::NEG_INFINITY, "-Infinity"),
-        ] {
-            assert_eq!(text(v), want, "{v}");
-        }
-        let mut s = String::new();
-        write_postgres_float(1e6f32, 6, &mut s);
-        assert_eq!(s, "1e+06");
-        s.clear();
-        write_postgres_float(2.5f32, 6, &mut s);
-        assert_eq!(s, "2.5");
-        s.clear();
-        write_postgres_float(0.1f32, 6, &mut s);
-        assert_eq!(s, "0.1");
     }
 
     #[test]
@@ -574,7 +518,7 @@ mod tests {
             Arc::new(arrow::array::Float64Array::from(vec![1.5])) as ArrayRef,
         )])
         .unwrap();
-        let text = arrow_schema_to_pg_fields(&floats.schema(), &Format::UnifiedText, None).unwrap();
+        let text = pg_fields(&floats.schema(), &Format::UnifiedText, None).unwrap();
         assert!(TextRows::new(&floats, &text).is_none());
     }
 }

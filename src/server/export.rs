@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use arrow_pg::encoder::encode_value;
 use bytes::Bytes;
 use datafusion::prelude::DataFrame;
@@ -34,7 +33,7 @@ pub async fn to_stdout(
         Format::UnifiedText
     };
     let fields = Arc::new(
-        arrow_schema_to_pg_fields(&schema, &wire_format, None)
+        super::encode::pg_fields(&schema, &wire_format, None)
             .map_err(|e| SluiceError::Protocol(e.to_string()))?,
     );
     let columns = fields.len();

@@ -6,9 +6,6 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef};
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use arrow_pg::datatypes::{
-    arrow_schema_to_pg_fields, field_into_pg_type, into_pg_type, PG_OID_ALIAS_KEY,
-};
 use async_trait::async_trait;
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
@@ -269,23 +266,18 @@ fn bound_parameters<S: Clone>(
 }
 
 fn wire_types(fields: &[Option<FieldRef>]) -> PgWireResult<Vec<Type>> {
-    fields
+    Ok(fields
         .iter()
         .map(|f| match f {
-            Some(f) => match f.data_type() {
-                // `oid[]` (asyncpg's type lookup takes one): a list of
-                // int4 whose element is marked as an oid.
-                DataType::List(element)
-                    if element.metadata().get(PG_OID_ALIAS_KEY).map(String::as_str)
-                        == Some("oid") =>
-                {
-                    Ok(Type::OID_ARRAY)
-                }
-                _ => field_into_pg_type(f),
-            },
-            None => Ok(Type::UNKNOWN),
+            Some(f) => wire_type(f),
+            None => Type::UNKNOWN,
         })
-        .collect()
+        .collect())
+}
+
+/// The protocol's type of a column or parameter of this field.
+fn wire_type(f: &arrow::datatypes::Field) -> Type {
+    Type::from_oid(crate::types::PgType::of_field(f).oid).unwrap_or(Type::TEXT)
 }
 
 #[async_trait]
@@ -321,7 +313,14 @@ impl QueryParser for Planner {
             Prepared::Insert(insert) => insert
                 .param_types()
                 .iter()
-                .map(|t| into_pg_type(&t.to_arrow()))
+                .map(|t| {
+                    let column = sluice_catalog::ColumnDef {
+                        name: String::new(),
+                        ty: t.clone(),
+                        nullable: true,
+                    };
+                    Ok(wire_type(&column.to_field()))
+                })
                 .collect(),
             _ => Ok(vec![]),
         }
@@ -339,10 +338,10 @@ impl QueryParser for Planner {
                 ..
             }
             | Prepared::PointRead { columns, .. } => {
-                arrow_schema_to_pg_fields(columns, format.unwrap_or(&Format::UnifiedText), None)
+                super::encode::pg_fields(columns, format.unwrap_or(&Format::UnifiedText), None)
             }
             Prepared::Rows { schema, .. } => {
-                arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
+                super::encode::pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
             }
             _ => Ok(vec![]),
         }
@@ -362,6 +361,7 @@ fn declared_sql_type(t: &Type) -> Option<SqlType> {
         Type::NUMERIC => SqlType::Numeric {
             precision: 38,
             scale: 0,
+            unconstrained: false,
         },
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON => SqlType::Text,
         Type::JSONB => SqlType::Jsonb,

@@ -282,36 +282,18 @@ pub async fn compile(
         [one] => one.clone(),
         _ => ViewSource::Several(sources.clone()),
     };
-    let tables: Vec<(String, Vec<String>)> = sources
-        .iter()
-        .filter_map(|s| match s {
-            ViewSource::Table(t) => Some((
-                t.def.name.clone(),
-                t.def
-                    .hidden_columns()
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect(),
-            )),
-            _ => None,
-        })
-        .collect();
-    hide_system_columns(&mut stmt, |t| {
-        tables.iter().find(|(n, _)| n == t).map(|(_, h)| h.clone())
+    sluice_sql::rewrite_postgres_syntax(&mut stmt);
+    hide_system_columns(&mut stmt, |name| {
+        crate::query::relation_columns(store, views, name)
     });
 
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
-    let state = datafusion::execution::SessionStateBuilder::new_from_existing(
-        SessionContext::new_with_config(config.with_target_partitions(1)).state(),
-    )
-    .with_query_planner(Arc::new(ViewQueryPlanner))
-    .build();
+    let state = crate::query::postgres_state(config.with_target_partitions(1), None)
+        .with_query_planner(Arc::new(ViewQueryPlanner))
+        .build();
     let ctx = SessionContext::new_with_state(state);
-    ctx.add_analyzer_rule(Arc::new(crate::query::CheckedArithmetic));
-    ctx.add_analyzer_rule(Arc::new(crate::query::TimestampText));
-    ctx.register_udaf(crate::query::checked_sum());
-    ctx.register_udf(crate::query::hop_window_starts());
+    crate::query::register_functions(&ctx);
     // A lone COUNT(DISTINCT x) per group stays one aggregate with a
     // distinct accumulator, which the aggregate operator keeps (and takes
     // rows back from); the batch rewrite into two nested GROUP BYs would
@@ -345,6 +327,7 @@ pub async fn compile(
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
         .await?;
+    let plan = crate::query::postgres_plan(plan)?;
     let plan = state.optimize(&plan)?;
     check_nodes(&plan)?;
     let schema = nullable(plan.schema().as_arrow());

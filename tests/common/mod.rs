@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod differential;
 pub mod postgres;
+pub mod raw_client;
 pub mod s3;
 
 pub struct Server {

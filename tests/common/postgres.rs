@@ -63,7 +63,16 @@ impl Postgres {
         };
         pg.run(
             "initdb",
-            &["-D", pg.data_str(), "-A", "trust", "-U", "postgres"],
+            &[
+                "-D",
+                pg.data_str(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+            ],
         );
         let options = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=on",

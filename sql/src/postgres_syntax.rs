@@ -1,0 +1,490 @@
+//! PostgreSQL's reading of syntax that the parser or DataFusion reads
+//! otherwise, rewritten on the statement before it is planned:
+//!
+//! - a unary minus binds tighter than `^`: `-3 ^ 2` is `(-3) ^ 2` = 9
+//!   (the parser reads `-(3 ^ 2)`);
+//! - the prefix operators `@` (absolute value), `|/` (square root), `||/`
+//!   (cube root) and `~` (bitwise not) are their functions;
+//! - a row comparison is the comparison of its fields, with SQL's NULLs:
+//!   `(1, NULL) = (1, 2)` is NULL, not false;
+//! - `GROUP BY ()` is the one group of all rows;
+//! - `U&'\0041'` is the string it spells;
+//! - `json_agg(x ORDER BY y)`, `jsonb_agg` and `json_object_agg(k, v)`
+//!   are `array_agg` (with its ordering and filter) turned into JSON by
+//!   the server's `json_agg_of`, `jsonb_agg_of` and
+//!   `json_object_agg_of`;
+//! - `x SIMILAR TO 'pattern'` is the regular expression PostgreSQL makes
+//!   of the pattern (`%` any text, `_` one character, anchored);
+//! - `COLLATE "C"` (and `POSIX`, `default`, `ucs_basic`) is how text
+//!   compares here already, by code point;
+//! - `every` is `bool_and`, `variance` is `var_samp`;
+//! - `make_interval(days => 3)` names its arguments: they become the
+//!   positional list with zeros for those left out;
+//! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`;
+//! - a numeric literal beyond what a 38-digit numeric holds (`1e308`) is
+//!   a double precision;
+//! - `INTERVAL '1 month 2 days 03:04:05'` (and `INTERVAL '2' DAY`) is its
+//!   text cast to an interval, which the server reads as PostgreSQL
+//!   reads interval text.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    BinaryOperator, Expr, Function, FunctionArg, FunctionArgumentList, FunctionArguments,
+    GroupByExpr, Ident, ObjectName, Select, Statement, UnaryOperator, Value, ValueWithSpan,
+    VisitMut, VisitorMut,
+};
+
+use crate::set_returning::call;
+
+/// Rewrites `statement` as the module header says.
+pub fn rewrite_postgres_syntax(statement: &mut Statement) {
+    let _ = statement.visit(&mut PostgresSyntax);
+}
+
+struct PostgresSyntax;
+
+impl VisitorMut for PostgresSyntax {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(e) = rewrite(expr) {
+            *expr = e;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, query: &mut sqlparser::ast::Query) -> ControlFlow<()> {
+        // FETCH FIRST n ROWS ONLY is LIMIT n (WITH TIES and PERCENT stay
+        // for the planner to refuse).
+        if let Some(fetch) = &query.fetch {
+            if !fetch.with_ties && !fetch.percent {
+                let count = fetch.quantity.clone().unwrap_or_else(|| {
+                    Expr::Value(ValueWithSpan::from(Value::Number("1".into(), false)))
+                });
+                let offset = match &query.limit_clause {
+                    Some(sqlparser::ast::LimitClause::LimitOffset { offset, .. }) => offset.clone(),
+                    _ => None,
+                };
+                query.limit_clause = Some(sqlparser::ast::LimitClause::LimitOffset {
+                    limit: Some(count),
+                    offset,
+                    limit_by: vec![],
+                });
+                query.fetch = None;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        if let GroupByExpr::Expressions(exprs, modifiers) = &mut select.group_by {
+            if modifiers.is_empty() {
+                exprs.retain(|e| !matches!(e, Expr::Tuple(t) if t.is_empty()));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn nested(e: Expr) -> Box<Expr> {
+    Box::new(Expr::Nested(Box::new(e)))
+}
+
+/// The sign applied to the leftmost operand of a chain of `^`.
+fn push_sign_into_power(op: UnaryOperator, e: Expr) -> Expr {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::PGExp,
+            right,
+        } => Expr::BinaryOp {
+            left: Box::new(push_sign_into_power(op, *left)),
+            op: BinaryOperator::PGExp,
+            right,
+        },
+        other => Expr::UnaryOp {
+            op,
+            expr: Box::new(other),
+        },
+    }
+}
+
+fn rewrite(expr: &Expr) -> Option<Expr> {
+    match expr {
+        Expr::UnaryOp {
+            op: op @ (UnaryOperator::Minus | UnaryOperator::Plus),
+            expr: inner,
+        } if matches!(
+            inner.as_ref(),
+            Expr::BinaryOp {
+                op: BinaryOperator::PGExp,
+                ..
+            }
+        ) =>
+        {
+            Some(push_sign_into_power(*op, inner.as_ref().clone()))
+        }
+        Expr::UnaryOp { op, expr: inner } => {
+            let name = match op {
+                UnaryOperator::PGAbs => "abs",
+                UnaryOperator::PGSquareRoot => "sqrt",
+                UnaryOperator::PGCubeRoot => "cbrt",
+                UnaryOperator::BitwiseNot => {
+                    // ~x is x XOR -1 in two's complement.
+                    return Some(Expr::Nested(Box::new(Expr::BinaryOp {
+                        left: nested(inner.as_ref().clone()),
+                        op: BinaryOperator::PGBitwiseXor,
+                        right: Box::new(Expr::UnaryOp {
+                            op: UnaryOperator::Minus,
+                            expr: Box::new(Expr::Value(ValueWithSpan::from(Value::Number(
+                                "1".into(),
+                                false,
+                            )))),
+                        }),
+                    })));
+                }
+                _ => return None,
+            };
+            Some(call(name, vec![inner.as_ref().clone()]))
+        }
+        Expr::BinaryOp { left, op, right } => {
+            let (Expr::Tuple(l), Expr::Tuple(r)) = (left.as_ref(), right.as_ref()) else {
+                return None;
+            };
+            if l.len() != r.len() || l.is_empty() {
+                return None;
+            }
+            row_comparison(l, op, r)
+        }
+        Expr::Function(f) => json_aggregate(f)
+            .or_else(|| renamed_aggregate(f))
+            .or_else(|| named_make_interval(f)),
+        Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if too_large_for_numeric(n)) => {
+            let Value::Number(n, _) = &v.value else {
+                return None;
+            };
+            Some(Expr::Cast {
+                kind: sqlparser::ast::CastKind::DoubleColon,
+                expr: Box::new(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
+                    n.clone(),
+                )))),
+                data_type: sqlparser::ast::DataType::DoublePrecision,
+                array: false,
+                format: None,
+            })
+        }
+        Expr::SimilarTo {
+            negated,
+            expr: inner,
+            pattern,
+            escape_char,
+        } => {
+            let Expr::Value(v) = pattern.as_ref() else {
+                return None;
+            };
+            let Value::SingleQuotedString(p) = &v.value else {
+                return None;
+            };
+            let escape = match escape_char.as_ref().map(|e| &e.value) {
+                None => Some('\\'),
+                Some(Value::SingleQuotedString(e)) => e.chars().next(),
+                Some(_) => return None,
+            };
+            Some(Expr::BinaryOp {
+                left: inner.clone(),
+                op: if *negated {
+                    BinaryOperator::PGRegexNotMatch
+                } else {
+                    BinaryOperator::PGRegexMatch
+                },
+                right: Box::new(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
+                    similar_to_regex(p, escape),
+                )))),
+            })
+        }
+        Expr::Collate {
+            expr: inner,
+            collation,
+        } => {
+            let name = collation.to_string().trim_matches('"').to_ascii_lowercase();
+            matches!(
+                name.as_str(),
+                "c" | "posix" | "default" | "ucs_basic" | "c.utf-8" | "c.utf8"
+            )
+            .then(|| inner.as_ref().clone())
+        }
+        Expr::Interval(i) if i.last_field.is_none() => {
+            let text = match i.value.as_ref() {
+                Expr::Value(v) => match &v.value {
+                    Value::SingleQuotedString(t) => t.clone(),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            let text = match &i.leading_field {
+                Some(field) => format!("{text} {field}"),
+                None => text,
+            };
+            Some(Expr::Cast {
+                kind: sqlparser::ast::CastKind::DoubleColon,
+                expr: Box::new(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
+                    text,
+                )))),
+                data_type: sqlparser::ast::DataType::Interval {
+                    fields: None,
+                    precision: None,
+                },
+                array: false,
+                format: None,
+            })
+        }
+        Expr::Value(v) => match &v.value {
+            Value::UnicodeStringLiteral(s) => Some(Expr::Value(ValueWithSpan {
+                value: Value::SingleQuotedString(s.clone()),
+                span: v.span,
+            })),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether a numeric literal's exponent takes it past 38 digits.
+fn too_large_for_numeric(n: &str) -> bool {
+    match n.to_ascii_lowercase().split_once('e') {
+        Some((_, exp)) => exp.parse::<i64>().map(|e| e.abs() > 30).unwrap_or(false),
+        None => false,
+    }
+}
+
+/// `make_interval(years => 1, days => 3)` with its arguments in place.
+fn named_make_interval(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    if name != "make_interval" {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    const NAMES: [&str; 7] = ["years", "months", "weeks", "days", "hours", "mins", "secs"];
+    let mut args: Vec<Option<Expr>> = vec![None; 7];
+    let mut named = false;
+    for (i, a) in list.args.iter().enumerate() {
+        match a {
+            FunctionArg::Named {
+                name,
+                arg: sqlparser::ast::FunctionArgExpr::Expr(e),
+                ..
+            }
+            | FunctionArg::ExprNamed {
+                name: Expr::Identifier(name),
+                arg: sqlparser::ast::FunctionArgExpr::Expr(e),
+                ..
+            } => {
+                named = true;
+                let at = NAMES
+                    .iter()
+                    .position(|n| name.value.eq_ignore_ascii_case(n))?;
+                args[at] = Some(e.clone());
+            }
+            FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e)) if i < 7 => {
+                args[i] = Some(e.clone())
+            }
+            _ => return None,
+        }
+    }
+    if !named {
+        return None;
+    }
+    let zero = || Expr::Value(ValueWithSpan::from(Value::Number("0".into(), false)));
+    Some(call(
+        "make_interval",
+        args.into_iter().map(|a| a.unwrap_or_else(zero)).collect(),
+    ))
+}
+
+/// Aggregates PostgreSQL names otherwise: `every`, `variance`.
+fn renamed_aggregate(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    let new = match name.as_str() {
+        "every" => "bool_and",
+        "variance" => "var_samp",
+        _ => return None,
+    };
+    let mut f = f.clone();
+    f.name = ObjectName::from(vec![Ident::new(new)]);
+    Some(Expr::Function(f))
+}
+
+/// PostgreSQL's regular expression for a SIMILAR TO pattern
+/// (`similar_escape`): anchored, `%` and `_` as wildcards, the POSIX
+/// characters SQL's patterns do not have escaped.
+pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> String {
+    let mut out = String::from("^(?:");
+    let mut chars = pattern.chars();
+    let mut in_bracket = false;
+    while let Some(c) = chars.next() {
+        if Some(c) == escape {
+            if let Some(n) = chars.next() {
+                if n.is_alphanumeric() {
+                    out.push(n);
+                } else {
+                    out.push('\\');
+                    out.push(n);
+                }
+            }
+            continue;
+        }
+        if in_bracket {
+            out.push(c);
+            if c == ']' {
+                in_bracket = false;
+            }
+            continue;
+        }
+        match c {
+            '%' => out.push_str(".*"),
+            '_' => out.push('.'),
+            '[' => {
+                in_bracket = true;
+                out.push('[');
+            }
+            '.' | '^' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push_str(")$");
+    out
+}
+
+/// `json_agg(...)` as `json_agg_of(array_agg(...))`, and so on.
+fn json_aggregate(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    if f.over.is_some() {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let array_agg = |arg: FunctionArg| {
+        let mut inner = f.clone();
+        inner.name = ObjectName::from(vec![Ident::new("array_agg")]);
+        inner.args = FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: list.duplicate_treatment,
+            args: vec![arg],
+            clauses: list.clauses.clone(),
+        });
+        Expr::Function(inner)
+    };
+    match (name.as_str(), list.args.as_slice()) {
+        ("json_agg" | "jsonb_agg", [arg]) => {
+            Some(call(&format!("{name}_of"), vec![array_agg(arg.clone())]))
+        }
+        ("json_object_agg" | "jsonb_object_agg", [k, v]) => Some(call(
+            &format!("{name}_of"),
+            vec![array_agg(k.clone()), array_agg(v.clone())],
+        )),
+        _ => None,
+    }
+}
+
+fn binary(l: Expr, op: BinaryOperator, r: Expr) -> Expr {
+    Expr::BinaryOp {
+        left: Box::new(l),
+        op,
+        right: Box::new(r),
+    }
+}
+
+/// `(a, b) op (c, d)` as SQL defines a row comparison.
+fn row_comparison(l: &[Expr], op: &BinaryOperator, r: &[Expr]) -> Option<Expr> {
+    let pairs = l.iter().cloned().zip(r.iter().cloned());
+    let all = |op: BinaryOperator, join: BinaryOperator| {
+        pairs
+            .clone()
+            .map(|(a, b)| binary(a, op.clone(), b))
+            .reduce(|acc, e| binary(acc, join.clone(), e))
+    };
+    let e = match op {
+        BinaryOperator::Eq => all(BinaryOperator::Eq, BinaryOperator::And)?,
+        BinaryOperator::NotEq => all(BinaryOperator::NotEq, BinaryOperator::Or)?,
+        BinaryOperator::Lt | BinaryOperator::LtEq | BinaryOperator::Gt | BinaryOperator::GtEq => {
+            // Lexicographic: the first pair that differs decides; the last
+            // pair takes the operator itself (<= or >= when equal).
+            let strict = match op {
+                BinaryOperator::Lt | BinaryOperator::LtEq => BinaryOperator::Lt,
+                _ => BinaryOperator::Gt,
+            };
+            let n = l.len();
+            let mut e = binary(l[n - 1].clone(), op.clone(), r[n - 1].clone());
+            for i in (0..n - 1).rev() {
+                e = binary(
+                    binary(l[i].clone(), strict.clone(), r[i].clone()),
+                    BinaryOperator::Or,
+                    Expr::Nested(Box::new(binary(
+                        binary(l[i].clone(), BinaryOperator::Eq, r[i].clone()),
+                        BinaryOperator::And,
+                        Expr::Nested(Box::new(e)),
+                    ))),
+                );
+            }
+            e
+        }
+        _ => return None,
+    };
+    Some(Expr::Nested(Box::new(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_one;
+
+    fn rewritten(sql: &str) -> String {
+        let mut s = parse_one(sql);
+        rewrite_postgres_syntax(&mut s);
+        s.to_string()
+    }
+
+    #[test]
+    fn syntax_reads_as_postgresql_reads_it() {
+        let mut s = parse_one("SELECT -3 ^ 2");
+        rewrite_postgres_syntax(&mut s);
+        let Statement::Query(q) = &s else { panic!() };
+        let sqlparser::ast::SetExpr::Select(sel) = q.body.as_ref() else {
+            panic!()
+        };
+        let sqlparser::ast::SelectItem::UnnamedExpr(Expr::BinaryOp { left, .. }) =
+            &sel.projection[0]
+        else {
+            panic!("{s}")
+        };
+        assert!(matches!(left.as_ref(), Expr::UnaryOp { .. }));
+        assert_eq!(rewritten("SELECT -(3 ^ 2)"), "SELECT -(3 ^ 2)");
+        assert_eq!(rewritten("SELECT @ -5, |/ 25"), "SELECT abs(-5), sqrt(25)");
+        assert_eq!(
+            rewritten("SELECT (1, NULL) = (1, 2)"),
+            "SELECT (1 = 1 AND NULL = 2)"
+        );
+        assert_eq!(
+            rewritten("SELECT (a, b) < (c, d)"),
+            "SELECT (a < c OR (a = c AND (b < d)))"
+        );
+        assert_eq!(
+            rewritten("SELECT 'abc' SIMILAR TO 'a%', 'a.c' NOT SIMILAR TO '(a|b)_c'"),
+            "SELECT 'abc' ~ '^(?:a.*)$', 'a.c' !~ '^(?:(a|b).c)$'"
+        );
+        assert_eq!(
+            rewritten("SELECT s FROM t ORDER BY s COLLATE \"C\""),
+            "SELECT s FROM t ORDER BY s"
+        );
+        assert_eq!(
+            rewritten("SELECT count(*) FROM t GROUP BY ()"),
+            "SELECT count(*) FROM t"
+        );
+    }
+}

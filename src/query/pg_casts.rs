@@ -1,0 +1,421 @@
+//! Casts with PostgreSQL's results. An analyzer rule, run after type
+//! coercion (so that the casts coercion adds are covered too), replaces
+//! each cast whose result in DataFusion differs from PostgreSQL's by a
+//! call of [`PgCast`]:
+//!
+//! - text to a date, timestamp, time or interval reads every form
+//!   PostgreSQL reads (`epoch`, `24:00:00`, `BC`, `1 month 2 days
+//!   03:04:05`), with its errors (22007, 22008);
+//! - text to `bytea` reads `\x0102` as two bytes, not six characters;
+//! - text to `boolean` reads `t`, `yes`, `on`, `1` and their prefixes;
+//! - anything to text writes PostgreSQL's text (`2026-01-01 10:00:00`,
+//!   `\x0102`, `true`, `1e+20`), not Arrow's;
+//! - a float or numeric to an integer rounds (floats half to even,
+//!   numerics half away from zero) instead of truncating, and a value out
+//!   of range fails with 22003 (`integer out of range`);
+//! - to `varchar(n)` cuts the text to n characters, as an explicit cast
+//!   does in PostgreSQL.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, StringArray};
+use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Float64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::utils::merge_schema;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+use super::temporal::{is_temporal_target, text_to_temporal};
+use super::udf::pg_error;
+use crate::types::text::{array_text, parse_bytea, TextFor};
+use crate::types::PgType;
+
+#[derive(Debug, Default)]
+pub struct PgCasts;
+
+impl AnalyzerRule for PgCasts {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            if node.inputs().is_empty() && !matches!(node, LogicalPlan::Values(_)) {
+                return Ok(Transformed::no(node));
+            }
+            let schema = merge_schema(&node.inputs());
+            let preserver = NamePreserver::new(&node);
+            let t = node.map_expressions(|e| {
+                let saved = preserver.save(&e);
+                let t = e.transform_up(|e| rewrite(e, &schema))?;
+                Ok(if t.transformed {
+                    Transformed::yes(saved.restore(t.data))
+                } else {
+                    t
+                })
+            })?;
+            if t.transformed {
+                t.map_data(|p| p.recompute_schema())
+            } else {
+                Ok(t)
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "postgres_casts"
+    }
+}
+
+/// What a cast does here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum CastKind {
+    TextToTemporal,
+    TextToBytea,
+    TextToBool,
+    ToText,
+    ToInteger,
+    Varchar(u32),
+    /// `char(n)`: cut or padded with spaces to n characters.
+    Bpchar(u32),
+    /// Text checked as JSON; `jsonb` in its canonical text.
+    Json {
+        canonical: bool,
+    },
+}
+
+fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
+    let to_type = to.data_type();
+    if is_text(to_type) {
+        let declared = PgType::of_field(to).oid;
+        if declared == crate::types::oid::JSONB || declared == crate::types::oid::JSON {
+            // A value already of the type keeps its text.
+            return (from.is_null() || is_text(from)).then_some(CastKind::Json {
+                canonical: declared == crate::types::oid::JSONB,
+            });
+        }
+        if let Some(n) = PgType::of_field(to).max_length() {
+            return Some(match declared {
+                crate::types::oid::BPCHAR => CastKind::Bpchar(n as u32),
+                _ => CastKind::Varchar(n as u32),
+            });
+        }
+        if is_text(from) || from.is_null() || from.is_integer() {
+            return None;
+        }
+        return Some(CastKind::ToText);
+    }
+    if is_text(from) {
+        if is_temporal_target(to_type) {
+            return Some(CastKind::TextToTemporal);
+        }
+        return match to_type {
+            DataType::Binary => Some(CastKind::TextToBytea),
+            DataType::Boolean => Some(CastKind::TextToBool),
+            _ => None,
+        };
+    }
+    if to_type.is_integer()
+        && (matches!(
+            from,
+            DataType::Float32 | DataType::Float64 | DataType::Float16
+        ) || matches!(from, DataType::Decimal128(..)))
+    {
+        return Some(CastKind::ToInteger);
+    }
+    None
+}
+
+fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let (inner, to) = match &e {
+        Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
+            (expr.as_ref(), field.clone())
+        }
+        _ => return Ok(Transformed::no(e)),
+    };
+    let Ok(from) = inner.get_type(schema) else {
+        return Ok(Transformed::no(e));
+    };
+    let Some(kind) = kind(&from, &to) else {
+        return Ok(Transformed::no(e));
+    };
+    // Text to varchar(n) after a cast to text of another type: cut the
+    // text the inner cast gives.
+    let arg = match kind {
+        CastKind::Varchar(_) | CastKind::Bpchar(_) if !is_text(&from) && !from.is_null() => {
+            let text = Expr::Cast(Cast::new(Box::new(inner.clone()), DataType::Utf8));
+            rewrite(text, schema)?.data
+        }
+        _ => inner.clone(),
+    };
+    let udf = ScalarUDF::new_from_impl(PgCast {
+        kind,
+        to,
+        signature: Signature::any(1, Volatility::Immutable),
+    });
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(Arc::new(udf), vec![arg]),
+    )))
+}
+
+/// A cast as PostgreSQL casts (see the module header).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgCast {
+    kind: CastKind,
+    to: FieldRef,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgCast {
+    fn name(&self) -> &str {
+        match self.kind {
+            CastKind::ToText => "text",
+            CastKind::Varchar(_) => "varchar",
+            CastKind::Bpchar(_) => "bpchar",
+            CastKind::Json { canonical: true } => "jsonb",
+            CastKind::Json { canonical: false } => "json",
+            CastKind::TextToBytea => "bytea",
+            CastKind::TextToBool => "bool",
+            CastKind::ToInteger => match self.to.data_type() {
+                DataType::Int16 => "int2",
+                DataType::Int32 => "int4",
+                _ => "int8",
+            },
+            CastKind::TextToTemporal => match self.to.data_type() {
+                DataType::Date32 => "date",
+                DataType::Timestamp(_, Some(_)) => "timestamptz",
+                DataType::Timestamp(_, None) => "timestamp",
+                DataType::Time64(_) => "time",
+                _ => "interval",
+            },
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(self.to.data_type().clone())
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let nullable = args.arg_fields.iter().any(|f| f.is_nullable());
+        Ok(Arc::new(
+            Field::new(self.name(), self.to.data_type().clone(), nullable)
+                .with_metadata(self.to.metadata().clone()),
+        ))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let input = args.args[0].to_array(args.number_rows)?;
+        let from_field = args.arg_fields[0].clone();
+        let out = self.cast(&input, &from_field)?;
+        if scalar {
+            return Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+impl PgCast {
+    fn cast(&self, input: &ArrayRef, from: &Field) -> Result<ArrayRef> {
+        let to = self.to.data_type();
+        Ok(match self.kind {
+            CastKind::TextToTemporal => text_to_temporal(input, to)?,
+            CastKind::ToText => {
+                let text = array_text(input, from, TextFor::Cast)?;
+                arrow::compute::cast(&text, to)?
+            }
+            CastKind::Bpchar(n) => {
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let fitted: StringArray = text
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| {
+                        v.map(|v| {
+                            let mut s: String = v.chars().take(n as usize).collect();
+                            let len = s.chars().count();
+                            s.extend(std::iter::repeat_n(' ', n as usize - len));
+                            s
+                        })
+                    })
+                    .collect();
+                arrow::compute::cast(&fitted, to)?
+            }
+            CastKind::Varchar(n) => {
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let cut: StringArray = text
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| {
+                        v.map(|v| match v.char_indices().nth(n as usize) {
+                            Some((at, _)) => &v[..at],
+                            None => v,
+                        })
+                    })
+                    .collect();
+                arrow::compute::cast(&cut, to)?
+            }
+            CastKind::Json { canonical } => {
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let mut out = Vec::with_capacity(text.len());
+                for v in text.as_string::<i32>().iter() {
+                    out.push(match v {
+                        Some(v) => {
+                            let doc = crate::types::json::parse(v).map_err(|e| {
+                                pg_error(
+                                    "22P02",
+                                    format!("invalid input syntax for type json: {}", e.detail),
+                                )
+                            })?;
+                            Some(if canonical {
+                                doc.canonical().to_string()
+                            } else {
+                                v.to_string()
+                            })
+                        }
+                        None => None,
+                    });
+                }
+                arrow::compute::cast(&StringArray::from(out), to)?
+            }
+            CastKind::TextToBytea => {
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let mut out = Vec::with_capacity(text.len());
+                for v in text.as_string::<i32>().iter() {
+                    out.push(match v {
+                        Some(v) => Some(parse_bytea(v).ok_or_else(|| {
+                            pg_error("22P02", "invalid input syntax for type bytea")
+                        })?),
+                        None => None,
+                    });
+                }
+                Arc::new(BinaryArray::from_iter(out))
+            }
+            CastKind::TextToBool => {
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let mut out = Vec::with_capacity(text.len());
+                for v in text.as_string::<i32>().iter() {
+                    out.push(match v {
+                        Some(v) => Some(parse_bool(v).ok_or_else(|| {
+                            pg_error(
+                                "22P02",
+                                format!("invalid input syntax for type boolean: \"{v}\""),
+                            )
+                        })?),
+                        None => None,
+                    });
+                }
+                Arc::new(BooleanArray::from(out))
+            }
+            CastKind::ToInteger => {
+                let (min, max, name) = match to {
+                    DataType::Int16 => (i16::MIN as f64, i16::MAX as f64, "smallint"),
+                    DataType::Int32 => (i32::MIN as f64, i32::MAX as f64, "integer"),
+                    _ => (i64::MIN as f64, i64::MAX as f64, "bigint"),
+                };
+                let rounded: Vec<Option<f64>> = match input.data_type() {
+                    DataType::Decimal128(_, scale) => {
+                        let d = input.as_primitive::<Decimal128Type>();
+                        let unit = 10i128.pow((*scale).max(0) as u32);
+                        d.iter()
+                            .map(|v| {
+                                v.map(|v| {
+                                    // Half away from zero, as numeric rounds.
+                                    let q = v / unit;
+                                    let r = (v % unit).abs();
+                                    let q = if r * 2 >= unit { q + v.signum() } else { q };
+                                    q as f64
+                                })
+                            })
+                            .collect()
+                    }
+                    _ => {
+                        let f = arrow::compute::cast(input, &DataType::Float64)?;
+                        f.as_primitive::<Float64Type>()
+                            .iter()
+                            .map(|v| v.map(f64::round_ties_even))
+                            .collect()
+                    }
+                };
+                let mut out = Vec::with_capacity(rounded.len());
+                for v in rounded {
+                    match v {
+                        Some(v) if v.is_nan() || v < min || v >= max + 1.0 => {
+                            return Err(pg_error("22003", format!("{name} out of range")))
+                        }
+                        Some(v) => out.push(Some(v as i64)),
+                        None => out.push(None),
+                    }
+                }
+                let wide: ArrayRef = Arc::new(arrow::array::Int64Array::from(out));
+                arrow::compute::cast(&wide, to)?
+            }
+        })
+    }
+}
+
+/// PostgreSQL's boolean input: `t`, `true`, `yes`, `on`, `1` and their
+/// false forms, any prefix of the words, in any case, trimmed.
+pub fn parse_bool(text: &str) -> Option<bool> {
+    let t = text.trim().to_ascii_lowercase();
+    if t.is_empty() {
+        return None;
+    }
+    match t.as_str() {
+        "1" => return Some(true),
+        "0" => return Some(false),
+        "on" => return Some(true),
+        "of" | "off" => return Some(false),
+        "o" => return None,
+        _ => {}
+    }
+    for (word, v) in [
+        ("true", true),
+        ("yes", true),
+        ("false", false),
+        ("no", false),
+    ] {
+        if word.starts_with(&t) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_read_as_postgresql_reads_them() {
+        for (t, v) in [
+            ("t", Some(true)),
+            ("TRUE", Some(true)),
+            ("ye", Some(true)),
+            ("on", Some(true)),
+            (" 1 ", Some(true)),
+            ("f", Some(false)),
+            ("n", Some(false)),
+            ("off", Some(false)),
+            ("0", Some(false)),
+            ("o", None),
+            ("maybe", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_bool(t), v, "{t}");
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Operators planned as PostgreSQL resolves them, where DataFusion's own
+//! differ (an extension of DataFusion's SQL planner, which hands each
+//! binary operator here first, with its operands' schema):
+//!
+//! - `interval * number`, `number * interval`, `interval / number`
+//!   (DataFusion refuses them);
+//! - interval comparisons by one span (30-day months, 24-hour days);
+//! - `date ± interval` is a timestamp (DataFusion's drops the hours);
+//! - `timestamp - timestamp` is days and time (`386 days 15:39:22`);
+//!   `date - date` is an `integer`;
+//! - `numeric / numeric` is exact (`super::pg_numeric`);
+//! - `real` with an integer or numeric operand is computed as `double
+//!   precision`, as PostgreSQL picks `float8` operators for it;
+//! - the JSON operators over `json` and `jsonb` (`->`, `->>`, `#>`, `#>>`,
+//!   `@>`, `<@`, `?`, `?|`, `?&`, `||`, `-`, `#-`), where a string literal
+//!   on the other side reads as JSON (`super::pg_json`).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
+use datafusion::logical_expr::{cast, BinaryExpr, Expr, ExprSchemable, Operator};
+use sluice_sql::sqlparser::ast::BinaryOperator;
+
+use super::temporal::{interval_div, interval_mul, interval_span, timestamp_difference};
+
+#[derive(Debug, Default)]
+pub struct PgOperators;
+
+fn call(udf: Arc<datafusion::logical_expr::ScalarUDF>, args: Vec<Expr>) -> Expr {
+    Expr::ScalarFunction(ScalarFunction::new_udf(udf, args))
+}
+
+fn binary(l: Expr, op: Operator, r: Expr) -> Expr {
+    Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r)))
+}
+
+fn is_interval(t: &DataType) -> bool {
+    matches!(t, DataType::Interval(_))
+}
+
+fn is_number(t: &DataType) -> bool {
+    t.is_numeric()
+}
+
+fn timestamp_of(t: &DataType) -> Option<DataType> {
+    match t {
+        DataType::Timestamp(_, tz) => Some(DataType::Timestamp(TimeUnit::Microsecond, tz.clone())),
+        DataType::Date32 | DataType::Date64 => {
+            Some(DataType::Timestamp(TimeUnit::Microsecond, None))
+        }
+        _ => None,
+    }
+}
+
+fn comparison(op: &BinaryOperator) -> Option<Operator> {
+    Some(match op {
+        BinaryOperator::Eq => Operator::Eq,
+        BinaryOperator::NotEq => Operator::NotEq,
+        BinaryOperator::Lt => Operator::Lt,
+        BinaryOperator::LtEq => Operator::LtEq,
+        BinaryOperator::Gt => Operator::Gt,
+        BinaryOperator::GtEq => Operator::GtEq,
+        _ => return None,
+    })
+}
+
+impl ExprPlanner for PgOperators {
+    /// `extract(field FROM x)` is an exact numeric, as in PostgreSQL.
+    fn plan_extract(&self, args: Vec<Expr>) -> Result<PlannerResult<Vec<Expr>>> {
+        Ok(PlannerResult::Planned(call(
+            super::pg_time_functions::extract_udf(),
+            args,
+        )))
+    }
+
+    fn plan_binary_op(
+        &self,
+        expr: RawBinaryExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawBinaryExpr>> {
+        // Operands whose type is not known yet (a parameter) keep
+        // DataFusion's planning.
+        let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
+            return Ok(PlannerResult::Original(expr));
+        };
+        let RawBinaryExpr { op, left, right } = expr;
+        let json = |e: &Expr| {
+            e.to_field(schema)
+                .map(|(_, f)| crate::types::is_json(&f))
+                .unwrap_or(false)
+        };
+        if json(&left) || json(&right) {
+            if let Some(e) = json_operator(&op, &left, &right, json(&left), json(&right)) {
+                return Ok(PlannerResult::Planned(e));
+            }
+        }
+        let planned = match (&op, &lt, &rt) {
+            (BinaryOperator::Divide, l, r)
+                if (is_decimal(l) || is_decimal(r))
+                    && (is_decimal(l) || l.is_integer())
+                    && (is_decimal(r) || r.is_integer()) =>
+            {
+                Some(call(
+                    super::pg_numeric::numeric_divide(),
+                    vec![left.clone(), right.clone()],
+                ))
+            }
+            (BinaryOperator::Multiply, l, r) if is_interval(l) && is_number(r) => Some(call(
+                interval_mul(),
+                vec![left.clone(), cast(right.clone(), DataType::Float64)],
+            )),
+            (BinaryOperator::Multiply, l, r) if is_number(l) && is_interval(r) => Some(call(
+                interval_mul(),
+                vec![right.clone(), cast(left.clone(), DataType::Float64)],
+            )),
+            (BinaryOperator::Divide, l, r) if is_interval(l) && is_number(r) => Some(call(
+                interval_div(),
+                vec![left.clone(), cast(right.clone(), DataType::Float64)],
+            )),
+            (op, l, r) if is_interval(l) && is_interval(r) && comparison(op).is_some() => {
+                comparison(op).map(|o| {
+                    binary(
+                        call(interval_span(), vec![left.clone()]),
+                        o,
+                        call(interval_span(), vec![right.clone()]),
+                    )
+                })
+            }
+            (BinaryOperator::Plus | BinaryOperator::Minus, DataType::Date32, r)
+                if is_interval(r) =>
+            {
+                let o = match op {
+                    BinaryOperator::Plus => Operator::Plus,
+                    _ => Operator::Minus,
+                };
+                Some(binary(
+                    cast(
+                        left.clone(),
+                        DataType::Timestamp(TimeUnit::Microsecond, None),
+                    ),
+                    o,
+                    right.clone(),
+                ))
+            }
+            (BinaryOperator::Plus, l, DataType::Date32) if is_interval(l) => Some(binary(
+                cast(
+                    right.clone(),
+                    DataType::Timestamp(TimeUnit::Microsecond, None),
+                ),
+                Operator::Plus,
+                left.clone(),
+            )),
+            (BinaryOperator::Minus, DataType::Date32, DataType::Date32) => Some(cast(
+                binary(left.clone(), Operator::Minus, right.clone()),
+                DataType::Int32,
+            )),
+            (BinaryOperator::Minus, l, r)
+                if matches!(l, DataType::Timestamp(..)) || matches!(r, DataType::Timestamp(..)) =>
+            {
+                match (timestamp_of(l), timestamp_of(r)) {
+                    (Some(lt), Some(rt)) => Some(call(
+                        timestamp_difference(),
+                        vec![cast(left.clone(), lt), cast(right.clone(), rt)],
+                    )),
+                    _ => None,
+                }
+            }
+            (
+                BinaryOperator::Plus
+                | BinaryOperator::Minus
+                | BinaryOperator::Multiply
+                | BinaryOperator::Divide,
+                l,
+                r,
+            ) if (*l == DataType::Float32 && (r.is_integer() || is_decimal(r)))
+                || (*r == DataType::Float32 && (l.is_integer() || is_decimal(l))) =>
+            {
+                let o = match op {
+                    BinaryOperator::Plus => Operator::Plus,
+                    BinaryOperator::Minus => Operator::Minus,
+                    BinaryOperator::Multiply => Operator::Multiply,
+                    _ => Operator::Divide,
+                };
+                Some(binary(
+                    cast(left.clone(), DataType::Float64),
+                    o,
+                    cast(right.clone(), DataType::Float64),
+                ))
+            }
+            _ => None,
+        };
+        Ok(match planned {
+            Some(e) => PlannerResult::Planned(e),
+            None => PlannerResult::Original(RawBinaryExpr { op, left, right }),
+        })
+    }
+}
+
+/// A string literal read as jsonb, as PostgreSQL reads an untyped literal
+/// beside a jsonb operand.
+fn as_jsonb(e: &Expr, is_json: bool) -> Expr {
+    match e {
+        Expr::Literal(ScalarValue::Utf8(_), _) if !is_json => {
+            Expr::Cast(datafusion::logical_expr::expr::Cast {
+                expr: Box::new(e.clone()),
+                field: Arc::new(super::pg_json::jsonb_field("")),
+            })
+        }
+        e => e.clone(),
+    }
+}
+
+fn json_operator(
+    op: &BinaryOperator,
+    left: &Expr,
+    right: &Expr,
+    left_json: bool,
+    right_json: bool,
+) -> Option<Expr> {
+    use super::pg_json as j;
+    let (l, r) = (left.clone(), right.clone());
+    Some(match op {
+        BinaryOperator::Arrow if left_json => call(j::jsonb_get(), vec![l, r]),
+        BinaryOperator::LongArrow if left_json => call(j::jsonb_get_text(), vec![l, r]),
+        BinaryOperator::HashArrow if left_json => call(j::jsonb_path(), vec![l, r]),
+        BinaryOperator::HashLongArrow if left_json => call(j::jsonb_path_text(), vec![l, r]),
+        BinaryOperator::AtArrow => call(
+            j::jsonb_contains(),
+            vec![as_jsonb(left, left_json), as_jsonb(right, right_json)],
+        ),
+        BinaryOperator::ArrowAt => call(
+            j::jsonb_contains(),
+            vec![as_jsonb(right, right_json), as_jsonb(left, left_json)],
+        ),
+        BinaryOperator::Question if left_json => call(j::jsonb_exists(), vec![l, r]),
+        BinaryOperator::QuestionPipe if left_json => call(j::jsonb_exists_any(), vec![l, r]),
+        BinaryOperator::QuestionAnd if left_json => call(j::jsonb_exists_all(), vec![l, r]),
+        BinaryOperator::StringConcat => call(
+            j::jsonb_concat(),
+            vec![as_jsonb(left, left_json), as_jsonb(right, right_json)],
+        ),
+        BinaryOperator::Minus if left_json => call(j::jsonb_delete(), vec![l, r]),
+        BinaryOperator::HashMinus if left_json => call(j::jsonb_delete_path(), vec![l, r]),
+        BinaryOperator::Eq | BinaryOperator::NotEq => binary(
+            as_jsonb(left, left_json),
+            match op {
+                BinaryOperator::Eq => Operator::Eq,
+                _ => Operator::NotEq,
+            },
+            as_jsonb(right, right_json),
+        ),
+        _ => return None,
+    })
+}
+
+fn is_decimal(t: &DataType) -> bool {
+    matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+}

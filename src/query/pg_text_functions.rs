@@ -1,0 +1,352 @@
+//! PostgreSQL's text functions where DataFusion's differ or are missing:
+//! `upper`, `lower` and `initcap` map each character alone (`ß` has no
+//! one-character capital and stays, as in PostgreSQL's `C.UTF-8`),
+//! `quote_literal`, `quote_nullable`, and `format` with `%s`, `%I`, `%L`.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use arrow::datatypes::{DataType, Field};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+
+use super::udf::{field_udf, pg_error};
+use crate::types::text::{array_text, TextFor};
+
+fn texts(a: &ArrayRef) -> Result<StringArray> {
+    Ok(arrow::compute::cast(a, &DataType::Utf8)?
+        .as_string::<i32>()
+        .clone())
+}
+
+fn map_chars(a: &[ArrayRef], f: fn(char) -> char) -> Result<ArrayRef> {
+    let t = texts(&a[0])?;
+    Ok(Arc::new(
+        t.iter()
+            .map(|v| v.map(|v| v.chars().map(f).collect::<String>()))
+            .collect::<StringArray>(),
+    ))
+}
+
+/// A character's capital, where it is one character.
+fn upper(c: char) -> char {
+    let mut u = c.to_uppercase();
+    match (u.next(), u.next()) {
+        (Some(one), None) => one,
+        _ => c,
+    }
+}
+
+fn lower(c: char) -> char {
+    let mut l = c.to_lowercase();
+    match (l.next(), l.next()) {
+        (Some(one), None) => one,
+        _ => c,
+    }
+}
+
+fn initcap(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let t = texts(&a[0])?;
+    Ok(Arc::new(
+        t.iter()
+            .map(|v| {
+                v.map(|v| {
+                    let mut out = String::with_capacity(v.len());
+                    let mut word_start = true;
+                    for c in v.chars() {
+                        out.push(if word_start { upper(c) } else { lower(c) });
+                        word_start = !c.is_alphanumeric();
+                    }
+                    out
+                })
+            })
+            .collect::<StringArray>(),
+    ))
+}
+
+/// `quote_literal`'s text: `'it''s'`, or `E'a\\b'` with a backslash.
+pub fn quote_literal(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    if v.contains('\\') {
+        out.push('E');
+    }
+    out.push('\'');
+    for c in v.chars() {
+        if c == '\'' || c == '\\' {
+            out.push(c);
+        }
+        out.push(c);
+    }
+    out.push('\'');
+    out
+}
+
+/// `quote_ident`'s text: quoted unless a plain lower-case identifier.
+pub fn quote_ident(v: &str) -> String {
+    let plain = !v.is_empty()
+        && v.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        return v.to_string();
+    }
+    format!("\"{}\"", v.replace('"', "\"\""))
+}
+
+/// `quote_literal(x)` and `quote_nullable(x)`: the text of any value.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Quote {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Quote {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = matches!(args.args[0], ColumnarValue::Scalar(_));
+        let a = args.args[0].to_array(args.number_rows)?;
+        let text = array_text(&a, &args.arg_fields[0], TextFor::Cast)?;
+        let nullable = self.name == "quote_nullable";
+        let out: ArrayRef = Arc::new(
+            text.as_string::<i32>()
+                .iter()
+                .map(|v| match v {
+                    Some(v) => Some(quote_literal(v)),
+                    None if nullable => Some("NULL".to_string()),
+                    None => None,
+                })
+                .collect::<StringArray>(),
+        );
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    }
+}
+
+/// `format(text, args...)`: `%s`, `%I`, `%L`, `%%`, and `%n$s`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Format {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Format {
+    fn name(&self) -> &str {
+        "format"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let texts: Vec<ArrayRef> = arrays
+            .iter()
+            .zip(args.arg_fields.iter())
+            .map(|(a, f)| array_text(a, f, TextFor::Cast))
+            .collect::<std::result::Result<_, _>>()?;
+        let texts: Vec<&StringArray> = texts.iter().map(|t| t.as_string::<i32>()).collect();
+        let n = if scalar { 1 } else { args.number_rows };
+        let mut out = Vec::with_capacity(n);
+        for row in 0..n {
+            let value = |k: usize| {
+                texts
+                    .get(k)
+                    .and_then(|t| t.is_valid(row).then(|| t.value(row).to_string()))
+            };
+            let Some(fmt) = value(0) else {
+                out.push(None);
+                continue;
+            };
+            let mut s = String::new();
+            let mut next = 1;
+            let mut chars = fmt.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c != '%' {
+                    s.push(c);
+                    continue;
+                }
+                let mut spec = String::new();
+                while let Some(d) = chars.next_if(|d| d.is_ascii_digit() || *d == '$') {
+                    spec.push(d);
+                }
+                let kind = chars
+                    .next()
+                    .ok_or_else(|| pg_error("22023", "unterminated format() type specifier"))?;
+                if kind == '%' {
+                    s.push('%');
+                    continue;
+                }
+                let position = match spec.strip_suffix('$') {
+                    Some(p) => p
+                        .parse::<usize>()
+                        .map_err(|_| pg_error("22023", "invalid argument position in format()"))?,
+                    None => {
+                        next += 1;
+                        next - 1
+                    }
+                };
+                if position >= texts.len() {
+                    return Err(pg_error("22023", "too few arguments for format()"));
+                }
+                if spec.strip_suffix('$').is_some() {
+                    next = position + 1;
+                }
+                let arg = value(position);
+                match kind {
+                    's' => s.push_str(arg.as_deref().unwrap_or("")),
+                    'I' => match arg {
+                        Some(a) => s.push_str(&quote_ident(&a)),
+                        None => {
+                            return Err(pg_error(
+                                "22004",
+                                "null values cannot be formatted as an SQL identifier",
+                            ))
+                        }
+                    },
+                    'L' => match arg {
+                        Some(a) => s.push_str(&quote_literal(&a)),
+                        None => s.push_str("NULL"),
+                    },
+                    other => {
+                        return Err(pg_error(
+                            "22023",
+                            format!("unrecognized format() type specifier \"{other}\""),
+                        ))
+                    }
+                }
+            }
+            out.push(Some(s));
+        }
+        let out: ArrayRef = Arc::new(StringArray::from(out));
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    }
+}
+
+/// `pg_typeof(x)`: the name of x's type (a `regtype`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TypeOf {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for TypeOf {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(
+        &self,
+        _args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<arrow::datatypes::FieldRef> {
+        Ok(Arc::new(
+            Field::new("pg_typeof", DataType::Utf8, false)
+                .with_metadata([("pg.oid_alias".to_string(), "regtype".to_string())].into()),
+        ))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let f = &args.arg_fields[0];
+        let name = match f.data_type() {
+            DataType::Null => "unknown".to_string(),
+            _ => crate::types::PgType::of_field(f).format(),
+        };
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
+/// `to_hex(integer)` of a 32-bit integer's own bits (`ffffffff` for -1).
+fn to_hex(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let out: StringArray = match a[0].data_type() {
+        DataType::Int32 | DataType::Int16 => {
+            let v = arrow::compute::cast(&a[0], &DataType::Int32)?;
+            v.as_primitive::<arrow::datatypes::Int32Type>()
+                .iter()
+                .map(|v| v.map(|v| format!("{:x}", v as u32)))
+                .collect()
+        }
+        _ => {
+            let v = arrow::compute::cast(&a[0], &DataType::Int64)?;
+            v.as_primitive::<arrow::datatypes::Int64Type>()
+                .iter()
+                .map(|v| v.map(|v| format!("{:x}", v as u64)))
+                .collect()
+        }
+    };
+    Ok(Arc::new(out))
+}
+
+/// The functions to register, replacing DataFusion's of the same names.
+pub(crate) fn functions() -> Vec<ScalarUDF> {
+    let one = || Signature::any(1, Volatility::Immutable);
+    let text = || Field::new("", DataType::Utf8, true);
+    vec![
+        field_udf("upper", one(), text(), |a| map_chars(a, upper)),
+        field_udf("lower", one(), text(), |a| map_chars(a, lower)),
+        field_udf("initcap", one(), text(), initcap),
+        ScalarUDF::new_from_impl(Quote {
+            name: "quote_literal",
+            signature: one(),
+        }),
+        ScalarUDF::new_from_impl(Quote {
+            name: "quote_nullable",
+            signature: one(),
+        }),
+        ScalarUDF::new_from_impl(Format {
+            signature: Signature::variadic_any(Volatility::Stable),
+        }),
+        ScalarUDF::new_from_impl(TypeOf { signature: one() }),
+        field_udf("to_hex", one(), text(), to_hex),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_and_case_as_postgresql() {
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
+        assert_eq!(quote_ident("a b"), "\"a b\"");
+        assert_eq!(quote_ident("abc"), "abc");
+        assert_eq!(quote_ident("A"), "\"A\"");
+        assert_eq!("straße".chars().map(upper).collect::<String>(), "STRAßE");
+    }
+}

@@ -1,0 +1,108 @@
+//! SQL type names to Arrow fields, as PostgreSQL reads them (see
+//! `types::pg_type` for what a field's metadata says of its type).
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, FieldRef, TimeUnit};
+use datafusion::error::DataFusionError;
+use sluice_sql::sqlparser::ast::{self, ExactNumberInfo};
+
+use crate::types::{declared_field, unconstrained_numeric, UTC};
+
+/// SQL type names to Arrow fields, as PostgreSQL reads them: `TIMESTAMP` in
+/// microseconds, `TIMESTAMPTZ` in UTC, `JSONB`, `JSON`, `VARCHAR(n)` and
+/// `NUMERIC(p,s)` marked as such, `FLOAT(p)` by its precision, and
+/// `NUMERIC` without a precision as Sluice stores it. Types it does not
+/// know go to the next planner (`oid[]`, `regclass`).
+#[derive(Debug)]
+pub struct PgTypePlanner {
+    pub next: Arc<dyn datafusion::logical_expr::planner::TypePlanner>,
+}
+
+impl datafusion::logical_expr::planner::TypePlanner for PgTypePlanner {
+    fn plan_type_field(
+        &self,
+        sql_type: &ast::DataType,
+    ) -> Result<Option<FieldRef>, DataFusionError> {
+        use ast::DataType as T;
+        // Every planned type carries a declaration, even one the Arrow
+        // type tells: DataFusion passes a cast's input's metadata on to
+        // its result unless the target has some (`CAST(j AS text)` of a
+        // jsonb is text).
+        let plain = |t: DataType| {
+            let name = crate::types::PgType::of_data_type(&t).type_name();
+            Ok(Some(Arc::new(declared_field("", t, &name))))
+        };
+        let marked = |t: DataType, d: String| Ok(Some(Arc::new(declared_field("", t, &d))));
+        match sql_type {
+            T::Timestamp(_, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
+                plain(DataType::Timestamp(TimeUnit::Microsecond, None))
+            }
+            T::Timestamp(_, ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone) => plain(
+                DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from(UTC))),
+            ),
+            T::JSONB => marked(DataType::Utf8, "jsonb".into()),
+            T::JSON => marked(DataType::Utf8, "json".into()),
+            T::Varchar(len) | T::CharacterVarying(len) | T::CharVarying(len) => match len {
+                Some(ast::CharacterLength::IntegerLength { length, .. }) => {
+                    marked(DataType::Utf8, format!("varchar({length})"))
+                }
+                _ => marked(DataType::Utf8, "varchar".into()),
+            },
+            T::Text | T::String(_) => plain(DataType::Utf8),
+            T::Char(len) | T::Character(len) => {
+                let n = match len {
+                    Some(ast::CharacterLength::IntegerLength { length, .. }) => *length,
+                    _ => 1,
+                };
+                marked(DataType::Utf8, format!("bpchar({n})"))
+            }
+            T::Numeric(info) | T::Decimal(info) | T::Dec(info) => match info {
+                ExactNumberInfo::PrecisionAndScale(p, s) => {
+                    let (p, s) = (*p as u8, *s as i8);
+                    if p == 0 || p > 38 || s < 0 || s as u8 > p {
+                        return Err(DataFusionError::Plan(format!(
+                            "NUMERIC precision {p} must be between 1 and 38, and its scale between 0 and the precision"
+                        )));
+                    }
+                    marked(DataType::Decimal128(p, s), format!("numeric({p},{s})"))
+                }
+                ExactNumberInfo::Precision(p) => {
+                    let p = *p as u8;
+                    if p == 0 || p > 38 {
+                        return Err(DataFusionError::Plan(format!(
+                            "NUMERIC precision {p} must be between 1 and 38"
+                        )));
+                    }
+                    marked(DataType::Decimal128(p, 0), format!("numeric({p},0)"))
+                }
+                // A cast to NUMERIC keeps its value's digits: its scale is
+                // set by `postgres_plan` from what it casts.
+                ExactNumberInfo::None => marked(unconstrained_numeric(), "numeric(*)".into()),
+            },
+            T::Float(ExactNumberInfo::Precision(p)) => match p {
+                1..=24 => plain(DataType::Float32),
+                25..=53 => plain(DataType::Float64),
+                _ => Err(DataFusionError::Plan(format!(
+                    "precision for type float must be between 1 and 53, not {p}"
+                ))),
+            },
+            T::Interval { .. } => plain(DataType::Interval(
+                arrow::datatypes::IntervalUnit::MonthDayNano,
+            )),
+            T::Time(_, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
+                plain(DataType::Time64(TimeUnit::Microsecond))
+            }
+            T::Int(_) | T::Integer(_) | T::Int4(_) => plain(DataType::Int32),
+            T::SmallInt(_) | T::Int2(_) => plain(DataType::Int16),
+            T::BigInt(_) | T::Int8(_) => plain(DataType::Int64),
+            T::Real | T::Float4 => plain(DataType::Float32),
+            T::Double(_) | T::DoublePrecision | T::Float8 => plain(DataType::Float64),
+            T::Float(ExactNumberInfo::None) => plain(DataType::Float64),
+            T::Boolean | T::Bool => plain(DataType::Boolean),
+            T::Bytea => plain(DataType::Binary),
+            T::Date => plain(DataType::Date32),
+            _ => self.next.plan_type_field(sql_type),
+        }
+    }
+}

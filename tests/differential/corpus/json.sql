@@ -1,0 +1,16 @@
+SELECT j FROM t ORDER BY id;
+SELECT '{"a":1}'::jsonb, '{"b": 1, "a": 2}'::jsonb, '{"a":1,"a":2}'::jsonb, '[1, 2.50, 1e2]'::jsonb, '  "x" '::jsonb, 'null'::jsonb;
+SELECT '{"a":1}'::json, '[1,2]'::json;
+SELECT '{bad'::jsonb;
+SELECT j -> 'a', j ->> 'a', j -> 0, j ->> 1 FROM t ORDER BY id;
+SELECT j #> '{a,c}', j #>> '{a,c}' FROM t ORDER BY id;
+SELECT j @> '{"a": 1}', j ? 'a', j ?| array['a', 'e'], j ?& array['a', 'e'] FROM t ORDER BY id;
+SELECT jsonb_typeof(j), jsonb_array_length(CASE WHEN jsonb_typeof(j) = 'array' THEN j END) FROM t ORDER BY id;
+SELECT jsonb_build_object('a', 1, 'b', 'x'), jsonb_build_array(1, 'a', NULL), json_build_object('k', 2);
+SELECT to_jsonb(1), to_jsonb('a'::text), to_json(2.5), row_to_json(q) FROM (SELECT 1 AS a, 'x' AS b) q;
+SELECT jsonb_array_elements('[1, 2, {"a": 3}]'::jsonb);
+SELECT * FROM jsonb_each('{"a": 1, "b": "x"}'::jsonb);
+SELECT jsonb_object_keys('{"b": 1, "a": 2}'::jsonb);
+SELECT jsonb_pretty('{"a": [1, 2]}'::jsonb);
+SELECT '{"a": 1}'::jsonb || '{"b": 2}'::jsonb, '{"a": 1, "b": 2}'::jsonb - 'a', j = '{}'::jsonb FROM t ORDER BY id;
+SELECT jsonb_set('{"a": 1}'::jsonb, '{a}', '2'), jsonb_strip_nulls('{"a": null, "b": 1}'::jsonb);

@@ -1,0 +1,13 @@
+SELECT NULL = NULL, NULL IS NULL, NULL IS NOT DISTINCT FROM NULL, 1 IS DISTINCT FROM NULL;
+SELECT (1, 2) = (1, 2), (1, 2) < (1, 3), (1, NULL) = (1, 2), (1, NULL) <> (2, 2), (NULL, 1) < (2, 1);
+SELECT NULL AND false, NULL AND true, NULL OR true, NULL OR false, NOT NULL::boolean;
+SELECT coalesce(NULL, 1, 2), nullif(1, 1), nullif(1, 2), greatest(1, NULL, 3), least(1, NULL, 3);
+SELECT k, a FROM n1 ORDER BY k;
+SELECT k, a FROM n1 ORDER BY k DESC;
+SELECT k, a FROM n1 ORDER BY k NULLS FIRST;
+SELECT k, a FROM n1 ORDER BY a DESC NULLS LAST;
+SELECT count(k), count(*), count(a), sum(k), max(a) FROM n1;
+SELECT sum(k), avg(k), min(k), max(k), count(k) FROM n1 WHERE k > 100;
+SELECT CASE WHEN k IS NULL THEN 'none' WHEN k > 1 THEN 'big' ELSE 'small' END FROM n1 ORDER BY 1;
+SELECT CASE k WHEN 1 THEN 'one' WHEN 2 THEN 'two' END FROM n1 ORDER BY 1;
+SELECT k IN (1, NULL), k NOT IN (1, NULL) FROM n1 ORDER BY k;

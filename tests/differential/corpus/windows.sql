@@ -1,0 +1,12 @@
+SELECT id, row_number() OVER (ORDER BY id) FROM t ORDER BY id;
+SELECT id, rank() OVER (ORDER BY n), dense_rank() OVER (ORDER BY n), percent_rank() OVER (ORDER BY n), cume_dist() OVER (ORDER BY n) FROM t ORDER BY id;
+SELECT id, ntile(3) OVER (ORDER BY id) FROM t ORDER BY id;
+SELECT id, lag(id) OVER (ORDER BY id), lead(id, 2) OVER (ORDER BY id), lag(id, 1, -1) OVER (ORDER BY id) FROM t ORDER BY id;
+SELECT id, first_value(id) OVER (ORDER BY id), last_value(id) OVER (ORDER BY id), nth_value(id, 2) OVER (ORDER BY id) FROM t ORDER BY id;
+SELECT id, sum(n) OVER (ORDER BY id), count(*) OVER (), avg(n) OVER (PARTITION BY flag) FROM t ORDER BY id;
+SELECT id, sum(n) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) FROM t ORDER BY id;
+SELECT id, sum(n) OVER (ORDER BY n RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) FROM t ORDER BY id;
+SELECT id, max(n) OVER w, min(n) OVER w FROM t WINDOW w AS (PARTITION BY flag ORDER BY id) ORDER BY id;
+SELECT flag, id, row_number() OVER (PARTITION BY flag ORDER BY id DESC) AS rn FROM t ORDER BY flag NULLS LAST, id;
+SELECT * FROM (SELECT id, flag, row_number() OVER (PARTITION BY flag ORDER BY id) AS rn FROM t) q WHERE rn <= 1 ORDER BY id;
+SELECT row_number() OVER (), count(*) OVER () FROM n1 LIMIT 0;

@@ -1,0 +1,36 @@
+-- The tables and rows every corpus query reads, loaded into Sluice and
+-- PostgreSQL alike. Sluice's tables without a primary key get three
+-- partitions (the harness adds WITH (partitions = 3)).
+CREATE TABLE n1 (k INT, a TEXT);
+CREATE TABLE n2 (k INT, b TEXT);
+CREATE TABLE n3 (a TEXT, k INT, c BIGINT);
+INSERT INTO n1 VALUES (1, 'x'), (2, 'y'), (NULL, 'z'), (3, NULL);
+INSERT INTO n2 VALUES (1, 'p'), (NULL, 'q'), (3, 'r'), (3, 's');
+INSERT INTO n3 VALUES ('x', 1, 10), ('w', 4, 40), (NULL, NULL, NULL);
+CREATE TABLE t (
+    id INT NOT NULL,
+    i SMALLINT,
+    n INT,
+    b BIGINT,
+    r REAL,
+    x DOUBLE PRECISION,
+    y NUMERIC(12,3),
+    s TEXT,
+    v VARCHAR(5),
+    flag BOOLEAN,
+    d DATE,
+    ts TIMESTAMP,
+    tz TIMESTAMPTZ,
+    j JSONB,
+    raw BYTEA
+);
+INSERT INTO t VALUES
+    (1, 1, 10, 100, 1.5, 1.25, 2.5, 'alpha', 'ab', true, '2026-01-01', '2026-01-01 10:00:00', '2026-01-01 10:00:00+00', '{"a": 1, "b": [1, 2]}', '\x0102'),
+    (2, -7, -3, 9223372036854775807, -0.5, 2.5, 3.125, 'Beta', 'bcd', false, '2025-12-31', '2025-12-31 23:59:59.5', '2025-12-31 23:00:00+02', '[1, "x", null]', '\xff'),
+    (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+    (4, 32767, 2147483647, -9223372036854775807, 3.25e10, -1e-7, -99.999, 'O''Brien', 'x', true, '2000-02-29', '2000-02-29 12:34:56.789', '2000-02-29 12:34:56.789+05:30', '{"a": {"c": "d"}, "e": true}', '\x'),
+    (5, 0, 0, 0, 0, 0, 0, '', '', false, '1970-01-01', '1970-01-01 00:00:00', '1970-01-01 00:00:00+00', '{}', '\x00'),
+    (6, 100, 42, 42, 2.5, 2.5, 2.5, 'a b c', 'abc', true, '2026-03-15', '2026-03-15 08:00:00', '2026-03-15 08:00:00+00', '"str"', '\x41'),
+    (7, 100, 42, 43, 0.1, 0.1, 0.1, 'mañana', 'ñ', NULL, '2024-06-30', '2024-06-30 18:30:00', '2024-06-30 18:30:00-07', 'null', '\x4142');
+CREATE TABLE kv (k INT PRIMARY KEY, v TEXT, n BIGINT);
+INSERT INTO kv VALUES (1, 'one', 1), (2, 'two', 2), (3, NULL, NULL), (4, 'four', 4);
