@@ -259,9 +259,26 @@ fn postgres_wording(text: &str) -> Option<(&'static str, String)> {
         }
     }
     if text.contains("is too large to store in a Decimal128 of precision")
+        || text.contains("is too small to store in a Decimal128 of precision")
         || text.contains("Decimal128 overflow")
     {
         return Some(("22003", "numeric field overflow".into()));
+    }
+    // A correlated subquery DataFusion could not turn into a join.
+    if text.contains("Physical plan does not support logical expression ScalarSubquery")
+        || text.contains("Physical plan does not support logical expression Exists")
+        || text.contains("Physical plan does not support logical expression InSubquery")
+    {
+        return Some((
+            "0A000",
+            "correlated subquery not supported here: a subquery may refer to the outer \
+             query's columns only in equality conditions (WHERE inner.x = outer.y)"
+                .into(),
+        ));
+    }
+    // A float beyond NUMERIC's 38 digits.
+    if text.contains("Cannot cast to Decimal128(") && text.contains("Overflowing on") {
+        return Some(("22003", "value overflows numeric format".into()));
     }
     if text.contains("LIMIT must be >= 0") {
         return Some(("2201W", "LIMIT must not be negative".into()));

@@ -211,7 +211,10 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
             .map(|(_, c)| c.clone())
     }
 
-    fn relation(&self, factor: &TableFactor) -> Relation {
+    /// A FROM item: its name, columns and hidden columns. A derived
+    /// table's columns are worked out only `with_derived` (they cost a walk
+    /// of the subquery, and only NATURAL, USING and `*` over it need them).
+    fn relation(&self, factor: &TableFactor, with_derived: bool) -> Relation {
         match factor {
             TableFactor::Table {
                 name, alias, args, ..
@@ -248,7 +251,11 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
                 alias, subquery, ..
             } => Relation {
                 qualifier: alias.as_ref().map(|a| ident_name(&a.name)),
-                visible: renamed(self.query_columns(subquery), alias.as_ref()),
+                visible: if with_derived {
+                    renamed(self.query_columns(subquery), alias.as_ref())
+                } else {
+                    None
+                },
                 hidden: None,
             },
             _ => Relation {
@@ -268,7 +275,7 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
         }
         match body {
             SetExpr::Select(select) => {
-                let relations = self.relations(select);
+                let relations = self.relations(select, true);
                 let mut names = Vec::new();
                 for item in &select.projection {
                     match item {
@@ -279,7 +286,7 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
                         SelectItem::ExprWithAlias { alias, .. } => names.push(ident_name(alias)),
                         SelectItem::Wildcard(opts) => {
                             let excluded = excluded(opts);
-                            for c in self.expansion(select)? {
+                            for c in self.expansion(select, &relations)? {
                                 if !excluded.contains(&c.name) {
                                     names.push(c.name);
                                 }
@@ -315,14 +322,15 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
         }
     }
 
-    fn relations(&self, select: &Select) -> Vec<Relation> {
+    /// The select's FROM items in order (each item, then its joins).
+    fn relations(&self, select: &Select, with_derived: bool) -> Vec<Relation> {
         select
             .from
             .iter()
             .flat_map(|twj| {
                 std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation))
             })
-            .map(|f| self.relation(f))
+            .map(|f| self.relation(f, with_derived))
             .collect()
     }
 
@@ -334,18 +342,26 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
                 self.rewrite_alias_list(&mut j.relation);
             }
         }
-        // NATURAL joins use the visible columns both sides share.
-        for twj in &mut select.from {
-            self.rewrite_natural_joins(twj);
-        }
-        let relations = self.relations(select);
-        let has_using = select.from.iter().any(|twj| {
-            twj.joins
-                .iter()
-                .any(|j| matches!(constraint(&j.join_operator), Some(JoinConstraint::Using(_))))
+        let joined_by_columns = select.from.iter().any(|twj| {
+            twj.joins.iter().any(|j| {
+                matches!(
+                    constraint(&j.join_operator),
+                    Some(JoinConstraint::Using(_) | JoinConstraint::Natural)
+                )
+            })
         });
-        let expansion = if has_using {
-            self.expansion(select)
+        let relations = self.relations(select, joined_by_columns);
+        // NATURAL joins use the visible columns both sides share.
+        if joined_by_columns {
+            let mut at = 0;
+            for twj in &mut select.from {
+                let n = 1 + twj.joins.len();
+                self.rewrite_natural_joins(twj, &relations[at..at + n]);
+                at += n;
+            }
+        }
+        let expansion = if joined_by_columns {
+            self.expansion(select, &relations)
         } else {
             None
         };
@@ -455,10 +471,10 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
         }
     }
 
-    fn rewrite_natural_joins(&self, twj: &mut TableWithJoins) {
-        let mut left_columns: Option<Vec<String>> = self.relation(&twj.relation).visible;
-        for join in &mut twj.joins {
-            let right = self.relation(&join.relation);
+    fn rewrite_natural_joins(&self, twj: &mut TableWithJoins, relations: &[Relation]) {
+        let mut left_columns: Option<Vec<String>> = relations[0].visible.clone();
+        for (k, join) in twj.joins.iter_mut().enumerate() {
+            let right = relations[k + 1].clone();
             let is_natural = matches!(
                 constraint(&join.join_operator),
                 Some(JoinConstraint::Natural)
@@ -503,13 +519,15 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
 
     /// The columns `*` gives over the select's FROM clause, as PostgreSQL
     /// orders them; None where a relation's columns or name are unknown.
-    fn expansion(&self, select: &Select) -> Option<Vec<OutputColumn>> {
+    fn expansion(&self, select: &Select, relations: &[Relation]) -> Option<Vec<OutputColumn>> {
         let mut out = Vec::new();
+        let mut at = 0;
         for twj in &select.from {
-            let first = self.relation(&twj.relation);
-            let mut columns = columns_of(&first)?;
+            let mut columns = columns_of(&relations[at])?;
+            at += 1;
             for join in &twj.joins {
-                let right = columns_of(&self.relation(&join.relation))?;
+                let right = columns_of(&relations[at])?;
+                at += 1;
                 match constraint(&join.join_operator) {
                     Some(JoinConstraint::Using(cols)) => {
                         let using: Vec<String> = cols.iter().map(last_part).collect();

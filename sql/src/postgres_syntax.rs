@@ -8,6 +8,9 @@
 //! - a row comparison is the comparison of its fields, with SQL's NULLs:
 //!   `(1, NULL) = (1, 2)` is NULL, not false;
 //! - `GROUP BY ()` is the one group of all rows;
+//! - `x BETWEEN SYMMETRIC a AND b` is `(x BETWEEN a AND b OR x BETWEEN b
+//!   AND a)`, and `(a, b) OVERLAPS (c, d)` compares the periods as
+//!   PostgreSQL does;
 //! - `U&'\0041'` is the string it spells;
 //! - `json_agg(x ORDER BY y)`, `jsonb_agg` and `json_object_agg(k, v)`
 //!   are `array_agg` (with its ordering and filter) turned into JSON by
@@ -148,7 +151,7 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             };
             Some(call(name, vec![inner.as_ref().clone()]))
         }
-        Expr::BinaryOp { left, op, right } => {
+        Expr::BinaryOp { left, op, right } if *op != BinaryOperator::Overlaps => {
             let (Expr::Tuple(l), Expr::Tuple(r)) = (left.as_ref(), right.as_ref()) else {
                 return None;
             };
@@ -156,6 +159,78 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
                 return None;
             }
             row_comparison(l, op, r)
+        }
+        Expr::Between {
+            expr: x,
+            negated,
+            low,
+            high,
+        } => {
+            let Expr::Function(f) = low.as_ref() else {
+                return None;
+            };
+            if f.name.to_string() != crate::parse::SYMMETRIC_MARK {
+                return None;
+            }
+            let FunctionArguments::List(list) = &f.args else {
+                return None;
+            };
+            let [FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(a))] =
+                list.args.as_slice()
+            else {
+                return None;
+            };
+            let between = |lo: &Expr, hi: &Expr| Expr::Between {
+                expr: x.clone(),
+                negated: false,
+                low: Box::new(lo.clone()),
+                high: hi.clone().into(),
+            };
+            let either = Expr::Nested(Box::new(binary(
+                between(a, high),
+                BinaryOperator::Or,
+                between(high, a),
+            )));
+            Some(if *negated {
+                Expr::UnaryOp {
+                    op: UnaryOperator::Not,
+                    expr: Box::new(either),
+                }
+            } else {
+                either
+            })
+        }
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Overlaps,
+            right,
+        } => {
+            let (Expr::Tuple(l), Expr::Tuple(r)) = (left.as_ref(), right.as_ref()) else {
+                return None;
+            };
+            let ([s1, e1], [s2, e2]) = (l.as_slice(), r.as_slice()) else {
+                return None;
+            };
+            // Each period from its earlier end to its later one; they
+            // overlap when each starts before the other ends, or both
+            // start at once.
+            let (s1, e1) = (
+                call("least", vec![s1.clone(), e1.clone()]),
+                call("greatest", vec![s1.clone(), e1.clone()]),
+            );
+            let (s2, e2) = (
+                call("least", vec![s2.clone(), e2.clone()]),
+                call("greatest", vec![s2.clone(), e2.clone()]),
+            );
+            Some(Expr::Nested(Box::new(binary(
+                Expr::Nested(Box::new(binary(
+                    binary(s1.clone(), BinaryOperator::Lt, e2),
+                    BinaryOperator::And,
+                    binary(s2.clone(), BinaryOperator::Lt, e1),
+                ))),
+                BinaryOperator::Or,
+                binary(s1, BinaryOperator::Eq, s2),
+            ))))
         }
         Expr::Function(f) => json_aggregate(f)
             .or_else(|| renamed_aggregate(f))

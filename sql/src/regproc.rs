@@ -1,11 +1,14 @@
 //! Drivers test `regproc` catalog columns against 0 (`typreceive != 0`,
 //! ADBC's first query); PostgreSQL reads that 0 as the oid of "no
 //! function", which the column prints as `-`. Sluice's `pg_catalog` holds
-//! these columns as text, so the comparison is rewritten to `'-'`.
+//! these columns as text, so the comparison is rewritten to `'-'`. For
+//! the same reason a function named as a regproc literal
+//! (`typinput = 'pg_catalog.array_in'::regproc`, pgJDBC's type lookup)
+//! is its name as text, without its schema.
 
 use std::ops::ControlFlow;
 
-use sqlparser::ast::{BinaryOperator, Expr, Statement, Value, VisitMut, VisitorMut};
+use sqlparser::ast::{BinaryOperator, DataType, Expr, Statement, Value, VisitMut, VisitorMut};
 
 /// `regproc` columns of `pg_type`, `pg_proc` and `pg_aggregate`.
 const REGPROC_COLUMNS: [&str; 11] = [
@@ -44,6 +47,14 @@ impl VisitorMut for RegprocZero {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(name) = regproc_literal(expr) {
+            *expr = Expr::Value(Value::SingleQuotedString(name).into());
+            return ControlFlow::Continue(());
+        }
+        if let Some(call) = regtype_of_oid(expr) {
+            *expr = call;
+            return ControlFlow::Continue(());
+        }
         if let Expr::BinaryOp { left, op, right } = expr {
             if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq)
                 && is_regproc_column(left)
@@ -56,7 +67,119 @@ impl VisitorMut for RegprocZero {
     }
 }
 
-/// Rewrites `regproc_column = 0` and `<> 0` to compare with `'-'`.
+/// The function that names a type by its oid (`atttypid::regtype`).
+pub const REGTYPE_NAME_FUNCTION: &str = "sluice_regtype_name";
+
+/// `x::regtype` of a value that is not a name: a call of
+/// [`REGTYPE_NAME_FUNCTION`]. A name (`'int4'::regtype`) is left to the
+/// compatibility parser, which looks it up in `pg_type`.
+fn regtype_of_oid(e: &Expr) -> Option<Expr> {
+    let Expr::Cast {
+        expr, data_type, ..
+    } = e
+    else {
+        return None;
+    };
+    let DataType::Custom(ty, _) = data_type else {
+        return None;
+    };
+    if !ty
+        .0
+        .last()?
+        .as_ident()?
+        .value
+        .eq_ignore_ascii_case("regtype")
+    {
+        return None;
+    }
+    if matches!(expr.as_ref(), Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_) | Value::Placeholder(_)))
+    {
+        return None;
+    }
+    Some(crate::set_returning::call(
+        REGTYPE_NAME_FUNCTION,
+        vec![expr.as_ref().clone()],
+    ))
+}
+
+/// The function name of `'schema.name'::regproc`.
+fn regproc_literal(e: &Expr) -> Option<String> {
+    let Expr::Cast {
+        expr, data_type, ..
+    } = e
+    else {
+        return None;
+    };
+    let DataType::Custom(ty, _) = data_type else {
+        return None;
+    };
+    let ty = ty.0.last()?.as_ident()?.value.to_lowercase();
+    if ty != "regproc" {
+        return None;
+    }
+    let Expr::Value(v) = expr.as_ref() else {
+        return None;
+    };
+    let Value::SingleQuotedString(name) = &v.value else {
+        return None;
+    };
+    Some(name.rsplit('.').next().unwrap_or(name).to_string())
+}
+
+/// `sql` with each `'schema.name'::regproc` written `'name'`, for the
+/// compatibility parser, whose own rule would look the name up in
+/// `pg_proc` as an oid; None when there is none.
+pub fn regproc_literals_in_text(sql: &str) -> Option<String> {
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if !sql.to_ascii_lowercase().contains("regproc") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let mut changed = false;
+    let mut i = 0;
+    while i < tokens.len() {
+        if let (Token::SingleQuotedString(name), Some(Token::DoubleColon), Some(Token::Word(w))) =
+            (&tokens[i], tokens.get(i + 1), tokens.get(i + 2))
+        {
+            if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("regproc") {
+                out.push(Token::SingleQuotedString(
+                    name.rsplit('.').next().unwrap_or(name).to_string(),
+                ));
+                i += 3;
+                changed = true;
+                continue;
+            }
+        }
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    changed.then(|| out.iter().map(|t| t.to_string()).collect())
+}
+
+struct RegprocLiterals;
+
+impl VisitorMut for RegprocLiterals {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(name) = regproc_literal(expr) {
+            *expr = Expr::Value(Value::SingleQuotedString(name).into());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Rewrites each `'schema.name'::regproc` to `'name'` alone (before the
+/// compatibility parser's rules, which would look it up as an oid).
+pub fn rewrite_regproc_literals(statement: &mut Statement) {
+    let _ = statement.visit(&mut RegprocLiterals);
+}
+
+/// Rewrites `regproc_column = 0` and `<> 0` to compare with `'-'`, each
+/// `'schema.name'::regproc` to `'name'`, and `oid::regtype` to the type's
+/// name ([`REGTYPE_NAME_FUNCTION`]).
 pub fn rewrite_regproc_zero(statement: &mut Statement) {
     let _ = statement.visit(&mut RegprocZero);
 }
@@ -77,6 +200,42 @@ mod tests {
         assert_eq!(
             s.to_string(),
             "SELECT oid FROM pg_catalog.pg_type WHERE (typreceive <> '-' OR t.typsend <> '-') AND typlen <> 0"
+        );
+    }
+
+    #[test]
+    fn a_regproc_literal_in_text_is_its_function_name() {
+        assert_eq!(
+            regproc_literals_in_text(
+                "SELECT typinput='pg_catalog.array_in'::regproc as is_array FROM pg_type"
+            )
+            .as_deref(),
+            Some("SELECT typinput='array_in' as is_array FROM pg_type")
+        );
+        assert_eq!(regproc_literals_in_text("SELECT 1"), None);
+    }
+
+    #[test]
+    fn a_regproc_literal_is_its_function_name() {
+        let sql = "SELECT typinput = 'pg_catalog.array_in'::regproc AS is_array, 'int4in'::regproc FROM pg_type";
+        let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        rewrite_regproc_zero(&mut s);
+        assert_eq!(
+            s.to_string(),
+            "SELECT typinput = 'array_in' AS is_array, 'int4in' FROM pg_type"
+        );
+        let mut s = Parser::parse_sql(
+            &PostgreSqlDialect {},
+            "SELECT atttypid::regtype, 'int4'::regtype FROM pg_attribute",
+        )
+        .unwrap()
+        .remove(0);
+        rewrite_regproc_zero(&mut s);
+        assert_eq!(
+            s.to_string(),
+            "SELECT sluice_regtype_name(atttypid), 'int4'::regtype FROM pg_attribute"
         );
     }
 }

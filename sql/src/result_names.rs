@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 
 use sqlparser::ast::{
     AccessExpr, DataType, Expr, Ident, Query, SelectItem, SetExpr, Statement, TrimWhereField,
-    Value, VisitMut, VisitorMut,
+    VisitMut, VisitorMut,
 };
 
 /// What one item of a SELECT list shows as.
@@ -75,23 +75,39 @@ fn first_select_names(query: &Query) -> Option<Vec<ResultName>> {
 /// may collide, `CAST('x' AS date)` and `CAST('x' AS timestamp)` both
 /// being `Utf8("x")`), and a name that repeats under an alias of its own.
 fn give_repeated_names_aliases(query: &mut Query) {
-    struct Aliases;
+    /// Whether the next query visited is the statement's own (the first).
+    struct Aliases {
+        top: bool,
+    }
     impl VisitorMut for Aliases {
         type Break = ();
         fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-            visit(query.body.as_mut());
+            visit(query.body.as_mut(), std::mem::take(&mut self.top));
             ControlFlow::Continue(())
         }
     }
-    fn visit(body: &mut SetExpr) {
+    fn visit(body: &mut SetExpr, top: bool) {
         match body {
             SetExpr::Select(select) => {
+                // A result column named beside `*` may repeat one `*`
+                // gives (`SELECT *, id FROM t`): it is kept apart whatever
+                // `*` turns out to hold. Only in the result: a subquery's
+                // columns are referred to by their names.
+                let beside_wildcard = top
+                    && select.projection.iter().any(|item| {
+                        matches!(
+                            item,
+                            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                        )
+                    });
                 let mut seen: Vec<String> = Vec::new();
                 for (i, item) in select.projection.iter_mut().enumerate() {
                     let ResultName::Named(name) = item_name(item) else {
                         continue;
                     };
-                    let repeated = seen.contains(&name);
+                    let catalog_alias = matches!(item, SelectItem::ExprWithAlias { alias, .. }
+                        if alias.value.starts_with(CATALOG_RULE_ALIAS));
+                    let repeated = seen.contains(&name) || (beside_wildcard && !catalog_alias);
                     seen.push(name.clone());
                     let (expr, named) = match item {
                         SelectItem::UnnamedExpr(e) => (
@@ -112,15 +128,15 @@ fn give_repeated_names_aliases(query: &mut Query) {
                     };
                 }
             }
-            SetExpr::Query(q) => visit(q.body.as_mut()),
+            SetExpr::Query(q) => visit(q.body.as_mut(), top),
             SetExpr::SetOperation { left, right, .. } => {
-                visit(left.as_mut());
-                visit(right.as_mut());
+                visit(left.as_mut(), top);
+                visit(right.as_mut(), top);
             }
             _ => {}
         }
     }
-    let _ = query.visit(&mut Aliases);
+    let _ = query.visit(&mut Aliases { top: true });
 }
 
 fn item_name(item: &SelectItem) -> ResultName {
@@ -188,8 +204,12 @@ fn expr_name(e: &Expr) -> (String, u8) {
             }
         }
         Expr::TypedString(t) => (type_name(&t.data_type), 1),
-        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => ("bool".into(), 1),
         Expr::Interval(_) => keyword("interval"),
+        // A CASE is named after its ELSE result when that has a name.
+        Expr::Case {
+            else_result: Some(e),
+            ..
+        } if expr_name(e).1 == 2 => expr_name(e),
         Expr::Case { .. } => keyword("case"),
         Expr::Exists { .. } => keyword("exists"),
         Expr::Array(_) => keyword("array"),
@@ -278,16 +298,17 @@ mod tests {
         let (n, _) = names(
             "SELECT id, t.value, count(*), sum(x) AS Total, \"Q\", 1, id + 1, \
              upper(v), CAST(v AS text), 1::int, '1'::bigint, CASE WHEN a THEN 1 END, \
-             CASE WHEN a THEN 1 END::text, true, DATE '2026-01-01', \
+             CASE WHEN a THEN 1 END::text, true::bool, DATE '2026-01-01', \
              extract(year FROM ts), trim(v), pg_catalog.lower(v), (SELECT max(x) FROM u), \
-             EXISTS (SELECT 1), a[1], now() AT TIME ZONE 'UTC', (id), *, t.* FROM t",
+             EXISTS (SELECT 1), a[1], now() AT TIME ZONE 'UTC', (id), \
+             CASE WHEN a THEN 1 ELSE lower(v) END, CASE WHEN a THEN v ELSE 'x' END, *, t.* FROM t",
         );
         assert_eq!(
             n,
             [
                 "id", "value", "count", "total", "Q", "?column?", "?column?", "upper", "v", "int4",
                 "int8", "case", "text", "bool", "date", "extract", "btrim", "lower", "max",
-                "exists", "a", "timezone", "id", "*", "*"
+                "exists", "a", "timezone", "id", "lower", "case", "*", "*"
             ]
         );
     }
@@ -301,6 +322,16 @@ mod tests {
             "SELECT id, id AS \"__sluice_column_1\", count(*) AS \"count\", \
              count(*) AS \"__sluice_column_3\", 1 AS a FROM t"
         );
+    }
+
+    #[test]
+    fn a_column_beside_a_wildcard_is_kept_apart() {
+        let (n, sql) = names("SELECT *, id FROM t");
+        assert_eq!(n, ["*", "id"]);
+        assert_eq!(sql, "SELECT *, id AS \"__sluice_column_1\" FROM t");
+        // A subquery's columns keep the names the query refers to.
+        let (_, sql) = names("SELECT x FROM (SELECT *, x FROM t) q");
+        assert_eq!(sql, "SELECT x FROM (SELECT *, x FROM t) q");
     }
 
     #[test]

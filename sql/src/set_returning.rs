@@ -8,6 +8,9 @@
 //!   first dimension: `unnest(CASE WHEN d = 1 THEN range(1, cardinality + 1) END)`;
 //! - `(expr).field` reads a field of a composite value:
 //!   `get_field(expr, 'field')`;
+//! - `generate_series(a, b [, step])` returns one row per value, in a
+//!   select list as in FROM, and its column is named `generate_series`
+//!   (an `integer` when its bounds are integer literals that fit);
 //! - `jsonb_array_elements(j)`, `jsonb_array_elements_text(j)`,
 //!   `jsonb_object_keys(j)` (and their `json_` twins) return one row per
 //!   element or key: `unnest` of the list the server's `..._list`
@@ -73,6 +76,14 @@ struct SetReturning;
 impl VisitorMut for SetReturning {
     type Break = ();
 
+    fn pre_visit_table_factor(
+        &mut self,
+        factor: &mut sqlparser::ast::TableFactor,
+    ) -> ControlFlow<()> {
+        generate_series_relation(factor);
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         if let Some((name, mut args)) = named_call(expr) {
             match (name.as_str(), args.len()) {
@@ -92,7 +103,31 @@ impl VisitorMut for SetReturning {
                     } else {
                         list
                     };
-                    *expr = call("unnest", vec![call(&list, args)]);
+                    let elements = call("unnest", vec![call(&list, args)]);
+                    // unnest loses the elements' type: say it again.
+                    let json = match name.as_str() {
+                        "jsonb_array_elements" => Some(sqlparser::ast::DataType::JSONB),
+                        "json_array_elements" => Some(sqlparser::ast::DataType::JSON),
+                        _ => None,
+                    };
+                    *expr = match json {
+                        Some(data_type) => Expr::Cast {
+                            kind: sqlparser::ast::CastKind::Cast,
+                            expr: Box::new(elements),
+                            data_type,
+                            array: false,
+                            format: None,
+                        },
+                        None => elements,
+                    };
+                }
+                ("generate_series", 2 | 3) => {
+                    let series = call("unnest", vec![call("generate_series", args.clone())]);
+                    *expr = if int4_literals(&args) {
+                        int4(series)
+                    } else {
+                        series
+                    };
                 }
                 ("_pg_expandarray", 1) => {
                     *expr = call("unnest", vec![call("_pg_expandarray", args)]);
@@ -171,6 +206,111 @@ impl VisitorMut for SetReturning {
     }
 }
 
+/// Whether every argument is an integer literal (maybe negated) that fits
+/// an `integer`, as PostgreSQL types it.
+fn int4_literals(args: &[Expr]) -> bool {
+    args.iter().all(|a| {
+        let (neg, inner) = match a {
+            Expr::UnaryOp {
+                op: sqlparser::ast::UnaryOperator::Minus,
+                expr,
+            } => (true, expr.as_ref()),
+            e => (false, e),
+        };
+        match inner {
+            Expr::Value(v) => match &v.value {
+                Value::Number(n, _) => n
+                    .parse::<i64>()
+                    .map(|n| i32::try_from(if neg { -n } else { n }).is_ok())
+                    .unwrap_or(false),
+                _ => false,
+            },
+            _ => false,
+        }
+    })
+}
+
+fn int4(e: Expr) -> Expr {
+    Expr::Cast {
+        kind: sqlparser::ast::CastKind::Cast,
+        expr: Box::new(e),
+        data_type: sqlparser::ast::DataType::Integer(None),
+        array: false,
+        format: None,
+    }
+}
+
+const SERIES_ALIAS: &str = "sluice_series";
+
+/// `FROM generate_series(...)` as a subquery whose column is named
+/// `generate_series` (DataFusion names it `value`).
+fn generate_series_relation(factor: &mut sqlparser::ast::TableFactor) {
+    use sqlparser::ast::{TableAlias, TableFactor, TableFunctionArgs};
+    let TableFactor::Table {
+        name,
+        alias,
+        args: Some(TableFunctionArgs { args, .. }),
+        ..
+    } = factor
+    else {
+        return;
+    };
+    if !name
+        .0
+        .last()
+        .and_then(|p| p.as_ident())
+        .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series"))
+    {
+        return;
+    }
+    // The call inside the subquery this makes has this alias, so that the
+    // visitor, which goes on into that subquery, leaves it be.
+    if alias.as_ref().is_some_and(|a| a.name.value == SERIES_ALIAS) {
+        return;
+    }
+    let plain: Option<Vec<Expr>> = args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    let Some(plain) = plain else {
+        return;
+    };
+    let value = Expr::Identifier(Ident::new("value"));
+    let value = if int4_literals(&plain) {
+        int4(value)
+    } else {
+        value
+    };
+    let args_text: Vec<String> = plain.iter().map(|e| e.to_string()).collect();
+    let sql = format!(
+        "SELECT {value} AS generate_series FROM generate_series({}) AS {SERIES_ALIAS}",
+        args_text.join(", ")
+    );
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(Some(Statement::Query(query))) =
+        sqlparser::parser::Parser::parse_sql(&dialect, &sql).map(|mut s| s.pop())
+    else {
+        return;
+    };
+    let alias = alias.clone().or_else(|| {
+        Some(TableAlias {
+            explicit: true,
+            name: Ident::new("generate_series"),
+            columns: vec![],
+            at: None,
+        })
+    });
+    *factor = TableFactor::Derived {
+        lateral: false,
+        subquery: query,
+        alias,
+        sample: None,
+    };
+}
+
 /// Rewrites `_pg_expandarray`, `generate_subscripts`, the JSON
 /// set-returning functions and `(expr).field`.
 pub fn rewrite_set_returning(statement: &mut Statement) {
@@ -205,6 +345,14 @@ mod tests {
         assert_eq!(
             rewritten("SELECT unnest(k) AS attnum, generate_subscripts(k, 1) AS ord FROM c"),
             "SELECT unnest(k) AS attnum, unnest(CASE WHEN 1 = 1 THEN range(1, CAST(cardinality(k) AS BIGINT) + 1) END) AS ord FROM c"
+        );
+    }
+
+    #[test]
+    fn generate_series_in_from_is_named_as_postgresql_names_it() {
+        assert_eq!(
+            rewritten("SELECT * FROM generate_series(1, 5, 2)"),
+            "SELECT * FROM (SELECT CAST(value AS INTEGER) AS generate_series FROM generate_series(1, 5, 2) AS sluice_series) AS generate_series"
         );
     }
 }

@@ -1,10 +1,14 @@
 //! Parquet encoding of checkpoint data files. The Arrow schema is stored in
 //! the file, so types (unsigned counters, timestamps, lists of distinct
-//! values) come back exactly as written.
+//! values) come back exactly as written. Parquet has no type for an
+//! interval of months, days and nanoseconds (a view's `ts - ts`): such a
+//! column is written as 16 bytes a value, its field marked, and read back
+//! as the interval.
 
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema};
+use arrow::array::{Array, ArrayRef, AsArray, FixedSizeBinaryArray, IntervalMonthDayNanoArray};
+use arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -27,9 +31,15 @@ fn encode_with(batches: &[RecordBatch], compression: Compression) -> Result<Byte
     // Sized up front: growing a buffer of a hundred megabytes by doubling
     // copies it several times over and touches twice the pages.
     let mut out = Vec::with_capacity(encoded_size_hint(batches));
-    let mut writer = ArrowWriter::try_new(&mut out, first.schema(), Some(props))?;
+    let schema = stored_schema(&first.schema());
+    let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props))?;
     for b in batches {
-        writer.write(b)?;
+        if schema == b.schema() {
+            writer.write(b)?;
+        } else {
+            let columns = b.columns().iter().map(stored_column).collect();
+            writer.write(&RecordBatch::try_new(schema.clone(), columns)?)?;
+        }
     }
     writer.close()?;
     Ok(Bytes::from(out))
@@ -86,16 +96,110 @@ pub fn decode_parquet(bytes: Bytes) -> Result<Vec<RecordBatch>, ParquetError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?
         .with_batch_size(64 * 1024)
         .build()?;
-    reader
+    let batches = reader
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ParquetError::from)
+        .map_err(ParquetError::from)?;
+    batches.into_iter().map(restored_batch).collect()
+}
+
+/// Marks a field written as 16 bytes that holds an interval.
+const INTERVAL_MARK: &str = "sluice.interval";
+
+const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
+
+/// The schema as written: intervals as marked 16-byte values.
+fn stored_schema(schema: &Arc<Schema>) -> Arc<Schema> {
+    if !schema.fields().iter().any(|f| f.data_type() == &INTERVAL) {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            &INTERVAL => {
+                let mut metadata = f.metadata().clone();
+                metadata.insert(INTERVAL_MARK.into(), "month_day_nano".into());
+                Field::new(f.name(), DataType::FixedSizeBinary(16), f.is_nullable())
+                    .with_metadata(metadata)
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+fn stored_column(c: &ArrayRef) -> ArrayRef {
+    if c.data_type() != &INTERVAL {
+        return c.clone();
+    }
+    let values = c.as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+    let bytes = values.iter().map(|v| {
+        v.map(|v| {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&v.months.to_le_bytes());
+            b[4..8].copy_from_slice(&v.days.to_le_bytes());
+            b[8..].copy_from_slice(&v.nanoseconds.to_le_bytes());
+            b
+        })
+    });
+    // Sized 16 always: an all-null column still has its width.
+    Arc::new(
+        FixedSizeBinaryArray::try_from_sparse_iter_with_size(bytes, 16)
+            .unwrap_or_else(|_| FixedSizeBinaryArray::new_null(16, c.len())),
+    )
+}
+
+/// A batch as it was before `stored_schema`: marked columns are
+/// intervals again.
+fn restored_batch(batch: RecordBatch) -> Result<RecordBatch, ParquetError> {
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| f.metadata().contains_key(INTERVAL_MARK))
+    {
+        return Ok(batch);
+    }
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        let Some(bytes) = c
+            .as_fixed_size_binary_opt()
+            .filter(|_| f.metadata().contains_key(INTERVAL_MARK))
+        else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+            continue;
+        };
+        let word = |b: &[u8], at: usize| -> [u8; 4] { [b[at], b[at + 1], b[at + 2], b[at + 3]] };
+        let values: IntervalMonthDayNanoArray = bytes
+            .iter()
+            .map(|v| {
+                v.filter(|b| b.len() == 16).map(|b| {
+                    let mut nanos = [0u8; 8];
+                    nanos.copy_from_slice(&b[8..]);
+                    IntervalMonthDayNano::new(
+                        i32::from_le_bytes(word(b, 0)),
+                        i32::from_le_bytes(word(b, 4)),
+                        i64::from_le_bytes(nanos),
+                    )
+                })
+            })
+            .collect();
+        let mut metadata = f.metadata().clone();
+        metadata.remove(INTERVAL_MARK);
+        fields.push(Field::new(f.name(), INTERVAL, f.is_nullable()).with_metadata(metadata));
+        columns.push(Arc::new(values) as ArrayRef);
+    }
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, Int64Array, ListArray, StringArray, UInt64Array};
+    use arrow::array::{Int64Array, ListArray, StringArray, UInt64Array};
     use arrow::datatypes::Int64Type;
 
     use super::*;
@@ -124,6 +228,22 @@ mod tests {
         .unwrap();
         let bytes = encode_parquet(std::slice::from_ref(&batch)).unwrap();
         let back = decode_parquet(bytes).unwrap();
+        assert_eq!(back, vec![batch]);
+    }
+
+    #[test]
+    fn intervals_round_trip() {
+        let spans = IntervalMonthDayNanoArray::from(vec![
+            Some(IntervalMonthDayNano::new(1, -2, 3_000)),
+            None,
+            Some(IntervalMonthDayNano::new(0, 400, -7)),
+        ]);
+        let batch = RecordBatch::try_from_iter(vec![
+            ("since", Arc::new(spans) as ArrayRef),
+            ("n", Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+        ])
+        .unwrap();
+        let back = decode_parquet(encode_parquet(std::slice::from_ref(&batch)).unwrap()).unwrap();
         assert_eq!(back, vec![batch]);
     }
 

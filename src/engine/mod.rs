@@ -285,11 +285,39 @@ impl Engine {
                     plan,
                     is_insert,
                     columns,
+                    source,
                     ..
                 },
                 BoundParams::Values(params),
             ) => {
-                let plan = plan.as_ref().clone().replace_params_with_values(&params)?;
+                // A table dropped since is gone (42P01); one created anew
+                // under its name is read by a new plan of the same SQL.
+                let fresh = match crate::query::replaced_tables(plan, &self.store)? {
+                    false => None,
+                    true => match self.planner.prepare(source, &session.role()).await? {
+                        Prepared::Plan {
+                            plan: fresh,
+                            columns: fresh_columns,
+                            ..
+                        } => {
+                            let same = fresh_columns.fields().len() == columns.fields().len()
+                                && fresh_columns
+                                    .fields()
+                                    .iter()
+                                    .zip(columns.fields())
+                                    .all(|(a, b)| a.data_type() == b.data_type());
+                            if !same {
+                                return Err(SluiceError::Unsupported(
+                                    "cached plan must not change result type".into(),
+                                ));
+                            }
+                            Some(fresh)
+                        }
+                        _ => None,
+                    },
+                };
+                let plan = fresh.as_deref().unwrap_or(plan.as_ref());
+                let plan = plan.clone().replace_params_with_values(&params)?;
                 self.run_plan(session, plan, Some(columns.clone()), *is_insert)
                     .await
             }

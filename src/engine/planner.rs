@@ -38,6 +38,9 @@ pub enum Prepared {
         is_insert: bool,
         /// The result's columns as the client sees them.
         columns: SchemaRef,
+        /// Its SQL, planned again when a table it reads was dropped and
+        /// created anew since.
+        source: Arc<str>,
     },
     /// An INSERT of literals and parameters, staged without a plan.
     Insert(Arc<PreparedInsert>),
@@ -102,12 +105,14 @@ impl Prepared {
     fn plan(
         (plan, columns): (LogicalPlan, SchemaRef),
         is_insert: bool,
+        source: &str,
     ) -> Result<Prepared, SluiceError> {
         Ok(Prepared::Plan {
             params: Arc::new(ordered_parameter_types(&plan)?),
             plan: Box::new(plan),
             is_insert,
             columns,
+            source: Arc::from(source),
         })
     }
 }
@@ -228,9 +233,14 @@ impl Planner {
     pub(crate) fn compat_statement(
         &self,
         sql: &str,
-        fallback: ast::Statement,
+        mut fallback: ast::Statement,
         user: &str,
     ) -> ast::Statement {
+        // Before the compatibility rules, which would look a regproc
+        // literal up as an oid (Sluice's regproc columns are names).
+        sluice_sql::rewrite_regproc_literals(&mut fallback);
+        let rewritten = sluice_sql::regproc_literals_in_text(sql);
+        let sql = rewritten.as_deref().unwrap_or(sql);
         let lower = sql.to_ascii_lowercase();
         if ["current_user", "session_user", "current_role"]
             .iter()
@@ -247,9 +257,21 @@ impl Planner {
             return s;
         }
         // A user's query keeps PostgreSQL's meaning: the rules are for
-        // catalog queries (see `sluice_sql::reads_catalog`).
-        if !sluice_sql::reads_catalog(&fallback) {
-            return fallback;
+        // catalog queries (see `sluice_sql::reads_catalog`). The fallback
+        // is the statement itself when it is a query; otherwise `sql` says.
+        let plain = match fallback {
+            ast::Statement::Query(_) => Some(fallback.clone()),
+            _ => sluice_sql::sqlparser::parser::Parser::parse_sql(
+                &sluice_sql::sqlparser::dialect::PostgreSqlDialect {},
+                sql,
+            )
+            .ok()
+            .and_then(|mut s| (s.len() == 1).then(|| s.remove(0))),
+        };
+        if let Some(plain) = plain {
+            if !sluice_sql::reads_catalog(&plain) {
+                return plain;
+            }
         }
         match self.compat.parse(sql) {
             Ok(mut s) if s.len() == 1 => s.remove(0),
@@ -382,7 +404,7 @@ impl Planner {
                 },
                 &user.name,
             );
-            return Prepared::plan(self.plan_shown(s, user).await?, false);
+            return Prepared::plan(self.plan_shown(s, user).await?, false, &piece);
         }
         match stmt {
             Statement::Insert {
@@ -421,7 +443,7 @@ impl Planner {
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
-                Prepared::plan(self.plan_shown(statement, user).await?, true)
+                Prepared::plan(self.plan_shown(statement, user).await?, true, &piece)
             }
             Statement::Insert {
                 values: None,
@@ -437,7 +459,7 @@ impl Planner {
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
-                Prepared::plan(self.plan_shown(statement, user).await?, true)
+                Prepared::plan(self.plan_shown(statement, user).await?, true, &piece)
             }
             Statement::Query(q) => {
                 let s = self.compat_statement(&piece, *q, &user.name);
@@ -450,7 +472,7 @@ impl Planner {
                         columns,
                     });
                 }
-                Prepared::plan((plan, columns), false)
+                Prepared::plan((plan, columns), false, &piece)
             }
             // Answered when it runs, as rows of one text column.
             Statement::ExplainView { .. } | Statement::ExplainCreateView(_) => Ok(Prepared::Rows {
@@ -747,10 +769,19 @@ fn only_argument_type(
             },
             _ => None,
         },
+        // PostgreSQL resolves an unknown argument to text when any
+        // candidate takes a string there (`length($1)`: text, not bytea).
         TypeSignature::OneOf(options) => {
-            let mut found = options.iter().map(|o| only_argument_type(o, i));
-            let first = found.next()??;
-            found.all(|t| t.as_ref() == Some(&first)).then_some(first)
+            let found: Vec<Option<DataType>> =
+                options.iter().map(|o| only_argument_type(o, i)).collect();
+            if found.contains(&Some(DataType::Utf8)) {
+                return Some(DataType::Utf8);
+            }
+            let first = found.first()?.clone()?;
+            found
+                .iter()
+                .all(|t| t.as_ref() == Some(&first))
+                .then_some(first)
         }
         _ => None,
     }

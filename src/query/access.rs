@@ -59,3 +59,32 @@ pub fn plan_access(plan: &LogicalPlan) -> PlanAccess {
     let _ = plan.apply_with_subqueries(&mut visit);
     access
 }
+
+/// Whether a table `plan` reads was dropped and created anew since it was
+/// planned (the plan reads the old one); an error when one was dropped.
+pub fn replaced_tables(
+    plan: &LogicalPlan,
+    store: &crate::log::LogStore,
+) -> Result<bool, crate::error::SluiceError> {
+    let mut replaced = false;
+    let mut missing = None;
+    let mut visit = |node: &LogicalPlan| {
+        if let LogicalPlan::TableScan(scan) = node {
+            if let Ok(provider) = source_as_provider(&scan.source) {
+                if let Some(t) = provider.downcast_ref::<LogTableProvider>() {
+                    match store.table(t.table_name()) {
+                        None => missing = Some(t.table_name().to_string()),
+                        Some(now) if !t.reads(&now) => replaced = true,
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    };
+    let _ = plan.apply_with_subqueries(&mut visit);
+    match missing {
+        Some(name) => Err(crate::error::SluiceError::UndefinedTable(name)),
+        None => Ok(replaced),
+    }
+}

@@ -165,6 +165,33 @@ impl ScalarUDFImpl for CheckedOp {
         Ok(args.first().cloned().unwrap_or(DataType::Int64))
     }
 
+    /// A NULL operand makes the result NULL without evaluating the other
+    /// (PostgreSQL folds a strict operator with a NULL constant so, and
+    /// `NULL - (i * i)` then never fails on an overflowing `i * i`).
+    fn simplify(
+        &self,
+        args: Vec<Expr>,
+        _info: &datafusion::logical_expr::simplify::SimplifyContext,
+    ) -> Result<datafusion::logical_expr::simplify::ExprSimplifyResult> {
+        use datafusion::logical_expr::simplify::ExprSimplifyResult;
+        if args
+            .iter()
+            .any(|a| matches!(a, Expr::Literal(v, _) if v.is_null()))
+        {
+            let ty = match self.signature.type_signature {
+                datafusion::logical_expr::TypeSignature::Exact(ref t) => t.first().cloned(),
+                _ => None,
+            };
+            if let Some(ty) = ty {
+                return Ok(ExprSimplifyResult::Simplified(Expr::Literal(
+                    ScalarValue::try_from(&ty)?,
+                    None,
+                )));
+            }
+        }
+        Ok(ExprSimplifyResult::Original(args))
+    }
+
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
         match args {
             [l, r] => Ok(format!(

@@ -28,7 +28,9 @@ pub fn session_config() -> SessionConfig {
     SessionConfig::new()
         .with_default_catalog_and_schema(CATALOG_NAME, "public")
         .with_create_default_catalog_and_schema(true)
-        .with_information_schema(true)
+        // Sluice's own `information_schema` (PostgreSQL's type names) is
+        // registered in the catalog instead of DataFusion's.
+        .with_information_schema(false)
 }
 
 /// The shared DataFusion context: the log tables in `public`, the system
@@ -78,6 +80,8 @@ pub fn build_context(
     let store_for_udtf = store.clone();
     let store_for_catalog = store.clone();
     let store_for_keys = store.clone();
+    let store_for_info = store.clone();
+    let store_for_attributes = store.clone();
     catalog.register_schema(
         "public",
         Arc::new(PublicSchema {
@@ -94,6 +98,17 @@ pub fn build_context(
             connectors,
             connections,
             roles: roles.clone(),
+        }),
+    )?;
+    catalog.register_schema(
+        "information_schema",
+        Arc::new(super::information_schema::InformationSchema {
+            inner: datafusion::catalog::information_schema::InformationSchemaProvider::new(
+                ctx.state().catalog_list().clone(),
+            ),
+            catalogs: ctx.state().catalog_list().clone(),
+            store: store_for_info.clone(),
+            views: views.clone(),
         }),
     )?;
     ctx.register_udtf(
@@ -129,6 +144,7 @@ pub fn build_context(
         "pg_catalog",
         Arc::new(SluicePgCatalog {
             inner: Arc::new(pg_catalog),
+            store: store_for_attributes,
             views,
             keys: keys.clone(),
             hidden: hidden.clone(),

@@ -48,6 +48,7 @@ pub fn postgres_state(
     let mut rules: Vec<Arc<dyn AnalyzerRule + Send + Sync>> = Analyzer::new().rules;
     rules.push(Arc::new(super::CheckedArithmetic));
     rules.push(Arc::new(super::pg_casts::PgCasts));
+    rules.push(Arc::new(super::constant_errors::ConstantErrors));
     let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
@@ -75,13 +76,15 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
     functions.extend(super::pg_number_functions::functions(&datafusion));
-    if let Some(date_trunc) = datafusion("date_trunc") {
-        functions.extend(super::pg_time_functions::functions(date_trunc));
-    }
+    functions.extend(super::pg_time_functions::functions());
+    functions.extend(super::pg_time_bins::functions());
     for f in functions {
         ctx.register_udf(f);
     }
     ctx.register_udaf(super::checked_sum());
+    for udaf in super::float_min_max::float_min_max() {
+        ctx.register_udaf(udaf);
+    }
     ctx.register_udaf(super::pg_numeric::pg_avg());
     ctx.register_udf(super::hop_window_starts());
 }
@@ -149,45 +152,104 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
                     )?,
                 ))
             }
-            node => {
-                let preserver = NamePreserver::new(&node);
-                let in_filter = matches!(node, LogicalPlan::Filter(_));
-                let schema = datafusion::logical_expr::utils::merge_schema(&node.inputs());
-                let t = node.map_expressions(|e| {
-                    let saved = preserver.save(&e);
-                    let t = e.transform_down(|e| match e {
-                        Expr::AggregateFunction(_) | Expr::WindowFunction(_) => {
-                            Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
-                        }
-                        Expr::ScalarSubquery(sq) => Ok(Transformed::yes(Expr::ScalarSubquery(
-                            nullable_subquery(sq)?,
-                        ))),
-                        // DataFusion plans EXISTS and IN subqueries in a
-                        // WHERE clause only.
-                        Expr::Exists(ex) if !in_filter => {
-                            Ok(Transformed::yes(exists_as_count(ex)?))
-                        }
-                        Expr::InSubquery(ins) if !in_filter && ins.subquery.outer_ref_columns.is_empty() => {
-                            Ok(Transformed::yes(in_as_case(ins)?))
-                        }
-                        e => Ok(narrow_literal(e)),
-                    })?;
-                    let t = t.transform_data(|e| {
-                        e.transform_up(|e| numeric_cast_scale(e, &schema))
-                    })?;
-                    Ok(if t.transformed {
-                        Transformed::yes(saved.restore(t.data))
-                    } else {
-                        t
-                    })
-                })?;
-                // A node's schema follows its inputs', which may have
-                // changed below it.
-                Transformed::yes(t.data).map_data(|p| p.recompute_schema())
+            LogicalPlan::Filter(mut filter) => {
+                // IN subqueries below an OR or a comparison become
+                // expressions first (see `in_filter_as_case`), then the
+                // filter is rewritten as any node.
+                let t = in_filter_as_case(filter.predicate.clone())?;
+                if t.transformed {
+                    filter.predicate = t.data;
+                }
+                let t = rewrite_node(LogicalPlan::Filter(filter))?;
+                Ok(t)
             }
+            node => rewrite_node(node),
         }
     })
     .map(|t| t.data)
+}
+
+/// In a WHERE clause DataFusion gives `x IN (subquery)` SQL's NULLs only
+/// where it is a condition of its own (`AND`ed with the rest, or under
+/// NOT): it becomes a semi or null-aware anti join. Elsewhere (`a OR x IN
+/// (...)`, `(x IN (...)) <= b`) it becomes a mark join whose mark is never
+/// NULL, so a row that PostgreSQL filters out (x NULL, or a NULL among the
+/// values) was kept. Those uncorrelated IN subqueries are planned as in a
+/// select list instead.
+fn in_filter_as_case(predicate: Expr) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
+    let mut changed = false;
+    let mut conjuncts = Vec::new();
+    for c in split_conjunction_owned(predicate.clone()) {
+        let own_condition = match &c {
+            Expr::InSubquery(_) => true,
+            Expr::Not(inner) => matches!(inner.as_ref(), Expr::InSubquery(_)),
+            _ => false,
+        };
+        if own_condition {
+            conjuncts.push(c);
+            continue;
+        }
+        let t = c.transform_down(|e| match e {
+            Expr::InSubquery(ins) if ins.subquery.outer_ref_columns.is_empty() => {
+                Ok(Transformed::yes(in_as_case(ins)?))
+            }
+            // Subqueries keep their own WHERE clauses.
+            e @ (Expr::ScalarSubquery(_) | Expr::Exists(_)) => {
+                Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
+            }
+            e => Ok(Transformed::no(e)),
+        })?;
+        changed |= t.transformed;
+        conjuncts.push(t.data);
+    }
+    Ok(match (changed, conjunction(conjuncts)) {
+        (true, Some(p)) => Transformed::yes(p),
+        _ => Transformed::no(predicate),
+    })
+}
+
+/// A node whose expressions take PostgreSQL's literal types, subquery
+/// forms and declared types (see [`postgres_plan`]).
+fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    let preserver = NamePreserver::new(&node);
+    let in_filter = matches!(node, LogicalPlan::Filter(_));
+    let schema = datafusion::logical_expr::utils::merge_schema(&node.inputs());
+    let t = node.map_expressions(|e| {
+        let saved = preserver.save(&e);
+        let t = e.transform_down(|e| match e {
+            Expr::AggregateFunction(_) | Expr::WindowFunction(_) => {
+                Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
+            }
+            Expr::ScalarSubquery(sq) => Ok(Transformed::yes(Expr::ScalarSubquery(
+                nullable_subquery(sq)?,
+            ))),
+            // DataFusion plans EXISTS and IN subqueries in a
+            // WHERE clause only.
+            Expr::Exists(ex) if !in_filter => Ok(Transformed::yes(exists_as_count(ex)?)),
+            Expr::InSubquery(ins) if !in_filter && ins.subquery.outer_ref_columns.is_empty() => {
+                Ok(Transformed::yes(in_as_case(ins)?))
+            }
+            e => Ok(narrow_literal(e)),
+        })?;
+        let t = t.transform_data(|e| {
+            e.transform_up(|e| {
+                numeric_cast_scale(e, &schema)?
+                    .transform_data(|e| common_declared_type(e, &schema))?
+                    .transform_data(|e| float_over_numeric(e, &schema))?
+                    .transform_data(|e| bpchar_length(e, &schema))?
+                    .transform_data(|e| postgres_result_type(e, &schema))
+            })
+        })?;
+        Ok(if t.transformed {
+            Transformed::yes(saved.restore(t.data))
+        } else {
+            t
+        })
+    })?;
+    // A node's schema follows its inputs', which may have
+    // changed below it.
+    Transformed::yes(t.data).map_data(|p| p.recompute_schema())
 }
 
 /// A union's inputs with PostgreSQL's rule for text and other types in
@@ -401,6 +463,230 @@ fn numeric_cast_scale(e: Expr, schema: &datafusion::common::DFSchema) -> Result<
             field,
         },
     )))
+}
+
+/// CASE, COALESCE, NULLIF, GREATEST and LEAST keep their arguments'
+/// declared type (`numeric(12,2)`, `varchar(5)`) when every argument that
+/// can be the result has the same one, as PostgreSQL keeps the typmod;
+/// DataFusion's result field would carry none. A CASE arm whose condition
+/// is the constant `false` never gives the result, and one whose
+/// condition is `true` gives it always (PostgreSQL folds both away).
+fn common_declared_type(
+    e: Expr,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::ExprSchemable;
+    let results: Vec<&Expr> = match &e {
+        Expr::Case(case) => {
+            let mut results = Vec::new();
+            let mut always = false;
+            for (when, then) in &case.when_then_expr {
+                match when.as_ref() {
+                    Expr::Literal(ScalarValue::Boolean(Some(false)), _) => continue,
+                    Expr::Literal(ScalarValue::Boolean(Some(true)), _) => {
+                        results.push(then.as_ref());
+                        always = true;
+                        break;
+                    }
+                    _ => results.push(then.as_ref()),
+                }
+            }
+            if !always {
+                match &case.else_expr {
+                    Some(e) => results.push(e.as_ref()),
+                    // The ELSE NULL left out has no declared type.
+                    None => return Ok(Transformed::no(e)),
+                }
+            }
+            results
+        }
+        Expr::ScalarFunction(f) => match f.func.name() {
+            "coalesce" | "greatest" | "least" => f.args.iter().collect(),
+            "nullif" => f.args.iter().take(1).collect(),
+            _ => return Ok(Transformed::no(e)),
+        },
+        _ => return Ok(Transformed::no(e)),
+    };
+    let key = crate::types::SQL_TYPE_METADATA_KEY;
+    let mut common: Option<arrow::datatypes::Field> = None;
+    for r in results {
+        let Ok((_, field)) = r.to_field(schema) else {
+            return Ok(Transformed::no(e));
+        };
+        let Some(declared) = field.metadata().get(key) else {
+            return Ok(Transformed::no(e));
+        };
+        match &common {
+            Some(c)
+                if c.data_type() != field.data_type()
+                    || c.metadata().get(key) != Some(declared) =>
+            {
+                return Ok(Transformed::no(e))
+            }
+            Some(_) => {}
+            None => common = Some(field.as_ref().clone()),
+        }
+    }
+    let Some(common) = common else {
+        return Ok(Transformed::no(e));
+    };
+    match e.to_field(schema) {
+        Ok((_, f)) if f.metadata().get(key).is_none() && f.data_type() == common.data_type() => Ok(
+            Transformed::yes(Expr::Cast(datafusion::logical_expr::expr::Cast {
+                expr: Box::new(e),
+                field: Arc::new(common.with_name("").with_nullable(true)),
+            })),
+        ),
+        _ => Ok(Transformed::no(e)),
+    }
+}
+
+/// Where a float and a numeric are compared (`=`, `<`, BETWEEN, IN),
+/// PostgreSQL compares them as `double precision`; DataFusion would cast
+/// the float to a decimal, which fails on `1e300` and is wrong for NaN.
+fn float_over_numeric(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transformed<Expr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::{ExprSchemable, Operator};
+    let is_float = |e: &Expr| {
+        matches!(
+            e.get_type(schema),
+            Ok(DataType::Float32 | DataType::Float64)
+        )
+    };
+    let is_decimal = |e: &Expr| {
+        matches!(
+            e.get_type(schema),
+            Ok(DataType::Decimal128(..) | DataType::Decimal256(..))
+        )
+    };
+    let to_float = |e: Expr| {
+        if is_decimal(&e) {
+            Expr::Cast(datafusion::logical_expr::expr::Cast::new(
+                Box::new(e),
+                DataType::Float64,
+            ))
+        } else {
+            e
+        }
+    };
+    match e {
+        Expr::BinaryExpr(b)
+            if matches!(
+                b.op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+            ) && ((is_float(&b.left) && is_decimal(&b.right))
+                || (is_decimal(&b.left) && is_float(&b.right))) =>
+        {
+            Ok(Transformed::yes(Expr::BinaryExpr(
+                datafusion::logical_expr::BinaryExpr::new(
+                    Box::new(to_float(*b.left)),
+                    b.op,
+                    Box::new(to_float(*b.right)),
+                ),
+            )))
+        }
+        Expr::Between(b)
+            if {
+                let all = [b.expr.as_ref(), b.low.as_ref(), b.high.as_ref()];
+                all.iter().any(|e| is_float(e)) && all.iter().any(|e| is_decimal(e))
+            } =>
+        {
+            Ok(Transformed::yes(Expr::Between(
+                datafusion::logical_expr::Between::new(
+                    Box::new(to_float(*b.expr)),
+                    b.negated,
+                    Box::new(to_float(*b.low)),
+                    Box::new(to_float(*b.high)),
+                ),
+            )))
+        }
+        Expr::InList(l)
+            if (is_float(&l.expr) || l.list.iter().any(is_float))
+                && (is_decimal(&l.expr) || l.list.iter().any(is_decimal)) =>
+        {
+            Ok(Transformed::yes(Expr::InList(
+                datafusion::logical_expr::expr::InList::new(
+                    Box::new(to_float(*l.expr)),
+                    l.list.into_iter().map(to_float).collect(),
+                    l.negated,
+                ),
+            )))
+        }
+        e => Ok(Transformed::no(e)),
+    }
+}
+
+/// Results whose type PostgreSQL gives otherwise than DataFusion: the
+/// negation of a `numeric(p,s)` has no typmod, `array_length` and
+/// `cardinality` are integers.
+fn postgres_result_type(
+    e: Expr,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Transformed<Expr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::ExprSchemable;
+    let retyped = |e: Expr, t: DataType, declared: &str| {
+        Expr::Cast(datafusion::logical_expr::expr::Cast {
+            expr: Box::new(e),
+            field: Arc::new(crate::types::declared_field("", t, declared)),
+        })
+    };
+    match e {
+        Expr::Negative(ref inner) => {
+            let Ok((_, field)) = inner.to_field(schema) else {
+                return Ok(Transformed::no(e));
+            };
+            let declared = field
+                .metadata()
+                .get(crate::types::SQL_TYPE_METADATA_KEY)
+                .is_some_and(|d| d.starts_with("numeric("));
+            if declared && matches!(field.data_type(), DataType::Decimal128(..)) {
+                let t = field.data_type().clone();
+                return Ok(Transformed::yes(retyped(e, t, "numeric(*)")));
+            }
+            Ok(Transformed::no(e))
+        }
+        Expr::ScalarFunction(ref f)
+            if matches!(f.func.name(), "array_length" | "cardinality")
+                && e.get_type(schema).is_ok_and(|t| t != DataType::Int32) =>
+        {
+            Ok(Transformed::yes(retyped(e, DataType::Int32, "int4")))
+        }
+        e => Ok(Transformed::no(e)),
+    }
+}
+
+/// `length` of a `char(n)` does not count its trailing spaces
+/// (PostgreSQL's `bpcharlen`).
+fn bpchar_length(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transformed<Expr>> {
+    use datafusion::logical_expr::ExprSchemable;
+    let Expr::ScalarFunction(mut f) = e else {
+        return Ok(Transformed::no(e));
+    };
+    let is_bpchar = f.args.first().is_some_and(|a| {
+        a.to_field(schema).is_ok_and(|(_, field)| {
+            crate::types::PgType::of_field(&field).oid == crate::types::oid::BPCHAR
+        })
+    });
+    if !matches!(f.func.name(), "length" | "char_length" | "character_length") || !is_bpchar {
+        return Ok(Transformed::no(Expr::ScalarFunction(f)));
+    }
+    let arg = f.args.remove(0);
+    f.args.insert(
+        0,
+        datafusion::functions::string::expr_fn::rtrim(vec![
+            arg,
+            datafusion::logical_expr::lit(" "),
+        ]),
+    );
+    Ok(Transformed::yes(Expr::ScalarFunction(f)))
 }
 
 fn narrow_literal(e: Expr) -> Transformed<Expr> {

@@ -45,8 +45,10 @@ fn element(input: &DataType) -> Result<DataType> {
 
 /// A constant positive number of microseconds, in nanoseconds.
 fn nanos(arg: &ColumnarValue, what: &str) -> Result<i64> {
+    // A literal is an integer of the narrowest type that holds it.
     let us = match arg {
         ColumnarValue::Scalar(ScalarValue::Int64(Some(us))) => Some(*us),
+        ColumnarValue::Scalar(ScalarValue::Int32(Some(us))) => Some(i64::from(*us)),
         _ => None,
     };
     us.filter(|us| *us > 0)

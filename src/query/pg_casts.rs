@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, StringArray};
-use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Float64Type};
+use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Float64Type, TimeUnit};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result};
@@ -114,7 +114,9 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
         return Some(CastKind::ToText);
     }
     if is_text(from) {
-        if is_temporal_target(to_type) {
+        // Any timestamp unit: comparing a timestamp with text coerces
+        // both to nanoseconds.
+        if is_temporal_target(to_type) || matches!(to_type, DataType::Timestamp(..)) {
             return Some(CastKind::TextToTemporal);
         }
         return match to_type {
@@ -233,7 +235,13 @@ impl PgCast {
     fn cast(&self, input: &ArrayRef, from: &Field) -> Result<ArrayRef> {
         let to = self.to.data_type();
         Ok(match self.kind {
-            CastKind::TextToTemporal => text_to_temporal(input, to)?,
+            CastKind::TextToTemporal => match to {
+                DataType::Timestamp(unit, zone) if *unit != TimeUnit::Microsecond => {
+                    let us = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
+                    arrow::compute::cast(&text_to_temporal(input, &us)?, to)?
+                }
+                _ => text_to_temporal(input, to)?,
+            },
             CastKind::ToText => {
                 let text = array_text(input, from, TextFor::Cast)?;
                 arrow::compute::cast(&text, to)?

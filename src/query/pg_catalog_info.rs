@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, BooleanArray, StringArray};
+use arrow::array::{Array, AsArray, BooleanArray, StringArray};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use arrow::record_batch::RecordBatch;
@@ -101,6 +101,7 @@ impl CatalogInfo for SluiceCatalogInfo {
 /// `pg_settings` lists the settings `SHOW` answers.
 pub struct SluicePgCatalog {
     pub inner: Arc<dyn SchemaProvider>,
+    pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
     pub keys: Arc<PrimaryKeys>,
     pub hidden: Arc<HiddenRelations>,
@@ -161,6 +162,18 @@ impl SchemaProvider for SluicePgCatalog {
             _ => None,
         };
         match (table, key_catalog) {
+            (Some(inner), None) if name == "pg_attribute" => {
+                let Some(pg_class) = self.table("pg_class").await? else {
+                    return Ok(Some(inner));
+                };
+                Ok(Some(Arc::new(PgAttribute {
+                    inner,
+                    pg_class,
+                    namespaces: self.inner.table("pg_namespace").await?,
+                    store: self.store.clone(),
+                    views: self.views.clone(),
+                })))
+            }
             (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass {
                 namespaces: self.inner.table("pg_namespace").await?,
                 hidden: self.hidden.clone(),
@@ -392,6 +405,186 @@ impl datafusion::logical_expr::planner::TypePlanner for OidArrayTypePlanner {
                 }
             }
         }
-        PgOidTypePlanner.plan_type_field(sql_type)
+        // A cast to an oid alias is described and shown as that type.
+        Ok(PgOidTypePlanner.plan_type_field(sql_type)?.map(|f| {
+            match f.metadata().get(arrow_pg::datatypes::PG_OID_ALIAS_KEY) {
+                Some(kind) => {
+                    let metadata = crate::types::oid_alias_value(kind);
+                    Arc::new(f.as_ref().clone().with_metadata(metadata))
+                }
+                None => f,
+            }
+        }))
+    }
+}
+
+/// `pg_attribute` with each column's type and typmod as PostgreSQL has
+/// them (`varchar(5)`: 1043 and 9, `jsonb`: 3802, `numeric(12,3)`: its
+/// typmod), from the tables' and views' own fields, where
+/// datafusion-pg-catalog knows only Arrow's types.
+pub struct PgAttribute {
+    pub inner: Arc<dyn TableProvider>,
+    pub pg_class: Arc<dyn TableProvider>,
+    pub namespaces: Option<Arc<dyn TableProvider>>,
+    pub store: Arc<LogStore>,
+    pub views: Arc<ViewManager>,
+}
+
+impl fmt::Debug for PgAttribute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("pg_attribute")
+    }
+}
+
+impl PgAttribute {
+    /// attname as `name`, as PostgreSQL's is.
+    fn out_schema(&self) -> SchemaRef {
+        let inner = self.inner.schema();
+        Arc::new(Schema::new(
+            inner
+                .fields()
+                .iter()
+                .map(|f| match f.name().as_str() {
+                    "attname" => crate::types::declared_field("attname", DataType::Utf8, "name")
+                        .with_nullable(f.is_nullable()),
+                    _ => f.as_ref().clone(),
+                })
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// The field of column `attname` of the public relation `oid`.
+    fn field_of(
+        &self,
+        relations: &std::collections::HashMap<i32, String>,
+        oid: i32,
+        attname: &str,
+    ) -> Option<Field> {
+        let name = relations.get(&oid)?;
+        if let Some(t) = self.store.table(name) {
+            return t
+                .def
+                .columns
+                .iter()
+                .find(|c| c.name == attname)
+                .map(|c| c.to_field());
+        }
+        let v = self.views.view(name)?;
+        v.schema.field_with_name(attname).ok().cloned()
+    }
+}
+
+#[async_trait]
+impl TableProvider for PgAttribute {
+    fn schema(&self) -> SchemaRef {
+        self.out_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>, DataFusionError> {
+        // The oids of the relations in `public`.
+        let public: HashSet<i32> = match &self.namespaces {
+            Some(ns) => {
+                let mut out = HashSet::new();
+                for b in scan_all(ns.as_ref(), state).await? {
+                    let (Ok(o), Ok(n)) =
+                        (b.schema().index_of("oid"), b.schema().index_of("nspname"))
+                    else {
+                        continue;
+                    };
+                    if let (Some(oids), Some(names)) = (
+                        b.column(o).as_primitive_opt::<Int32Type>(),
+                        b.column(n).as_string_opt::<i32>(),
+                    ) {
+                        for (o, n) in oids.iter().zip(names.iter()) {
+                            if let (Some(o), Some("public")) = (o, n) {
+                                out.insert(o);
+                            }
+                        }
+                    }
+                }
+                out
+            }
+            None => HashSet::new(),
+        };
+        let mut relations = std::collections::HashMap::new();
+        for b in scan_all(self.pg_class.as_ref(), state).await? {
+            let s = b.schema();
+            let (Ok(o), Ok(n), Ok(ns)) = (
+                s.index_of("oid"),
+                s.index_of("relname"),
+                s.index_of("relnamespace"),
+            ) else {
+                continue;
+            };
+            if let (Some(oids), Some(names), Some(nss)) = (
+                b.column(o).as_primitive_opt::<Int32Type>(),
+                b.column(n).as_string_opt::<i32>(),
+                b.column(ns).as_primitive_opt::<Int32Type>(),
+            ) {
+                for i in 0..b.num_rows() {
+                    if oids.is_valid(i) && names.is_valid(i) && public.contains(&nss.value(i)) {
+                        relations.insert(oids.value(i), names.value(i).to_string());
+                    }
+                }
+            }
+        }
+        let schema = self.out_schema();
+        let mut out = Vec::new();
+        for batch in scan_all(self.inner.as_ref(), state).await? {
+            let s = batch.schema();
+            let column = |name: &str| {
+                s.index_of(name)
+                    .map_err(|_| DataFusionError::Internal(format!("pg_attribute has no {name}")))
+            };
+            let (relid, attname, typid, typmod) = (
+                column("attrelid")?,
+                column("attname")?,
+                column("atttypid")?,
+                column("atttypmod")?,
+            );
+            let (Some(relids), Some(names), Some(typids), Some(typmods)) = (
+                batch.column(relid).as_primitive_opt::<Int32Type>(),
+                batch.column(attname).as_string_opt::<i32>(),
+                batch.column(typid).as_primitive_opt::<Int32Type>(),
+                batch.column(typmod).as_primitive_opt::<Int32Type>(),
+            ) else {
+                return Err(DataFusionError::Internal(
+                    "pg_attribute column types".into(),
+                ));
+            };
+            let mut new_typids = Vec::with_capacity(batch.num_rows());
+            let mut new_typmods = Vec::with_capacity(batch.num_rows());
+            for i in 0..batch.num_rows() {
+                let field = (relids.is_valid(i) && names.is_valid(i))
+                    .then(|| self.field_of(&relations, relids.value(i), names.value(i)))
+                    .flatten();
+                match field {
+                    Some(f) => {
+                        let t = crate::types::PgType::of_field(&f);
+                        new_typids.push(Some(t.oid as i32));
+                        new_typmods.push(Some(t.typmod));
+                    }
+                    None => {
+                        new_typids.push(typids.is_valid(i).then(|| typids.value(i)));
+                        new_typmods.push(typmods.is_valid(i).then(|| typmods.value(i)));
+                    }
+                }
+            }
+            let mut columns = batch.columns().to_vec();
+            columns[typid] = Arc::new(arrow::array::Int32Array::from(new_typids));
+            columns[typmod] = Arc::new(arrow::array::Int32Array::from(new_typmods));
+            out.push(RecordBatch::try_new(schema.clone(), columns)?);
+        }
+        super::system::scan_rows(&schema, out, state, projection, filters, limit).await
     }
 }

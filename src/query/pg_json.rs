@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
     Volatility,
 };
 
-use super::udf::{cached_udf, field_udf, pg_error};
+use super::udf::{cached_udf, field_udf, pg_error, texts};
 use crate::types::json::{parse, write_string, Json};
 use crate::types::text::{write_decimal, write_float};
 use crate::types::{declared_field, is_json};
@@ -36,12 +36,6 @@ pub(crate) fn jsonb_field(name: &str) -> Field {
 
 fn json_field(name: &str) -> Field {
     declared_field(name, DataType::Utf8, "json")
-}
-
-fn texts(a: &ArrayRef) -> Result<StringArray> {
-    Ok(arrow::compute::cast(a, &DataType::Utf8)?
-        .as_string::<i32>()
-        .clone())
 }
 
 fn json_error(e: crate::types::json::JsonError) -> DataFusionError {

@@ -30,9 +30,9 @@ fn is_decimal(t: &DataType) -> bool {
 }
 
 fn integer_result(args: &[DataType]) -> DataType {
-    if args.iter().any(|t| *t == DataType::Int64) {
+    if args.contains(&DataType::Int64) {
         DataType::Int64
-    } else if args.iter().any(|t| *t == DataType::Int32) {
+    } else if args.contains(&DataType::Int32) {
         DataType::Int32
     } else {
         DataType::Int16
@@ -60,16 +60,21 @@ impl ScalarUDFImpl for SameType {
             .iter()
             .map(|f| f.data_type().clone())
             .collect();
-        // trunc(numeric, n) with a constant n has n digits.
-        if self.name == "trunc" {
+        // round(numeric, n) and trunc(numeric, n) with a constant n have
+        // n digits after the point (none when n is negative).
+        if matches!(self.name, "trunc" | "round") {
             if let (Some(DataType::Decimal128(p, s)), Some(Some(n))) =
                 (types.first(), args.scalar_arguments.get(1))
             {
                 if let Ok(ScalarValue::Int64(Some(n))) = n.cast_to(&DataType::Int64) {
-                    let scale = (n.clamp(0, *s as i64)) as i8;
+                    let scale = n.clamp(0, 38) as u8;
+                    let whole = (*p as i64 - *s as i64 + 1).max(1) as u8;
                     return Ok(Arc::new(Field::new(
                         self.name,
-                        DataType::Decimal128(*p, scale),
+                        DataType::Decimal128(
+                            whole.saturating_add(scale).clamp(scale.max(1), 38),
+                            scale as i8,
+                        ),
                         true,
                     )));
                 }
@@ -107,7 +112,12 @@ impl SameType {
             ("sign", [t]) if is_decimal(t) => DataType::Decimal128(38, 0),
             ("sign", _) => DataType::Float64,
             ("round", [DataType::Float32 | DataType::Float64]) => DataType::Float64,
-            ("trunc", [t, ..]) if is_decimal(t) => t.clone(),
+            // round(numeric) and trunc(numeric) have no digits after the
+            // point.
+            ("round" | "trunc", [DataType::Decimal128(p, s)]) => {
+                DataType::Decimal128((*p as i16 - *s as i16 + 1).clamp(1, 38) as u8, 0)
+            }
+            ("round" | "trunc", [t, _]) if is_decimal(t) => t.clone(),
             ("ceil" | "floor", [DataType::Decimal128(p, _)]) => DataType::Decimal128(*p, 0),
             _ => return None,
         })
@@ -133,7 +143,8 @@ impl SameType {
                         .unary::<_, Float64Type>(f64::round_ties_even),
                 )
             }
-            ("trunc", [DataType::Decimal128(_, s), ..]) => {
+            ("trunc" | "round", [DataType::Decimal128(_, s), ..]) => {
+                let round = self.name == "round";
                 let digits = match arrays.get(1) {
                     Some(n) => arrow::compute::cast(n, &DataType::Int64)?
                         .as_primitive::<Int64Type>()
@@ -146,19 +157,28 @@ impl SameType {
                     DataType::Decimal128(_, os) => *os,
                     _ => *s,
                 };
-                let values: Decimal128Array = (0..d.len())
-                    .map(|i| {
-                        let n = digits.get(i).copied().flatten()?;
-                        d.is_valid(i).then(|| {
-                            let cut = (*s as i64 - n.clamp(-38, *s as i64)).max(0) as u32;
-                            let unit = 10i128.pow(cut);
-                            let v = d.value(i) / unit * unit;
-                            // In the result's scale.
-                            v / 10i128.pow((*s - out_scale).max(0) as u32)
-                        })
-                    })
-                    .collect();
-                Arc::new(values.with_precision_and_scale(38.min(d.precision()), out_scale)?)
+                let overflow = || pg_error("22003", "numeric field overflow");
+                let mut values = Vec::with_capacity(d.len());
+                for i in 0..d.len() {
+                    let n = digits.get(i).copied().flatten();
+                    values.push(match n {
+                        Some(n) if d.is_valid(i) => Some(
+                            round_digits(d.value(i), *s, n, round, out_scale)
+                                .ok_or_else(overflow)?,
+                        ),
+                        _ => None,
+                    });
+                }
+                let precision = match &to {
+                    DataType::Decimal128(p, _) => *p,
+                    _ => 38,
+                };
+                let values =
+                    Decimal128Array::from(values).with_precision_and_scale(38, out_scale)?;
+                values
+                    .validate_decimal_precision(precision)
+                    .map_err(|_| overflow())?;
+                Arc::new(values.with_precision_and_scale(precision, out_scale)?)
             }
             ("sign", [t]) if is_decimal(t) => {
                 let d = arrays[0].as_primitive::<Decimal128Type>();
@@ -251,7 +271,8 @@ impl SameType {
                     .iter()
                     .map(|a| a.cast_to(&DataType::Int64, None))
                     .collect::<Result<_>>()?;
-                let fields = vec![Arc::new(Field::new("a", DataType::Int64, true)); 2];
+                let field = Arc::new(Field::new("a", DataType::Int64, true));
+                let fields = vec![field.clone(), field];
                 let r = inner.invoke_with_args(ScalarFunctionArgs {
                     args: wide,
                     arg_fields: fields,
@@ -336,6 +357,28 @@ fn align(x: i128, sx: i8, y: i128, sy: i8) -> Result<(i128, i128)> {
     })
 }
 
+/// `v` (of scale `s`) rounded half away from zero (or truncated) to `n`
+/// digits after the point, written in scale `out`; None on overflow.
+fn round_digits(v: i128, s: i8, n: i64, round: bool, out: i8) -> Option<i128> {
+    let (s, out) = (s as i64, out as i64);
+    let cut = (s - n.clamp(-38, s)).clamp(0, 38) as u32;
+    let unit = 10i128.checked_pow(cut)?;
+    let kept = v / unit;
+    let rest = v % unit;
+    let kept = if round && rest.unsigned_abs() * 2 >= unit.unsigned_abs() && cut > 0 {
+        kept + rest.signum()
+    } else {
+        kept
+    };
+    // `kept` counts units of 10^-(s - cut); move to the result's scale.
+    let at = s - cut as i64;
+    if out >= at {
+        kept.checked_mul(10i128.checked_pow((out - at) as u32)?)
+    } else {
+        Some(kept / 10i128.checked_pow((at - out) as u32)?)
+    }
+}
+
 /// The functions to register, replacing DataFusion's of the same names.
 pub(crate) fn functions(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
     let same = |name: &'static str, n: Option<usize>| {
@@ -368,4 +411,21 @@ pub(crate) fn functions(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> 
         .with_aliases(["ceiling"]),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_digits;
+
+    #[test]
+    fn rounds_and_truncates_numerics_as_postgresql() {
+        // round(15.5, -1) = 20, trunc(15.5, -1) = 10
+        assert_eq!(round_digits(155, 1, -1, true, 0), Some(20));
+        assert_eq!(round_digits(155, 1, -1, false, 0), Some(10));
+        // round(2.5, 3) = 2.500
+        assert_eq!(round_digits(25, 1, 3, true, 3), Some(2500));
+        // round(-2.5) = -3, round(2.45, 1) = 2.5
+        assert_eq!(round_digits(-25, 1, 0, true, 0), Some(-3));
+        assert_eq!(round_digits(245, 2, 1, true, 1), Some(25));
+    }
 }

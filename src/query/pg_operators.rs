@@ -24,7 +24,10 @@ use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExp
 use datafusion::logical_expr::{cast, BinaryExpr, Expr, ExprSchemable, Operator};
 use sluice_sql::sqlparser::ast::BinaryOperator;
 
-use super::temporal::{interval_div, interval_mul, interval_span, timestamp_difference};
+use super::temporal::{
+    interval_div, interval_mul, interval_span, timestamp_difference, timestamp_minus_interval,
+    timestamp_plus_interval,
+};
 
 #[derive(Debug, Default)]
 pub struct PgOperators;
@@ -55,6 +58,15 @@ fn timestamp_of(t: &DataType) -> Option<DataType> {
     }
 }
 
+/// `e` (of type `from`) as a `to`: itself when it is one already.
+fn cast_from(e: &Expr, from: &DataType, to: DataType) -> Expr {
+    if *from == to {
+        e.clone()
+    } else {
+        cast(e.clone(), to)
+    }
+}
+
 fn comparison(op: &BinaryOperator) -> Option<Operator> {
     Some(match op {
         BinaryOperator::Eq => Operator::Eq,
@@ -81,19 +93,52 @@ impl ExprPlanner for PgOperators {
         expr: RawBinaryExpr,
         schema: &DFSchema,
     ) -> Result<PlannerResult<RawBinaryExpr>> {
+        // Only these operators are ever planned differently; asking the
+        // type of every operand of a long AND/OR chain would make planning
+        // quadratic in its length.
+        if !matches!(
+            expr.op,
+            BinaryOperator::Plus
+                | BinaryOperator::Minus
+                | BinaryOperator::Multiply
+                | BinaryOperator::Divide
+                | BinaryOperator::Eq
+                | BinaryOperator::NotEq
+                | BinaryOperator::Lt
+                | BinaryOperator::LtEq
+                | BinaryOperator::Gt
+                | BinaryOperator::GtEq
+                | BinaryOperator::Arrow
+                | BinaryOperator::LongArrow
+                | BinaryOperator::HashArrow
+                | BinaryOperator::HashLongArrow
+                | BinaryOperator::AtArrow
+                | BinaryOperator::ArrowAt
+                | BinaryOperator::Question
+                | BinaryOperator::QuestionPipe
+                | BinaryOperator::QuestionAnd
+                | BinaryOperator::StringConcat
+                | BinaryOperator::HashMinus
+        ) {
+            return Ok(PlannerResult::Original(expr));
+        }
         // Operands whose type is not known yet (a parameter) keep
         // DataFusion's planning.
         let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
             return Ok(PlannerResult::Original(expr));
         };
         let RawBinaryExpr { op, left, right } = expr;
-        let json = |e: &Expr| {
-            e.to_field(schema)
-                .map(|(_, f)| crate::types::is_json(&f))
-                .unwrap_or(false)
+        // JSON travels as text with a metadata tag, so only text operands
+        // need their field read.
+        let json = |e: &Expr, t: &DataType| {
+            matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+                && e.to_field(schema)
+                    .map(|(_, f)| crate::types::is_json(&f))
+                    .unwrap_or(false)
         };
-        if json(&left) || json(&right) {
-            if let Some(e) = json_operator(&op, &left, &right, json(&left), json(&right)) {
+        let (left_json, right_json) = (json(&left, &lt), json(&right, &rt));
+        if left_json || right_json {
+            if let Some(e) = json_operator(&op, &left, &right, left_json, right_json) {
                 return Ok(PlannerResult::Planned(e));
             }
         }
@@ -129,30 +174,25 @@ impl ExprPlanner for PgOperators {
                     )
                 })
             }
-            (BinaryOperator::Plus | BinaryOperator::Minus, DataType::Date32, r)
-                if is_interval(r) =>
+            // timestamp (or date) ± interval, checked against PostgreSQL's
+            // range.
+            (BinaryOperator::Plus | BinaryOperator::Minus, l, r)
+                if is_interval(r) && timestamp_of(l).is_some() =>
             {
-                let o = match op {
-                    BinaryOperator::Plus => Operator::Plus,
-                    _ => Operator::Minus,
+                let f = match op {
+                    BinaryOperator::Plus => timestamp_plus_interval(),
+                    _ => timestamp_minus_interval(),
                 };
-                Some(binary(
-                    cast(
-                        left.clone(),
-                        DataType::Timestamp(TimeUnit::Microsecond, None),
-                    ),
-                    o,
-                    right.clone(),
-                ))
+                timestamp_of(l).map(|t| call(f, vec![cast_from(&left, l, t), right.clone()]))
             }
-            (BinaryOperator::Plus, l, DataType::Date32) if is_interval(l) => Some(binary(
-                cast(
-                    right.clone(),
-                    DataType::Timestamp(TimeUnit::Microsecond, None),
-                ),
-                Operator::Plus,
-                left.clone(),
-            )),
+            (BinaryOperator::Plus, l, r) if is_interval(l) && timestamp_of(r).is_some() => {
+                timestamp_of(r).map(|t| {
+                    call(
+                        timestamp_plus_interval(),
+                        vec![cast_from(&right, r, t), left.clone()],
+                    )
+                })
+            }
             (BinaryOperator::Minus, DataType::Date32, DataType::Date32) => Some(cast(
                 binary(left.clone(), Operator::Minus, right.clone()),
                 DataType::Int32,

@@ -9,17 +9,12 @@ use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
 };
 
-use super::udf::{field_udf, pg_error};
+use super::udf::{field_udf, pg_error, texts};
 use crate::types::text::{array_text, TextFor};
-
-fn texts(a: &ArrayRef) -> Result<StringArray> {
-    Ok(arrow::compute::cast(a, &DataType::Utf8)?
-        .as_string::<i32>()
-        .clone())
-}
 
 fn map_chars(a: &[ArrayRef], f: fn(char) -> char) -> Result<ArrayRef> {
     let t = texts(&a[0])?;
@@ -277,7 +272,7 @@ impl ScalarUDFImpl for TypeOf {
     ) -> Result<arrow::datatypes::FieldRef> {
         Ok(Arc::new(
             Field::new("pg_typeof", DataType::Utf8, false)
-                .with_metadata([("pg.oid_alias".to_string(), "regtype".to_string())].into()),
+                .with_metadata(crate::types::oid_alias_value("regtype")),
         ))
     }
 
@@ -285,9 +280,54 @@ impl ScalarUDFImpl for TypeOf {
         let f = &args.arg_fields[0];
         let name = match f.data_type() {
             DataType::Null => "unknown".to_string(),
-            _ => crate::types::PgType::of_field(f).format(),
+            // The type alone, as regtype shows an oid: `numeric`, not
+            // `numeric(12,3)`.
+            _ => crate::types::PgType::plain(crate::types::PgType::of_field(f).oid).format(),
         };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
+/// `oid::regtype` of a value that is not a name (`atttypid::regtype`):
+/// the type's name, described as a regtype. The SQL rewrite of such casts
+/// (`sluice_sql::rewrite_regproc_zero`) calls it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RegtypeName {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for RegtypeName {
+    fn name(&self) -> &str {
+        sluice_sql::REGTYPE_NAME_FUNCTION
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(
+        &self,
+        _args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<arrow::datatypes::FieldRef> {
+        Ok(Arc::new(
+            Field::new("regtype", DataType::Utf8, true)
+                .with_metadata(crate::types::oid_alias_value("regtype")),
+        ))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let oids = args.args[0].to_array(args.number_rows)?;
+        let oids = arrow::compute::cast(&oids, &DataType::Int64)?;
+        let names: StringArray = oids
+            .as_primitive::<arrow::datatypes::Int64Type>()
+            .iter()
+            .map(|v| v.map(|oid| crate::types::PgType::plain(oid as u32).format()))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(names)))
     }
 }
 
@@ -312,14 +352,55 @@ fn to_hex(a: &[ArrayRef]) -> Result<ArrayRef> {
     Ok(Arc::new(out))
 }
 
+/// `length(text)` in characters; `length(bytea)` in bytes.
+fn length(a: &[ArrayRef]) -> Result<ArrayRef> {
+    measure(a, |v| v.chars().count())
+}
+
+/// `octet_length` of text or bytea: its bytes (UTF-8 for text).
+fn octet_length(a: &[ArrayRef]) -> Result<ArrayRef> {
+    measure(a, str::len)
+}
+
+/// Bytes of a bytea, else `of_text` of the text.
+fn measure(a: &[ArrayRef], of_text: fn(&str) -> usize) -> Result<ArrayRef> {
+    let out: arrow::array::Int32Array = match a[0].data_type() {
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+            let b = arrow::compute::cast(&a[0], &DataType::Binary)?;
+            b.as_binary::<i32>()
+                .iter()
+                .map(|v| v.map(|v| v.len() as i32))
+                .collect()
+        }
+        _ => texts(&a[0])?
+            .iter()
+            .map(|v| v.map(|v| of_text(v) as i32))
+            .collect(),
+    };
+    Ok(Arc::new(out))
+}
+
 /// The functions to register, replacing DataFusion's of the same names.
 pub(crate) fn functions() -> Vec<ScalarUDF> {
     let one = || Signature::any(1, Volatility::Immutable);
+    let string = || Signature::string(1, Volatility::Immutable);
+    // text or bytea, text first: an unknown argument is text.
+    let string_or_bytes = || {
+        Signature::one_of(
+            vec![
+                TypeSignature::String(1),
+                TypeSignature::Exact(vec![DataType::Binary]),
+                TypeSignature::Exact(vec![DataType::LargeBinary]),
+                TypeSignature::Exact(vec![DataType::BinaryView]),
+            ],
+            Volatility::Immutable,
+        )
+    };
     let text = || Field::new("", DataType::Utf8, true);
     vec![
-        field_udf("upper", one(), text(), |a| map_chars(a, upper)),
-        field_udf("lower", one(), text(), |a| map_chars(a, lower)),
-        field_udf("initcap", one(), text(), initcap),
+        field_udf("upper", string(), text(), |a| map_chars(a, upper)),
+        field_udf("lower", string(), text(), |a| map_chars(a, lower)),
+        field_udf("initcap", string(), text(), initcap),
         ScalarUDF::new_from_impl(Quote {
             name: "quote_literal",
             signature: one(),
@@ -332,7 +413,21 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
             signature: Signature::variadic_any(Volatility::Stable),
         }),
         ScalarUDF::new_from_impl(TypeOf { signature: one() }),
+        ScalarUDF::new_from_impl(RegtypeName { signature: one() }),
         field_udf("to_hex", one(), text(), to_hex),
+        field_udf(
+            "length",
+            string_or_bytes(),
+            Field::new("", DataType::Int32, true),
+            length,
+        )
+        .with_aliases(["char_length", "character_length"]),
+        field_udf(
+            "octet_length",
+            string_or_bytes(),
+            Field::new("", DataType::Int32, true),
+            octet_length,
+        ),
     ]
 }
 

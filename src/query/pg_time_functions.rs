@@ -2,9 +2,10 @@
 //! missing: `to_char` (PostgreSQL's patterns, also of numbers and
 //! intervals), `to_timestamp(text, format)`, `to_timestamp(seconds)`,
 //! `to_date`, `extract` (a `numeric`, exact), `date_part` (a `double
-//! precision`), `date_trunc` of a date (a `timestamptz`), `make_date`,
+//! precision`), `make_date`,
 //! `make_timestamp`, `make_interval`, `age`, `justify_hours`,
-//! `justify_days`, `justify_interval` and `isfinite`.
+//! `justify_days`, `justify_interval`, `isfinite`, and `now()` (a
+//! `timestamptz` in microseconds).
 
 use std::sync::Arc;
 
@@ -16,14 +17,14 @@ use arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Field, Float64Type, Int64Type, IntervalMonthDayNanoType,
     TimeUnit, TimestampMicrosecondType,
 };
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
 
 use super::temporal::interval_type;
-use super::udf::{field_udf, pg_error};
+use super::udf::{field_udf, pg_error, texts};
 use crate::types::datetime::{
     civil_from_days, days_from_civil, days_in_month, DATE_INFINITY, DATE_NEG_INFINITY,
     TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY, US_PER_DAY, US_PER_SEC,
@@ -62,18 +63,12 @@ fn micros_of(a: &ArrayRef) -> Result<Vec<Option<i64>>> {
     })
 }
 
-fn texts(a: &ArrayRef) -> Result<StringArray> {
-    Ok(arrow::compute::cast(a, &DataType::Utf8)?
-        .as_string::<i32>()
-        .clone())
-}
-
 /// `to_char(value, format)`.
 fn to_char(a: &[ArrayRef]) -> Result<ArrayRef> {
     let formats = texts(&a[1])?;
     let value = &a[0];
     let n = value.len();
-    let format_at = |i: usize| (formats.len() == 1).then_some(0).unwrap_or(i);
+    let format_at = |i: usize| if formats.len() == 1 { 0 } else { i };
     let mut out = Vec::with_capacity(n);
     match value.data_type() {
         DataType::Date32 | DataType::Timestamp(_, _) => {
@@ -128,14 +123,14 @@ fn to_char(a: &[ArrayRef]) -> Result<ArrayRef> {
             };
             let floats = arrow::compute::cast(value, &DataType::Float64)?;
             let floats = floats.as_primitive::<Float64Type>();
-            for i in 0..n {
+            for (i, exact) in exact.iter().enumerate().take(n) {
                 let f = format_at(i);
                 out.push(if floats.is_null(i) || formats.is_null(f) {
                     None
                 } else {
                     Some(format_number(
                         floats.value(i),
-                        exact[i].as_deref(),
+                        exact.as_deref(),
                         formats.value(f),
                     ))
                 });
@@ -440,51 +435,6 @@ super::udf::cached_udf!(
     })
 );
 
-/// `date_trunc(field, date)`: PostgreSQL truncates a date as a
-/// timestamptz; timestamps go to DataFusion's own.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct DateTrunc {
-    signature: Signature,
-    inner: Arc<ScalarUDF>,
-}
-
-impl ScalarUDFImpl for DateTrunc {
-    fn name(&self) -> &str {
-        "date_trunc"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        match args.get(1) {
-            Some(DataType::Date32 | DataType::Date64) => Ok(timestamptz()),
-            Some(DataType::Timestamp(_, tz)) => {
-                Ok(DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
-            }
-            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
-                Ok(DataType::Timestamp(TimeUnit::Microsecond, None))
-            }
-            Some(other) => Ok(other.clone()),
-            None => Err(DataFusionError::Plan(
-                "date_trunc takes two arguments".into(),
-            )),
-        }
-    }
-
-    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let to = args.return_field.data_type().clone();
-        args.args[1] = args.args[1].cast_to(&to, None)?;
-        let field = args.arg_fields[1]
-            .as_ref()
-            .clone()
-            .with_data_type(to.clone());
-        args.arg_fields[1] = Arc::new(field);
-        self.inner.invoke_with_args(args)
-    }
-}
-
 fn ints(a: &ArrayRef) -> Result<Vec<Option<i64>>> {
     let v = arrow::compute::cast(a, &DataType::Int64)?;
     Ok(v.as_primitive::<Int64Type>().iter().collect())
@@ -675,8 +625,63 @@ fn is_finite(a: &[ArrayRef]) -> Result<ArrayRef> {
     Ok(Arc::new(out))
 }
 
+/// `now()` (and `current_timestamp`): the statement's start as a
+/// `timestamptz` in microseconds, as PostgreSQL gives it; DataFusion's is
+/// in nanoseconds with no zone, which clients show as a `timestamp`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Now {
+    signature: Signature,
+    aliases: Vec<String>,
+}
+
+impl ScalarUDFImpl for Now {
+    fn name(&self) -> &str {
+        "now"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(timestamptz())
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        // Planning replaces the call by the statement's start (simplify).
+        Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+            Some(chrono::Utc::now().timestamp_micros()),
+            Some(Arc::from(UTC)),
+        )))
+    }
+
+    fn simplify(
+        &self,
+        args: Vec<datafusion::logical_expr::Expr>,
+        info: &datafusion::logical_expr::simplify::SimplifyContext,
+    ) -> Result<datafusion::logical_expr::simplify::ExprSimplifyResult> {
+        use datafusion::logical_expr::simplify::ExprSimplifyResult;
+        let Some(start) = info.query_execution_start_time() else {
+            return Ok(ExprSimplifyResult::Original(args));
+        };
+        Ok(ExprSimplifyResult::Simplified(
+            datafusion::logical_expr::Expr::Literal(
+                ScalarValue::TimestampMicrosecond(
+                    Some(start.timestamp_micros()),
+                    Some(Arc::from(UTC)),
+                ),
+                None,
+            ),
+        ))
+    }
+}
+
 /// The functions to register, replacing DataFusion's of the same names.
-pub(crate) fn functions(date_trunc: Arc<ScalarUDF>) -> Vec<ScalarUDF> {
+pub(crate) fn functions() -> Vec<ScalarUDF> {
     let any = |n| Signature::any(n, Volatility::Immutable);
     let field = |t: DataType| Field::new("", t, true);
     vec![
@@ -692,10 +697,6 @@ pub(crate) fn functions(date_trunc: Arc<ScalarUDF>) -> Vec<ScalarUDF> {
         ScalarUDF::new_from_impl(Extract {
             signature: any(2),
             float: true,
-        }),
-        ScalarUDF::new_from_impl(DateTrunc {
-            signature: any(2),
-            inner: date_trunc,
         }),
         field_udf("make_date", any(3), field(DataType::Date32), make_date),
         field_udf(
@@ -727,6 +728,10 @@ pub(crate) fn functions(date_trunc: Arc<ScalarUDF>) -> Vec<ScalarUDF> {
             justify(a, Interval::justify)
         }),
         field_udf("isfinite", any(1), field(DataType::Boolean), is_finite),
+        ScalarUDF::new_from_impl(Now {
+            signature: Signature::nullary(Volatility::Stable),
+            aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
+        }),
     ]
 }
 

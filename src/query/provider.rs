@@ -60,6 +60,11 @@ impl LogTableProvider {
         &self.table.def.name
     }
 
+    /// Whether it reads this table (not one dropped before it was created).
+    pub fn reads(&self, table: &Arc<TableLog>) -> bool {
+        Arc::ptr_eq(&self.table, table)
+    }
+
     /// The column whose bounds frame headers keep (the watermark column, or
     /// the first timestamp column).
     fn time_column(&self) -> Option<&str> {

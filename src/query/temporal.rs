@@ -8,6 +8,7 @@
 //!   months, 24-hour days), so `INTERVAL '1 day' = INTERVAL '24 hours'`;
 //! - `timestamp - timestamp`: an interval of days and time
 //!   (`386 days 15:39:22`), not of hours;
+//! - `timestamp ± interval`: checked against PostgreSQL's range;
 //! - text to dates, timestamps, times and intervals in every form
 //!   PostgreSQL reads (`types::datetime`, `types::interval`), failing with
 //!   its SQLSTATEs.
@@ -28,7 +29,9 @@ use datafusion::logical_expr::{
 };
 
 use super::udf::{array_udf, cached_udf, pg_error};
-use crate::types::datetime::{parse_date, parse_time, parse_timestamp};
+use crate::types::datetime::{
+    parse_date, parse_time, parse_timestamp, TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY,
+};
 use crate::types::interval::{parse_interval, Interval};
 
 pub(crate) fn interval_type() -> DataType {
@@ -53,9 +56,9 @@ fn interval_scale(args: &[ArrayRef], divide: bool) -> Result<ArrayRef> {
             if factor == 0.0 {
                 return Err(pg_error("22012", "division by zero"));
             }
-            v.div(factor)?
+            v.divided_by(factor)?
         } else {
-            v.mul(factor)?
+            v.times(factor)?
         };
         out.push(Some(r.to_arrow()));
     }
@@ -137,20 +140,118 @@ impl ScalarUDFImpl for TimestampDifference {
             .iter()
             .zip(r.iter())
             .map(|(l, r)| match (l, r) {
-                (Some(l), Some(r)) => l.checked_sub(r).map(|d| {
-                    Interval {
-                        months: 0,
-                        days: 0,
-                        micros: d,
+                (Some(l), Some(r)) => {
+                    let infinite = |t: i64| t == TIMESTAMP_INFINITY || t == TIMESTAMP_NEG_INFINITY;
+                    if infinite(l) || infinite(r) {
+                        return Err(pg_error("22008", "cannot subtract infinite timestamps"));
                     }
-                    .justify_hours()
-                    .to_arrow()
-                }),
-                _ => None,
+                    let d = l.checked_sub(r).ok_or_else(interval_out_of_range)?;
+                    Ok(Some(
+                        Interval {
+                            months: 0,
+                            days: 0,
+                            micros: d,
+                        }
+                        .justify_hours()
+                        .to_arrow(),
+                    ))
+                }
+                _ => Ok(None),
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(ColumnarValue::Array(Arc::new(out)))
     }
+}
+
+cached_udf!(
+    timestamp_plus_interval,
+    ScalarUDF::new_from_impl(TimestampPlusInterval {
+        signature: Signature::any(2, Volatility::Immutable),
+        subtract: false,
+    })
+);
+
+cached_udf!(
+    timestamp_minus_interval,
+    ScalarUDF::new_from_impl(TimestampPlusInterval {
+        signature: Signature::any(2, Volatility::Immutable),
+        subtract: true,
+    })
+);
+
+/// `timestamp + interval` and `timestamp - interval` as PostgreSQL's
+/// `timestamp_pl_interval`: months first (the day kept, or the month's
+/// last), then days, then time; a result outside 4713 BC .. 294276 AD
+/// fails with 22008 (`timestamp out of range`); infinity stays infinity.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TimestampPlusInterval {
+    signature: Signature,
+    subtract: bool,
+}
+
+impl ScalarUDFImpl for TimestampPlusInterval {
+    fn name(&self) -> &str {
+        if self.subtract {
+            "timestamp_mi_interval"
+        } else {
+            "timestamp_pl_interval"
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args.first() {
+            Some(DataType::Timestamp(_, tz)) => {
+                Ok(DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
+            }
+            _ => Ok(DataType::Timestamp(TimeUnit::Microsecond, None)),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let to = args.return_field.data_type().clone();
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let t = micros(&arrays[0])?;
+        let i = arrow::compute::cast(&arrays[1], &interval_type())?;
+        let i = intervals(&i);
+        let mut out = Vec::with_capacity(t.len());
+        for k in 0..t.len() {
+            if t.is_null(k) || i.is_null(k) {
+                out.push(None);
+                continue;
+            }
+            let mut v = Interval::from_arrow(i.value(k));
+            if self.subtract {
+                v = Interval {
+                    months: v.months.checked_neg().ok_or_else(interval_out_of_range)?,
+                    days: v.days.checked_neg().ok_or_else(interval_out_of_range)?,
+                    micros: v.micros.checked_neg().ok_or_else(interval_out_of_range)?,
+                };
+            }
+            out.push(Some(
+                crate::types::datetime::add_interval(t.value(k), v.months, v.days, v.micros)
+                    .ok_or_else(|| pg_error("22008", "timestamp out of range"))?,
+            ));
+        }
+        let out: ArrayRef = Arc::new(TimestampMicrosecondArray::from(out).with_data_type(to));
+        if scalar {
+            return Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&out, 0)?,
+            ));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+fn interval_out_of_range() -> DataFusionError {
+    pg_error("22008", "interval out of range")
 }
 
 /// Text to a date, timestamp, time or interval, read as PostgreSQL reads

@@ -93,12 +93,29 @@ impl ScalarUDFImpl for ArrayFunction {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let out = (self.compute.0)(&arrays)?;
         if scalar && out.len() == 1 {
+            // A list keeps its element field (and what its metadata says
+            // of the type), which `try_from_array` would build anew.
+            if let DataType::List(_) = out.data_type() {
+                use arrow::array::AsArray;
+                return Ok(ColumnarValue::Scalar(
+                    datafusion::common::ScalarValue::List(Arc::new(out.as_list::<i32>().clone())),
+                ));
+            }
             return Ok(ColumnarValue::Scalar(
                 datafusion::common::ScalarValue::try_from_array(&out, 0)?,
             ));
         }
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// An argument array as text (a text-typed column or literal of any
+/// string width, or another type cast to text).
+pub(crate) fn texts(a: &ArrayRef) -> Result<arrow::array::StringArray> {
+    use arrow::array::AsArray;
+    Ok(arrow::compute::cast(a, &DataType::Utf8)?
+        .as_string::<i32>()
+        .clone())
 }
 
 /// A UDF of fixed argument types computed by `compute` on whole arrays.

@@ -127,6 +127,12 @@ where
 /// (the fields keep their types).
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<RecordBatch> {
     let schema = batch.schema();
+    // A regtype shows as the type's name. The wire's field says so: the
+    // batch's may have lost the metadata to a cast the optimizer dropped.
+    let is_regtype = |i: usize| {
+        batch.column(i).data_type().is_integer()
+            && fields.get(i).map(|f| f.datatype().oid()) == Some(oid::REGTYPE)
+    };
     let change = |i: usize| -> Option<bool> {
         let binary = fields.get(i).map(|f| f.format()) == Some(FieldFormat::Binary);
         let t = batch.column(i).data_type();
@@ -139,17 +145,18 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<R
                 ))
             .then_some(true);
         }
-        (!matches!(
-            t,
-            DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::Boolean
-                | DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Utf8View
-                | DataType::Timestamp(TimeUnit::Microsecond, _)
-        ))
+        (is_regtype(i)
+            || !matches!(
+                t,
+                DataType::Int16
+                    | DataType::Int32
+                    | DataType::Int64
+                    | DataType::Boolean
+                    | DataType::Utf8
+                    | DataType::LargeUtf8
+                    | DataType::Utf8View
+                    | DataType::Timestamp(TimeUnit::Microsecond, _)
+            ))
         .then_some(false)
     };
     if !(0..batch.num_columns()).any(|i| change(i).is_some()) {
@@ -164,8 +171,13 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<R
             continue;
         };
         let (column, data_type) = if !binary {
+            let field = if is_regtype(i) {
+                regtype_field(schema.field(i))
+            } else {
+                schema.field(i).clone()
+            };
             (
-                array_text(&columns[i], schema.field(i), TextFor::Output).map_err(err)?,
+                array_text(&columns[i], &field, TextFor::Output).map_err(err)?,
                 DataType::Utf8,
             )
         } else if columns[i].data_type().is_unsigned_integer() {
@@ -180,6 +192,13 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> PgWireResult<R
         schema_fields[i] = schema_fields[i].clone().with_data_type(data_type);
     }
     RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns).map_err(err)
+}
+
+/// `field` marked as a regtype (see `types::pg_type`).
+fn regtype_field(field: &Field) -> Field {
+    let mut metadata = field.metadata().clone();
+    metadata.extend(crate::types::oid_alias_value("regtype"));
+    field.clone().with_metadata(metadata)
 }
 
 /// JSONB's binary form: a version byte (1), then the JSON text.
@@ -238,6 +257,10 @@ impl TextRows {
             .zip(fields)
             .map(|(c, f)| {
                 let binary = f.format() == FieldFormat::Binary;
+                // A regtype's text is a name (see `postgres_text`).
+                if !binary && f.datatype().oid() == oid::REGTYPE {
+                    return None;
+                }
                 let column = match c.data_type() {
                     DataType::Int16 => TextColumn::SmallInt(c.as_primitive().clone()),
                     DataType::Int32 => TextColumn::Int(c.as_primitive().clone()),

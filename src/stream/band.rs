@@ -15,7 +15,7 @@
 
 use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{Between, BinaryExpr, Expr, LogicalPlan, Operator};
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 
 /// `right.time - left.time` lies in `[lo_us, hi_us]` for every pair the
 /// condition lets through.
@@ -105,17 +105,41 @@ fn flip(op: Operator) -> Operator {
     }
 }
 
+/// `a + b` or `a - b`: the operator DataFusion plans, or the function
+/// PostgreSQL's `timestamp ± interval` is planned as.
+fn sum_terms(e: &Expr) -> Option<(&Expr, Operator, &Expr)> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(op, Operator::Plus | Operator::Minus) =>
+        {
+            Some((left, *op, right))
+        }
+        Expr::ScalarFunction(f) => {
+            let op = match f.func.name() {
+                "timestamp_pl_interval" => Operator::Plus,
+                "timestamp_mi_interval" => Operator::Minus,
+                _ => return None,
+            };
+            match f.args.as_slice() {
+                [l, r] => Some((l, op, r)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// `col`, `col + c` or `col - c` with a constant duration `c`: the column
 /// and the offset in microseconds.
 fn time_term(e: &Expr) -> Option<(Column, i64)> {
     match e {
         Expr::Column(c) => Some((c.clone(), 0)),
         Expr::Cast(c) => time_term(&c.expr).filter(|_| c.field.data_type().is_temporal()),
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+        e if sum_terms(e).is_some() => {
+            let (left, op, right) = sum_terms(e)?;
             let sign = match op {
                 Operator::Plus => 1,
-                Operator::Minus => -1,
-                _ => return None,
+                _ => -1,
             };
             match (time_term(left), duration_us(right)) {
                 (Some((c, o)), Some(d)) => Some((c, o.saturating_add(sign * d))),
@@ -127,6 +151,26 @@ fn time_term(e: &Expr) -> Option<(Column, i64)> {
             }
         }
         _ => None,
+    }
+}
+
+/// Whether `e` is the constant timestamp 1970-01-01 00:00:00.
+fn is_epoch(e: &Expr) -> bool {
+    match e {
+        Expr::Literal(
+            ScalarValue::TimestampSecond(Some(0), _)
+            | ScalarValue::TimestampMillisecond(Some(0), _)
+            | ScalarValue::TimestampMicrosecond(Some(0), _)
+            | ScalarValue::TimestampNanosecond(Some(0), _),
+            _,
+        ) => true,
+        Expr::Cast(c) => match c.expr.as_ref() {
+            Expr::Literal(ScalarValue::Utf8(Some(text)), _) => {
+                crate::types::datetime::parse_timestamp(text, false).is_ok_and(|t| t == 0)
+            }
+            inner => is_epoch(inner),
+        },
+        _ => false,
     }
 }
 
@@ -207,8 +251,12 @@ pub fn trace_expr(e: &Expr, input: &LogicalPlan) -> Option<TracedColumn> {
     match &e {
         Expr::Column(c) => source_column(input, input.schema().index_of_column(c).ok()?),
         Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
-            let [stride, column] = f.args.as_slice() else {
-                return None;
+            // PostgreSQL's date_bin always takes an origin; from the epoch
+            // it is the two-argument form.
+            let (stride, column) = match f.args.as_slice() {
+                [stride, column] => (stride, column),
+                [stride, column, origin] if is_epoch(origin) => (stride, column),
+                _ => return None,
             };
             let size = duration_us(stride).filter(|s| *s > 0)?;
             let inner =
@@ -218,11 +266,14 @@ pub fn trace_expr(e: &Expr, input: &LogicalPlan) -> Option<TracedColumn> {
                 ..inner
             })
         }
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Plus,
-            right,
-        }) => {
+        // A cast to the type it has already.
+        Expr::Cast(c)
+            if c.expr.get_type(input.schema()).ok().as_ref() == Some(c.field.data_type()) =>
+        {
+            trace_expr(&c.expr, input)
+        }
+        e if matches!(sum_terms(e), Some((_, Operator::Plus, _))) => {
+            let (left, _, right) = sum_terms(e)?;
             let start = trace_expr(left, input).filter(|t| !t.end && t.stage.is_none())?;
             let size = start.window_us?;
             (duration_us(right) == Some(size)).then_some(TracedColumn { end: true, ..start })

@@ -429,12 +429,19 @@ impl JoinGraph {
                 }
                 None => None,
             };
+            let nulls_match =
+                join.null_equality == datafusion::common::NullEquality::NullEqualsNull;
+            let equals = if nulls_match {
+                "IS NOT DISTINCT FROM"
+            } else {
+                "="
+            };
             let description = format!(
                 "{} JOIN ON {}{}",
                 join_kind(join.join_type),
                 join.on
                     .iter()
-                    .map(|(l, r)| format!("{l} = {r}"))
+                    .map(|(l, r)| format!("{l} {equals} {r}"))
                     .collect::<Vec<_>>()
                     .join(" AND "),
                 join.filter
@@ -499,8 +506,8 @@ impl JoinGraph {
             }
             let operator = JoinOperator::new(
                 join.join_type,
-                JoinSide::new(left_schema, left_keys)?,
-                JoinSide::new(right_schema, right_keys)?,
+                JoinSide::new(left_schema, left_keys)?.matching_nulls(nulls_match),
+                JoinSide::new(right_schema, right_keys)?.matching_nulls(nulls_match),
                 filter,
                 schema,
                 description,

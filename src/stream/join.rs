@@ -68,6 +68,8 @@ pub struct JoinSide {
     /// Live rows whose key has a NULL.
     null_keyed: Vec<Entry>,
     live: u64,
+    /// NULL keys match each other (`IS NOT DISTINCT FROM`).
+    nulls_match: bool,
 }
 
 impl JoinSide {
@@ -97,7 +99,15 @@ impl JoinSide {
             index: HashMap::default(),
             null_keyed: Vec::new(),
             live: 0,
+            nulls_match: false,
         })
+    }
+
+    /// Keys holding NULLs match each other, as `IS NOT DISTINCT FROM`
+    /// joins them.
+    pub fn matching_nulls(mut self, nulls_match: bool) -> JoinSide {
+        self.nulls_match = nulls_match;
+        self
     }
 
     /// The join key of each row, and which rows have a NULL in it.
@@ -112,7 +122,7 @@ impl JoinSide {
             })
             .collect::<Result<_, _>>()?;
         let null: Vec<bool> = (0..batch.num_rows())
-            .map(|i| columns.iter().any(|c| c.is_null(i)))
+            .map(|i| !self.nulls_match && columns.iter().any(|c| c.is_null(i)))
             .collect();
         Ok((self.key_rows.convert_columns(&columns)?, null))
     }

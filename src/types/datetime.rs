@@ -96,6 +96,36 @@ const MIN_DAYS: i64 = -2_440_588;
 /// The latest timestamp's day PostgreSQL takes: 294276-12-31.
 const MAX_DAYS: i64 = 106_751_991 - 1;
 
+/// Whether a timestamp (microseconds since 1970) is one PostgreSQL
+/// holds: 4714-11-24 BC to the end of 294276 AD.
+pub fn timestamp_in_range(us: i64) -> bool {
+    (MIN_DAYS * US_PER_DAY..(MAX_DAYS + 1) * US_PER_DAY).contains(&us)
+}
+
+/// A timestamp plus months, days and microseconds, as PostgreSQL's
+/// `timestamp_pl_interval`: months first (keeping the day of the month,
+/// or the month's last day), then days, then time. None when the result
+/// leaves PostgreSQL's range. Infinities stay as they are.
+pub fn add_interval(us: i64, months: i32, days: i32, micros: i64) -> Option<i64> {
+    if us == TIMESTAMP_INFINITY || us == TIMESTAMP_NEG_INFINITY {
+        return Some(us);
+    }
+    let mut day = us.div_euclid(US_PER_DAY);
+    let time = us.rem_euclid(US_PER_DAY);
+    if months != 0 {
+        let (y, m, d) = civil_from_days(day);
+        let total = y * 12 + (m as i64 - 1) + months as i64;
+        let (y, m) = (total.div_euclid(12), total.rem_euclid(12) as u32 + 1);
+        day = days_from_civil(y, m, d.min(days_in_month(y, m)));
+    }
+    day = day.checked_add(days as i64)?;
+    let out = day
+        .checked_mul(US_PER_DAY)?
+        .checked_add(time)?
+        .checked_add(micros)?;
+    timestamp_in_range(out).then_some(out)
+}
+
 /// The parts of a date and time read from text.
 #[derive(Debug, Default, Clone, Copy)]
 struct Fields {
@@ -452,7 +482,7 @@ pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, DateTimeError
     if with_zone {
         us -= f.zone.unwrap_or(0) * US_PER_SEC;
     }
-    if !(MIN_DAYS * US_PER_DAY..(MAX_DAYS + 1) * US_PER_DAY).contains(&us) {
+    if !timestamp_in_range(us) {
         return Err(DateTimeError::OutOfRange {
             ty: "timestamp",
             text: text.to_string(),

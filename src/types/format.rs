@@ -282,16 +282,9 @@ pub fn format_timestamp(us: i64, format: &str, with_zone: bool) -> String {
             "Q" => num((month as i64 - 1) / 3 + 1, 1, &mut out),
             "RM" => word(ROMAN[month as usize - 1], 4, &mut out),
             "rm" => word(&ROMAN[month as usize - 1].to_lowercase(), 4, &mut out),
-            "TZ" => {
-                if with_zone {
-                    out.push_str("UTC")
-                }
-            }
-            "tz" => {
-                if with_zone {
-                    out.push_str("utc")
-                }
-            }
+            "TZ" if with_zone => out.push_str("UTC"),
+            "tz" if with_zone => out.push_str("utc"),
+            "TZ" | "tz" => {}
             "TZH" => out.push_str("+00"),
             "TZM" => out.push_str("00"),
             "OF" => out.push_str("+00"),

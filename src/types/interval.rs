@@ -81,13 +81,13 @@ impl Interval {
 
     /// `interval * factor` (PostgreSQL's `interval_mul`): whole months and
     /// days stay so, their fractions cascade down into days and time.
-    pub fn mul(self, factor: f64) -> Result<Interval, IntervalError> {
+    pub fn times(self, factor: f64) -> Result<Interval, IntervalError> {
         self.scale(|v| v * factor)
     }
 
     /// `interval / factor` (PostgreSQL's `interval_div`); the divisor is
     /// not zero.
-    pub fn div(self, factor: f64) -> Result<Interval, IntervalError> {
+    pub fn divided_by(self, factor: f64) -> Result<Interval, IntervalError> {
         self.scale(|v| v / factor)
     }
 
@@ -530,15 +530,18 @@ mod tests {
     fn multiplying_cascades_fractions() {
         let p = |t: &str| parse_interval(t).unwrap();
         assert_eq!(
-            interval_text(p("2 days 1 hour").mul(2.0).unwrap()),
+            interval_text(p("2 days 1 hour").times(2.0).unwrap()),
             "4 days 02:00:00"
         );
-        assert_eq!(interval_text(p("1 hour").div(2.0).unwrap()), "00:30:00");
         assert_eq!(
-            interval_text(p("1 month").mul(1.5).unwrap()),
+            interval_text(p("1 hour").divided_by(2.0).unwrap()),
+            "00:30:00"
+        );
+        assert_eq!(
+            interval_text(p("1 month").times(1.5).unwrap()),
             "1 mon 15 days"
         );
-        assert_eq!(interval_text(p("1 second").mul(3.0).unwrap()), "00:00:03");
+        assert_eq!(interval_text(p("1 second").times(3.0).unwrap()), "00:00:03");
         let i = Interval {
             months: 0,
             days: 0,

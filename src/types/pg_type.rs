@@ -22,6 +22,23 @@ pub use sluice_catalog::SQL_TYPE_METADATA_KEY;
 /// arrow-pg's metadata key for int4 columns that are oid aliases.
 const OID_ALIAS_KEY: &str = "pg.oid_alias";
 
+/// Marks a value cast to an oid alias (`atttypid::regtype`) or computed
+/// as one (`pg_typeof`). datafusion-pg-catalog marks its catalog columns
+/// with their alias (`atttypid` as a regtype, so that `atttypid = 'int4'`
+/// resolves), but PostgreSQL's catalog columns are plain `oid`s: clients
+/// (ADBC, JDBC) read them as numbers. Only a marked field is described,
+/// and shown, as its alias.
+pub const OID_ALIAS_CAST_KEY: &str = "sluice.oid_alias_cast";
+
+/// The metadata of a value of oid alias `kind` (`"regtype"`).
+pub fn oid_alias_value(kind: &str) -> HashMap<String, String> {
+    [
+        (OID_ALIAS_KEY.to_string(), kind.to_string()),
+        (OID_ALIAS_CAST_KEY.to_string(), "true".to_string()),
+    ]
+    .into()
+}
+
 /// The time zone of `timestamptz` values (the server runs in UTC).
 pub const UTC: &str = "+00:00";
 
@@ -118,7 +135,8 @@ impl PgType {
     pub fn of_field(field: &Field) -> PgType {
         if let Some(kind) = field.metadata().get(OID_ALIAS_KEY) {
             if let Some(t) = oid_alias(kind) {
-                return PgType::plain(t);
+                let cast = field.metadata().contains_key(OID_ALIAS_CAST_KEY);
+                return PgType::plain(if cast { t } else { oid::OID });
             }
         }
         if let Some(declared) = field.metadata().get(SQL_TYPE_METADATA_KEY) {
@@ -188,12 +206,13 @@ impl PgType {
         // A declaration of another type than the values have (a cast's
         // input's, which DataFusion passes on) says nothing.
         match name {
-            "jsonb" | "json" | "varchar" | "bpchar" if !text => return None,
+            "jsonb" | "json" | "varchar" | "bpchar" | "name" if !text => return None,
             "numeric" if !decimal => return None,
             _ => {}
         }
         Some(match (name, numbers.as_slice()) {
             ("jsonb", _) => PgType::plain(oid::JSONB),
+            ("name", _) => PgType::plain(oid::NAME),
             ("json", _) => PgType::plain(oid::JSON),
             ("varchar", []) => PgType::plain(oid::VARCHAR),
             ("varchar", [n]) => PgType {

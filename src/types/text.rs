@@ -74,6 +74,8 @@ pub struct ValueWriter<'a> {
     /// An unconstrained `numeric`: its trailing fractional zeros are not
     /// shown (see `types::pg_type`).
     trim_zeros: bool,
+    /// A `regtype`: an oid shown as the type's name.
+    regtype: bool,
 }
 
 impl<'a> ValueWriter<'a> {
@@ -109,18 +111,32 @@ impl<'a> ValueWriter<'a> {
                 .metadata()
                 .get(super::pg_type::SQL_TYPE_METADATA_KEY)
                 .is_some_and(|d| d == "numeric");
+        let regtype = array.data_type().is_integer() && PgType::of_field(field).oid == oid::REGTYPE;
         Ok(ValueWriter {
             array,
             purpose,
             element,
             fields,
             trim_zeros,
+            regtype,
         })
     }
 
     /// The text of the value at `i` (not NULL).
     pub fn write(&self, i: usize, out: &mut String) {
         let a = self.array;
+        if self.regtype {
+            let v = arrow::compute::cast(&a.slice(i, 1), &DataType::UInt32)
+                .ok()
+                .and_then(|v| {
+                    let v = v.as_primitive::<UInt32Type>();
+                    v.is_valid(0).then(|| v.value(0))
+                });
+            if let Some(oid) = v {
+                out.push_str(&PgType::plain(oid).format());
+                return;
+            }
+        }
         match a.data_type() {
             DataType::Boolean => out.push_str(match (a.as_boolean().value(i), self.purpose) {
                 (true, TextFor::Output) => "t",
