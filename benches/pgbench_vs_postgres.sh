@@ -128,7 +128,7 @@ psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE txev (id BIGINT,
 S_TX1=$(run sluice_tx_one $SLUICE_PORT b "$WORK/tx_one.sql")
 S_TX2=$(run sluice_tx_two $SLUICE_PORT b "$WORK/tx_two.sql")
 psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, score BIGINT) WITH (partitions = 4)" \
-  -c "INSERT INTO users SELECT value, 'user' || CAST(value AS TEXT), value % 100 FROM generate_series(1, 100000)"
+  -c "INSERT INTO users SELECT value, 'user' || CAST(value AS TEXT), value % 100 FROM generate_series(1, 100000) AS s(value)"
 S_KEYED=$(run sluice_read_keyed $SLUICE_PORT b "$WORK/read_keyed.sql")
 kill $SLUICE_PID; wait $SLUICE_PID 2>/dev/null || true; SLUICE_PID=
 

@@ -472,7 +472,7 @@ async fn disk_full_fails_writes_with_53100_and_keeps_reads() {
     c.batch_execute(
         "CREATE TABLE t (n BIGINT, pad TEXT) APPEND ONLY;
          CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS c FROM t;
-         INSERT INTO t SELECT value, 'x' FROM generate_series(1, 1000);
+         INSERT INTO t SELECT value, 'x' FROM generate_series(1, 1000) AS s(value);
          FLUSH;",
     )
     .await
@@ -488,7 +488,7 @@ async fn disk_full_fails_writes_with_53100_and_keeps_reads() {
     }
     let err = c
         .batch_execute(
-            "INSERT INTO t SELECT value, repeat('y', 100) FROM generate_series(1, 50000)",
+            "INSERT INTO t SELECT value, repeat('y', 100) FROM generate_series(1, 50000) AS s(value)",
         )
         .await
         .expect_err("the disk is full");
@@ -516,7 +516,7 @@ async fn lag_shows_processed_and_checkpointed_offsets() {
     c.batch_execute(
         "CREATE TABLE t (k TEXT, n BIGINT) APPEND ONLY WITH (partitions = 2, partition_key = 'k');
          CREATE MATERIALIZED VIEW v AS SELECT k, COUNT(*) AS c FROM t GROUP BY k;
-         INSERT INTO t SELECT CAST(value % 7 AS TEXT), value FROM generate_series(1, 1000);",
+         INSERT INTO t SELECT CAST(value % 7 AS TEXT), value FROM generate_series(1, 1000) AS s(value);",
     )
     .await
     .unwrap();
@@ -561,9 +561,9 @@ async fn incomplete_epochs_and_torn_manifests_are_ignored_and_removed() {
     c.batch_execute(
         "CREATE TABLE t (k TEXT, n BIGINT) APPEND ONLY WITH (partitions = 2, partition_key = 'k');
          CREATE MATERIALIZED VIEW v AS SELECT k, COUNT(*) AS c, SUM(n) AS s FROM t GROUP BY k;
-         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(1, 100);
+         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(1, 100) AS s(value);
          FLUSH;
-         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(101, 200);
+         INSERT INTO t SELECT CAST(value % 5 AS TEXT), value FROM generate_series(101, 200) AS s(value);
          FLUSH;",
     )
     .await

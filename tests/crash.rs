@@ -199,7 +199,7 @@ async fn torn_tail_is_cut_at_the_last_good_frame() {
     // carry their frames, so nothing can write the torn frame back.
     for i in 0..10 {
         c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 100 + value, repeat('x', 3000) FROM generate_series(0, 99)"
+            "INSERT INTO t SELECT {i} * 100 + value, repeat('x', 3000) FROM generate_series(0, 99) AS s(value)"
         ))
         .await
         .unwrap();

@@ -80,9 +80,11 @@ async fn copy_to_parquet_keeps_offsets_and_duckdb_reads_it() {
     let server = Server::start_env(dir.path(), &[], &s3.env());
     let c = server.connect().await;
     c.batch_execute(SETUP).await.unwrap();
-    c.batch_execute("INSERT INTO t SELECT value, 'more', NULL FROM generate_series(10, 1009)")
-        .await
-        .unwrap();
+    c.batch_execute(
+        "INSERT INTO t SELECT value, 'more', NULL FROM generate_series(10, 1009) AS s(value)",
+    )
+    .await
+    .unwrap();
     let path = dir.path().join("export/usage.parquet");
     let n = c
         .execute(

@@ -55,7 +55,7 @@ fn local_segment_files(server: &Server) -> usize {
 async fn insert_thousands(c: &tokio_postgres::Client, statements: i64) {
     for i in 0..statements {
         c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999) AS s(value)"
         ))
         .await
         .unwrap();
@@ -252,7 +252,7 @@ async fn event_time_predicates_prune_frames() {
     for h in 0..10 {
         c.batch_execute(&format!(
             "INSERT INTO e SELECT value, 'row', to_timestamp_seconds(1767225600 + {h} * 3600 + value)
-             FROM generate_series(0, 999)"
+             FROM generate_series(0, 999) AS s(value)"
         ))
         .await
         .unwrap();
@@ -303,7 +303,7 @@ async fn large_segment_goes_to_s3_in_parts() {
     for i in 0..6 {
         c.batch_execute(&format!(
             "INSERT INTO big SELECT {i} * 100000 + value, concat(md5(CAST(value AS TEXT)), md5(CAST({i} + value AS TEXT)))
-             FROM generate_series(0, 99999)"
+             FROM generate_series(0, 99999) AS s(value)"
         ))
         .await
         .unwrap();

@@ -45,7 +45,7 @@ const SETUP: &str = "CREATE TABLE usage (tenant TEXT, tokens BIGINT) APPEND ONLY
 
 async fn insert_usage(c: &tokio_postgres::Client, from: i64, n: i64) {
     c.batch_execute(&format!(
-        "INSERT INTO usage SELECT 't' || CAST(value AS TEXT), value FROM generate_series({from}, {}) ",
+        "INSERT INTO usage SELECT 't' || CAST(value AS TEXT), value FROM generate_series({from}, {}) AS s(value) ",
         from + n - 1
     ))
     .await
@@ -361,7 +361,7 @@ async fn records_deleted_by_retention_are_skipped_with_a_notice() {
     .unwrap();
     for i in 0..20 {
         c.batch_execute(&format!(
-            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999)"
+            "INSERT INTO t SELECT {i} * 1000 + value, 'row' FROM generate_series(0, 999) AS s(value)"
         ))
         .await
         .unwrap();

@@ -734,8 +734,8 @@ type WatermarkRow = (i32, Option<String>, bool, Option<String>);
 
 async fn watermark_rows(c: &tokio_postgres::Client) -> Vec<WatermarkRow> {
     c.query(
-        "SELECT partition, to_char(watermark, '%Y-%m-%d %H:%M:%S'), idle, \
-         to_char(table_watermark, '%Y-%m-%d %H:%M:%S') \
+        "SELECT partition, to_char(watermark, 'YYYY-MM-DD HH24:MI:SS'), idle, \
+         to_char(table_watermark, 'YYYY-MM-DD HH24:MI:SS') \
          FROM sluice_catalog.watermarks WHERE table_name = 'ev' ORDER BY partition",
         &[],
     )

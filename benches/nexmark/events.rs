@@ -24,7 +24,7 @@ pub const TABLES: &str = "
         WATERMARK FOR date_time AS date_time - INTERVAL '4 seconds')
         APPEND ONLY WITH (partitions = 2);
     CREATE TABLE side_input (key BIGINT, value VARCHAR) APPEND ONLY;
-    INSERT INTO side_input SELECT value AS key, CAST(value AS VARCHAR) AS value FROM generate_series(0, 9999);
+    INSERT INTO side_input SELECT value AS key, CAST(value AS VARCHAR) AS value FROM generate_series(0, 9999) AS s(value);
 ";
 
 /// 2026-01-01 00:00:00 UTC in milliseconds: every run the same events.

@@ -15,6 +15,24 @@ pub struct Oracle {
     pub pg: Postgres,
     pub sluice: RawClient,
     pub postgres: RawClient,
+    /// Kinds of difference let pass (from `allowed.txt`'s `rule` lines).
+    pub rules: Rules,
+}
+
+/// Differences that `allowed.txt` lets pass everywhere, each by name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rules {
+    /// `numeric-scale`: a NUMERIC value that PostgreSQL shows with another
+    /// number of digits after the point, equal when the longer is rounded
+    /// to the shorter, Sluice's showing at least 16 (or PostgreSQL's).
+    pub numeric_scale: bool,
+    /// `data-exception-order`: both fail with a data exception (class
+    /// 22), each on the first bad row it met.
+    pub data_exception_order: bool,
+    /// `numeric-range`: Sluice fails with 22003 `value overflows numeric
+    /// format` (a value beyond 38 digits) or 22P02 on a numeric NaN or
+    /// infinity, where PostgreSQL answers.
+    pub numeric_range: bool,
 }
 
 /// How the rows of two answers are compared.
@@ -47,6 +65,7 @@ impl Oracle {
             pg,
             sluice,
             postgres,
+            rules: Rules::default(),
         }
     }
 
@@ -55,6 +74,14 @@ impl Oracle {
         self.sluice = RawClient::connect(self.server.port, "sluice", "sluice")
             .await
             .expect("connect to Sluice");
+    }
+
+    /// Connects to Sluice again if the last statement broke the
+    /// connection (a broken connection is a difference already).
+    pub async fn ensure_connected(&mut self) {
+        if self.sluice.one("SELECT 1").await.is_err() {
+            self.reconnect().await;
+        }
     }
 
     /// Runs setup statements on both servers; each must succeed on both.
@@ -104,11 +131,12 @@ impl Oracle {
                 sqlstate: "connection".into(),
                 message: e.to_string(),
             });
-        if same(&sluice, &postgres, order) {
+        if same(&sluice, &postgres, order, self.rules) {
             None
         } else {
             Some(Difference {
                 sql: sql.to_string(),
+                query: sql.to_string(),
                 sluice,
                 postgres,
             })
@@ -151,11 +179,12 @@ impl Oracle {
                 sqlstate: "connection".into(),
                 message: e.to_string(),
             });
-        if same(&sluice, &postgres, Order::Any) {
+        if same(&sluice, &postgres, Order::Any, self.rules) {
             None
         } else {
             Some(Difference {
                 sql: format!("view {view}: {query}"),
+                query: query.to_string(),
                 sluice,
                 postgres,
             })
@@ -166,7 +195,10 @@ impl Oracle {
 /// Two answers that differ.
 #[derive(Debug, Clone)]
 pub struct Difference {
+    /// The statement as shown (a view's with its name and the step).
     pub sql: String,
+    /// The query PostgreSQL answered, as `allowed.txt` names it.
+    pub query: String,
     pub sluice: Answer,
     pub postgres: Answer,
 }
@@ -214,7 +246,8 @@ fn show(a: &Answer) -> String {
     }
 }
 
-fn same(a: &Answer, b: &Answer, order: Order) -> bool {
+/// Whether Sluice's answer `a` is PostgreSQL's `b`.
+fn same(a: &Answer, b: &Answer, order: Order, rules: Rules) -> bool {
     match (a, b) {
         (
             Answer::Rows {
@@ -228,15 +261,16 @@ fn same(a: &Answer, b: &Answer, order: Order) -> bool {
                 ..
             },
         ) => {
-            if ca != cb {
+            if ca != cb || ra.len() != rb.len() {
                 return false;
             }
-            let floats: Vec<Option<f64>> = ca
+            let kinds: Vec<Value> = ca
                 .iter()
                 .map(|c| match c.type_oid {
-                    700 => Some(1e-6),
-                    701 => Some(1e-12),
-                    _ => None,
+                    700 => Value::Float(1e-6),
+                    701 => Value::Float(1e-12),
+                    1700 if rules.numeric_scale => Value::Numeric,
+                    _ => Value::Text,
                 })
                 .collect();
             let (mut ra, mut rb) = (ra.clone(), rb.clone());
@@ -244,30 +278,127 @@ fn same(a: &Answer, b: &Answer, order: Order) -> bool {
                 ra.sort();
                 rb.sort();
             }
-            ra.len() == rb.len() && ra.iter().zip(&rb).all(|(a, b)| same_row(a, b, &floats))
+            if ra.iter().zip(&rb).all(|(a, b)| same_row(a, b, &kinds)) {
+                return true;
+            }
+            // Values equal but written apart sort apart: match the rows
+            // one by one instead.
+            order == Order::Any && {
+                let mut unmatched: Vec<&Vec<Option<String>>> = rb.iter().collect();
+                ra.iter().all(
+                    |a| match unmatched.iter().position(|b| same_row(a, b, &kinds)) {
+                        Some(i) => {
+                            unmatched.swap_remove(i);
+                            true
+                        }
+                        None => false,
+                    },
+                )
+            }
         }
         (Answer::Command { tag: ta }, Answer::Command { tag: tb }) => ta == tb,
-        (Answer::Error { sqlstate: sa, .. }, Answer::Error { sqlstate: sb, .. }) => sa == sb,
+        (Answer::Error { sqlstate: sa, .. }, Answer::Error { sqlstate: sb, .. }) => {
+            sa == sb || (rules.data_exception_order && sa.starts_with("22") && sb.starts_with("22"))
+        }
+        (Answer::Error { sqlstate, message }, Answer::Rows { .. }) if rules.numeric_range => {
+            (sqlstate == "22003" && message.contains("value overflows numeric format"))
+                || (sqlstate == "22P02"
+                    && message.contains("for type numeric")
+                    && ["NaN", "Infinity"].iter().any(|v| message.contains(v)))
+        }
         _ => false,
     }
 }
 
-/// Two rows are the same when their values' texts are, except that
-/// floats may differ in their last digits (a sum's digits depend on the
-/// order it adds in, which neither server promises).
-fn same_row(a: &[Option<String>], b: &[Option<String>], floats: &[Option<f64>]) -> bool {
+/// How a column's values compare.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Text,
+    /// Floats within a relative tolerance: a sum's last digits depend on
+    /// the order it adds in, which neither server promises.
+    Float(f64),
+    /// Numerics under the `numeric-scale` rule.
+    Numeric,
+}
+
+fn same_row(a: &[Option<String>], b: &[Option<String>], kinds: &[Value]) -> bool {
     a.len() == b.len()
         && a.iter()
             .zip(b)
-            .zip(floats)
-            .all(|((x, y), tolerance)| match (x, y, tolerance) {
-                (Some(x), Some(y), Some(t)) if x != y => match (x.parse::<f64>(), y.parse::<f64>())
-                {
+            .zip(kinds)
+            .all(|((x, y), kind)| match (x, y, kind) {
+                (Some(x), Some(y), _) if x == y => true,
+                (Some(x), Some(y), Value::Float(t)) => match (x.parse::<f64>(), y.parse::<f64>()) {
                     (Ok(x), Ok(y)) => (x - y).abs() <= t * x.abs().max(y.abs()),
                     _ => false,
                 },
+                (Some(x), Some(y), Value::Numeric) => same_numeric(x, y),
                 _ => x == y,
             })
+}
+
+/// `sluice` and `postgres` are the same number shown with different
+/// numbers of digits after the point: the longer rounded (half away from
+/// zero) to the shorter's digits is the shorter, and Sluice shows at least
+/// 16 digits or as many as PostgreSQL.
+fn same_numeric(sluice: &str, postgres: &str) -> bool {
+    let scale = |v: &str| v.split_once('.').map(|(_, f)| f.len()).unwrap_or(0);
+    let (ss, ps) = (scale(sluice), scale(postgres));
+    if ss < ps.min(16) {
+        return false;
+    }
+    let (long, short) = if ss > ps {
+        (sluice, postgres)
+    } else {
+        (postgres, sluice)
+    };
+    match round_text(long, scale(short)) {
+        Some(r) => r == short,
+        None => false,
+    }
+}
+
+/// A decimal's text rounded half away from zero to `digits` after the
+/// point.
+fn round_text(v: &str, digits: usize) -> Option<String> {
+    let (neg, v) = match v.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, v),
+    };
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    if !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut all: Vec<u8> = int.bytes().chain(frac.bytes().take(digits)).collect();
+    let up = frac.as_bytes().get(digits).is_some_and(|d| *d >= b'5');
+    if up {
+        let mut i = all.len();
+        loop {
+            if i == 0 {
+                all.insert(0, b'1');
+                break;
+            }
+            i -= 1;
+            if all[i] == b'9' {
+                all[i] = b'0';
+            } else {
+                all[i] += 1;
+                break;
+            }
+        }
+    }
+    let int_len = all.len() - digits;
+    let mut out = String::new();
+    let zero = all.iter().all(|d| *d == b'0');
+    if neg && !zero {
+        out.push('-');
+    }
+    out.push_str(std::str::from_utf8(&all[..int_len]).ok()?);
+    if digits > 0 {
+        out.push('.');
+        out.push_str(std::str::from_utf8(&all[int_len..]).ok()?);
+    }
+    Some(out)
 }
 
 /// Whether a query's top level orders its rows.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 pub mod differential;
 pub mod postgres;
+pub mod query_gen;
 pub mod raw_client;
 pub mod s3;
 
@@ -476,12 +477,15 @@ pub async fn assert_view_refused(c: &tokio_postgres::Client, query: &str, says: 
     assert!(message.contains(says), "{query}: {message}");
 }
 
-/// The single BIGINT a query returns.
+/// The single integer (BIGINT, or INTEGER as `41 + 1` is) a query returns.
 pub async fn scalar(c: &tokio_postgres::Client, sql: &str) -> i64 {
-    c.query_one(sql, &[])
+    let row = c
+        .query_one(sql, &[])
         .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    row.try_get::<_, i64>(0)
+        .or_else(|_| row.try_get::<_, i32>(0).map(i64::from))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
 }
 
 /// The port in an "HTTP endpoint is up" log line.

@@ -144,8 +144,44 @@ public class JdbcScenario {
     }
   }
 
+  // JSONB, NUMERIC(12,3) and VARCHAR(8) as ResultSetMetaData describes
+  // them, from a table and from a view over it; JSONB reads as a JSON
+  // object (PGobject of type jsonb).
+  static void types(String url) throws Exception {
+    try (Connection c = DriverManager.getConnection(url); Statement st = c.createStatement()) {
+      st.execute("CREATE TABLE jtyped (id INT, doc JSONB, n NUMERIC(12,3), v VARCHAR(8))");
+      st.execute("INSERT INTO jtyped VALUES (1, '{\"a\": [1, 2]}', 1.5, 'abc')");
+      st.execute("CREATE MATERIALIZED VIEW jtyped_view AS SELECT doc, n, v FROM jtyped");
+      st.execute("FLUSH");
+      for (String from : new String[] {"jtyped", "jtyped_view"}) {
+        for (int round = 0; round < 6; round++) {
+          try (PreparedStatement ps = c.prepareStatement("SELECT doc, n, v FROM " + from);
+              ResultSet rs = ps.executeQuery()) {
+            ResultSetMetaData md = rs.getMetaData();
+            check(md.getColumnTypeName(1).equals("jsonb"), "jsonb type " + md.getColumnTypeName(1));
+            check(md.getColumnType(2) == Types.NUMERIC && md.getPrecision(2) == 12 && md.getScale(2) == 3,
+                "numeric(12,3): " + md.getPrecision(2) + "," + md.getScale(2));
+            check(md.getColumnType(3) == Types.VARCHAR && md.getPrecision(3) == 8
+                && md.getColumnDisplaySize(3) == 8, "varchar(8): " + md.getPrecision(3));
+            check(rs.next(), "a row from " + from);
+            Object doc = rs.getObject(1);
+            check(doc instanceof org.postgresql.util.PGobject
+                && ((org.postgresql.util.PGobject) doc).getType().equals("jsonb")
+                && rs.getString(1).replace(" ", "").equals("{\"a\":[1,2]}"), "jsonb value " + doc);
+            check(rs.getBigDecimal(2).toString().equals("1.500"), "numeric value " + rs.getBigDecimal(2));
+            check(rs.getString(3).equals("abc"), "varchar value");
+          }
+        }
+      }
+      // The scenario below checks the catalog lists exactly its own view.
+      st.execute("DROP MATERIALIZED VIEW jtyped_view");
+      st.execute("DROP TABLE jtyped");
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
+    types(url);
     try (Connection c = DriverManager.getConnection(url)) {
       try (Statement st = c.createStatement()) {
         st.execute("CREATE TABLE jd (id BIGINT NOT NULL, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)");

@@ -46,6 +46,26 @@ fn python_scenario(modules: &str, script: &str) {
     );
 }
 
+/// JSONB, NUMERIC(12,3) and VARCHAR(8) as psycopg 3 and asyncpg read
+/// them: JSON values, precision and scale, length.
+#[test]
+fn python_drivers_read_column_types() {
+    for (driver, module) in [("psycopg", "psycopg"), ("asyncpg", "asyncpg")] {
+        if !common::python_has(module) {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(dir.path());
+        run(
+            driver,
+            Command::new("python3")
+                .arg(here("types_scenario.py"))
+                .arg(server.port.to_string())
+                .arg(driver),
+        );
+    }
+}
+
 #[test]
 fn asyncpg() {
     python_scenario("asyncpg", "asyncpg_scenario.py");
@@ -78,6 +98,7 @@ fn jdbc() {
     run(
         "javac",
         Command::new("javac")
+            .args(["-cp", jar])
             .arg("-d")
             .arg(classes.path())
             .arg(here("JdbcScenario.java")),
@@ -378,13 +399,13 @@ async fn tokio_postgres() {
     assert_eq!(tz, "UTC");
     let object: String = c
         .query_one(
-            "SELECT json_build_object('a', 1, 'b', true, 'c', NULL)",
+            "SELECT json_build_object('a', 1, 'b', true, 'c', NULL)::text",
             &[],
         )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(object, r#"{"a":1,"b":true,"c":null}"#);
+    assert_eq!(object, r#"{"a" : 1, "b" : true, "c" : null}"#);
     c.batch_execute("SELECT set_config('application_name', 'x', false); SELECT pg_sleep(0.05)")
         .await
         .unwrap();
@@ -506,4 +527,77 @@ fn psql_describe() {
         "{out}"
     );
     assert_eq!(out.matches("Indexes:").count(), 1, "{out}");
+}
+
+/// A NUMERIC value's display scale, read from PostgreSQL's binary form
+/// (ndigits, weight, sign, dscale, digits).
+struct NumericScale(u16);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for NumericScale {
+    fn from_sql(
+        _ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let scale = raw.get(6..8).ok_or("a numeric shorter than its header")?;
+        Ok(NumericScale(u16::from_be_bytes([scale[0], scale[1]])))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
+/// tokio-postgres reads JSONB as JSON, NUMERIC(12,3) with its scale and
+/// VARCHAR(8) as varchar, from a table and a view; the catalog gives the
+/// precision, scale and length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_reads_column_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE typed (id INT, doc JSONB, n NUMERIC(12,3), v VARCHAR(8));
+         INSERT INTO typed VALUES (1, '{\"a\": [1, 2]}', 1.5, 'abc');
+         CREATE MATERIALIZED VIEW typed_view AS SELECT doc, n, v FROM typed;
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    for from in ["typed", "typed_view"] {
+        let stmt = c
+            .prepare(&format!("SELECT doc, n, v FROM {from}"))
+            .await
+            .unwrap();
+        let types: Vec<&Type> = stmt.columns().iter().map(|c| c.type_()).collect();
+        assert_eq!(
+            types,
+            [&Type::JSONB, &Type::NUMERIC, &Type::VARCHAR],
+            "{from}"
+        );
+        let row = c.query_one(&stmt, &[]).await.unwrap();
+        let doc: serde_json::Value = row.get(0);
+        assert_eq!(doc, serde_json::json!({"a": [1, 2]}), "{from}");
+        let n: NumericScale = row.get(1);
+        assert_eq!(n.0, 3, "{from}: NUMERIC(12,3) keeps its scale");
+        assert_eq!(row.get::<_, String>(2), "abc");
+        let described = text_rows(
+            &c,
+            &format!(
+                "SELECT column_name, data_type, numeric_precision, numeric_scale, \
+                 character_maximum_length FROM information_schema.columns \
+                 WHERE table_name = '{from}' AND column_name IN ('doc', 'n', 'v') \
+                 ORDER BY column_name"
+            ),
+        )
+        .await;
+        assert_eq!(
+            described,
+            [
+                "doc|jsonb|NULL|NULL|NULL",
+                "n|numeric|12|3|NULL",
+                "v|character varying|NULL|NULL|8"
+            ],
+            "{from}"
+        );
+    }
 }

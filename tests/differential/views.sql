@@ -1,0 +1,20 @@
+-- Materialized views of the differential suite. Each is created in Sluice
+-- and compared with PostgreSQL's answer to its query over the same rows,
+-- after each step of `views_answer_as_postgres` (inserts, updates and
+-- deletes of the keyed table, SIGKILL and restart, more inserts). The
+-- tables are in views_schema.sql; one view per statement.
+CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS c, sum(n) AS s, min(x) AS lo, max(x) AS hi, avg(x) AS a FROM ev GROUP BY k;
+CREATE MATERIALIZED VIEW per_minute AS SELECT date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01') AS w, count(*) AS c, max(n) AS m FROM ev GROUP BY 1;
+CREATE MATERIALIZED VIEW arithmetic AS SELECT id, x * 2 AS x2, x / 4 AS q, n % 7 AS m, -x AS neg, round(x, 1) AS r FROM ev WHERE n > 0;
+CREATE MATERIALIZED VIEW distinct_n AS SELECT k, count(DISTINCT n) AS d FROM ev GROUP BY k;
+CREATE MATERIALIZED VIEW busy AS SELECT k, count(*) AS c FROM ev GROUP BY k HAVING count(*) > 1;
+CREATE MATERIALIZED VIEW formatted AS SELECT id, upper(k) AS u, to_char(ts, 'YYYY-MM-DD HH24:MI') AS d, date_trunc('hour', ts) AS h FROM ev;
+CREATE MATERIALIZED VIEW late_week AS SELECT id, ts - TIMESTAMP '2026-01-01' AS since FROM ev WHERE (ts - TIMESTAMP '2026-01-01') > INTERVAL '7 days';
+CREATE MATERIALIZED VIEW top3 AS SELECT id, n FROM ev ORDER BY n DESC, id DESC LIMIT 3;
+CREATE MATERIALIZED VIEW null_safe AS SELECT n1.a, n2.b FROM n1 JOIN n2 ON n1.k IS NOT DISTINCT FROM n2.k;
+CREATE MATERIALIZED VIEW left_nulls AS SELECT n1.k, n1.a, n2.b FROM n1 LEFT JOIN n2 ON n1.k = n2.k;
+CREATE MATERIALIZED VIEW most_common AS SELECT a.k, a.n FROM (SELECT k, count(*) AS n FROM ev GROUP BY k) a JOIN (SELECT max(n) AS m FROM (SELECT k, count(id) AS n FROM ev GROUP BY k) c) b ON a.n = b.m;
+CREATE MATERIALIZED VIEW most_common_keyed AS SELECT a.grp, a.n FROM (SELECT grp, count(*) AS n FROM kv GROUP BY grp) a JOIN (SELECT max(n) AS m FROM (SELECT grp, count(k) AS n FROM kv GROUP BY grp) c) b ON a.n = b.m;
+CREATE MATERIALIZED VIEW per_grp AS SELECT grp, count(*) AS c, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM kv GROUP BY grp;
+CREATE MATERIALIZED VIEW kv_doubled AS SELECT k, grp, v * 2 AS d FROM kv WHERE v > 10;
+CREATE MATERIALIZED VIEW kv_json AS SELECT k, doc -> 'a' AS a, doc ->> 'b' AS b FROM kv WHERE doc ? 'a';
