@@ -8,6 +8,7 @@
 
 mod commit;
 mod compaction;
+mod dir_lock;
 mod error;
 mod frame;
 pub mod keyed;
@@ -21,6 +22,7 @@ pub mod transaction;
 mod watermark;
 
 pub use compaction::{below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon};
+pub use dir_lock::{DataDirLock, DirLockError, LOCK_FILE};
 pub use error::LogError;
 pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
 pub use record_file::RecordFile;

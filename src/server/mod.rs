@@ -97,6 +97,8 @@ pub fn run(
 /// Opens the data directory (recovering every table) and serves clients
 /// until SIGTERM or SIGINT, then shuts down cleanly (see [`shut_down`]).
 pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // Before anything reads or writes the directory; held until we return.
+    let _data_dir_lock = crate::log::DataDirLock::acquire(&config.engine.data_dir)?;
     // First, so that a server that must not start (trust on a public
     // address, a certificate that does not load) stops before recovery.
     let auth = Arc::new(Authenticator::start(
@@ -243,3 +245,4 @@ async fn shut_down(
     .instrument(span)
     .await
 }
+
