@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
-use datafusion::prelude::DataFrame;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::{StreamExt, TryStreamExt};
 
 use crate::error::SluiceError;
 use crate::store::DurableStore;
@@ -13,17 +14,15 @@ use crate::store::DurableStore;
 /// Writes the query's rows as one Parquet file to a server path or an
 /// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
 pub async fn to_location(
-    df: DataFrame,
+    rows: SendableRecordBatchStream,
     columns: SchemaRef,
     location: &str,
 ) -> Result<u64, SluiceError> {
     // The file's columns are named as the query's result shows them.
-    let mut batches = df
-        .collect()
-        .await?
-        .into_iter()
-        .map(|b| named_as(b, &columns))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut batches = rows
+        .map(|b| named_as(b?, &columns))
+        .try_collect::<Vec<_>>()
+        .await?;
     if batches.is_empty() {
         batches.push(RecordBatch::new_empty(columns));
     }

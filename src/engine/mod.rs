@@ -17,6 +17,7 @@ use std::time::Duration;
 use arrow::array::{RecordBatch, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -38,7 +39,7 @@ use crate::log::{
 };
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
 use crate::query::{build_context, session_config};
-use crate::query::{PointRead, SCAN_NOTICES};
+use crate::query::{PointRead, QueryExecutor, SCAN_NOTICES};
 use crate::sink::SinkManager;
 use crate::source::SourceManager;
 use crate::store::DurableStore;
@@ -83,7 +84,7 @@ pub enum Outcome {
     /// `COPY (query) TO STDOUT`: the rows, for the wire to send as the
     /// statement's options ask.
     CopyOut {
-        rows: Box<DataFrame>,
+        rows: SendableRecordBatchStream,
         copy: Box<CopyTo>,
         /// The columns as a header names them.
         columns: SchemaRef,
@@ -504,16 +505,16 @@ impl Engine {
                     .planner
                     .plan_shown(ast::Statement::Query(copy.query.clone()), &session.role())
                     .await?;
-                let df = self.dataframe(session, plan).await?;
+                let rows = self.query_rows(session, plan).await?;
                 match &copy.target {
                     ExportTarget::Stdout => Ok(Outcome::CopyOut {
-                        rows: Box::new(df),
+                        rows,
                         copy: Box::new(copy),
                         columns,
                     }),
                     ExportTarget::Location(location) => Ok(Outcome::Done {
                         tag: "COPY",
-                        rows: Some(export::to_location(df, columns, location).await?),
+                        rows: Some(export::to_location(rows, columns, location).await?),
                     }),
                 }
             }
@@ -1058,6 +1059,19 @@ impl Engine {
     /// Plans a DataFrame's execution. Scans take their snapshot of the
     /// log while planning, which no multi-table transaction publishes
     /// during: a statement sees all of such a transaction or none of it.
+    /// A query's rows, computed on the query threads (see
+    /// [`QueryExecutor`]); dropping the stream stops the query.
+    async fn query_rows(
+        &self,
+        session: &Session,
+        plan: LogicalPlan,
+    ) -> Result<SendableRecordBatchStream, SluiceError> {
+        let df = self.dataframe(session, plan).await?;
+        let task = Arc::new(df.task_ctx());
+        let physical = self.physical_plan(df).await?;
+        Ok(QueryExecutor::get().stream(physical, task))
+    }
+
     async fn physical_plan(
         &self,
         df: DataFrame,
@@ -1428,7 +1442,7 @@ impl Engine {
         if is_insert {
             return insert_count(physical, task, watch).await;
         }
-        let batches = datafusion::physical_plan::execute_stream(physical, Arc::new(task))?;
+        let batches = QueryExecutor::get().stream(physical, Arc::new(task));
         Ok(Outcome::Stream {
             schema,
             rows: Box::pin(cancellable(batches, watch)),
@@ -1553,7 +1567,7 @@ async fn insert_count(
     let mut config = task.session_config().clone();
     config.set_extension(Arc::new(watch));
     let task = Arc::new(task.with_session_config(config));
-    let batches = datafusion::physical_plan::collect(plan, task).await?;
+    let batches = QueryExecutor::get().collect(plan, task).await?;
     let rows = batches
         .first()
         .and_then(|b| b.column_by_name("count"))

@@ -295,6 +295,22 @@ impl ConnectionRegistry {
         })
     }
 
+    /// The client at `peer` went away: the statement its connection runs
+    /// stops as a cancel request would stop it (nothing half committed),
+    /// instead of running on for nobody.
+    pub fn peer_gone(&self, peer: &str) {
+        let found: Vec<Arc<StatementCancel>> = self
+            .sessions
+            .lock()
+            .values()
+            .filter(|l| l.activity.row().client_addr == peer)
+            .map(|l| l.cancel.clone())
+            .collect();
+        for c in found {
+            c.cancel();
+        }
+    }
+
     /// A cancel request. An unknown key or a wrong secret does nothing,
     /// as in PostgreSQL (the requester is told nothing either way).
     pub fn cancel(&self, pid: i32, secret: &[u8]) -> bool {

@@ -75,6 +75,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let datafusion = |name: &str| ctx.udf(name).ok();
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
+    functions.extend(super::pg_text_functions::size_checked(&datafusion));
     functions.extend(super::pg_number_functions::functions(&datafusion));
     functions.extend(super::pg_time_functions::functions());
     functions.extend(super::pg_time_bins::functions());

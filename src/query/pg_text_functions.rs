@@ -380,6 +380,121 @@ fn measure(a: &[ArrayRef], of_text: fn(&str) -> usize) -> Result<ArrayRef> {
     Ok(Arc::new(out))
 }
 
+/// The most bytes one text value may take, as PostgreSQL's MaxAllocSize
+/// (1 GiB - 1): a function asked for more fails with 54000 before it
+/// allocates anything.
+const MAX_TEXT_BYTES: i64 = (1 << 30) - 1;
+
+/// The most bytes one call may produce over all its rows: a batch of
+/// values each under [`MAX_TEXT_BYTES`] could still ask for gigabytes.
+const MAX_CALL_BYTES: i64 = 2 * MAX_TEXT_BYTES;
+
+/// The most bytes one character takes in UTF-8.
+const MAX_CHAR_BYTES: i64 = 4;
+
+/// `lpad`, `rpad` and `repeat` with PostgreSQL's bounds: a length or count
+/// below zero gives '' (DataFusion's would overflow its capacity), and a
+/// result larger than PostgreSQL allows fails with 54000 before any of it
+/// is allocated. Otherwise DataFusion's function computes it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SizeChecked {
+    inner: ScalarUDF,
+}
+
+impl SizeChecked {
+    /// The bytes each row asks for, from the count argument (and, for
+    /// `repeat`, the text's length).
+    fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<Vec<ColumnarValue>> {
+        let mut args = args.to_vec();
+        let counts = args[1].to_array(rows)?;
+        let counts = arrow::compute::cast(&counts, &DataType::Int64)?;
+        let counts = counts.as_primitive::<arrow::datatypes::Int64Type>();
+        let repeat = self.inner.name() == "repeat";
+        let texts = if repeat {
+            Some(texts(&args[0].to_array(rows)?)?)
+        } else {
+            None
+        };
+        let too_large = || pg_error("54000", "requested length too large");
+        let mut total: i64 = 0;
+        let mut negative = false;
+        for i in 0..counts.len() {
+            if counts.is_null(i) {
+                continue;
+            }
+            let n = counts.value(i);
+            negative |= n < 0;
+            let per_unit = match &texts {
+                Some(t) if t.is_valid(i) => t.value(i).len() as i64,
+                Some(_) => 0,
+                None => MAX_CHAR_BYTES,
+            };
+            let bytes = n.max(0).checked_mul(per_unit).ok_or_else(too_large)?;
+            if bytes > MAX_TEXT_BYTES {
+                return Err(too_large());
+            }
+            total = total.saturating_add(bytes);
+            if total > MAX_CALL_BYTES {
+                return Err(too_large());
+            }
+        }
+        if negative {
+            let clamped: arrow::array::Int64Array =
+                counts.iter().map(|n| n.map(|n| n.max(0))).collect();
+            args[1] = match &args[1] {
+                ColumnarValue::Scalar(_) => ColumnarValue::Scalar(
+                    datafusion::common::ScalarValue::try_from_array(&clamped, 0)?,
+                ),
+                ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(clamped)),
+            };
+        }
+        Ok(args)
+    }
+}
+
+impl ScalarUDFImpl for SizeChecked {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if args.args.len() >= 2 {
+            args.args = self.check(&args.args, args.number_rows)?;
+            // A clamped count is an Int64 now, whatever it was declared.
+            if let Some(f) = args.arg_fields.get_mut(1) {
+                *f = Arc::new(Field::new(f.name(), args.args[1].data_type(), true));
+            }
+        }
+        self.inner.invoke_with_args(args)
+    }
+}
+
+/// DataFusion's `lpad`, `rpad` and `repeat`, size-checked (see
+/// [`SizeChecked`]).
+pub(crate) fn size_checked(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
+    ["lpad", "rpad", "repeat"]
+        .into_iter()
+        .filter_map(datafusion)
+        .map(|inner| {
+            ScalarUDF::new_from_impl(SizeChecked {
+                inner: inner.as_ref().clone(),
+            })
+        })
+        .collect()
+}
+
 /// The functions to register, replacing DataFusion's of the same names.
 pub(crate) fn functions() -> Vec<ScalarUDF> {
     let one = || Signature::any(1, Volatility::Immutable);

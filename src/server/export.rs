@@ -6,7 +6,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow_pg::encoder::encode_value;
 use bytes::Bytes;
-use datafusion::prelude::DataFrame;
+use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 use pgwire::api::portal::Format;
 use pgwire::api::results::{
@@ -21,7 +21,7 @@ use crate::error::SluiceError;
 /// Streams the query's rows to the client as COPY data.
 /// `columns`: the result's columns as the header names them.
 pub async fn to_stdout(
-    df: DataFrame,
+    mut batches: SendableRecordBatchStream,
     copy: &CopyTo,
     columns: SchemaRef,
 ) -> Result<CopyOut, SluiceError> {
@@ -60,7 +60,6 @@ pub async fn to_stdout(
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         CopyData::new(Bytes::from(format!("{}\n", names.join(&delimiter))))
     });
-    let mut batches = df.execute_stream().await?;
     // The binary encoder writes the file header with its first row; a
     // result without rows is answered by the caller (see [`CopyOut`]).
     let mut first = None;

@@ -228,7 +228,7 @@ impl Handlers {
                 rows,
                 copy,
                 columns,
-            } => match export::to_stdout(*rows, &copy, columns).await? {
+            } => match export::to_stdout(rows, &copy, columns).await? {
                 export::CopyOut::Stream(response) => response,
                 export::CopyOut::EmptyBinary { columns } => {
                     send_empty_binary_copy(client, columns).await?;

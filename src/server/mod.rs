@@ -15,7 +15,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 
 use pgwire::tokio::process_socket;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::auth::{AuthConfig, Authenticator};
@@ -158,8 +158,10 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
         let _ = socket.set_nodelay(true);
         let handlers = handlers.clone();
         let tls = tls.clone();
+        let gone = PeerWatch::of(&socket).map(|w| w.stop_when_gone(addr, connections.clone()));
         tokio::spawn(
             async move {
+                let _watching = gone;
                 // A panic while serving one connection (a malformed message
                 // pgwire's decoder trips on, or a bug) ends that connection
                 // only; the panic hook has logged it with its statement.
@@ -246,3 +248,80 @@ async fn shut_down(
     .await
 }
 
+/// Watches a connection's socket for the client going away while a
+/// statement runs. pgwire reads the socket only between statements, so a
+/// client that closes its end during a long query (a killed script, a
+/// dashboard's timeout) would leave the query running; this sees the
+/// socket's end and stops the statement as a cancel request does.
+struct PeerWatch {
+    socket: TcpStream,
+}
+
+/// How often a socket with unread messages (a pipelining client) is looked
+/// at again for its end.
+const PEER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+impl PeerWatch {
+    /// A second handle on the connection's socket (a dup of its descriptor,
+    /// so reading its state takes nothing from pgwire's reads).
+    fn of(socket: &TcpStream) -> Option<PeerWatch> {
+        use std::os::fd::AsFd;
+        let owned = socket.as_fd().try_clone_to_owned().ok()?;
+        let std_socket = std::net::TcpStream::from(owned);
+        std_socket.set_nonblocking(true).ok()?;
+        TcpStream::from_std(std_socket)
+            .ok()
+            .map(|socket| PeerWatch { socket })
+    }
+
+    /// Runs until the client's end closes (then stops its statement) or
+    /// the returned guard is dropped with the connection.
+    fn stop_when_gone(self, peer: SocketAddr, connections: Arc<ConnectionRegistry>) -> WatchGuard {
+        let watch = async move {
+            let mut byte = [0u8; 1];
+            loop {
+                if self.socket.readable().await.is_err() {
+                    break;
+                }
+                match self.socket.try_io(tokio::io::Interest::READABLE, || {
+                    // MSG_PEEK leaves the bytes for pgwire.
+                    let n = unsafe {
+                        // SAFETY: recv into a live one-byte buffer.
+                        libc::recv(
+                            std::os::fd::AsRawFd::as_raw_fd(&self.socket),
+                            byte.as_mut_ptr().cast(),
+                            1,
+                            libc::MSG_PEEK,
+                        )
+                    };
+                    if n < 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else {
+                        Ok(n as usize)
+                    }
+                }) {
+                    // Its end is closed (or reset): nobody waits for rows.
+                    Ok(0) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(_) => break,
+                    // Messages wait to be read: look again later.
+                    Ok(_) => tokio::time::sleep(PEER_POLL).await,
+                }
+            }
+            connections.peer_gone(&peer.to_string());
+        };
+        WatchGuard(tokio::spawn(
+            watch.instrument(info_span!("peer_watch", peer = %peer)),
+        ))
+    }
+}
+
+/// Ends the watch with its connection: the watch's handle on the socket
+/// must close with pgwire's, or the client would never see the end.
+struct WatchGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

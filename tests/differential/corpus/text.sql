@@ -30,3 +30,6 @@ SELECT string_agg(a, ',' ORDER BY a) FROM n1;
 SELECT encode('abc'::bytea, 'hex'), encode('abc'::bytea, 'base64'), decode('616263', 'hex');
 SELECT 'x'::text = 'x'::varchar, 'a' < 'b', 'B' < 'a', 'é' > 'z';
 SELECT E'a\tb', 'a\tb', E'\\', U&'\0041';
+SELECT lpad(s, n, 'x'), rpad(s, n), repeat(s, n) FROM (VALUES ('ab', -1), ('ab', 0), ('ab', 3)) t(s, n);
+SELECT length(lpad('a', 2147483647, 'x'));
+SELECT repeat('ab', 2000000000);
