@@ -16,6 +16,10 @@
 #   SLUICE_BIN=/path/to/sluice runs another build of the server
 #   MODE=simple sends each statement as text (parsed and planned each time)
 #   THREADS=n runs pgbench with n threads (-j, default 2)
+#   HEAVY=n runs n copies of an analytic cross join (a mistyped join that
+#   runs for minutes) beside every pgbench run, on both servers, and then
+#   measures how long a cancel of one takes to answer (see
+#   benches/README.md, "Beside heavy queries")
 #
 # Besides tps and latency, each run reports the CPU the machine spent per
 # transaction outside pgbench (the server and the kernel's TCP and disk work,
@@ -29,6 +33,8 @@ SECS="${1:-15}"
 CLIENTS="${CLIENTS:-8}"
 MODE="${MODE:-prepared}"
 THREADS="${THREADS:-2}"
+HEAVY="${HEAVY:-0}"
+HEAVY_SQL="SELECT count(*) FROM generate_series(1, 150000) a(x), generate_series(1, 150000) b(x) WHERE a.x + b.x = 1"
 WORK="$(mktemp -d /tmp/sluice-pgbench.XXXXXX)"
 SLUICE_PORT=5477
 PG_PORT=5478
@@ -83,6 +89,49 @@ INSERT INTO audit (id, what) VALUES (:id, 'tx');
 COMMIT;
 SQL
 
+# start_heavy PORT USER: HEAVY copies of the heavy query, each from its own
+# psql; stop_heavy cancels them (psql sends a CancelRequest on SIGINT).
+HEAVY_PIDS=()
+start_heavy() {
+  HEAVY_PIDS=()
+  for _ in $(seq "$HEAVY"); do
+    psql -q -h 127.0.0.1 -p "$1" -U "$2" -d "$2" -c "$HEAVY_SQL" >/dev/null 2>&1 &
+    HEAVY_PIDS+=($!)
+  done
+  if [ "$HEAVY" -gt 0 ]; then sleep 1; fi
+}
+stop_heavy() {
+  for p in "${HEAVY_PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  for p in "${HEAVY_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  HEAVY_PIDS=()
+}
+
+# cancel_latency PORT USER: milliseconds from psycopg's cancel() of a running
+# heavy query to its 57014 error, beside HEAVY - 1 others; the median of 5.
+cancel_latency() {
+  HEAVY=$((HEAVY - 1)) start_heavy "$1" "$2"
+  python3 - "$1" "$2" "$HEAVY_SQL" <<'PY'
+import statistics, sys, threading, time
+import psycopg
+port, user, sql = sys.argv[1:4]
+took = []
+for _ in range(5):
+    c = psycopg.connect(f"host=127.0.0.1 port={port} user={user} dbname={user}", autocommit=True)
+    ended = {}
+    def run():
+        try:
+            c.execute(sql)
+        except psycopg.errors.QueryCanceled:
+            ended["at"] = time.monotonic()
+    t = threading.Thread(target=run); t.start(); time.sleep(1)
+    asked = time.monotonic(); c.cancel(); t.join(60)
+    took.append((ended["at"] - asked) * 1000)
+    c.close()
+print(f"{statistics.median(took):.1f}")
+PY
+  stop_heavy
+}
+
 # Busy CPU time of the whole machine, in clock ticks.
 machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 
@@ -91,12 +140,14 @@ machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 run() {
   local name=$1 port=$2 user=$3 script=$4 busy_before busy_after
   rm -f "$WORK"/log.*
+  start_heavy "$port" "$user"
   busy_before=$(machine_busy)
   (cd "$WORK" && /usr/bin/time -f "%U %S" -o "$WORK/$name.time" \
     "$PGBENCH" -n -M "$MODE" -c "$CLIENTS" -j "$THREADS" -T "$SECS" -l --log-prefix=log \
     -h 127.0.0.1 -p "$port" -U "$user" -f "$script" "$user" >"$WORK/$name.out" 2>&1) \
     || { cat "$WORK/$name.out"; exit 1; }
   busy_after=$(machine_busy)
+  stop_heavy
   python3 - "$name" "$WORK/$name.out" "$WORK" "$WORK/$name.time" \
     "$((busy_after - busy_before))" "$(getconf CLK_TCK)" <<'PY'
 import glob, re, sys
@@ -130,6 +181,7 @@ S_TX2=$(run sluice_tx_two $SLUICE_PORT b "$WORK/tx_two.sql")
 psql -q -h 127.0.0.1 -p $SLUICE_PORT -U b -d b -c "CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, score BIGINT) WITH (partitions = 4)" \
   -c "INSERT INTO users SELECT value, 'user' || CAST(value AS TEXT), value % 100 FROM generate_series(1, 100000) AS s(value)"
 S_KEYED=$(run sluice_read_keyed $SLUICE_PORT b "$WORK/read_keyed.sql")
+S_CANCEL=-; if [ "$HEAVY" -gt 0 ]; then S_CANCEL=$(cancel_latency $SLUICE_PORT b); fi
 kill $SLUICE_PID; wait $SLUICE_PID 2>/dev/null || true; SLUICE_PID=
 
 # --- PostgreSQL 15, durable defaults ---
@@ -149,7 +201,9 @@ P_TX2=$(run postgres_tx_two $PG_PORT postgres "$WORK/tx_two.sql")
 psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, score BIGINT)" \
   -c "INSERT INTO users SELECT g, 'user' || g, g % 100 FROM generate_series(1, 100000) AS g" -c "ANALYZE users"
 P_KEYED=$(run postgres_read_keyed $PG_PORT postgres "$WORK/read_keyed.sql")
+P_CANCEL=-; if [ "$HEAVY" -gt 0 ]; then P_CANCEL=$(cancel_latency $PG_PORT postgres); fi
 
+echo "heavy queries beside each run: $HEAVY; cancel of a heavy query answered after (median ms): Sluice $S_CANCEL, PostgreSQL $P_CANCEL"
 python3 - "$CLIENTS" "$THREADS" "$MODE" "$S_ROWS" "$S_INSERT" "$P_INSERT" "$S_READ" "$P_READ" "$S_TX1" "$P_TX1" "$S_TX2" "$P_TX2" "$S_KEYED" "$P_KEYED" <<'PY'
 import sys
 clients, threads, mode, rows = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

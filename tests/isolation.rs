@@ -12,13 +12,17 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{sqlstate, Server};
+use common::{python_has, run_client, sqlstate, Server};
 use tokio_postgres::NoTls;
 
 /// A cross join that runs for minutes unless it is stopped, as a mistyped
 /// join does.
 const HEAVY: &str =
     "SELECT count(*) FROM generate_series(1, 150000) a(x), generate_series(1, 150000) b(x) WHERE a.x + b.x = 1";
+
+/// The tests here measure latency and CPU: one at a time, so that one's
+/// heavy queries do not take the CPUs another measures with.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn p99(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -110,6 +114,7 @@ async fn freshness(c: &tokio_postgres::Client, n: usize) -> Vec<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heavy_queries_leave_connections_writes_and_views_prompt() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let c = server.connect().await;
@@ -159,6 +164,7 @@ async fn heavy_queries_leave_connections_writes_and_views_prompt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_timeout_stop_a_heavy_query_at_once() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let pid = server.pid();
@@ -227,6 +233,7 @@ async fn cancel_and_timeout_stop_a_heavy_query_at_once() {
 
 #[test]
 fn a_second_server_on_a_held_data_directory_refuses_to_start() {
+    let _serial = ONE_AT_A_TIME.blocking_lock();
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let second = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -256,4 +263,22 @@ fn a_second_server_on_a_held_data_directory_refuses_to_start() {
         let c = server.connect().await;
         c.simple_query("SELECT 1").await.unwrap();
     });
+}
+
+#[test]
+fn python_drivers_cancel_a_heavy_query_within_200_ms() {
+    let _serial = ONE_AT_A_TIME.blocking_lock();
+    if !python_has("psycopg, asyncpg") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers/cancel_scenario.py");
+    run_client(
+        "cancel_scenario.py",
+        Command::new("python3")
+            .arg(script)
+            .arg(server.port.to_string()),
+    );
 }

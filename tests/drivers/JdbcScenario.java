@@ -179,9 +179,38 @@ public class JdbcScenario {
     }
   }
 
+  /** Statement.cancel() of a heavy query: 57014 within 200 ms. */
+  static void cancel(String url) throws Exception {
+    try (Connection c = DriverManager.getConnection(url); Statement st = c.createStatement()) {
+      final long[] endedAt = {0};
+      final String[] state = {null};
+      Thread running = new Thread(() -> {
+        try {
+          st.executeQuery("SELECT count(*) FROM generate_series(1, 150000) a(x), "
+              + "generate_series(1, 150000) b(x) WHERE a.x + b.x = 1");
+        } catch (SQLException e) {
+          state[0] = e.getSQLState();
+          endedAt[0] = System.nanoTime();
+        }
+      });
+      running.start();
+      Thread.sleep(500);
+      long asked = System.nanoTime();
+      st.cancel();
+      running.join(10000);
+      check("57014".equals(state[0]), "cancel: " + state[0]);
+      long ms = (endedAt[0] - asked) / 1_000_000;
+      check(ms < 200, "cancel took " + ms + " ms");
+      try (ResultSet rs = st.executeQuery("SELECT 1")) {
+        check(rs.next() && rs.getInt(1) == 1, "the connection answers after a cancel");
+      }
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + args[0] + "/sluice?user=jdbc";
     types(url);
+    cancel(url);
     try (Connection c = DriverManager.getConnection(url)) {
       try (Statement st = c.createStatement()) {
         st.execute("CREATE TABLE jd (id BIGINT NOT NULL, name TEXT, score DOUBLE PRECISION, at TIMESTAMP)");
