@@ -422,6 +422,16 @@ async fn malformed_wire_messages_close_only_their_connection() {
             .filter(|l| l.contains("ERROR") && l.contains(" panic "))
             .count()
     );
+    let mut kinds: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains(" panic "))
+        .filter_map(|l| l.split(" panic ").nth(1))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    for k in &kinds {
+        eprintln!("panic: {k}");
+    }
     assert!(alive(&server), "server restarts: 1");
     assert!(
         !log.contains("stack backtrace") && !log.contains("backtrace="),

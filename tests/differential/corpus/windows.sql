@@ -10,3 +10,4 @@ SELECT id, max(n) OVER w, min(n) OVER w FROM t WINDOW w AS (PARTITION BY flag OR
 SELECT flag, id, row_number() OVER (PARTITION BY flag ORDER BY id DESC) AS rn FROM t ORDER BY flag NULLS LAST, id;
 SELECT * FROM (SELECT id, flag, row_number() OVER (PARTITION BY flag ORDER BY id) AS rn FROM t) q WHERE rn <= 1 ORDER BY id;
 SELECT row_number() OVER (), count(*) OVER () FROM n1 LIMIT 0;
+SELECT id, count(*) OVER (ORDER BY raw) FROM t ORDER BY id;
