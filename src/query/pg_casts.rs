@@ -79,6 +79,12 @@ enum CastKind {
     TextToBool,
     ToText,
     ToInteger,
+    /// An integer to a narrower integer, range-checked. DataFusion's own
+    /// cast is checked too, but its optimizer takes a cast pair like
+    /// `CAST(CAST(b AS smallint) AS int)` or a cast compared with a
+    /// literal apart, and the check with it: rows PostgreSQL refuses
+    /// with 22003 would pass.
+    NarrowInteger,
     Varchar(u32),
     /// `char(n)`: cut or padded with spaces to n characters.
     Bpchar(u32),
@@ -124,6 +130,15 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
             DataType::Boolean => Some(CastKind::TextToBool),
             _ => None,
         };
+    }
+    let width = |t: &DataType| match t {
+        DataType::Int8 => 1,
+        DataType::Int16 => 2,
+        DataType::Int32 => 4,
+        _ => 8,
+    };
+    if to_type.is_signed_integer() && from.is_signed_integer() && width(to_type) < width(from) {
+        return Some(CastKind::NarrowInteger);
     }
     if to_type.is_integer()
         && (matches!(
@@ -186,7 +201,7 @@ impl ScalarUDFImpl for PgCast {
             CastKind::Json { canonical: false } => "json",
             CastKind::TextToBytea => "bytea",
             CastKind::TextToBool => "bool",
-            CastKind::ToInteger => match self.to.data_type() {
+            CastKind::ToInteger | CastKind::NarrowInteger => match self.to.data_type() {
                 DataType::Int16 => "int2",
                 DataType::Int32 => "int4",
                 _ => "int8",
@@ -327,6 +342,19 @@ impl PgCast {
                     });
                 }
                 Arc::new(BooleanArray::from(out))
+            }
+            CastKind::NarrowInteger => {
+                let (min, max, name) = match to {
+                    DataType::Int8 => (i8::MIN as i64, i8::MAX as i64, "\"char\""),
+                    DataType::Int16 => (i16::MIN as i64, i16::MAX as i64, "smallint"),
+                    _ => (i32::MIN as i64, i32::MAX as i64, "integer"),
+                };
+                let wide = arrow::compute::cast(input, &DataType::Int64)?;
+                let wide = wide.as_primitive::<arrow::datatypes::Int64Type>();
+                if wide.iter().flatten().any(|v| v < min || v > max) {
+                    return Err(pg_error("22003", format!("{name} out of range")));
+                }
+                arrow::compute::cast(input, to)?
             }
             CastKind::ToInteger => {
                 let (min, max, name) = match to {
