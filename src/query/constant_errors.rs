@@ -19,12 +19,13 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{new_null_array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::expr::{Cast, TryCast};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, LogicalPlan, Operator, Volatility,
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::create_physical_expr;
@@ -44,7 +45,11 @@ impl AnalyzerRule for ConstantErrors {
                 Ok(TreeNodeRecursion::Continue)
             })
         })?;
-        Ok(plan)
+        // DataFusion's optimizer would fold what PostgreSQL never computes.
+        plan.transform_up_with_subqueries(|node| {
+            node.map_expressions(|e| e.transform_up(drop_untaken_arms))
+        })
+        .map(|t| t.data)
     }
 }
 
@@ -126,7 +131,6 @@ fn evaluate(e: &Expr) -> Result<ScalarValue> {
 /// it, so that it can be planned: COALESCE as a CASE, `arrow_cast` as a
 /// cast (functions that refuse to run unsimplified).
 fn as_planned(e: Expr) -> Result<Expr> {
-    use datafusion::common::tree_node::Transformed;
     use datafusion::logical_expr::expr::ScalarFunction;
     use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
     let context = SimplifyContext::default();
@@ -155,10 +159,55 @@ fn is_bool(v: &Option<ScalarValue>, b: bool) -> bool {
     matches!(v, Some(ScalarValue::Boolean(Some(x))) if *x == b)
 }
 
+/// A CASE arm whose condition is the constant `false` or NULL is never
+/// taken, and PostgreSQL drops it before folding: its result, when it is
+/// a constant, becomes a NULL of its type, so that DataFusion's constant
+/// folding does not compute it (`CASE WHEN NULL THEN 'x'::numeric END` is
+/// NULL, not 22P02).
+fn drop_untaken_arms(e: Expr) -> Result<Transformed<Expr>> {
+    let Expr::Case(mut case) = e else {
+        return Ok(Transformed::no(e));
+    };
+    if case.expr.is_some() {
+        return Ok(Transformed::no(Expr::Case(case)));
+    }
+    let mut changed = false;
+    for (when, then) in case.when_then_expr.iter_mut() {
+        let condition = value(when)?;
+        let untaken = is_bool(&condition, false) || matches!(&condition, Some(v) if v.is_null());
+        if untaken && is_constant(then) && !matches!(then.as_ref(), Expr::Literal(..)) {
+            let t = then.get_type(&DFSchema::empty())?;
+            **then = Expr::Literal(ScalarValue::try_from(&t)?, None);
+            changed = true;
+        }
+    }
+    Ok(if changed {
+        Transformed::yes(Expr::Case(case))
+    } else {
+        Transformed::no(Expr::Case(case))
+    })
+}
+
+/// Fails with the first error of a cast of a literal in `e`
+/// (`'true'::numeric`).
+fn check_literal_casts(e: &Expr) -> Result<()> {
+    e.apply(|e| {
+        if let Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) = e {
+            if matches!(expr.as_ref(), Expr::Literal(..)) {
+                evaluate(e)?;
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map(|_| ())
+}
+
 /// Fails with the first error of a constant part of `e` that PostgreSQL
 /// would fold.
 fn check(e: &Expr) -> Result<()> {
-    if is_constant(e) {
+    // A constant CASE is looked into arm by arm, as below: computed whole,
+    // it would compute arms that are never taken.
+    if is_constant(e) && !matches!(e, Expr::Case(_)) {
         // Literals and aliases of them cost nothing to skip.
         if !matches!(e, Expr::Literal(..)) {
             evaluate(e)?;
@@ -179,6 +228,9 @@ fn check(e: &Expr) -> Result<()> {
                     None => value(when)?,
                 };
                 if is_bool(&condition, false) || matches!(&condition, Some(v) if v.is_null()) {
+                    // Never computed, except a literal's cast, which
+                    // PostgreSQL's parser makes before anything is folded.
+                    check_literal_casts(then)?;
                     continue;
                 }
                 check(then)?;
@@ -225,5 +277,28 @@ fn check(e: &Expr) -> Result<()> {
             });
             result
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::logical_expr::{cast, lit, when};
+
+    #[test]
+    fn a_literals_cast_fails_even_in_an_arm_never_taken() {
+        let bad = cast(lit("true"), DataType::Decimal128(38, 0));
+        assert!(evaluate(&bad).is_err());
+        let case = when(cast(lit(ScalarValue::Null), DataType::Boolean), bad)
+            .end()
+            .unwrap();
+        assert!(check(&case).is_err(), "{case}");
+        let computed = when(
+            cast(lit(ScalarValue::Null), DataType::Boolean),
+            lit(1) / lit(0),
+        )
+        .end()
+        .unwrap();
+        assert!(check(&computed).is_ok(), "{computed}");
     }
 }
