@@ -15,6 +15,7 @@ use arrow::datatypes::{i256, DataType, Decimal128Type, FieldRef, Int64Type};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::functions_aggregate::average::Avg;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, GroupsAccumulator,
     ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -130,6 +131,32 @@ impl ScalarUDFImpl for NumericDivide {
             (Some(a), Some(b)) => Ok(quotient_type(a, b)),
             _ => Ok(DataType::Decimal128(38, QUOTIENT_SCALE)),
         }
+    }
+
+    /// A NULL operand makes the quotient NULL without evaluating the other
+    /// (as PostgreSQL folds a strict operator; see `CheckedOp::simplify`):
+    /// `(i % (10 / i)) / NULL` never divides by a zero `i`.
+    fn simplify(
+        &self,
+        args: Vec<Expr>,
+        info: &datafusion::logical_expr::simplify::SimplifyContext,
+    ) -> Result<datafusion::logical_expr::simplify::ExprSimplifyResult> {
+        use datafusion::logical_expr::simplify::ExprSimplifyResult;
+        if !args
+            .iter()
+            .any(|a| matches!(a, Expr::Literal(v, _) if v.is_null()))
+        {
+            return Ok(ExprSimplifyResult::Original(args));
+        }
+        let types = args
+            .iter()
+            .map(|a| info.get_data_type(a))
+            .collect::<Result<Vec<_>>>()?;
+        let quotient = self.return_type(&types)?;
+        Ok(ExprSimplifyResult::Simplified(Expr::Literal(
+            ScalarValue::try_from(&quotient)?,
+            None,
+        )))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
