@@ -67,6 +67,25 @@ impl VisitorMut for RegprocZero {
     }
 }
 
+/// What `e` casts when it is a cast to the named type (`x::regtype`,
+/// which the parser keeps as a custom type).
+fn cast_to<'a>(e: &'a Expr, type_name: &str) -> Option<&'a Expr> {
+    let Expr::Cast {
+        expr, data_type, ..
+    } = e
+    else {
+        return None;
+    };
+    let DataType::Custom(ty, _) = data_type else {
+        return None;
+    };
+    ty.0.last()?
+        .as_ident()?
+        .value
+        .eq_ignore_ascii_case(type_name)
+        .then_some(expr.as_ref())
+}
+
 /// The function that names a type by its oid (`atttypid::regtype`).
 pub const REGTYPE_NAME_FUNCTION: &str = "sluice_regtype_name";
 
@@ -74,50 +93,20 @@ pub const REGTYPE_NAME_FUNCTION: &str = "sluice_regtype_name";
 /// [`REGTYPE_NAME_FUNCTION`]. A name (`'int4'::regtype`) is left to the
 /// compatibility parser, which looks it up in `pg_type`.
 fn regtype_of_oid(e: &Expr) -> Option<Expr> {
-    let Expr::Cast {
-        expr, data_type, ..
-    } = e
-    else {
-        return None;
-    };
-    let DataType::Custom(ty, _) = data_type else {
-        return None;
-    };
-    if !ty
-        .0
-        .last()?
-        .as_ident()?
-        .value
-        .eq_ignore_ascii_case("regtype")
-    {
-        return None;
-    }
-    if matches!(expr.as_ref(), Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_) | Value::Placeholder(_)))
+    let expr = cast_to(e, "regtype")?;
+    if matches!(expr, Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_) | Value::Placeholder(_)))
     {
         return None;
     }
     Some(crate::set_returning::call(
         REGTYPE_NAME_FUNCTION,
-        vec![expr.as_ref().clone()],
+        vec![expr.clone()],
     ))
 }
 
 /// The function name of `'schema.name'::regproc`.
 fn regproc_literal(e: &Expr) -> Option<String> {
-    let Expr::Cast {
-        expr, data_type, ..
-    } = e
-    else {
-        return None;
-    };
-    let DataType::Custom(ty, _) = data_type else {
-        return None;
-    };
-    let ty = ty.0.last()?.as_ident()?.value.to_lowercase();
-    if ty != "regproc" {
-        return None;
-    }
-    let Expr::Value(v) = expr.as_ref() else {
+    let Expr::Value(v) = cast_to(e, "regproc")? else {
         return None;
     };
     let Value::SingleQuotedString(name) = &v.value else {

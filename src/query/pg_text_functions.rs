@@ -291,44 +291,14 @@ impl ScalarUDFImpl for TypeOf {
 /// `oid::regtype` of a value that is not a name (`atttypid::regtype`):
 /// the type's name, described as a regtype. The SQL rewrite of such casts
 /// (`sluice_sql::rewrite_regproc_zero`) calls it.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct RegtypeName {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for RegtypeName {
-    fn name(&self) -> &str {
-        sluice_sql::REGTYPE_NAME_FUNCTION
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn return_field_from_args(
-        &self,
-        _args: datafusion::logical_expr::ReturnFieldArgs,
-    ) -> Result<arrow::datatypes::FieldRef> {
-        Ok(Arc::new(
-            Field::new("regtype", DataType::Utf8, true)
-                .with_metadata(crate::types::oid_alias_value("regtype")),
-        ))
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let oids = args.args[0].to_array(args.number_rows)?;
-        let oids = arrow::compute::cast(&oids, &DataType::Int64)?;
-        let names: StringArray = oids
-            .as_primitive::<arrow::datatypes::Int64Type>()
-            .iter()
-            .map(|v| v.map(|oid| crate::types::PgType::plain(oid as u32).format()))
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(names)))
-    }
+fn regtype_names(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let oids = arrow::compute::cast(&a[0], &DataType::Int64)?;
+    let names: StringArray = oids
+        .as_primitive::<arrow::datatypes::Int64Type>()
+        .iter()
+        .map(|v| v.map(|oid| crate::types::PgType::plain(oid as u32).format()))
+        .collect();
+    Ok(Arc::new(names))
 }
 
 /// `to_hex(integer)` of a 32-bit integer's own bits (`ffffffff` for -1).
@@ -528,7 +498,13 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
             signature: Signature::variadic_any(Volatility::Stable),
         }),
         ScalarUDF::new_from_impl(TypeOf { signature: one() }),
-        ScalarUDF::new_from_impl(RegtypeName { signature: one() }),
+        field_udf(
+            sluice_sql::REGTYPE_NAME_FUNCTION,
+            one(),
+            Field::new("regtype", DataType::Utf8, true)
+                .with_metadata(crate::types::oid_alias_value("regtype")),
+            regtype_names,
+        ),
         field_udf("to_hex", one(), text(), to_hex),
         field_udf(
             "length",
