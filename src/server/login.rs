@@ -123,6 +123,22 @@ fn refused(code: &str, message: String, reason: &str) -> PgWireError {
     )))
 }
 
+/// Whether a SASLInitialResponse body is a mechanism name, an int32
+/// length (-1: no data) and exactly that many bytes.
+fn sasl_initial_response_is_whole(body: &[u8]) -> bool {
+    let Some(nul) = body.iter().position(|b| *b == 0) else {
+        return false;
+    };
+    let rest = &body[nul + 1..];
+    let Some((len, data)) = rest.split_first_chunk::<4>() else {
+        return false;
+    };
+    match i32::from_be_bytes(*len) {
+        -1 => data.is_empty(),
+        n => n >= 0 && data.len() == n as usize,
+    }
+}
+
 fn password_failed(user: &str) -> PgWireError {
     refused(
         "28P01",
@@ -202,6 +218,16 @@ impl StartupHandler for LoginHandler {
                 let user = meta(client, METADATA_USER);
                 let mut state = self.sasl.lock().await;
                 let msg = if let SASLState::Initial = *state {
+                    // pgwire reads the declared length without a bound.
+                    if let PasswordMessageFamily::Raw(body) = &msg {
+                        if !sasl_initial_response_is_whole(body) {
+                            return Err(refused(
+                                "08P01",
+                                "malformed SASLInitialResponse message".into(),
+                                "protocol",
+                            ));
+                        }
+                    }
                     let first = msg.into_sasl_initial_response()?;
                     let plus_here = client.is_secure() && self.logins.scram_plus.is_some();
                     match first.auth_method.as_str() {
@@ -334,5 +360,20 @@ impl LoginHandler {
             .await?;
         client.set_state(PgWireConnectionState::ReadyForQuery);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sasl_initial_response_is_whole as whole;
+
+    #[test]
+    fn sasl_initial_responses_are_checked_before_pgwire_reads_them() {
+        assert!(whole(b"SCRAM-SHA-256\0\0\0\0\x03abc"));
+        assert!(whole(b"SCRAM-SHA-256\0\xff\xff\xff\xff"));
+        assert!(!whole(b"SCRAM-SHA-256\0\0\0\0\x09abc"));
+        assert!(!whole(b"SCRAM-SHA-256\0\0\0"));
+        assert!(!whole(b"SCRAM-SHA-256"));
+        assert!(!whole(b"SCRAM-SHA-256\0\x80\0\0\0"));
     }
 }

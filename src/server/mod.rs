@@ -1,9 +1,11 @@
 //! The PostgreSQL wire front end: connections, the simple and extended query
 //! protocols, and `COPY ... FROM STDIN`.
 
+mod connection;
 mod copy;
 mod encode;
 mod export;
+mod frames;
 mod handler;
 mod login;
 
@@ -14,7 +16,6 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 
-use pgwire::tokio::process_socket;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, info_span, warn, Instrument};
 
@@ -156,18 +157,24 @@ pub async fn serve(config: ServerConfig) -> Result<(), Box<dyn std::error::Error
             }
         };
         let _ = socket.set_nodelay(true);
+        let max_message_bytes = config.engine.log.max_statement_bytes;
         let handlers = handlers.clone();
         let tls = tls.clone();
         let gone = PeerWatch::of(&socket).map(|w| w.stop_when_gone(addr, connections.clone()));
         tokio::spawn(
             async move {
                 let _watching = gone;
-                // A panic while serving one connection (a malformed message
-                // pgwire's decoder trips on, or a bug) ends that connection
-                // only; the panic hook has logged it with its statement.
-                let served = AssertUnwindSafe(process_socket(socket, tls, handlers))
-                    .catch_unwind()
-                    .await;
+                // A panic while serving one connection (a bug) ends that
+                // connection only; the panic hook has logged it with its
+                // statement.
+                let served = AssertUnwindSafe(connection::serve_connection(
+                    socket,
+                    tls,
+                    handlers,
+                    max_message_bytes,
+                ))
+                .catch_unwind()
+                .await;
                 match served {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
