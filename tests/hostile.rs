@@ -139,6 +139,79 @@ async fn deep_and_huge_statements_are_answered_or_refused() {
     assert!(!server.log_text().contains("overflowed its stack"));
 }
 
+/// Functions asked for gigabytes fail with 54000 before allocating, and a
+/// call that does not fit beside `--query-memory` with 53200: the server
+/// stays within its memory and keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_asked_for_gigabytes_fail_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--query-memory", "536870912"]);
+    let c = server.connect().await;
+    let before = rss_kib(&server);
+    for (sql, state) in [
+        ("SELECT cardinality(array_repeat(1, 2147483647))", "54000"),
+        ("SELECT cardinality(range(1, 2000000000))", "54000"),
+        ("SELECT cardinality(array_resize(ARRAY[1], 1000000000))", "54000"),
+        ("SELECT length(repeat('ab', 1000000000))", "54000"),
+        ("SELECT length(lpad('a', 2147483647, 'x'))", "54000"),
+        (
+            "SELECT length(replace(repeat('a', 10000000), 'a', repeat('b', 200)))",
+            "54000",
+        ),
+        // Each value fits; together the rows of one call do not.
+        (
+            "SELECT length(repeat('x', n)) FROM (VALUES (900000000), (900000000), \
+             (900000000)) t(n)",
+            "54000",
+        ),
+        // 700 MB fits PostgreSQL's limit but not the 512 MB for queries.
+        ("SELECT length(repeat('x', 700000000))", "53200"),
+        (
+            "SELECT length(string_agg(repeat('x', 1000000), ',')) \
+             FROM generate_series(1, 1100)",
+            "54000",
+        ),
+        (
+            "SELECT length(string_agg(repeat('x', 1000000), ',')) \
+             FROM generate_series(1, 5000)",
+            "54000",
+        ),
+    ] {
+        assert_eq!(outcome(&c, sql).await, Err(state.into()), "{sql}");
+        let rss = rss_kib(&server);
+        assert!(
+            rss < before + 2 * 1024 * 1024,
+            "{sql}: RSS grew from {before} KiB to {rss} KiB"
+        );
+    }
+    // What fits still runs, with PostgreSQL's answers.
+    let row = c
+        .query_one(
+            "SELECT cardinality(array_repeat('x', 3)), cardinality(range(1, 10)), \
+             replace('abcabc', 'b', 'XY'), cardinality(array_resize(ARRAY[1, 2], 5)), \
+             lpad('a', -1), repeat('ab', 3), length(repeat('x', 100000000))",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 3);
+    assert_eq!(row.get::<_, i32>(1), 9);
+    assert_eq!(row.get::<_, String>(2), "aXYcaXYc");
+    assert_eq!(row.get::<_, String>(4), "");
+    assert_eq!(row.get::<_, String>(5), "ababab");
+    assert_eq!(row.get::<_, i32>(6), 100_000_000);
+    assert!(alive(&server));
+    // One case is caught rather than prevented: a 1 MB constant repeated
+    // over a batch of 5,000 rows overflows Arrow's offsets inside
+    // DataFusion, whose constructor panics; the statement gets 54000.
+    let log = server.log_text();
+    let panics: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" panic ") && !l.contains("offset overflow"))
+        .collect();
+    assert!(panics.is_empty(), "functions panicked: {panics:?}");
+}
+
 /// A query's answer as sorted rows of text.
 async fn server_rows(c: &tokio_postgres::Client, sql: &str) -> Result<Vec<String>, String> {
     let mut rows = common::rows_of(c.simple_query(sql).await.map_err(|e| sqlstate(&e))?);

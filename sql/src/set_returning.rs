@@ -285,8 +285,14 @@ fn generate_series_relation(factor: &mut sqlparser::ast::TableFactor) {
         value
     };
     let args_text: Vec<String> = plain.iter().map(|e| e.to_string()).collect();
+    // As in PostgreSQL, a function returning one column takes the table
+    // alias as its column name too (`FROM generate_series(1, 3) x`).
+    let column = match alias {
+        Some(a) if a.columns.is_empty() => a.name.to_string(),
+        _ => "generate_series".to_string(),
+    };
     let sql = format!(
-        "SELECT {value} AS generate_series FROM generate_series({}) AS {SERIES_ALIAS}",
+        "SELECT {value} AS {column} FROM generate_series({}) AS {SERIES_ALIAS}",
         args_text.join(", ")
     );
     let dialect = sqlparser::dialect::PostgreSqlDialect {};
@@ -353,6 +359,15 @@ mod tests {
         assert_eq!(
             rewritten("SELECT * FROM generate_series(1, 5, 2)"),
             "SELECT * FROM (SELECT CAST(value AS INTEGER) AS generate_series FROM generate_series(1, 5, 2) AS sluice_series) AS generate_series"
+        );
+        // The table alias names the column too; a column list names it.
+        assert_eq!(
+            rewritten("SELECT x FROM generate_series(1, 3) x"),
+            "SELECT x FROM (SELECT CAST(value AS INTEGER) AS x FROM generate_series(1, 3) AS sluice_series) x"
+        );
+        assert_eq!(
+            rewritten("SELECT n FROM generate_series(1, 3) AS s(n)"),
+            "SELECT n FROM (SELECT CAST(value AS INTEGER) AS generate_series FROM generate_series(1, 3) AS sluice_series) AS s (n)"
         );
     }
 }

@@ -75,12 +75,18 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let datafusion = |name: &str| ctx.udf(name).ok();
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
-    functions.extend(super::pg_text_functions::size_checked(&datafusion));
+    functions.extend(super::sized_functions::sized_functions(
+        &datafusion,
+        ctx.runtime_env().memory_pool.clone(),
+    ));
     functions.extend(super::pg_number_functions::functions(&datafusion));
     functions.extend(super::pg_time_functions::functions());
     functions.extend(super::pg_time_bins::functions());
     for f in functions {
         ctx.register_udf(f);
+    }
+    if let Some(f) = super::sized_functions::sized_string_agg(ctx.udaf("string_agg").ok()) {
+        ctx.register_udaf(f);
     }
     ctx.register_udaf(super::checked_sum());
     for udaf in super::float_min_max::float_min_max() {

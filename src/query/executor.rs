@@ -219,6 +219,18 @@ fn stopped(e: tokio::task::JoinError) -> DataFusionError {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_default();
+        // Arrow's arrays of text, bytea and lists hold at most 2 GiB per
+        // column of a batch, and its infallible builders panic past that
+        // (a 1 MB constant repeated over a batch of 5,000 rows): the
+        // statement asked for more memory than a value may take.
+        if text.contains("offset overflow") {
+            return DataFusionError::External(Box::new(crate::error::SluiceError::Evaluation {
+                sqlstate: "54000",
+                message: "out of memory: a text, bytea or array column of one batch would \
+                          exceed 2 GiB"
+                    .into(),
+            }));
+        }
         format!("the query failed unexpectedly: {text}")
     } else {
         "the query was stopped".to_string()

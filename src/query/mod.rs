@@ -25,6 +25,7 @@ mod pg_numeric;
 mod pg_operators;
 mod pg_roles;
 mod pg_text_functions;
+mod sized_functions;
 mod pg_time_bins;
 mod pg_time_functions;
 mod pg_type_planner;

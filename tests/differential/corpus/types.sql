@@ -28,6 +28,8 @@ SELECT 1 = ANY (ARRAY[1, 2]), 3 = ANY (ARRAY[1, 2]), 1 <> ALL (ARRAY[2, 3]), unn
 SELECT generate_series(1, 3);
 SELECT * FROM generate_series(1, 5, 2);
 SELECT * FROM generate_series(1, 3) AS g(x) ORDER BY x DESC;
+SELECT x, x * 2 AS y FROM generate_series(1, 3) x ORDER BY x;
+SELECT s.s FROM generate_series(2, 4) AS s ORDER BY 1;
 SELECT x, x * 2 FROM (VALUES (1), (2), (3)) AS v(x) ORDER BY x;
 SELECT * FROM (VALUES (1, 'a'), (2, NULL)) AS v(n, s) ORDER BY n;
 SELECT VERSION() LIKE 'PostgreSQL%';
