@@ -151,7 +151,10 @@ async fn functions_asked_for_gigabytes_fail_before_allocating() {
     for (sql, state) in [
         ("SELECT cardinality(array_repeat(1, 2147483647))", "54000"),
         ("SELECT cardinality(range(1, 2000000000))", "54000"),
-        ("SELECT cardinality(array_resize(ARRAY[1], 1000000000))", "54000"),
+        (
+            "SELECT cardinality(array_resize(ARRAY[1], 1000000000))",
+            "54000",
+        ),
         ("SELECT length(repeat('ab', 1000000000))", "54000"),
         ("SELECT length(lpad('a', 2147483647, 'x'))", "54000"),
         (

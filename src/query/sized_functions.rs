@@ -14,10 +14,10 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::FieldRef;
 use arrow::datatypes::{DataType, Field, Int64Type};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
-use arrow::datatypes::FieldRef;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::AggregateOrderSensitivity;
 use datafusion::logical_expr::{
@@ -112,7 +112,10 @@ fn too_large() -> datafusion::error::DataFusionError {
 
 /// A count argument as int64s, one per row.
 fn counts(arg: &ColumnarValue, rows: usize) -> Result<ArrayRef> {
-    Ok(arrow::compute::cast(&arg.to_array(rows)?, &DataType::Int64)?)
+    Ok(arrow::compute::cast(
+        &arg.to_array(rows)?,
+        &DataType::Int64,
+    )?)
 }
 
 /// The bytes one element of `values` at `row` takes in an array result.
@@ -120,7 +123,12 @@ fn element_bytes(values: &ArrayRef, row: usize) -> Result<i64> {
     Ok(match values.data_type() {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             let t = texts(values)?;
-            MIN_ELEMENT_BYTES + if t.is_valid(row) { t.value(row).len() as i64 } else { 0 }
+            MIN_ELEMENT_BYTES
+                + if t.is_valid(row) {
+                    t.value(row).len() as i64
+                } else {
+                    0
+                }
         }
         DataType::List(_) | DataType::LargeList(_) | DataType::Binary | DataType::LargeBinary => {
             let one = values.slice(row, 1);
@@ -132,7 +140,11 @@ fn element_bytes(values: &ArrayRef, row: usize) -> Result<i64> {
 
 /// The number of values of a series from `start` to `stop` by `step`, or
 /// None when the types are not ones it knows (DataFusion then decides).
-fn series_length(start: &ScalarValue, stop: &ScalarValue, step: Option<&ScalarValue>) -> Option<i128> {
+fn series_length(
+    start: &ScalarValue,
+    stop: &ScalarValue,
+    step: Option<&ScalarValue>,
+) -> Option<i128> {
     // Both ends on one scale: integers as they are, dates and timestamps
     // in nanoseconds.
     let scale = |v: &ScalarValue| -> Option<i128> {
@@ -155,7 +167,9 @@ fn series_length(start: &ScalarValue, stop: &ScalarValue, step: Option<&ScalarVa
         Some(ScalarValue::Int64(Some(s))) => *s as i128,
         Some(ScalarValue::Int32(Some(s))) => *s as i128,
         Some(ScalarValue::IntervalMonthDayNano(Some(i))) => {
-            i.months as i128 * 28 * NANOS_PER_DAY + i.days as i128 * NANOS_PER_DAY + i.nanoseconds as i128
+            i.months as i128 * 28 * NANOS_PER_DAY
+                + i.days as i128 * NANOS_PER_DAY
+                + i.nanoseconds as i128
         }
         Some(ScalarValue::IntervalDayTime(Some(i))) => {
             i.days as i128 * NANOS_PER_DAY + i.milliseconds as i128 * 1_000_000
@@ -190,7 +204,11 @@ impl SizedFunction {
                         Some(_) => 0,
                         None => MAX_CHAR_BYTES,
                     };
-                    *bytes = n.value(row).max(0).checked_mul(unit).ok_or_else(too_large)?;
+                    *bytes = n
+                        .value(row)
+                        .max(0)
+                        .checked_mul(unit)
+                        .ok_or_else(too_large)?;
                 }
             }
             Estimate::Replace => {
@@ -241,7 +259,11 @@ impl SizedFunction {
                     } else {
                         element_bytes(&values, row)?
                     };
-                    *bytes = n.value(row).max(0).checked_mul(unit).ok_or_else(too_large)?;
+                    *bytes = n
+                        .value(row)
+                        .max(0)
+                        .checked_mul(unit)
+                        .ok_or_else(too_large)?;
                 }
             }
             Estimate::Series => {
@@ -420,9 +442,7 @@ impl SizedAccumulator {
         if self.bytes > MAX_VALUE_BYTES {
             return Err(pg_error(
                 "54000",
-                format!(
-                    "out of memory: string_agg's result would exceed {MAX_VALUE_BYTES} bytes"
-                ),
+                format!("out of memory: string_agg's result would exceed {MAX_VALUE_BYTES} bytes"),
             ));
         }
         Ok(())
