@@ -16,6 +16,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::differential::{statements, Difference, Oracle, Rules};
 
@@ -331,4 +332,119 @@ async fn views_suite() {
         .await;
     differences.extend(compare_views(&mut oracle, "after more rows").await);
     report("views", views().len() * 4, differences);
+}
+
+/// The peak resident memory of process `pid` while `work` runs, sampled
+/// every 10 ms, in KiB.
+async fn peak_rss_kib<T>(pid: u32, work: impl std::future::Future<Output = T>) -> (T, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let rss = move || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0u64)
+    };
+    let (done, peak) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let sampler = {
+        let (done, peak) = (done.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(rss(), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let out = work.await;
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    (out, peak.load(Ordering::Relaxed))
+}
+
+/// The statements a random query generator for PostgreSQL (sqlsmith) found
+/// taking servers down, and their kin: the light ones answer as PostgreSQL
+/// does; each heavy one, under `statement_timeout = '1s'`, ends with 57014
+/// within 200 ms of its limit or fails sooner with 54000/53200, and none
+/// takes the server past `--query-memory` plus a margin. No panic, no
+/// XX000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_statements_stop_in_time_within_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    const QUERY_MEMORY: u64 = 1 << 30;
+    let mut oracle =
+        Oracle::start_with(dir.path(), &["--query-memory", &QUERY_MEMORY.to_string()]).await;
+    oracle.rules = allowed().rules;
+    let light = [
+        "SELECT lpad(s, n, 'x') FROM (VALUES ('a', -1)) t(s, n)",
+        "SELECT rpad(s, n) FROM (VALUES ('ab', -5), ('cd', 3)) t(s, n) ORDER BY 1",
+        "SELECT repeat('ab', -2), repeat('ab', 0), repeat('ab', 2)",
+        "SELECT length(lpad('a', 2147483647, 'x'))",
+        "SELECT length(repeat('abc', 2147483647))",
+        "SELECT (SELECT x FROM generate_series(1, 3) g(x) WHERE x > 5)",
+        "SELECT (SELECT min(x) FROM generate_series(1, 3) g(x) WHERE x > 5) IS NULL",
+        "SELECT (SELECT 1 WHERE false) FROM generate_series(1, 2)",
+        "SELECT x FROM generate_series(1, 3) x WHERE x > (SELECT 9 WHERE false)",
+    ];
+    let mut differences = Vec::new();
+    for sql in light {
+        if let Some(d) = oracle.differs(sql).await {
+            differences.push(d);
+        }
+    }
+    report("hostile (light)", light.len(), differences);
+    let heavy = [
+        "SELECT count(*) FROM generate_series(1, 150000) a(x), generate_series(1, 150000) b(x) \
+         WHERE a.x + b.x = 1",
+        "SELECT count(*) FROM generate_series(1, 100000) a(x) JOIN generate_series(1, 100000) b(y) \
+         ON a.x < b.y",
+        "SELECT count(*) FROM generate_series(1, 3000) a(x), generate_series(1, 3000) b(y), \
+         generate_series(1, 3000) c(z) WHERE a.x * b.y = c.z + 0.5",
+        "SELECT length(repeat(a.t, b.n)) FROM (VALUES ('abcdefgh')) a(t), \
+         generate_series(100000000, 100000100) b(n)",
+        "SELECT sum(length(repeat(md5(x::text), 20000))) FROM generate_series(1, 200000) g(x)",
+        "SELECT count(*) FROM (SELECT x, md5(x::text) FROM generate_series(1, 50000000) g(x) \
+         ORDER BY 2) s",
+    ];
+    assert_eq!(
+        oracle.sluice("SET statement_timeout = '1s'").await,
+        common::raw_client::Answer::Command { tag: "SET".into() }
+    );
+    let pid = oracle.server.pid();
+    let limit = Duration::from_millis(1000);
+    let mut overruns = Vec::new();
+    let mut peak_kib = 0;
+    for sql in heavy {
+        let started = Instant::now();
+        let (answer, peak) = peak_rss_kib(pid, oracle.sluice(sql)).await;
+        let took = started.elapsed();
+        peak_kib = peak_kib.max(peak);
+        eprintln!("{took:?}, peak RSS {peak} KiB: {sql}");
+        match &answer {
+            common::raw_client::Answer::Error { sqlstate, .. }
+                if ["57014", "54000", "53200"].contains(&sqlstate.as_str()) => {}
+            other => panic!("{sql}: {other:?}"),
+        }
+        if took > limit + Duration::from_millis(200) {
+            overruns.push(format!("{took:?}: {sql}"));
+        }
+    }
+    assert!(
+        overruns.is_empty(),
+        "statement_timeout overrun: {overruns:#?}"
+    );
+    // The margin: the server's own memory (tables, views, runtime) and
+    // what a statement's batches hold outside the pool.
+    let margin_kib = 768 * 1024;
+    assert!(
+        peak_kib < QUERY_MEMORY / 1024 + margin_kib,
+        "peak RSS {peak_kib} KiB beyond --query-memory plus {margin_kib} KiB"
+    );
+    let log = oracle.server.log_text();
+    let panics: Vec<&str> = log.lines().filter(|l| l.contains(" panic ")).collect();
+    assert!(panics.is_empty(), "panics: {panics:#?}");
 }
