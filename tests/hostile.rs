@@ -289,6 +289,9 @@ async fn random_queries_never_take_the_server_down() {
         !states.contains_key("XX000"),
         "internal errors on random queries: {states:?}"
     );
+    let log = server.log_text();
+    let panics: Vec<&str> = log.lines().filter(|l| l.contains(" panic ")).collect();
+    assert!(panics.is_empty(), "random queries panicked: {panics:#?}");
     assert!(alive(&server), "server restarts: 1");
     assert_eq!(common::scalar(&c, "SELECT count(*) FROM f").await, rows);
 }

@@ -410,7 +410,7 @@ impl<'a> QueryGen<'a> {
             _ => format!(
                 "replace({}, '{}', '-')",
                 self.expr(Text, d),
-                pick(self.rng, &["a", "'", "z"])
+                pick(self.rng, &["a", "''", "z"])
             ),
         }
     }
