@@ -1,33 +1,62 @@
-//! The server's error type and its mapping to PostgreSQL SQLSTATE codes.
+//! The server's error type and its SQLSTATE codes, below every layer:
+//! each layer's own error (the log's, the object store's, a sink's) says
+//! its SQLSTATE through [`LayerError`] and converts into [`SluiceError`]
+//! where it is defined, so this module names none of them. Turning an
+//! error into a protocol message is the wire's business (`server/`).
 
 use datafusion::error::DataFusionError;
-use pgwire::error::{ErrorInfo, PgWireError};
 use sluice_catalog::CatalogError;
 use sluice_sql::SqlError;
 
-use crate::ingest::IngestError;
-use crate::log::LogError;
+/// An error of one layer (the log, the object store, ingest, logins,
+/// subscriptions, sources, sinks), which knows its SQLSTATE.
+pub trait LayerError: std::error::Error + Send + Sync + 'static {
+    fn sqlstate(&self) -> &'static str;
+}
+
+/// `impl From<$error> for SluiceError` through [`LayerError`], for a layer's
+/// error type that has a `sqlstate` method.
+#[macro_export]
+macro_rules! layer_error {
+    ($error:ty) => {
+        impl $crate::error::LayerError for $error {
+            fn sqlstate(&self) -> &'static str {
+                <$error>::sqlstate(self)
+            }
+        }
+
+        impl From<$error> for $crate::error::SluiceError {
+            fn from(e: $error) -> Self {
+                $crate::error::SluiceError::Layer(Box::new(e))
+            }
+        }
+    };
+}
+
+/// A layer's error inside DataFusion (a table provider's read, a sink's
+/// write), boxed as a [`SluiceError`] so that its SQLSTATE is found again.
+pub fn into_datafusion<E: Into<SluiceError>>(e: E) -> DataFusionError {
+    DataFusionError::External(Box::new(e.into()))
+}
+
+/// Why a statement was stopped; each has PostgreSQL's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// A cancel request (57014 `canceling statement due to user request`).
+    User,
+    /// `statement_timeout` passed (57014 `... due to statement timeout`).
+    Timeout,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SluiceError {
     #[error(transparent)]
     Sql(#[from] SqlError),
     #[error(transparent)]
-    Ingest(#[from] IngestError),
-    #[error(transparent)]
-    Log(#[from] LogError),
-    #[error(transparent)]
     Catalog(#[from] CatalogError),
-    #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
-    #[error(transparent)]
-    Auth(#[from] crate::auth::AuthError),
-    #[error(transparent)]
-    Subscription(#[from] crate::subscribe::SubscriptionError),
-    #[error(transparent)]
-    Source(#[from] crate::source::SourceError),
-    #[error(transparent)]
-    Sink(#[from] crate::sink::SinkError),
+    /// The error of a layer below, which says its own SQLSTATE.
+    #[error("{0}")]
+    Layer(Box<dyn LayerError>),
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     TransactionAborted,
     #[error("{0} can only be used in transaction blocks")]
@@ -68,10 +97,10 @@ pub enum SluiceError {
     InvalidParameter { name: String, value: String },
     /// A cancel request or `statement_timeout` stopped the statement.
     #[error("{}", match .0 {
-        crate::query::cancel::CancelReason::User => "canceling statement due to user request",
-        crate::query::cancel::CancelReason::Timeout => "canceling statement due to statement timeout",
+        CancelReason::User => "canceling statement due to user request",
+        CancelReason::Timeout => "canceling statement due to statement timeout",
     })]
-    Canceled(crate::query::cancel::CancelReason),
+    Canceled(CancelReason),
     /// `dependent` names the kind and the name ("materialized view v").
     #[error("cannot drop {kind} {name} because {dependent} depends on it")]
     DependentObjects {
@@ -88,18 +117,8 @@ impl SluiceError {
         }
         match self {
             SluiceError::Sql(e) => e.sqlstate(),
-            SluiceError::Ingest(e) => e.sqlstate(),
-            SluiceError::Log(e) => log_sqlstate(e),
             SluiceError::Catalog(e) => catalog_sqlstate(e),
-            SluiceError::Store(e) => e.sqlstate(),
-            SluiceError::Auth(e) => e.sqlstate(),
-            SluiceError::Subscription(e) => e.sqlstate(),
-            SluiceError::Source(crate::source::SourceError::Log(e)) => log_sqlstate(e),
-            SluiceError::Source(e) => e.sqlstate(),
-            SluiceError::Sink(crate::sink::SinkError::Connector(
-                crate::source::SourceError::Log(e),
-            )) => log_sqlstate(e),
-            SluiceError::Sink(e) => e.sqlstate(),
+            SluiceError::Layer(e) => e.sqlstate(),
             SluiceError::TransactionAborted => "25P02",
             SluiceError::NoTransactionBlock(_) => "25P01",
             SluiceError::ActiveTransaction(_) => "25001",
@@ -166,33 +185,10 @@ impl SluiceError {
             other => other.to_string(),
         }
     }
-
-    pub fn into_pg(self) -> PgWireError {
-        PgWireError::UserError(Box::new(ErrorInfo::new(
-            "ERROR".to_string(),
-            self.sqlstate().to_string(),
-            self.message(),
-        )))
-    }
 }
 
-fn log_sqlstate(e: &LogError) -> &'static str {
-    if e.is_disk_full() {
-        return "53100";
-    }
-    match e {
-        LogError::CorruptFrame { .. } => "XX001",
-        LogError::Catalog(c) => catalog_sqlstate(c),
-        LogError::Io { .. } | LogError::Remote { .. } => "58030",
-        LogError::Store(s) => s.sqlstate(),
-        LogError::TransactionTooLarge { .. } => "54000",
-        LogError::SerializationFailure { .. } => "40001",
-        LogError::WrittenBySource { .. } => "42809",
-        _ => "XX000",
-    }
-}
-
-fn catalog_sqlstate(e: &CatalogError) -> &'static str {
+/// The SQLSTATE of an error of the catalog crate.
+pub(crate) fn catalog_sqlstate(e: &CatalogError) -> &'static str {
     match e {
         CatalogError::DuplicateTable(_) => "42P07",
         CatalogError::UndefinedTable(_) => "42P01",
@@ -401,12 +397,9 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         },
         DataFusionError::ResourcesExhausted(_) => "53200",
         DataFusionError::External(inner) => {
-            if let Some(i) = inner.downcast_ref::<IngestError>() {
-                i.sqlstate()
-            } else if let Some(s) = inner.downcast_ref::<SluiceError>() {
+            // Layers box their errors as SluiceError (see layer_error!).
+            if let Some(s) = inner.downcast_ref::<SluiceError>() {
                 s.sqlstate()
-            } else if let Some(l) = inner.downcast_ref::<LogError>() {
-                log_sqlstate(l)
             } else {
                 "XX000"
             }

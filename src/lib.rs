@@ -21,5 +21,6 @@ pub mod status;
 pub mod store;
 pub mod stream;
 pub mod subscribe;
+pub mod system;
 pub mod transaction;
 pub mod types;

@@ -27,6 +27,8 @@ pub enum AuthError {
     Config(String),
 }
 
+crate::layer_error!(AuthError);
+
 impl AuthError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

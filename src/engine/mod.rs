@@ -38,13 +38,15 @@ use crate::log::{
     TableLog,
 };
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
-use crate::query::{build_context, session_config};
-use crate::query::{PointRead, QueryExecutor, SCAN_NOTICES};
+use crate::query::session_config;
+use crate::query::{QueryExecutor, SCAN_NOTICES};
 use crate::sink::SinkManager;
 use crate::source::SourceManager;
 use crate::store::DurableStore;
 use crate::stream::{BackfillProgress, EmitOptions, ViewManager};
 use crate::subscribe::{timestamp_us, SubscriptionCursor, SubscriptionError, SubscriptionManager};
+use crate::system::build_context;
+use crate::system::PointRead;
 
 pub use copy::CopyState;
 use planner::{delete_query, keyed_table, update_query};
@@ -189,7 +191,7 @@ impl Engine {
             store.clone(),
             views.clone(),
             subs.clone(),
-            crate::query::Connectors {
+            crate::system::Connectors {
                 sources: sources.clone(),
                 sinks: sinks.clone(),
             },
@@ -293,7 +295,7 @@ impl Engine {
             ) => {
                 // A table dropped since is gone (42P01); one created anew
                 // under its name is read by a new plan of the same SQL.
-                let fresh = match crate::query::replaced_tables(plan, &self.store)? {
+                let fresh = match crate::system::replaced_tables(plan, &self.store)? {
                     false => None,
                     true => match self.planner.prepare(source, &session.role()).await? {
                         Prepared::Plan {

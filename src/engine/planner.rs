@@ -25,7 +25,8 @@ use crate::ingest::PreparedInsert;
 use crate::log::{LogStore, TableLog};
 use crate::metrics::statement_kind;
 use crate::query::cancel::show_timeout;
-use crate::query::{PointRead, ON_CONFLICT_DO_NOTHING};
+use crate::query::ON_CONFLICT_DO_NOTHING;
+use crate::system::PointRead;
 
 /// A statement prepared with Parse.
 #[derive(Debug, Clone)]
@@ -170,7 +171,7 @@ impl Planner {
         let views = self.views.clone();
         sluice_sql::rewrite_postgres_syntax(&mut stmt);
         hide_system_columns(&mut stmt, |name| {
-            crate::query::relation_columns(&store, &views, name)
+            crate::stream::relation_columns(&store, &views, name)
         });
         let state = self.ctx.state();
         let plan = state
@@ -203,7 +204,7 @@ impl Planner {
         role: &SessionRole,
         plan: &LogicalPlan,
     ) -> Result<(), SluiceError> {
-        let access = crate::query::plan_access(plan);
+        let access = crate::system::plan_access(plan);
         for name in &access.inserts {
             if let Some(t) = self.store.table(name) {
                 t.check_statement_writes()?;

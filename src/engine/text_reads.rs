@@ -19,7 +19,7 @@ use sluice_sql::sqlparser::ast;
 use sluice_sql::{KeyLiteral, Statement};
 
 use super::{Engine, Outcome, Session};
-use crate::query::PointRead;
+use crate::system::PointRead;
 
 /// The most texts kept; past it the cache starts again empty.
 const MAX_TEXTS: usize = 4096;

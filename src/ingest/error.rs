@@ -68,6 +68,8 @@ pub enum IngestError {
     Internal(String),
 }
 
+crate::layer_error!(IngestError);
+
 impl IngestError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

@@ -37,7 +37,25 @@ pub enum LogError {
     WrittenBySource { table: String, by: String },
 }
 
+crate::layer_error!(LogError);
+
 impl LogError {
+    pub fn sqlstate(&self) -> &'static str {
+        if self.is_disk_full() {
+            return "53100";
+        }
+        match self {
+            LogError::CorruptFrame { .. } => "XX001",
+            LogError::Catalog(c) => crate::error::catalog_sqlstate(c),
+            LogError::Io { .. } | LogError::Remote { .. } => "58030",
+            LogError::Store(s) => s.sqlstate(),
+            LogError::TransactionTooLarge { .. } => "54000",
+            LogError::SerializationFailure { .. } => "40001",
+            LogError::WrittenBySource { .. } => "42809",
+            _ => "XX000",
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LogError {
         let path = path.into();
         move |source| LogError::Io { path, source }

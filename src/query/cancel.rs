@@ -28,14 +28,7 @@ use tokio::time::Instant;
 use super::activity::{Activity, ActivityRow};
 use crate::error::SluiceError;
 
-/// Why a statement was stopped; each has PostgreSQL's message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelReason {
-    /// A cancel request (57014 `canceling statement due to user request`).
-    User,
-    /// `statement_timeout` passed (57014 `... due to statement timeout`).
-    Timeout,
-}
+pub use crate::error::CancelReason;
 
 /// One connection's statements, as a cancel request or a timeout sees them.
 pub struct StatementCancel {

@@ -25,7 +25,7 @@ use datafusion::optimizer::analyzer::Analyzer;
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionConfig;
 
-use super::pg_catalog_info::OidArrayTypePlanner;
+use super::pg_type_planner::OidArrayTypePlanner;
 use super::PgTypePlanner;
 
 /// A session state builder with PostgreSQL's semantics; callers add what

@@ -133,7 +133,7 @@ impl LogTableProvider {
         let (hidden, staged_rows) = match staged.is_empty() {
             true => (None, None),
             false => {
-                let external = |e: crate::log::LogError| DataFusionError::External(Box::new(e));
+                let external = crate::error::into_datafusion::<crate::log::LogError>;
                 let codec = KeyCodec::new(&self.table.def).map_err(external)?;
                 let (keys, rows) =
                     staged_latest(&self.table.def, &codec, staged).map_err(external)?;
@@ -582,7 +582,7 @@ impl PartitionStream for FrameStream {
                 let batch = part
                     .read_frame(&meta)
                     .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    .map_err(crate::error::into_datafusion)?;
                 if changelog {
                     // The row count is given: a projection of no columns
                     // (count(*)) still has rows.
@@ -775,7 +775,7 @@ impl PartitionStream for LatestStream {
         let out_schema = schema.clone();
         let hidden = self.hidden.clone();
         let batches = async move {
-            let external = |e: crate::log::LogError| DataFusionError::External(Box::new(e));
+            let external = crate::error::into_datafusion::<crate::log::LogError>;
             let def = &table.def;
             let codec = KeyCodec::new(def).map_err(external)?;
             let part = &table.partitions()[k];
@@ -863,34 +863,4 @@ pub(crate) fn project_frame(
         columns,
         &options,
     )?)
-}
-
-/// The columns a query sees of the table or view `name`: those `*` shows,
-/// then the hidden ones (see `sluice_sql::hide_system_columns`).
-pub fn relation_columns(
-    store: &crate::log::LogStore,
-    views: &crate::stream::ViewManager,
-    name: &str,
-) -> Option<sluice_sql::RelationColumns> {
-    if let Some(t) = store.table(name) {
-        let hidden: Vec<String> = t
-            .def
-            .hidden_columns()
-            .iter()
-            .map(|c| c.to_string())
-            .collect();
-        let visible = t
-            .def
-            .columns
-            .iter()
-            .map(|c| c.name.clone())
-            .filter(|c| !hidden.contains(c))
-            .collect();
-        return Some(sluice_sql::RelationColumns { visible, hidden });
-    }
-    let v = views.view(name)?;
-    Some(sluice_sql::RelationColumns {
-        visible: v.schema.fields().iter().map(|f| f.name().clone()).collect(),
-        hidden: Vec::new(),
-    })
 }

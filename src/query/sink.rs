@@ -77,12 +77,12 @@ impl DataSink for LogSink {
             let batch = batch?;
             let n = batch.num_rows() as u64;
             let batch = conform_batch(&self.table.def, &batch, row)
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                .map_err(crate::error::into_datafusion)?;
             staged += batch.get_array_memory_size() as u64;
             if staged > limit {
-                return Err(DataFusionError::External(Box::new(IngestError::TooLarge {
+                return Err(crate::error::into_datafusion(IngestError::TooLarge {
                     limit,
-                })));
+                }));
             }
             batches.push(batch);
             row += n;
@@ -102,6 +102,6 @@ impl DataSink for LogSink {
                 stage_statement(&staged, &self.table, batches, self.on_conflict_do_nothing).await
             }
         }
-        .map_err(|e| DataFusionError::External(Box::new(e)))
+        .map_err(crate::error::into_datafusion)
     }
 }

@@ -1,5 +1,6 @@
 //! The COPY messages of `COPY ... FROM STDIN`, handed to the engine.
 
+use super::errors::IntoPgWire;
 use std::fmt::Debug;
 
 use async_trait::async_trait;

@@ -9,6 +9,7 @@
 //! columns go through arrow-pg's encoder, with unsigned integers as
 //! bigint and JSONB with its version byte.
 
+use super::errors::IntoPgWire;
 use std::iter;
 use std::sync::Arc;
 

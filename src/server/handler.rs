@@ -1,6 +1,7 @@
 //! The query protocols, simple and extended: messages in, calls to the
 //! [`Engine`], responses out.
 
+use super::errors::IntoPgWire;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -422,7 +423,7 @@ impl SimpleQueryHandler for Handlers {
                         if out.is_empty() {
                             return Err(e.into_pg());
                         }
-                        out.push(Response::Error(Box::new(pg_error_info(e))));
+                        out.push(Response::Error(Box::new(super::errors::error_info(e))));
                         break;
                     }
                 }
@@ -467,7 +468,7 @@ impl SimpleQueryHandler for Handlers {
                     {
                         out.push(Response::TransactionEnd(Tag::new("ROLLBACK")));
                     }
-                    out.push(Response::Error(Box::new(pg_error_info(e))));
+                    out.push(Response::Error(Box::new(super::errors::error_info(e))));
                     break;
                 }
             }
@@ -581,10 +582,6 @@ fn encode_error(e: PgWireError) -> SluiceError {
         },
         other => SluiceError::Protocol(other.to_string()),
     }
-}
-
-fn pg_error_info(e: SluiceError) -> pgwire::error::ErrorInfo {
-    pgwire::error::ErrorInfo::new("ERROR".into(), e.sqlstate().into(), e.message())
 }
 
 /// A statement as logged: passwords starred out, the first 200 characters.

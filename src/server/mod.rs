@@ -4,6 +4,7 @@
 mod connection;
 mod copy;
 mod encode;
+mod errors;
 mod export;
 mod frames;
 mod handler;

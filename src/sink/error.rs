@@ -16,6 +16,8 @@ pub enum SinkError {
     Encode(String),
 }
 
+crate::layer_error!(SinkError);
+
 impl SinkError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

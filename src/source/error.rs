@@ -21,13 +21,16 @@ pub enum SourceError {
     Start(String),
 }
 
+crate::layer_error!(SourceError);
+
 impl SourceError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             SourceError::Unreachable { .. } => "08001",
             SourceError::UnknownTopic(_) => "42704",
             SourceError::NoSuchPartition { .. } | SourceError::Config(_) => "22023",
-            SourceError::Log(_) | SourceError::Start(_) => "XX000",
+            SourceError::Log(e) => e.sqlstate(),
+            SourceError::Start(_) => "XX000",
         }
     }
 }

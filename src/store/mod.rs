@@ -34,6 +34,8 @@ pub enum StoreError {
     Corrupt { key: String, reason: String },
 }
 
+crate::layer_error!(StoreError);
+
 impl StoreError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

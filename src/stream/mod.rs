@@ -36,3 +36,33 @@ pub use changes::{change_schema, OP_COLUMN};
 pub use operator::OperatorStats;
 pub use pipeline::ViewSource;
 pub use view::{BackfillProgress, EmitOptions, LateRow, View, ViewManager};
+
+/// The columns a query sees of the table or view `name`: those `*` shows,
+/// then the hidden ones (see `sluice_sql::hide_system_columns`).
+pub fn relation_columns(
+    store: &crate::log::LogStore,
+    views: &ViewManager,
+    name: &str,
+) -> Option<sluice_sql::RelationColumns> {
+    if let Some(t) = store.table(name) {
+        let hidden: Vec<String> = t
+            .def
+            .hidden_columns()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let visible = t
+            .def
+            .columns
+            .iter()
+            .map(|c| c.name.clone())
+            .filter(|c| !hidden.contains(c))
+            .collect();
+        return Some(sluice_sql::RelationColumns { visible, hidden });
+    }
+    let v = views.view(name)?;
+    Some(sluice_sql::RelationColumns {
+        visible: v.schema.fields().iter().map(|f| f.name().clone()).collect(),
+        hidden: Vec::new(),
+    })
+}

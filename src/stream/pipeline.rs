@@ -284,7 +284,7 @@ pub async fn compile(
     };
     sluice_sql::rewrite_postgres_syntax(&mut stmt);
     hide_system_columns(&mut stmt, |name| {
-        crate::query::relation_columns(store, views, name)
+        crate::stream::relation_columns(store, views, name)
     });
 
     // One partition: the physical plans run once per delta, and a

@@ -41,6 +41,8 @@ pub enum SubscriptionError {
     },
 }
 
+crate::layer_error!(SubscriptionError);
+
 impl SubscriptionError {
     pub fn sqlstate(&self) -> &'static str {
         match self {

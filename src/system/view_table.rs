@@ -83,7 +83,7 @@ impl TableProvider for ViewTable {
                 SluiceError::Unsupported("cached plan must not change result type".into()),
             )));
         }
-        super::system::scan_rows(
+        super::sluice_catalog::scan_rows(
             &self.schema,
             view.snapshot(),
             state,

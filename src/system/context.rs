@@ -1,7 +1,6 @@
 use std::sync::Arc;
 
 use datafusion::execution::context::SessionContext;
-use datafusion::prelude::SessionConfig;
 use datafusion_pg_catalog::pg_catalog::{
     setup_pg_catalog, PgCatalogSchemaProvider, PgCatalogStaticTables,
 };
@@ -11,27 +10,15 @@ use crate::log::LogStore;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
-use super::cancel::ConnectionRegistry;
 use super::pg_catalog_info::{HiddenRelations, SluiceCatalogInfo, SluicePgCatalog};
 use super::pg_keys::{key_functions, PrimaryKeys};
-use super::pg_roles::RoleDirectory;
-use super::provider::LogTableProvider;
-use super::system::{PublicSchema, SystemSchema};
+use super::sluice_catalog::{PublicSchema, SystemSchema};
+use crate::query::cancel::ConnectionRegistry;
+use crate::query::pg_roles::RoleDirectory;
+use crate::query::provider::LogTableProvider;
+use crate::query::{session_config, CATALOG_NAME};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
 use datafusion::datasource::TableProvider;
-
-/// Name of the one catalog (database) the server shows.
-pub const CATALOG_NAME: &str = "sluice";
-
-/// Settings shared by the query context and the views' pipelines.
-pub fn session_config() -> SessionConfig {
-    SessionConfig::new()
-        .with_default_catalog_and_schema(CATALOG_NAME, "public")
-        .with_create_default_catalog_and_schema(true)
-        // Sluice's own `information_schema` (PostgreSQL's type names) is
-        // registered in the catalog instead of DataFusion's.
-        .with_information_schema(false)
-}
 
 /// The shared DataFusion context: the log tables in `public`, the system
 /// tables in `sluice_catalog`, and the `pg_catalog` that psql and drivers
@@ -47,7 +34,7 @@ pub fn build_context(
     store: Arc<LogStore>,
     views: Arc<ViewManager>,
     subs: Arc<SubscriptionManager>,
-    connectors: super::system::Connectors,
+    connectors: super::sluice_catalog::Connectors,
     connections: Arc<ConnectionRegistry>,
     query_memory: Option<usize>,
     roles: Arc<RoleStore>,
@@ -69,8 +56,8 @@ pub fn build_context(
         None => None,
     };
     let ctx = SessionContext::new_with_state(
-        super::postgres_state(session_config(), runtime)
-            .with_physical_optimizer_rule(Arc::new(super::YieldingJoins))
+        crate::query::postgres_state(session_config(), runtime)
+            .with_physical_optimizer_rule(Arc::new(crate::query::YieldingJoins))
             .build(),
     );
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {
@@ -125,7 +112,7 @@ pub fn build_context(
         let existing = state.read().clone();
         *state.write() =
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(existing)
-                .with_type_planner(super::dialect::type_planner())
+                .with_type_planner(crate::query::dialect::type_planner())
                 .build();
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,
@@ -151,8 +138,10 @@ pub fn build_context(
         }),
     )?;
     ctx.register_udf(hidden.function());
-    super::register_functions(&ctx);
-    ctx.register_udf(super::pg_roles::has_table_privilege(roles_for_functions));
+    crate::query::register_functions(&ctx);
+    ctx.register_udf(crate::query::pg_roles::has_table_privilege(
+        roles_for_functions,
+    ));
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }

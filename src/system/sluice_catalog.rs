@@ -25,10 +25,10 @@ use crate::source::SourceManager;
 use crate::stream::ViewManager;
 use crate::subscribe::SubscriptionManager;
 
-use super::activity::ActivityRow;
-use super::cancel::ConnectionRegistry;
-use super::provider::LogTableProvider;
 use super::view_table::ViewTable;
+use crate::query::activity::ActivityRow;
+use crate::query::cancel::ConnectionRegistry;
+use crate::query::provider::LogTableProvider;
 
 /// The user's tables and materialized views, as the catalog names them now.
 pub struct PublicSchema {
@@ -55,7 +55,7 @@ impl SchemaProvider for PublicSchema {
             return Ok(Some(Arc::new(LogTableProvider::new(t))));
         }
         if let Some(t) = name
-            .strip_suffix(super::provider::ON_CONFLICT_DO_NOTHING)
+            .strip_suffix(crate::query::provider::ON_CONFLICT_DO_NOTHING)
             .and_then(|base| self.store.table(base))
         {
             return Ok(Some(Arc::new(

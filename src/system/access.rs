@@ -6,9 +6,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{LogicalPlan, TableSource, WriteOp};
 
-use super::provider::LogTableProvider;
 use super::view_table::ViewTable;
 use crate::auth::ObjectKind;
+use crate::query::provider::LogTableProvider;
 
 /// The relations a plan touches.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -324,7 +324,7 @@ impl TableProvider for Columns {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let rows = self.rows().await?;
-        super::system::scan_rows(
+        super::sluice_catalog::scan_rows(
             &columns_schema(),
             vec![rows],
             state,
@@ -378,7 +378,7 @@ impl TableProvider for Retyped {
                 Ok(RecordBatch::try_new(schema.clone(), columns)?)
             })
             .collect::<Result<Vec<_>>>()?;
-        super::system::scan_rows(&schema, rows, state, projection, filters, limit).await
+        super::sluice_catalog::scan_rows(&schema, rows, state, projection, filters, limit).await
     }
 }
 

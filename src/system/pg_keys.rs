@@ -443,7 +443,7 @@ impl TableProvider for KeyCatalogTable {
             }
             out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         }
-        super::system::scan_rows(&self.schema, out, state, projection, filters, limit).await
+        super::sluice_catalog::scan_rows(&self.schema, out, state, projection, filters, limit).await
     }
 }
 

@@ -153,7 +153,9 @@ impl SchemaProvider for SluicePgCatalog {
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
         if name == "pg_settings" {
-            return Ok(Some(Arc::new(super::pg_functions::settings_table()?)));
+            return Ok(Some(
+                Arc::new(crate::query::pg_functions::settings_table()?),
+            ));
         }
         let table = self.inner.table(name).await?;
         let key_catalog = match name {
@@ -337,7 +339,7 @@ impl TableProvider for PgClass {
             ));
             out.push(RecordBatch::try_new(self.schema.clone(), columns)?);
         }
-        super::system::scan_rows(&self.schema, out, state, projection, filters, limit).await
+        super::sluice_catalog::scan_rows(&self.schema, out, state, projection, filters, limit).await
     }
 }
 
@@ -365,57 +367,6 @@ async fn search_path_namespaces(
         }
     }
     Ok(out)
-}
-
-/// datafusion-pg-catalog's SQL type planner, and `oid[]` as a list whose
-/// element is marked as an oid, so a `$1::oid[]` parameter is described as
-/// `oid[]` (asyncpg's type lookup binds one, and asyncpg has no codec for
-/// `int4[]` before that lookup answers).
-#[derive(Debug)]
-pub struct OidArrayTypePlanner;
-
-impl datafusion::logical_expr::planner::TypePlanner for OidArrayTypePlanner {
-    fn plan_type_field(
-        &self,
-        sql_type: &sluice_sql::sqlparser::ast::DataType,
-    ) -> Result<Option<arrow::datatypes::FieldRef>, DataFusionError> {
-        use datafusion_pg_catalog::pg_catalog::oid_type_planner::PgOidTypePlanner;
-        use sluice_sql::sqlparser::ast::{ArrayElemTypeDef, DataType as SqlType};
-        if let SqlType::Array(ArrayElemTypeDef::SquareBracket(element, None)) = sql_type {
-            if let SqlType::Custom(name, args) = element.as_ref() {
-                let is_oid = args.is_empty()
-                    && name
-                        .0
-                        .last()
-                        .and_then(|p| p.as_ident())
-                        .is_some_and(|i| i.value.eq_ignore_ascii_case("oid"));
-                if is_oid {
-                    let element = Field::new("item", DataType::Int32, true).with_metadata(
-                        [(
-                            arrow_pg::datatypes::PG_OID_ALIAS_KEY.to_string(),
-                            "oid".to_string(),
-                        )]
-                        .into(),
-                    );
-                    return Ok(Some(Arc::new(Field::new(
-                        "",
-                        DataType::List(Arc::new(element)),
-                        true,
-                    ))));
-                }
-            }
-        }
-        // A cast to an oid alias is described and shown as that type.
-        Ok(PgOidTypePlanner.plan_type_field(sql_type)?.map(|f| {
-            match f.metadata().get(arrow_pg::datatypes::PG_OID_ALIAS_KEY) {
-                Some(kind) => {
-                    let metadata = crate::types::oid_alias_value(kind);
-                    Arc::new(f.as_ref().clone().with_metadata(metadata))
-                }
-                None => f,
-            }
-        }))
-    }
 }
 
 /// `pg_attribute` with each column's type and typmod as PostgreSQL has
@@ -585,6 +536,6 @@ impl TableProvider for PgAttribute {
             columns[typmod] = Arc::new(arrow::array::Int32Array::from(new_typmods));
             out.push(RecordBatch::try_new(schema.clone(), columns)?);
         }
-        super::system::scan_rows(&schema, out, state, projection, filters, limit).await
+        super::sluice_catalog::scan_rows(&schema, out, state, projection, filters, limit).await
     }
 }

@@ -18,10 +18,10 @@ use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 
-use super::provider::LogTableProvider;
 use super::view_table::ViewTable;
 use crate::error::SluiceError;
 use crate::log::{LogStore, TableLog};
+use crate::query::provider::LogTableProvider;
 use crate::stream::ViewManager;
 
 /// What a key column is compared with.
