@@ -26,7 +26,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The folder (or top-level module) a file of `src/` belongs to.
 fn unit_of(path: &Path) -> String {
     let rel = path.strip_prefix(src()).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
@@ -48,7 +53,10 @@ fn only_the_wire_names_pgwire() {
         .filter(|f| std::fs::read_to_string(f).unwrap().contains("pgwire"))
         .map(|f| f.display().to_string())
         .collect();
-    assert!(offenders.is_empty(), "pgwire named outside the wire: {offenders:#?}");
+    assert!(
+        offenders.is_empty(),
+        "pgwire named outside the wire: {offenders:#?}"
+    );
 }
 
 #[test]
@@ -113,5 +121,21 @@ fn folders_import_without_a_circle() {
             circles.push(hops.join("; "));
         }
     }
-    assert!(circles.is_empty(), "import circles between folders: {circles:#?}");
+    assert!(
+        circles.is_empty(),
+        "import circles between folders: {circles:#?}"
+    );
+}
+
+#[test]
+fn dispatch_only_routes() {
+    let text = std::fs::read_to_string(src().join("engine/mod.rs")).unwrap();
+    let start = text
+        .find("    async fn dispatch(")
+        .expect("Engine::dispatch in src/engine/mod.rs");
+    let end = text[start..]
+        .find("\n    }\n")
+        .expect("the end of Engine::dispatch");
+    let lines = text[start..start + end].lines().count() + 1;
+    assert!(lines < 100, "Engine::dispatch is {lines} lines");
 }
