@@ -171,7 +171,7 @@ impl Planner {
         let views = self.views.clone();
         sluice_sql::rewrite_postgres_syntax(&mut stmt);
         hide_system_columns(&mut stmt, |name| {
-            crate::stream::relation_columns(&store, &views, name)
+            crate::stream::relation_columns(&store, views.as_ref(), name)
         });
         let state = self.ctx.state();
         let plan = state

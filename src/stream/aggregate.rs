@@ -44,8 +44,8 @@ use datafusion::physical_plan::ExecutionPlan;
 #[allow(deprecated)]
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
+use super::operator::{canonical_key, nullable, unsupported};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::pipeline::{canonical_key, nullable, unsupported};
 use super::retract::RetractableMinMax;
 use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;

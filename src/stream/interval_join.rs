@@ -54,8 +54,8 @@ use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::join::{joined_rows, Source};
+use super::operator::canonical_key;
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::pipeline::canonical_key;
 use crate::error::SluiceError;
 
 /// A join key in arrow-row form.

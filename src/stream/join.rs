@@ -34,8 +34,8 @@ use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::operator::canonical_key;
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::pipeline::canonical_key;
 use crate::error::SluiceError;
 
 /// One row of a side's state: where it is.

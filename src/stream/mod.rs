@@ -27,6 +27,7 @@ mod pipeline;
 mod point_index;
 mod retract;
 mod rows;
+mod runner;
 mod shared_column;
 mod top_n;
 mod vectorized_groups;
@@ -34,14 +35,15 @@ mod view;
 
 pub use changes::{change_schema, OP_COLUMN};
 pub use operator::OperatorStats;
-pub use pipeline::ViewSource;
-pub use view::{BackfillProgress, EmitOptions, LateRow, View, ViewManager};
+pub use pipeline::EmitOptions;
+pub use runner::ViewManager;
+pub use view::{BackfillProgress, LateRow, View, ViewLookup, ViewSource};
 
 /// The columns a query sees of the table or view `name`: those `*` shows,
 /// then the hidden ones (see `sluice_sql::hide_system_columns`).
 pub fn relation_columns(
     store: &crate::log::LogStore,
-    views: &ViewManager,
+    views: &dyn ViewLookup,
     name: &str,
 ) -> Option<sluice_sql::RelationColumns> {
     if let Some(t) = store.table(name) {

@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::RecordBatch;
 use arrow::compute;
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
@@ -28,125 +28,18 @@ use sluice_sql::{hide_system_columns, rewrite_window_functions};
 
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
-use crate::log::{LogStore, TableLog};
+use crate::log::LogStore;
 
 use super::aggregate::AggregatePipeline;
-use super::operator::{Delta, Operator};
+use super::operator::{nullable, unsupported, Delta, Operator};
 use super::rows::RowsOperator;
-use super::view::{View, ViewManager};
+use super::view::{ViewLookup, ViewSource};
 use crate::query::LogTableProvider;
 
 use super::delta::{DeltaSlot, DeltaTable};
 use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner, NO_SOURCE};
 
 const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
-
-/// Where a view's rows come from: a table's log, or the rows another view
-/// appends (a filter/projection view or an EMIT ON WINDOW CLOSE view, whose
-/// rows never change once published).
-#[derive(Clone)]
-pub enum ViewSource {
-    Table(Arc<TableLog>),
-    View(Arc<View>),
-    /// Several tables and views, joined or unioned. The view's offsets
-    /// are each input's in turn: a table's partitions, or one position in
-    /// a view's rows.
-    Several(Vec<ViewSource>),
-}
-
-impl ViewSource {
-    pub fn name(&self) -> String {
-        match self {
-            ViewSource::Table(t) => t.def.name.clone(),
-            ViewSource::View(v) => v.def.name.clone(),
-            ViewSource::Several(inputs) => inputs
-                .iter()
-                .map(|i| i.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-    }
-
-    /// Whether the view reads `relation`.
-    pub fn reads(&self, relation: &str) -> bool {
-        match self {
-            ViewSource::Several(inputs) => inputs.iter().any(|i| i.reads(relation)),
-            one => one.name() == relation,
-        }
-    }
-
-    /// The tables and views read, in the order of the view's offsets.
-    pub fn inputs(&self) -> Vec<ViewSource> {
-        match self {
-            ViewSource::Several(inputs) => inputs.clone(),
-            one => vec![one.clone()],
-        }
-    }
-
-    /// How many of the view's offsets an input takes.
-    fn width(&self) -> usize {
-        match self {
-            ViewSource::Table(t) => t.partitions().len(),
-            ViewSource::View(_) => 1,
-            ViewSource::Several(inputs) => inputs.iter().map(|i| i.width()).sum(),
-        }
-    }
-
-    /// How many offsets the view keeps.
-    pub fn offsets(&self) -> usize {
-        self.width()
-    }
-
-    /// The input and its partition at position `k` of the view's offsets.
-    pub fn input_at(&self, k: usize) -> Option<(ViewSource, usize)> {
-        let mut at = 0;
-        for input in self.inputs() {
-            let n = input.width();
-            if k < at + n {
-                return Some((input, k - at));
-            }
-            at += n;
-        }
-        None
-    }
-
-    /// How far each input can be read now, in the order of the view's
-    /// offsets: a table's committed ends, an append-only view's rows, or
-    /// how many times a view whose rows change has published.
-    pub fn ends(&self) -> Vec<u64> {
-        self.inputs()
-            .iter()
-            .flat_map(|i| match i {
-                ViewSource::Table(t) => t.commits().borrow().clone(),
-                ViewSource::View(v) if v.append_only => vec![v.published_rows()],
-                ViewSource::View(v) => vec![v.published_seq()],
-                ViewSource::Several(_) => vec![],
-            })
-            .collect()
-    }
-
-    /// Where `table`'s partitions lie in the view's offsets.
-    pub fn offsets_of(&self, table: &str) -> Option<std::ops::Range<usize>> {
-        let mut at = 0;
-        for input in self.inputs() {
-            let n = input.width();
-            if matches!(&input, ViewSource::Table(t) if t.def.name == table) {
-                return Some(at..at + n);
-            }
-            at += n;
-        }
-        None
-    }
-
-    /// Whether an input is a view whose rows change in place: the view
-    /// then starts from its inputs' rows rather than from a checkpoint,
-    /// which does not say which of those rows it saw.
-    pub fn reads_changing_view(&self) -> bool {
-        self.inputs()
-            .iter()
-            .any(|i| matches!(i, ViewSource::View(v) if !v.append_only))
-    }
-}
 
 /// A view's query, ready to run on deltas of its source.
 pub struct CompiledView {
@@ -205,50 +98,11 @@ pub enum Pipeline {
     Aggregate(Box<AggregatePipeline>),
 }
 
-pub(super) fn unsupported(what: impl Into<String>) -> SluiceError {
-    SluiceError::Unsupported(what.into())
-}
-
-/// A key column (GROUP BY, or an equi-join's) with every float `-0.0`
-/// made `+0.0`, before its rows are compared in the row format, which
-/// tells the two apart: GROUP BY puts them in one group (shown as `0`) and
-/// `=` joins them, as in DataFusion's batch plans. NaNs stay as they are,
-/// equal to a NaN of the same bits, as there.
-pub(super) fn canonical_key(column: ArrayRef) -> ArrayRef {
-    use arrow::array::AsArray;
-    use arrow::datatypes::{ArrowPrimitiveType, DataType, Float16Type, Float32Type, Float64Type};
-    fn fold<T: ArrowPrimitiveType>(column: &ArrayRef) -> ArrayRef {
-        // The type's default is +0, and -0 equals it.
-        let zero = T::Native::default();
-        Arc::new(
-            column
-                .as_primitive::<T>()
-                .unary::<_, T>(|v| if v == zero { zero } else { v }),
-        )
-    }
-    match column.data_type() {
-        DataType::Float64 => fold::<Float64Type>(&column),
-        DataType::Float32 => fold::<Float32Type>(&column),
-        DataType::Float16 => fold::<Float16Type>(&column),
-        _ => column,
-    }
-}
-
-pub(super) fn nullable(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<Field>>(),
-    ))
-}
-
 /// Plans a view's query against a delta source and checks its shape.
 pub async fn compile(
     query: &ast::Query,
     store: &LogStore,
-    views: &ViewManager,
+    views: &dyn ViewLookup,
     config: SessionConfig,
     emit: EmitOptions,
 ) -> Result<CompiledView, SluiceError> {
