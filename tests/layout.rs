@@ -139,3 +139,63 @@ fn dispatch_only_routes() {
     let lines = text[start..start + end].lines().count() + 1;
     assert!(lines < 100, "Engine::dispatch is {lines} lines");
 }
+
+/// A view's dataflow in layers: the operators know nothing of the view
+/// they run in; a view as readers see it (`view.rs`) knows nothing of how
+/// it is compiled or run; the compiler knows nothing of the runner.
+#[test]
+fn the_dataflow_is_in_layers() {
+    let stream = src().join("stream");
+    let layers: [(&str, Vec<PathBuf>, &[&str]); 3] = [
+        (
+            "operators",
+            {
+                let mut v = Vec::new();
+                rust_files(&stream.join("operators"), &mut v);
+                v
+            },
+            &[
+                "stream::compile",
+                "stream::view",
+                "stream::runner",
+                "super::super",
+            ],
+        ),
+        (
+            "view",
+            ["view.rs", "changes.rs", "point_index.rs"]
+                .iter()
+                .map(|f| stream.join(f))
+                .collect(),
+            &["compile::", "runner::"],
+        ),
+        (
+            "compile",
+            {
+                let mut v = Vec::new();
+                rust_files(&stream.join("compile"), &mut v);
+                v
+            },
+            &["runner::", "ViewManager"],
+        ),
+    ];
+    let mut offenders = Vec::new();
+    for (layer, files, above) in &layers {
+        for f in files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for line in without_tests(&text).lines() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                if let Some(name) = above.iter().find(|a| code.contains(*a)) {
+                    offenders.push(format!("{layer}: {} names {name}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "a layer imports one above it: {offenders:#?}"
+    );
+}

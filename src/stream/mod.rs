@@ -1,41 +1,33 @@
 //! Materialized views kept up to date from the log.
 //!
-//! A view is a graph of incremental operators ([`operator::Operator`]):
+//! In layers, each importing only those before it: the operators
+//! ([`operators`], one file each), a view as readers see it (`view.rs`,
+//! with its change log and point index), the compiler of a query into
+//! operators ([`compile`]), and the runner of each view's task
+//! (`runner.rs`, [`ViewManager`]).
+//!
+//! A view is a graph of incremental operators ([`operators::operator::Operator`]):
 //! its sources (tables and views) send deltas, DataFusion plans filter
-//! and project them, joins ([`join`], and [`interval_join`] for joins
+//! and project them, joins ([`operators::join`], and [`operators::interval_join`] for joins
 //! bounded by a time band) and aggregates below joins run as
-//! stages of the view's graph ([`graph`]), as do Top-N ([`top_n`]:
+//! stages of the view's graph ([`compile::graph`]), as do Top-N ([`operators::top_n`]:
 //! `ROW_NUMBER() ... <= N`, `ORDER BY ... LIMIT N`), and the last stage is the
-//! aggregate ([`aggregate`]) or the view's rows ([`rows`]). A background
+//! aggregate ([`operators::aggregate`]) or the view's rows ([`operators::rows`]). A background
 //! task per view reads each group commit of its sources, runs it through
 //! the graph, and publishes a new snapshot of the view's rows together with
 //! the offsets it has consumed. Readers see the last published snapshot: a
 //! consistent cut at commits of the sources, never half a statement.
 
-#[cfg(test)]
-mod accumulator_audit;
-mod aggregate;
-mod band;
 mod changes;
-mod delta;
-mod graph;
-mod group_table;
-mod interval_join;
-mod join;
-pub mod operator;
-mod pipeline;
+pub mod compile;
+pub mod operators;
 mod point_index;
-mod retract;
-mod rows;
 mod runner;
-mod shared_column;
-mod top_n;
-mod vectorized_groups;
 mod view;
 
 pub use changes::{change_schema, OP_COLUMN};
-pub use operator::OperatorStats;
-pub use pipeline::EmitOptions;
+pub use compile::pipeline::EmitOptions;
+pub use operators::operator::OperatorStats;
 pub use runner::ViewManager;
 pub use view::{BackfillProgress, LateRow, View, ViewLookup, ViewSource};
 

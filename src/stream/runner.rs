@@ -31,9 +31,9 @@ use crate::log::{EventTimeProgress, FrameMeta, LogStore, TableLog, WatermarkTrac
 use crate::query::{project_frame, LogTableProvider};
 
 use super::changes::ChangeTracker;
-pub use super::pipeline::EmitOptions;
-use super::pipeline::{compile, CompiledView, WindowClosing};
-use super::retract::KeyedVersions;
+pub use super::compile::pipeline::EmitOptions;
+use super::compile::pipeline::{compile, CompiledView, WindowClosing};
+use super::operators::retract::KeyedVersions;
 pub use super::view::BackfillProgress;
 use super::view::{
     BackfillStart, LateRow, Published, View, ViewLookup, ViewSource, FLUSH_CHECKPOINT_WAIT,

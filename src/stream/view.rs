@@ -20,7 +20,7 @@ use crate::error::SluiceError;
 use crate::log::TableLog;
 
 use super::changes::change_schema;
-use super::operator::OperatorStats;
+use super::operators::operator::OperatorStats;
 use super::point_index::PointIndex;
 
 /// How long FLUSH waits for a view's checkpoint before it reports that the

@@ -42,7 +42,7 @@ const PIECE_BYTES: usize = 64 << 20;
 /// batch makes one comparator per piece and key column.
 const MAX_SMALL_PIECES: usize = 16;
 
-pub(super) struct GroupKeyTable {
+pub(crate) struct GroupKeyTable {
     schema: SchemaRef,
     /// Every group's key columns, in group order, in pieces; `starts[p]` is
     /// the first group of piece `p`.

@@ -33,7 +33,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use crate::error::SluiceError;
 
 /// One aggregate over groups, with its values shared with readers.
-pub(super) trait SharedColumn: Send + Sync {
+pub(crate) trait SharedColumn: Send + Sync {
     /// Adds the rows of one delta (`args`, the aggregate's argument) to
     /// their groups; there are `total` groups now.
     fn update(
@@ -65,7 +65,7 @@ pub(super) trait SharedColumn: Send + Sync {
 /// A shared column for `agg`, or None when it is another function, takes
 /// DISTINCT or more than one argument, or has a type kept here as
 /// DataFusion does not keep it.
-pub(super) fn shared_column(agg: &AggregateFunctionExpr) -> Option<Box<dyn SharedColumn>> {
+pub(crate) fn shared_column(agg: &AggregateFunctionExpr) -> Option<Box<dyn SharedColumn>> {
     if agg.is_distinct() || agg.expressions().len() != 1 || !agg.order_bys().is_empty() {
         return None;
     }
@@ -257,7 +257,7 @@ impl<T: ArrowPrimitiveType> PrimitiveColumn<T> {
 }
 
 /// The one column of an aggregate's argument (or of its state).
-pub(super) fn first_column(columns: &[ArrayRef]) -> Result<&ArrayRef, SluiceError> {
+pub(crate) fn first_column(columns: &[ArrayRef]) -> Result<&ArrayRef, SluiceError> {
     columns
         .first()
         .ok_or_else(|| SluiceError::Internal("an aggregate without its column".into()))

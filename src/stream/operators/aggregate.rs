@@ -56,8 +56,8 @@ const NULL_SKIPPING: [&str; 5] = ["count", "sum", "avg", "min", "max"];
 
 /// Running aggregates per group: DataFusion accumulators fed with each
 /// delta's rows of that group.
-pub(super) struct AggregatePipeline {
-    pub(super) input: Arc<dyn ExecutionPlan>,
+pub struct AggregatePipeline {
+    pub(crate) input: Arc<dyn ExecutionPlan>,
     group_exprs: Vec<Arc<dyn PhysicalExpr>>,
     aggs: Vec<Arc<AggregateFunctionExpr>>,
     /// Each aggregate's FILTER (WHERE ...), if it has one.
@@ -101,7 +101,7 @@ pub(super) struct AggregatePipeline {
 }
 
 impl AggregatePipeline {
-    pub(super) async fn new(
+    pub(crate) async fn new(
         state: &SessionState,
         aggregate: &Aggregate,
         projection: Option<&LogicalPlan>,
@@ -293,21 +293,21 @@ impl AggregatePipeline {
     }
 
     /// Feeds the pre-aggregation rows of one delta.
-    pub(super) fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(crate) fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         self.feed(batch, false)
     }
 
     /// Takes back pre-aggregation rows fed before (earlier versions of
     /// keys of a keyed table). Rows of groups no longer held (closed
     /// windows) are ignored.
-    pub(super) fn retract(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(crate) fn retract(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         self.feed(batch, true)
     }
 
     /// The view's rows have `schema`; `closing`: where `window_end` is
     /// among the keys and the allowed lateness, for windows that close by
     /// the watermark.
-    pub(super) fn attach(&mut self, schema: SchemaRef, closing: Option<(usize, i64)>) {
+    pub(crate) fn attach(&mut self, schema: SchemaRef, closing: Option<(usize, i64)>) {
         self.view_schema = schema;
         self.closing = closing;
     }
@@ -315,7 +315,7 @@ impl AggregatePipeline {
     /// Makes the aggregate an operator inside the graph: each delta emits
     /// the rows (in `schema`, the aggregate's own) of the groups it changed,
     /// and takes back their rows before.
-    pub(super) fn emit_changes(&mut self, schema: SchemaRef) {
+    pub(crate) fn emit_changes(&mut self, schema: SchemaRef) {
         // The rows of the groups a delta touched, before and after, are
         // read group by group.
         self.vectorized = None;
@@ -328,7 +328,7 @@ impl AggregatePipeline {
     /// when `offset_us`, the window's size, is added to it), without
     /// emitting anything, since their rows went out as they changed. Rows
     /// of a closed window are then late for the view, so none comes.
-    pub(super) fn close_windows_silently(
+    pub(crate) fn close_windows_silently(
         &mut self,
         group_index: usize,
         lateness_us: i64,
@@ -502,7 +502,7 @@ impl AggregatePipeline {
 
     /// The view's rows now: one per group (in batches, one per piece of
     /// the key table for vectorized groups).
-    pub(super) fn rows(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, SluiceError> {
+    pub(crate) fn rows(&mut self, schema: &SchemaRef) -> Result<Vec<RecordBatch>, SluiceError> {
         if let Some(groups) = self.vectorized.as_mut() {
             return groups
                 .read()?
@@ -520,7 +520,7 @@ impl AggregatePipeline {
 
     /// Emits the rows of the windows whose `window_end` is at or before
     /// `threshold_us`, and drops their state.
-    pub(super) fn close_windows(
+    pub(crate) fn close_windows(
         &mut self,
         schema: &SchemaRef,
         group_index: usize,
@@ -589,7 +589,7 @@ impl AggregatePipeline {
     }
 
     /// The pre-aggregation rows whose window is still open.
-    pub(super) fn rows_of_open_windows(
+    pub(crate) fn rows_of_open_windows(
         &self,
         batch: &RecordBatch,
         group_index: usize,
@@ -734,7 +734,7 @@ impl AggregatePipeline {
 
     /// Time spent copying columns the view's published rows held, since
     /// the last call.
-    pub(super) fn take_copy_time(&mut self) -> std::time::Duration {
+    pub(crate) fn take_copy_time(&mut self) -> std::time::Duration {
         self.vectorized
             .as_mut()
             .map_or(std::time::Duration::ZERO, |g| g.take_copy_time())
@@ -742,7 +742,7 @@ impl AggregatePipeline {
 
     /// The key table's pieces (of vectorized groups) grow to `bytes`.
     #[cfg(test)]
-    pub(super) fn set_piece_bytes(&mut self, bytes: usize) {
+    pub(crate) fn set_piece_bytes(&mut self, bytes: usize) {
         if let Some(groups) = self.vectorized.as_mut() {
             groups.set_piece_bytes(bytes);
         }
@@ -750,7 +750,7 @@ impl AggregatePipeline {
 
     /// The plan that turns a delta into pre-aggregation rows.
     #[cfg(test)]
-    pub(super) fn input(&self) -> Arc<dyn ExecutionPlan> {
+    pub(crate) fn input(&self) -> Arc<dyn ExecutionPlan> {
         self.input.clone()
     }
 
@@ -758,7 +758,7 @@ impl AggregatePipeline {
     /// fed these pre-aggregation rows, changes its result or its state by
     /// reporting `state()`.
     #[cfg(test)]
-    pub(super) fn state_is_consumed_by_state(
+    pub(crate) fn state_is_consumed_by_state(
         &self,
         batches: &[RecordBatch],
     ) -> Result<bool, SluiceError> {
@@ -781,7 +781,7 @@ impl AggregatePipeline {
         Ok(acc.evaluate()? != before || first != second)
     }
 
-    pub(super) fn groups(&self) -> usize {
+    pub(crate) fn groups(&self) -> usize {
         match &self.vectorized {
             Some(groups) => groups.len(),
             None => self.accumulators.len(),
@@ -792,7 +792,7 @@ impl AggregatePipeline {
     /// rows of those groups (readable by any Parquet reader), then the group
     /// keys and every accumulator's `state()`, from which
     /// [`AggregatePipeline::restore_groups`] rebuilds the accumulators.
-    pub(super) fn state_batches(
+    pub(crate) fn state_batches(
         &mut self,
         schema: &SchemaRef,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
@@ -921,7 +921,7 @@ impl AggregatePipeline {
     }
 
     /// Rebuilds the open groups from a batch written by `state_batches`.
-    pub(super) fn restore_groups(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+    pub(crate) fn restore_groups(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         let column = |name: &str| {
             batch
                 .column_by_name(name)

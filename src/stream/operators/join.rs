@@ -285,7 +285,7 @@ fn gone_missing() -> SluiceError {
 
 /// Where one side of an output row comes from.
 #[derive(Clone, Copy)]
-pub(super) enum Source {
+pub(crate) enum Source {
     /// Row of the delta being applied.
     Delta(u32),
     /// Row of that side's state.
@@ -313,7 +313,7 @@ impl Found {
 /// The joined rows `rows` names: for each side shown (its schema and the
 /// state batches `Source::State` points into), its columns, taken from
 /// the delta `batch` of side `delta.0`, the state, or NULLs.
-pub(super) fn joined_rows(
+pub(crate) fn joined_rows(
     schema: &SchemaRef,
     sides: [Option<(&SchemaRef, &[RecordBatch])>; 2],
     delta: Option<(usize, &RecordBatch)>,

@@ -33,16 +33,16 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use sluice_catalog::StatePartId;
 
-use super::aggregate::AggregatePipeline;
 use super::band::{find_band, source_column, trace_expr, TracedColumn};
-use super::delta::{delta_exec, DeltaSlot};
-use super::interval_join::{BandSide, IntervalJoinOperator};
-use super::join::{JoinOperator, JoinSide};
-use super::operator::nullable;
-use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::top_n::{TopNOperator, TopNSpec};
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
+use crate::stream::operators::aggregate::AggregatePipeline;
+use crate::stream::operators::delta::{delta_exec, DeltaSlot};
+use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
+use crate::stream::operators::join::{JoinOperator, JoinSide};
+use crate::stream::operators::operator::nullable;
+use crate::stream::operators::operator::{Delta, Operator, OperatorStats, StatePart};
+use crate::stream::operators::top_n::{TopNOperator, TopNSpec};
 
 /// The `source` of [`JoinGraph::propagate`] when only watermarks move.
 pub const NO_SOURCE: usize = usize::MAX;

@@ -30,14 +30,14 @@ use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 use crate::log::LogStore;
 
-use super::aggregate::AggregatePipeline;
-use super::operator::{nullable, unsupported, Delta, Operator};
-use super::rows::RowsOperator;
-use super::view::{ViewLookup, ViewSource};
 use crate::query::LogTableProvider;
+use crate::stream::operators::aggregate::AggregatePipeline;
+use crate::stream::operators::operator::{nullable, unsupported, Delta, Operator};
+use crate::stream::operators::rows::RowsOperator;
+use crate::stream::view::{ViewLookup, ViewSource};
 
-use super::delta::{DeltaSlot, DeltaTable};
 use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner, NO_SOURCE};
+use crate::stream::operators::delta::{DeltaSlot, DeltaTable};
 
 const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
 
@@ -414,7 +414,7 @@ fn check_lifted(plan: &LogicalPlan) -> Result<(), SluiceError> {
 }
 
 /// The view's one aggregate, with at most a projection above it.
-pub(super) fn find_aggregate(
+pub(crate) fn find_aggregate(
     plan: &LogicalPlan,
 ) -> Result<Option<(&Aggregate, Option<&LogicalPlan>)>, SluiceError> {
     let mut count = 0;
@@ -664,7 +664,7 @@ impl CompiledView {
     }
 
     /// Every operator's counters, innermost first.
-    pub fn operator_stats(&self) -> Vec<super::operator::OperatorStats> {
+    pub fn operator_stats(&self) -> Vec<crate::stream::operators::operator::OperatorStats> {
         let mut out = self.graph.stats();
         out.push(match &self.pipeline {
             Pipeline::Aggregate(agg) => agg.stats(),

@@ -35,7 +35,7 @@ use super::shared_column::{first_column, shared_column, SharedColumn};
 use crate::error::SluiceError;
 
 /// Groups' keys and accumulator states, as columns in group order.
-pub(super) struct GroupColumns {
+pub(crate) struct GroupColumns {
     pub keys: Vec<ArrayRef>,
     /// Per aggregate, its state columns.
     pub states: Vec<Vec<ArrayRef>>,
@@ -47,7 +47,7 @@ impl GroupColumns {
     }
 }
 
-pub(super) struct VectorizedGroups {
+pub(crate) struct VectorizedGroups {
     aggs: Vec<Arc<AggregateFunctionExpr>>,
     /// Behind a lock only because DataFusion's accumulators are not `Sync`
     /// and operators are: every change has `&mut self` and takes it with

@@ -23,10 +23,10 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::collect;
 use rand::{Rng, SeedableRng};
 
-use super::aggregate::AggregatePipeline;
-use super::delta::{DeltaSlot, DeltaTable};
 use super::pipeline::find_aggregate;
 use crate::query::session_config;
+use crate::stream::operators::aggregate::AggregatePipeline;
+use crate::stream::operators::delta::{DeltaSlot, DeltaTable};
 
 /// The column types of the README's type list, as the log stores them.
 fn types() -> Vec<(&'static str, DataType)> {
