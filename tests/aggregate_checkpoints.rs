@@ -143,7 +143,7 @@ async fn a_lone_count_distinct_equals_its_batch_query_across_checkpoints() {
     }
 }
 
-/// Columns of every type of the README's list, and the aggregates a view
+/// Columns of every type of docs/tables.md's list, and the aggregates a view
 /// takes over each.
 const COLUMNS: [(&str, &str, bool); 14] = [
     ("c_bool", "BOOLEAN", false),

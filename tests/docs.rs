@@ -105,9 +105,7 @@ fn every_sql_example_in_docs_runs_and_shows_its_output() {
             }
         }
     }
-    eprintln!(
-        "docs: {ran} SQL examples run, {checked} outputs checked, {not_run} marked no-run"
-    );
+    eprintln!("docs: {ran} SQL examples run, {checked} outputs checked, {not_run} marked no-run");
     assert!(ran > 0, "no SQL example found in docs/");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -119,11 +117,11 @@ fn every_sql_example_in_docs_runs_and_shows_its_output() {
 fn the_readme_example_runs_as_pasted() {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let start = readme
-        .find("<<'SQL'\n")
-        .expect("the README's psql example")
-        + "<<'SQL'\n".len();
-    let end = start + readme[start..].find("\nSQL\n").expect("the end of the example");
+    let start = readme.find("<<'SQL'\n").expect("the README's psql example") + "<<'SQL'\n".len();
+    let end = start
+        + readme[start..]
+            .find("\nSQL\n")
+            .expect("the end of the example");
     let sql = &readme[start..end];
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());

@@ -28,7 +28,7 @@ use crate::query::session_config;
 use crate::stream::operators::aggregate::AggregatePipeline;
 use crate::stream::operators::delta::{DeltaSlot, DeltaTable};
 
-/// The column types of the README's type list, as the log stores them.
+/// The column types of docs/tables.md's type list, as the log stores them.
 fn types() -> Vec<(&'static str, DataType)> {
     vec![
         ("boolean", DataType::Boolean),
