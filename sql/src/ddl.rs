@@ -539,6 +539,23 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
         DataType::BigInt(_) | DataType::Int8(_) => SqlType::BigInt,
         DataType::Real | DataType::Float4 => SqlType::Real,
         DataType::DoublePrecision | DataType::Float8 | DataType::Double(_) => SqlType::Double,
+        // PostgreSQL's FLOAT(p): p binary digits, real up to 24, double
+        // precision up to 53; FLOAT alone is double precision.
+        DataType::Float(ExactNumberInfo::None) => SqlType::Double,
+        DataType::Float(ExactNumberInfo::Precision(p)) => match p {
+            1..=24 => SqlType::Real,
+            25..=53 => SqlType::Double,
+            0 => {
+                return Err(SqlError::InvalidOption(
+                    "precision for type float must be at least 1 bit".into(),
+                ))
+            }
+            _ => {
+                return Err(SqlError::InvalidOption(
+                    "precision for type float must be less than 54 bits".into(),
+                ))
+            }
+        },
         DataType::Numeric(info) | DataType::Decimal(info) | DataType::Dec(info) => match info {
             ExactNumberInfo::None => SqlType::DEFAULT_NUMERIC,
             ExactNumberInfo::Precision(p) => numeric(*p, 0)?,
@@ -632,6 +649,26 @@ mod tests {
                 SqlType::Jsonb,
             ]
         );
+    }
+
+    #[test]
+    fn float_with_a_precision_is_real_or_double_precision() {
+        // pandas' to_sql declares float64 columns FLOAT(53).
+        let ct = create("CREATE TABLE t (a FLOAT(53), b FLOAT(24), c FLOAT(25), d FLOAT)").unwrap();
+        let types: Vec<_> = ct.table.columns.iter().map(|c| c.ty.clone()).collect();
+        assert_eq!(
+            types,
+            vec![
+                SqlType::Double,
+                SqlType::Real,
+                SqlType::Double,
+                SqlType::Double
+            ]
+        );
+        for bad in ["FLOAT(0)", "FLOAT(54)"] {
+            let e = create(&format!("CREATE TABLE t (a {bad})")).unwrap_err();
+            assert_eq!(e.sqlstate(), "22023", "{bad}: {e}");
+        }
     }
 
     #[test]

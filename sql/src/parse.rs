@@ -397,8 +397,36 @@ fn has_code(text: &str) -> bool {
         .unwrap_or(!text.is_empty())
 }
 
+/// The statement with its comments (`--` to the end of a line, `/* */`)
+/// made spaces, so that the statements Sluice recognizes by their words
+/// (FLUSH, VACUUM, subscriptions, roles) take comments anywhere, as
+/// PostgreSQL does; None when there is none. Comments inside string
+/// literals are text and stay.
+fn without_comments(sql: &str) -> Option<String> {
+    use sqlparser::tokenizer::Whitespace;
+    if !sql.contains("--") && !sql.contains("/*") {
+        return None;
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let mut found = false;
+    let text: String = tokens
+        .iter()
+        .map(|t| match t {
+            Token::Whitespace(Whitespace::SingleLineComment { .. })
+            | Token::Whitespace(Whitespace::MultiLineComment(_)) => {
+                found = true;
+                " ".to_string()
+            }
+            t => t.to_string(),
+        })
+        .collect();
+    found.then_some(text)
+}
+
 /// Parses one statement (as produced by [`split_statements`]).
 pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
+    let uncommented = without_comments(sql);
+    let sql = uncommented.as_deref().unwrap_or(sql);
     let words: Vec<String> = sql
         .split_whitespace()
         .map(|w| w.trim_end_matches(';').to_lowercase())
@@ -1106,6 +1134,9 @@ fn copy_options(
             CopyLegacyOption::Delimiter(d) => out.delimiter = Some(d),
             CopyLegacyOption::Null(n) => out.null = Some(n),
             CopyLegacyOption::Header => out.header = true,
+            // `COPY ... TO STDOUT WITH BINARY`, the spelling from before
+            // PostgreSQL 9.0 that it still takes (connectorx sends it).
+            CopyLegacyOption::Binary => out.format = "binary".into(),
             other => return Err(unsupported(&other)),
         }
     }
@@ -1403,6 +1434,20 @@ mod tests {
         };
         assert_eq!(c.format, CopyFormat::Text);
         assert_eq!(c.null, "\\N");
+        // The spelling from before PostgreSQL 9.0, which connectorx sends.
+        for sql in [
+            "COPY (SELECT 1) TO STDOUT WITH BINARY",
+            "COPY t TO STDOUT BINARY",
+        ] {
+            let Statement::CopyTo(c) = parse_sql(sql).unwrap() else {
+                panic!("{sql}")
+            };
+            assert_eq!(c.format, ExportFormat::Binary, "{sql}");
+        }
+        let Statement::CopyFrom(c) = parse_sql("COPY t FROM STDIN WITH BINARY").unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.format, CopyFormat::Binary);
     }
 
     #[test]
@@ -1431,6 +1476,28 @@ mod tests {
             }
         ));
         assert!(matches!(parse_sql("FLUSH").unwrap(), Statement::Flush));
+        // Comments anywhere, as dbt and other tools send them.
+        assert!(matches!(
+            parse_sql("/* dbt's header */ FLUSH").unwrap(),
+            Statement::Flush
+        ));
+        assert!(matches!(
+            parse_sql("-- a note\nFLUSH -- done").unwrap(),
+            Statement::Flush
+        ));
+        assert!(matches!(
+            parse_sql("VACUUM /* now */ t").unwrap(),
+            Statement::Compact { table } if table == "t"
+        ));
+        match parse_sql("/* x */ INSERT INTO t VALUES ('a -- b /* c */')").unwrap() {
+            Statement::Insert {
+                values: Some(rows), ..
+            } => assert!(matches!(
+                &rows[0][0],
+                InsertValue::Literal(Some(v)) if v == "a -- b /* c */"
+            )),
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
             parse_sql("DEALLOCATE ALL").unwrap(),
             Statement::Deallocate(None)
