@@ -64,3 +64,26 @@ async fn statements_tools_send_as_postgresql_takes_them() {
         "the binary COPY trailer"
     );
 }
+
+/// knex sends every `.limit(n)` as `LIMIT $n` with the parameter's type
+/// unspecified: PostgreSQL types it bigint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untyped_limit_parameter_is_a_bigint() {
+    use tokio_postgres::types::Type;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let st = c
+        .prepare("SELECT x FROM generate_series(1, 5) x WHERE x > $1 ORDER BY x LIMIT $2 OFFSET $3")
+        .await
+        .unwrap();
+    assert_eq!(st.params(), &[Type::INT4, Type::INT8, Type::INT8]);
+    let rows: Vec<i32> = c
+        .query(&st, &[&1i32, &2i64, &1i64])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, [3, 4]);
+}

@@ -23,7 +23,8 @@
 //! - `every` is `bool_and`, `variance` is `var_samp`;
 //! - `make_interval(days => 3)` names its arguments: they become the
 //!   positional list with zeros for those left out;
-//! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`;
+//! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`, and a parameter of `LIMIT`
+//!   or `OFFSET` is a bigint;
 //! - a numeric literal beyond what a 38-digit numeric holds (`1e308`) is
 //!   a double precision;
 //! - `INTERVAL '1 month 2 days 03:04:05'` (and `INTERVAL '2' DAY`) is its
@@ -75,6 +76,27 @@ impl VisitorMut for PostgresSyntax {
                     limit_by: vec![],
                 });
                 query.fetch = None;
+            }
+        }
+        // A parameter of LIMIT or OFFSET is a bigint, as PostgreSQL types
+        // it: a client that sends it untyped (knex, node-postgres) sends
+        // its text.
+        if let Some(sqlparser::ast::LimitClause::LimitOffset { limit, offset, .. }) =
+            &mut query.limit_clause
+        {
+            for e in limit
+                .iter_mut()
+                .chain(offset.iter_mut().map(|o| &mut o.value))
+            {
+                if matches!(e, Expr::Value(v) if matches!(v.value, Value::Placeholder(_))) {
+                    *e = Expr::Cast {
+                        kind: sqlparser::ast::CastKind::Cast,
+                        expr: Box::new(e.clone()),
+                        data_type: sqlparser::ast::DataType::BigInt(None),
+                        array: false,
+                        format: None,
+                    };
+                }
             }
         }
         ControlFlow::Continue(())
