@@ -95,6 +95,9 @@ pub enum SluiceError {
     },
     #[error("invalid value for parameter \"{name}\": \"{value}\"")]
     InvalidParameter { name: String, value: String },
+    /// `SET TRANSACTION SNAPSHOT` of an id no open transaction exported.
+    #[error("invalid snapshot identifier: \"{0}\"")]
+    InvalidSnapshot(String),
     /// A cancel request or `statement_timeout` stopped the statement.
     #[error("{}", match .0 {
         CancelReason::User => "canceling statement due to user request",
@@ -138,6 +141,7 @@ impl SluiceError {
             SluiceError::Evaluation { sqlstate, .. } => sqlstate,
             SluiceError::Canceled(_) => "57014",
             SluiceError::InvalidParameter { .. } => "22023",
+            SluiceError::InvalidSnapshot(_) => "22023",
         }
     }
 

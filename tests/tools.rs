@@ -1,10 +1,14 @@
 //! What tools beyond drivers send, one test per failure found trying them
-//! (the tools' own scenarios come with the tools issue): dbt's comment
+//! (the tools' own scenarios are in `tests/drivers/`): dbt's comment
 //! header before Sluice's own statements, pandas' `FLOAT(53)` columns,
-//! and connectorx's `COPY ... TO STDOUT WITH BINARY`.
+//! connectorx's `COPY ... TO STDOUT WITH BINARY`, psql's `\d+`, the
+//! catalog views tools read (`pg_tables`, `pg_matviews`, `pg_indexes`),
+//! DuckDB's `ctid` ranges and exported snapshots; answers compared with
+//! PostgreSQL 15's where it has the same statement.
 
 mod common;
 
+use common::differential::Oracle;
 use common::Server;
 use futures::TryStreamExt;
 
@@ -86,4 +90,251 @@ async fn an_untyped_limit_parameter_is_a_bigint() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(rows, [3, 4]);
+}
+
+/// The catalog views tools decide by, and the functions psql's `\d+`
+/// and DuckDB's ATTACH call, answer as PostgreSQL's do for the same
+/// relations: a materialized view is in `pg_matviews`, not `pg_tables`
+/// (dbt renamed it as a table), a primary key is in `pg_indexes` (DuckDB's
+/// ATTACH failed on `relation "pg_indexes" does not exist`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_views_answer_as_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Oracle::start(dir.path()).await;
+    o.setup(
+        "CREATE TABLE ev (id BIGINT, name TEXT);
+         CREATE TABLE kv (k TEXT PRIMARY KEY, v BIGINT);
+         CREATE TABLE pair (a BIGINT, b TEXT, c BIGINT, PRIMARY KEY (a, b));
+         INSERT INTO ev VALUES (1, 'a'), (2, 'b'), (3, 'a');
+         CREATE MATERIALIZED VIEW mv AS SELECT name, count(*) AS n FROM ev GROUP BY name",
+        "",
+    )
+    .await;
+    o.sluice("FLUSH").await;
+    for sql in [
+        "SELECT schemaname, tablename, tablespace, hasindex, hasrules, hastriggers, rowsecurity \
+         FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+        "SELECT schemaname, matviewname, tablespace, hasindexes, ispopulated \
+         FROM pg_matviews ORDER BY matviewname",
+        "SELECT schemaname, tablename, indexname, tablespace, indexdef FROM pg_indexes \
+         WHERE schemaname = 'public' ORDER BY indexname",
+        "SELECT schemaname, tablename, indexname FROM pg_catalog.pg_indexes \
+         WHERE tablename = 'kv'",
+        "SELECT viewname FROM pg_views WHERE schemaname = 'public'",
+        "SELECT pg_is_in_recovery()",
+        "SELECT count(*) FROM pg_stat_wal_receiver",
+        "SELECT col_description('ev'::regclass, 1), obj_description('ev'::regclass, 'pg_class')",
+        "SELECT pg_is_other_temp_schema(oid) FROM pg_namespace WHERE nspname = 'public'",
+        "SELECT ARRAY(SELECT x FROM generate_series(1, 5) x WHERE x > 2 ORDER BY x DESC)",
+        "SELECT ARRAY(SELECT name FROM ev WHERE id > 9)",
+        "SELECT id, ARRAY(SELECT k FROM kv WHERE v = ev.id) FROM ev ORDER BY id",
+        "SELECT x FROM unnest(ARRAY[3, 1, 2]) x ORDER BY x",
+    ] {
+        if let Some(d) = o.differs(sql).await {
+            panic!("{sql}\n{d}");
+        }
+    }
+    // What each view says of the materialized view's query.
+    let definition = o
+        .sluice("SELECT definition FROM pg_matviews WHERE matviewname = 'mv'")
+        .await;
+    assert!(
+        format!("{definition:?}").contains("count(*)"),
+        "{definition:?}"
+    );
+    // psql's \d+ (ARRAY(subquery) over pg_class.reloptions) of each kind.
+    let (ok, out, err) = o
+        .server
+        .psql("\\d+ ev\n\\d+ mv\n\\d+ kv\n\\dn\n\\l\n\\du\n\\dm\n\\di\n");
+    assert!(ok, "{out}\n{err}");
+    for expected in [
+        "Table \"public.ev\"",
+        "Materialized view \"public.mv\"",
+        "\"kv_pkey\" PRIMARY KEY, btree (k)",
+        "List of schemas",
+        "List of databases",
+        "List of roles",
+    ] {
+        assert!(out.contains(expected), "{expected} in:\n{out}");
+    }
+}
+
+/// A scan split by `ctid` ranges (DuckDB's parallel scan) reads every row
+/// once, however the ranges are cut: `pg_class.relpages` counts the
+/// blocks the ranges number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctid_ranges_cover_every_row_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE big (x BIGINT) WITH (partitions = 3);
+         INSERT INTO big SELECT x FROM generate_series(1, 10000) x;
+         CREATE TABLE k (id BIGINT PRIMARY KEY, v TEXT);
+         INSERT INTO k VALUES (1, 'a'), (2, 'b');
+         CREATE MATERIALIZED VIEW per AS SELECT x % 7 AS m, count(*) AS n FROM big GROUP BY x % 7;
+         FLUSH",
+    )
+    .await
+    .unwrap();
+    let pages: i32 = c
+        .query_one("SELECT relpages FROM pg_class WHERE relname = 'big'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(pages >= 3, "{pages}");
+    let count = |sql: String| {
+        let c = &c;
+        async move {
+            let row = c.query_one(&sql, &[]).await.unwrap();
+            (row.get::<_, i64>(0), row.get::<_, Option<i64>>(1))
+        }
+    };
+    for cut in [1, 2, 3] {
+        let mut bounds: Vec<i64> = (0..=pages as i64).step_by(cut).collect();
+        bounds.push(4294967295);
+        let mut rows = 0;
+        let mut sum = 0;
+        for w in bounds.windows(2) {
+            let (n, s) = count(format!(
+                "SELECT count(*), sum(x) FROM big WHERE ctid BETWEEN '({},0)'::tid AND '({},0)'::tid",
+                w[0], w[1]
+            ))
+            .await;
+            rows += n;
+            sum += s.unwrap_or(0);
+        }
+        assert_eq!((rows, sum), (10000, 10000 * 10001 / 2), "blocks of {cut}");
+    }
+    // A keyed table and a view: every row in the range holding (0,1).
+    for (relation, all) in [("k", 2), ("per", 7)] {
+        let (n, _) = count(format!(
+            "SELECT count(*), NULL::bigint FROM {relation} \
+             WHERE ctid BETWEEN '(0,0)'::tid AND '(4294967295,0)'::tid"
+        ))
+        .await;
+        assert_eq!(n, all, "{relation}");
+        let (n, _) = count(format!(
+            "SELECT count(*), NULL::bigint FROM {relation} \
+             WHERE ctid BETWEEN '(1,0)'::tid AND '(4294967295,0)'::tid"
+        ))
+        .await;
+        assert_eq!(n, 0, "{relation}");
+    }
+}
+
+/// `pg_export_snapshot()` names a transaction's snapshot; another session's
+/// REPEATABLE READ block reads exactly it with `SET TRANSACTION SNAPSHOT`,
+/// whatever was committed since, while the exporter's block is open.
+/// Misuse fails with PostgreSQL's SQLSTATEs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_snapshot_is_read_by_other_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Oracle::start(dir.path()).await;
+    let (exporter, writer, reader) = (
+        o.server.connect().await,
+        o.server.connect().await,
+        o.server.connect().await,
+    );
+    exporter
+        .batch_execute(
+            "CREATE TABLE t (x BIGINT) WITH (partitions = 2);
+             INSERT INTO t SELECT x FROM generate_series(1, 100) x",
+        )
+        .await
+        .unwrap();
+    exporter
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .unwrap();
+    let id: String = exporter
+        .query_one("SELECT pg_export_snapshot()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    writer
+        .batch_execute("INSERT INTO t SELECT x FROM generate_series(101, 150) x")
+        .await
+        .unwrap();
+    reader
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '{id}'"
+        ))
+        .await
+        .unwrap();
+    let seen: i64 = reader
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seen, 100);
+    reader.batch_execute("COMMIT").await.unwrap();
+    let now: i64 = reader
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(now, 150);
+    // Misuse, against PostgreSQL: outside a block, an unknown id, after a
+    // query, at READ COMMITTED.
+    for script in [
+        "SET TRANSACTION SNAPSHOT '00000003-00000099-1'",
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT 'nope'",
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1; SET TRANSACTION SNAPSHOT 'nope'",
+        "BEGIN; SET TRANSACTION SNAPSHOT 'nope'",
+    ] {
+        let mut codes = Vec::new();
+        for (who, client) in [("Sluice", &mut o.sluice), ("PostgreSQL", &mut o.postgres)] {
+            let _ = client.one("ROLLBACK").await;
+            let mut last = None;
+            for stmt in script.split("; ") {
+                last = Some(client.one(stmt).await.expect("answers"));
+            }
+            match last {
+                Some(common::raw_client::Answer::Error { sqlstate, message }) => {
+                    codes.push((sqlstate, message))
+                }
+                other => panic!("{who}: {script}: {other:?}"),
+            }
+            let _ = client.one("ROLLBACK").await;
+        }
+        assert_eq!(codes[0].0, codes[1].0, "{script}: {codes:?}");
+    }
+    // The id is gone once the exporter's block ends.
+    exporter.batch_execute("COMMIT").await.unwrap();
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let gone = reader
+        .batch_execute(&format!("SET TRANSACTION SNAPSHOT '{id}'"))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code().map(|c| c.code()), Some("22023"));
+}
+
+/// A binary COPY of JSONB writes its version byte, as PostgreSQL's does
+/// (DuckDB's ATTACH failed with "JSONB version number mismatch").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_copy_of_jsonb_has_its_version_byte() {
+    use tokio_postgres::binary_copy::BinaryCopyOutStream;
+    use tokio_postgres::types::Type;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE j (id BIGINT, doc JSONB); INSERT INTO j VALUES (1, '{\"k\": [1, 2]}')",
+    )
+    .await
+    .unwrap();
+    let stream = c
+        .copy_out("COPY (SELECT id, doc FROM j) TO STDOUT (FORMAT binary)")
+        .await
+        .unwrap();
+    let rows: Vec<_> = BinaryCopyOutStream::new(stream, &[Type::INT8, Type::JSONB])
+        .try_collect()
+        .await
+        .unwrap();
+    let doc: serde_json::Value = rows[0].get(1);
+    assert_eq!(doc, serde_json::json!({"k": [1, 2]}));
 }

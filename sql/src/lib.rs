@@ -6,8 +6,10 @@
 //! as [`Statement`] variants the server executes itself, and everything else
 //! comes back as [`Statement::Query`] for DataFusion.
 
+mod array_subquery;
 mod catalog_query;
 mod catalog_subquery;
+mod ctid;
 mod ddl;
 mod depth;
 mod driver_queries;
@@ -26,6 +28,7 @@ mod windows;
 
 pub use catalog_query::reads_catalog;
 pub use catalog_subquery::rewrite_catalog_subqueries;
+pub use ctid::{rewrite_ctid_ranges, ROWS_PER_BLOCK as CTID_ROWS_PER_BLOCK};
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use driver_queries::driver_query;

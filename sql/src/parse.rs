@@ -235,6 +235,9 @@ pub enum TransactionOp {
     Begin(TransactionModes),
     /// `SET TRANSACTION ...`: the open transaction's modes.
     SetModes(TransactionModes),
+    /// `SET TRANSACTION SNAPSHOT 'id'`: read what the transaction that
+    /// exported `id` (`pg_export_snapshot()`) reads.
+    SetSnapshot(String),
     /// `SET SESSION CHARACTERISTICS AS TRANSACTION ...` and
     /// `SET default_transaction_isolation | default_transaction_read_only`:
     /// the modes of the session's later transactions.
@@ -1008,6 +1011,18 @@ fn transaction_modes(modes: &[ast::TransactionMode]) -> Result<TransactionModes,
 }
 
 fn set_statement(set: ast::Set) -> Result<Statement, SqlError> {
+    if let ast::Set::SetTransaction {
+        snapshot: Some(id),
+        session: false,
+        ..
+    } = &set
+    {
+        let id = match &id.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        };
+        return Ok(Statement::Transaction(TransactionOp::SetSnapshot(id)));
+    }
     if let ast::Set::SetTransaction { modes, session, .. } = &set {
         let modes = transaction_modes(modes)?;
         return Ok(Statement::Transaction(match session {

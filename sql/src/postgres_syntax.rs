@@ -29,7 +29,9 @@
 //!   a double precision;
 //! - `INTERVAL '1 month 2 days 03:04:05'` (and `INTERVAL '2' DAY`) is its
 //!   text cast to an interval, which the server reads as PostgreSQL
-//!   reads interval text.
+//!   reads interval text;
+//! - `ARRAY(subquery)` is the array of the subquery's rows (see
+//!   `crate::array_subquery`).
 
 use std::ops::ControlFlow;
 
@@ -136,6 +138,9 @@ fn push_sign_into_power(op: UnaryOperator, e: Expr) -> Expr {
 }
 
 fn rewrite(expr: &Expr) -> Option<Expr> {
+    if let Some(e) = crate::array_subquery::array_of_subquery(expr) {
+        return Some(e);
+    }
     match expr {
         Expr::UnaryOp {
             op: op @ (UnaryOperator::Minus | UnaryOperator::Plus),

@@ -81,6 +81,7 @@ impl VisitorMut for SetReturning {
         factor: &mut sqlparser::ast::TableFactor,
     ) -> ControlFlow<()> {
         generate_series_relation(factor);
+        name_unnest_column(factor);
         ControlFlow::Continue(())
     }
 
@@ -317,6 +318,45 @@ fn generate_series_relation(factor: &mut sqlparser::ast::TableFactor) {
     };
 }
 
+/// `FROM unnest(a) x`: as in PostgreSQL, the one column takes the table
+/// alias as its name (DataFusion names it `UNNEST(...)`).
+fn name_unnest_column(factor: &mut sqlparser::ast::TableFactor) {
+    use sqlparser::ast::{TableFactor, TableFunctionArgs};
+    let (alias, one_array) = match factor {
+        TableFactor::UNNEST {
+            alias: Some(alias),
+            array_exprs,
+            with_offset: false,
+            with_ordinality: false,
+            ..
+        } => (alias, array_exprs.len() == 1),
+        // `pg_catalog.unnest(a) x`, as psql writes it.
+        TableFactor::Table {
+            name,
+            alias: Some(alias),
+            args: Some(TableFunctionArgs { args, .. }),
+            with_ordinality: false,
+            ..
+        } if name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("unnest")) =>
+        {
+            (alias, args.len() == 1)
+        }
+        _ => return,
+    };
+    {
+        if one_array && alias.columns.is_empty() {
+            alias.columns.push(sqlparser::ast::TableAliasColumnDef {
+                name: alias.name.clone(),
+                data_type: None,
+            });
+        }
+    }
+}
+
 /// Rewrites `_pg_expandarray`, `generate_subscripts`, the JSON
 /// set-returning functions and `(expr).field`.
 pub fn rewrite_set_returning(statement: &mut Statement) {
@@ -351,6 +391,22 @@ mod tests {
         assert_eq!(
             rewritten("SELECT unnest(k) AS attnum, generate_subscripts(k, 1) AS ord FROM c"),
             "SELECT unnest(k) AS attnum, unnest(CASE WHEN 1 = 1 THEN range(1, CAST(cardinality(k) AS BIGINT) + 1) END) AS ord FROM c"
+        );
+    }
+
+    #[test]
+    fn unnest_in_from_names_its_column_by_the_alias() {
+        assert_eq!(
+            rewritten("SELECT x FROM unnest(a) x"),
+            "SELECT x FROM UNNEST(a) x (x)"
+        );
+        assert_eq!(
+            rewritten("SELECT v FROM unnest(a) AS x(v)"),
+            "SELECT v FROM UNNEST(a) AS x (v)"
+        );
+        assert_eq!(
+            rewritten("SELECT x FROM pg_catalog.unnest(a) x"),
+            "SELECT x FROM pg_catalog.unnest(a) x (x)"
         );
     }
 

@@ -20,6 +20,7 @@ mod planner;
 mod queries;
 mod roles;
 mod session;
+mod snapshots;
 mod subscriptions;
 mod tables;
 mod text_reads;

@@ -170,6 +170,9 @@ impl Planner {
         }
         let views = self.views.clone();
         sluice_sql::rewrite_postgres_syntax(&mut stmt);
+        sluice_sql::rewrite_ctid_ranges(&mut stmt, |name| {
+            crate::stream::relation_columns(&store, views.as_ref(), name)
+        });
         hide_system_columns(&mut stmt, |name| {
             crate::stream::relation_columns(&store, views.as_ref(), name)
         });
@@ -462,7 +465,14 @@ impl Planner {
                 )?;
                 Prepared::plan(self.plan_shown(statement, user).await?, true, &piece)
             }
-            Statement::Query(q) => {
+            Statement::Query(mut q) => {
+                // `pg_export_snapshot()` exports when the portal runs.
+                if super::snapshots::stand_in_for_export(&mut q) {
+                    let text = q.to_string();
+                    let s = self.compat_statement(&text, *q, &user.name);
+                    let (_, schema) = self.plan_shown(s, user).await?;
+                    return Ok(Prepared::Rows { sql: piece, schema });
+                }
                 let s = self.compat_statement(&piece, *q, &user.name);
                 let (plan, columns) = self.plan_shown(s, user).await?;
                 if let Some(read) = PointRead::recognize(&plan) {

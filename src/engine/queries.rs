@@ -13,7 +13,17 @@ impl Engine {
         sql: &str,
     ) -> Result<Outcome, SluiceError> {
         match stmt {
-            Statement::Query(q) => {
+            Statement::Query(mut q) => {
+                // The catalog rules read the text again: it names the
+                // exported snapshot too.
+                let exported;
+                let sql = match self.export_snapshots(session, &mut q).await? {
+                    true => {
+                        exported = q.to_string();
+                        exported.as_str()
+                    }
+                    false => sql,
+                };
                 if let ast::Statement::Query(query) = q.as_ref() {
                     if let Some(answer) = self.text_point_read(session, sql, query).await {
                         return Ok(answer);

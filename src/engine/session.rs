@@ -44,8 +44,11 @@ pub struct TransactionState {
     /// A statement other than transaction control ran in the block: the
     /// isolation level can no longer change.
     pub queried: bool,
-    /// What a REPEATABLE READ block reads, taken at its first statement.
+    /// What a REPEATABLE READ block reads, taken at its first statement
+    /// (or imported with `SET TRANSACTION SNAPSHOT`).
     pub snapshot: Option<Arc<Snapshot>>,
+    /// Snapshots a READ COMMITTED block exported, held until it ends.
+    pub exported: Vec<Arc<Snapshot>>,
     /// A statement failed inside the block: everything but COMMIT,
     /// ROLLBACK or ROLLBACK TO SAVEPOINT is refused until then, as in
     /// PostgreSQL.

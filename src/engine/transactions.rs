@@ -68,6 +68,10 @@ impl Engine {
                 }
                 return Ok(Outcome::done("SET"));
             }
+            TransactionOp::SetSnapshot(id) => {
+                self.import_snapshot(s, id)?;
+                return Ok(Outcome::done("SET"));
+            }
             TransactionOp::SetDefaults(modes) => {
                 if state.failed {
                     return Err(SluiceError::TransactionAborted);

@@ -393,6 +393,10 @@ pub struct TransactionCoordinator {
     visibility: Arc<tokio::sync::RwLock<()>>,
     /// The snapshots of open REPEATABLE READ transactions.
     snapshots: parking_lot::Mutex<Vec<Weak<Snapshot>>>,
+    /// Snapshots named by `pg_export_snapshot()`, importable while the
+    /// exporting transaction holds them.
+    exported: parking_lot::Mutex<Vec<(String, Weak<Snapshot>)>>,
+    exports: std::sync::atomic::AtomicU64,
     /// Tables whose frames the log carries: each fsyncs its partitions
     /// before the log is rotated.
     carried_by: parking_lot::Mutex<Vec<Weak<TableLog>>>,
@@ -433,6 +437,8 @@ impl TransactionCoordinator {
             one_at_a_time: tokio::sync::Mutex::new(()),
             visibility: Arc::new(tokio::sync::RwLock::new(())),
             snapshots: parking_lot::Mutex::new(Vec::new()),
+            exported: parking_lot::Mutex::new(Vec::new()),
+            exports: std::sync::atomic::AtomicU64::new(1),
             carried_by: parking_lot::Mutex::new(Vec::new()),
         }
     }
@@ -452,6 +458,28 @@ impl TransactionCoordinator {
         open.retain(|s| s.strong_count() > 0);
         open.push(Arc::downgrade(&snapshot));
         snapshot
+    }
+
+    /// Names `snapshot` so that other sessions can read it (`SET
+    /// TRANSACTION SNAPSHOT`) for as long as its exporter holds it.
+    pub fn export_snapshot(&self, snapshot: &Arc<Snapshot>) -> String {
+        let n = self
+            .exports
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("00000003-{n:08X}-1");
+        let mut exported = self.exported.lock();
+        exported.retain(|(_, s)| s.strong_count() > 0);
+        exported.push((id.clone(), Arc::downgrade(snapshot)));
+        id
+    }
+
+    /// The exported snapshot named `id`, while its exporter holds it.
+    pub fn imported_snapshot(&self, id: &str) -> Option<Arc<Snapshot>> {
+        self.exported
+            .lock()
+            .iter()
+            .find(|(name, _)| name == id)
+            .and_then(|(_, s)| s.upgrade())
     }
 
     /// Per partition of `table`, the offsets below which every version an

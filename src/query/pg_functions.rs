@@ -462,6 +462,30 @@ pub fn register(ctx: &SessionContext) {
         Volatility::Stable,
         Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))),
     ));
+    // No object has a comment (there is no COMMENT ON): psql's `\d+` and
+    // dbt's docs ask.
+    for name in ["col_description", "obj_description", "shobj_description"] {
+        ctx.register_udf(constant_function(name, 2, ScalarValue::Utf8(None)));
+    }
+    // One search path, and every function on it: `\df` asks.
+    ctx.register_udf(constant_function(
+        "pg_function_is_visible",
+        1,
+        ScalarValue::Boolean(Some(true)),
+    ));
+    // Sluice is never a standby: DuckDB's ATTACH asks before it exports a
+    // snapshot for its parallel scan.
+    ctx.register_udf(constant_function(
+        "pg_is_in_recovery",
+        0,
+        ScalarValue::Boolean(Some(false)),
+    ));
+    // There are no temporary schemas: dbt's `docs generate` asks.
+    ctx.register_udf(constant_function(
+        "pg_is_other_temp_schema",
+        1,
+        ScalarValue::Boolean(Some(false)),
+    ));
     // psycopg looks types up by name (SQLAlchemy asks for hstore on
     // connect): the oid of a built-in type, NULL for any other name.
     ctx.register_udf(create_udf(
@@ -485,6 +509,32 @@ pub fn register(ctx: &SessionContext) {
         }),
     ));
     ctx.register_udf(AsyncScalarUDF::new(Arc::new(PgSleep::default())).into_scalar_udf());
+}
+
+/// A catalog function whose answer is the same for every argument (of
+/// any type, up to `max_args` of them).
+fn constant_function(name: &str, max_args: usize, value: ScalarValue) -> ScalarUDF {
+    use datafusion::logical_expr::{Signature, TypeSignature};
+    let returns = value.data_type();
+    let signature = Signature::new(
+        TypeSignature::OneOf(
+            (0..=max_args)
+                .map(|n| match n {
+                    0 => TypeSignature::Nullary,
+                    n => TypeSignature::Any(n),
+                })
+                .collect(),
+        ),
+        Volatility::Stable,
+    );
+    ScalarUDF::from(
+        datafusion::logical_expr::SimpleScalarUDF::new_with_signature(
+            name,
+            signature,
+            returns,
+            Arc::new(move |_: &[ColumnarValue]| Ok(ColumnarValue::Scalar(value.clone()))),
+        ),
+    )
 }
 
 /// `pg_sleep(seconds)`: waits without holding a thread, so that a cancel

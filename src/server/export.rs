@@ -76,12 +76,12 @@ pub async fn to_stdout(
     let batches = futures::stream::iter(first.map(Ok)).chain(batches);
     let rows = batches
         .scan(encoder, move |encoder, batch| {
+            // Binary columns too: JSONB goes out with its version byte.
             let out: Vec<PgWireResult<CopyData>> = match batch {
-                Ok(b) if !binary => match super::encode::postgres_text(b, &fields) {
+                Ok(b) => match super::encode::postgres_text(b, &fields) {
                     Ok(b) => encode_rows(encoder, &b, &fields),
                     Err(e) => vec![Err(e)],
                 },
-                Ok(b) => encode_rows(encoder, &b, &fields),
                 Err(e) => vec![Err(PgWireError::ApiError(Box::new(e)))],
             };
             futures::future::ready(Some(futures::stream::iter(out)))

@@ -132,7 +132,7 @@ pub fn build_context(
         Arc::new(SluicePgCatalog {
             inner: Arc::new(pg_catalog),
             store: store_for_attributes,
-            views,
+            views: views.clone(),
             keys: keys.clone(),
             hidden: hidden.clone(),
         }),
@@ -145,6 +145,7 @@ pub fn build_context(
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }
+    ctx.register_udf(super::catalog_views::viewdef_function(views.clone()));
     Ok(ctx)
 }
 

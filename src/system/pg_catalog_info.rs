@@ -148,10 +148,19 @@ impl fmt::Debug for SluicePgCatalog {
 #[async_trait]
 impl SchemaProvider for SluicePgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        for view in super::catalog_views::CATALOG_VIEWS {
+            if !names.iter().any(|n| n == view) {
+                names.push(view.to_string());
+            }
+        }
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
+        if let Some(view) = super::catalog_views::catalog_view(name) {
+            return Ok(Some(view));
+        }
         if name == "pg_settings" {
             return Ok(Some(
                 Arc::new(crate::query::pg_functions::settings_table()?),
@@ -179,6 +188,7 @@ impl SchemaProvider for SluicePgCatalog {
             (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass {
                 namespaces: self.inner.table("pg_namespace").await?,
                 hidden: self.hidden.clone(),
+                store: Some(self.store.clone()),
                 ..PgClass::new(inner, self.views.clone(), self.keys.clone())
             }))),
             (Some(inner), Some(kind)) => {
@@ -197,7 +207,7 @@ impl SchemaProvider for SluicePgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        self.inner.table_exist(name) || super::catalog_views::CATALOG_VIEWS.contains(&name)
     }
 }
 
@@ -210,6 +220,10 @@ struct PgClass {
     schema: SchemaRef,
     namespaces: Option<Arc<dyn TableProvider>>,
     hidden: Arc<HiddenRelations>,
+    /// For `relpages`: a log table's blocks as its `ctid` numbers them
+    /// (see `sluice_sql::rewrite_ctid_ranges`), so that a reader splitting
+    /// a scan by `ctid` ranges (DuckDB) covers every row.
+    store: Option<Arc<LogStore>>,
 }
 
 impl PgClass {
@@ -232,6 +246,7 @@ impl PgClass {
             schema: Arc::new(Schema::new(fields)),
             namespaces: None,
             hidden: Arc::default(),
+            store: None,
         }
     }
 }
@@ -329,6 +344,21 @@ impl TableProvider for PgClass {
                 })
                 .collect();
             let mut columns = batch.columns().to_vec();
+            if let (Some(store), Ok(pages)) = (&self.store, schema.index_of("relpages")) {
+                if let Some(current) = batch.column(pages).as_primitive_opt::<Int32Type>() {
+                    let pages_of = |name: Option<&str>| {
+                        let t = store.table(name?)?;
+                        let end = t.commits().borrow().iter().copied().max().unwrap_or(0);
+                        i32::try_from(end.div_ceil(sluice_sql::CTID_ROWS_PER_BLOCK as u64)).ok()
+                    };
+                    let relpages: arrow::array::Int32Array = names
+                        .iter()
+                        .zip(current.iter())
+                        .map(|(name, now)| pages_of(name).or(now))
+                        .collect();
+                    columns[pages] = Arc::new(relpages);
+                }
+            }
             columns[relkind] = Arc::new(kinds);
             columns[hasindex] = Arc::new(hasindexes);
             columns.push(arrow::array::new_null_array(

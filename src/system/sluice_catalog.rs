@@ -68,7 +68,9 @@ impl SchemaProvider for PublicSchema {
                 name,
                 v.schema.clone(),
             )))),
-            None => Ok(None),
+            // `pg_catalog` is on the search path: its views not named by
+            // the catalog rules (`pg_indexes`) are found without it.
+            None => Ok(super::catalog_views::catalog_view(name)),
         }
     }
 

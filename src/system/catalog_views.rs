@@ -1,0 +1,220 @@
+//! The `pg_catalog` views that describe relations (`pg_tables`,
+//! `pg_matviews`, `pg_views`, `pg_indexes`), defined as PostgreSQL defines
+//! them: queries over `pg_class`, `pg_namespace` and `pg_index`, so they
+//! say exactly what psql's `\d` and the drivers' reflection see. Tools
+//! read them to decide what to do (dbt renames a relation `pg_tables`
+//! lists as a table; DuckDB's `ATTACH` reads `pg_indexes`), so a
+//! materialized view is in `pg_matviews` and not in `pg_tables`.
+//!
+//! Each scan plans the view's query in the scanning session and collects
+//! its rows (catalogs are small), so the rows are those of that moment.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::{SessionContext, SessionState};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+/// The views this module defines, by name.
+pub const CATALOG_VIEWS: [&str; 5] = [
+    "pg_tables",
+    "pg_matviews",
+    "pg_views",
+    "pg_indexes",
+    "pg_stat_wal_receiver",
+];
+
+/// Relations of `public` and the system schemas, with their namespace.
+const RELATIONS: &str = "pg_catalog.pg_class c \
+     LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace";
+
+/// `name`'s provider, when it is one of [`CATALOG_VIEWS`].
+pub fn catalog_view(name: &str) -> Option<Arc<dyn TableProvider>> {
+    let text = |n: &str| Field::new(n, DataType::Utf8, true);
+    // PostgreSQL's `name` type, as these views' name columns are.
+    let name_of = |n: &str| {
+        Field::new(n, DataType::Utf8, true).with_metadata(
+            [(
+                sluice_catalog::SQL_TYPE_METADATA_KEY.to_string(),
+                "name".to_string(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+    };
+    let flag = |n: &str| Field::new(n, DataType::Boolean, true);
+    let (fields, sql) = match name {
+        "pg_tables" => (
+            vec![
+                name_of("schemaname"),
+                name_of("tablename"),
+                name_of("tableowner"),
+                name_of("tablespace"),
+                flag("hasindexes"),
+                flag("hasrules"),
+                flag("hastriggers"),
+                flag("rowsecurity"),
+            ],
+            format!(
+                "SELECT n.nspname, c.relname, pg_get_userbyid(c.relowner), \
+                 CAST(NULL AS VARCHAR), c.relhasindex, c.relhasrules, c.relhastriggers, \
+                 c.relrowsecurity FROM {RELATIONS} WHERE c.relkind IN ('r', 'p')"
+            ),
+        ),
+        "pg_matviews" => (
+            vec![
+                name_of("schemaname"),
+                name_of("matviewname"),
+                name_of("matviewowner"),
+                name_of("tablespace"),
+                flag("hasindexes"),
+                flag("ispopulated"),
+                text("definition"),
+            ],
+            format!(
+                "SELECT n.nspname, c.relname, pg_get_userbyid(c.relowner), \
+                 CAST(NULL AS VARCHAR), c.relhasindex, true, \
+                 pg_get_viewdef(c.relname) FROM {RELATIONS} WHERE c.relkind = 'm'"
+            ),
+        ),
+        "pg_views" => (
+            vec![
+                name_of("schemaname"),
+                name_of("viewname"),
+                name_of("viewowner"),
+                text("definition"),
+            ],
+            format!(
+                "SELECT n.nspname, c.relname, pg_get_userbyid(c.relowner), \
+                 pg_get_viewdef(c.relname) FROM {RELATIONS} WHERE c.relkind = 'v'"
+            ),
+        ),
+        "pg_indexes" => (
+            vec![
+                name_of("schemaname"),
+                name_of("tablename"),
+                name_of("indexname"),
+                name_of("tablespace"),
+                text("indexdef"),
+            ],
+            // Only the indexes Sluice keeps: the static rows of PostgreSQL's
+            // own catalogs' indexes describe no relation here.
+            "SELECT n.nspname, c.relname, i.relname, CAST(NULL AS VARCHAR), \
+                 pg_get_indexdef(i.oid) \
+             FROM pg_catalog.pg_index x \
+             JOIN pg_catalog.pg_class c ON c.oid = x.indrelid \
+             JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid \
+             LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'm', 'p') AND i.relkind IN ('i', 'I') \
+               AND pg_get_indexdef(i.oid) IS NOT NULL"
+                .to_string(),
+        ),
+        // No WAL receiver: Sluice is never a standby.
+        "pg_stat_wal_receiver" => (
+            vec![
+                Field::new("pid", DataType::Int32, true),
+                text("status"),
+                text("sender_host"),
+                Field::new("sender_port", DataType::Int32, true),
+                text("conninfo"),
+            ],
+            "SELECT CAST(NULL AS INT) AS a, CAST(NULL AS VARCHAR) AS b, \
+                 CAST(NULL AS VARCHAR) AS c, CAST(NULL AS INT) AS d, CAST(NULL AS VARCHAR) AS e \
+             WHERE false"
+                .to_string(),
+        ),
+        _ => return None,
+    };
+    Some(Arc::new(CatalogView {
+        schema: Arc::new(Schema::new(fields)),
+        sql,
+    }))
+}
+
+struct CatalogView {
+    schema: SchemaRef,
+    sql: String,
+}
+
+impl fmt::Debug for CatalogView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CatalogView")
+    }
+}
+
+#[async_trait]
+impl TableProvider for CatalogView {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let session = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| DataFusionError::Internal("a catalog view needs a session".into()))?;
+        let rows = SessionContext::new_with_state(session.clone())
+            .sql(&self.sql)
+            .await?
+            .collect()
+            .await?;
+        // The query's columns in order, named and typed as the view says.
+        let rows = rows
+            .into_iter()
+            .map(|batch| {
+                let columns = batch
+                    .columns()
+                    .iter()
+                    .zip(self.schema.fields())
+                    .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        super::sluice_catalog::scan_rows(&self.schema, rows, state, projection, filters, limit)
+            .await
+    }
+}
+
+/// `pg_get_viewdef(name)`: the defining query of a materialized view (as
+/// its creator wrote it); NULL for any other name. PostgreSQL still takes
+/// a view's name here; Sluice's own catalog views call it by name.
+pub fn viewdef_function(
+    views: Arc<crate::stream::ViewManager>,
+) -> datafusion::logical_expr::ScalarUDF {
+    use super::pg_keys::{as_columnar, rows_of, CatalogFunction};
+    use arrow::array::{AsArray, StringArray};
+    let definition = move |args: &[datafusion::logical_expr::ColumnarValue]| {
+        let rows = rows_of(args);
+        let names = arrow::compute::cast(&args[0].to_array(rows)?, &DataType::Utf8)?;
+        let out: StringArray = names
+            .as_string::<i32>()
+            .iter()
+            .map(|name| Some(views.view(name?)?.def.query.clone()))
+            .collect();
+        Ok(as_columnar(args, Arc::new(out)))
+    };
+    datafusion::logical_expr::ScalarUDF::new_from_impl(CatalogFunction::new(
+        "pg_get_viewdef",
+        2,
+        DataType::Utf8,
+        definition,
+    ))
+}
