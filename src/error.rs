@@ -75,6 +75,14 @@ pub enum SluiceError {
     Arrow(#[from] arrow::error::ArrowError),
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
+    #[error("view \"{0}\" does not exist")]
+    UndefinedView(String),
+    /// A view definition that cannot replace the one there.
+    #[error("{0}")]
+    InvalidDefinition(String),
+    /// A view that would read itself.
+    #[error("infinite recursion detected in rules for relation \"{0}\"")]
+    InvalidRecursion(String),
     #[error("{0}")]
     Unsupported(String),
     #[error("{0}")]
@@ -131,6 +139,9 @@ impl SluiceError {
             SluiceError::DataFusion(e) => datafusion_sqlstate(e),
             SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",
+            SluiceError::UndefinedView(_) => "42P01",
+            SluiceError::InvalidDefinition(_) => "42P16",
+            SluiceError::InvalidRecursion(_) => "42P17",
             SluiceError::Unsupported(_) => "0A000",
             SluiceError::Protocol(_) => "08P01",
             SluiceError::Internal(_) => "XX000",

@@ -338,3 +338,72 @@ async fn binary_copy_of_jsonb_has_its_version_byte() {
     let doc: serde_json::Value = rows[0].get(1);
     assert_eq!(doc, serde_json::json!({"k": [1, 2]}));
 }
+
+/// What dbt's `view`, `table` and `materialized_view` models send:
+/// `CREATE VIEW`, `CREATE TABLE ... AS`, `ALTER ... RENAME TO`, `DROP
+/// VIEW`, `REFRESH MATERIALIZED VIEW` (each refused before), answered as
+/// PostgreSQL answers them, errors' SQLSTATEs included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_tables_as_renames_and_refresh_answer_as_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Oracle::start(dir.path()).await;
+    o.setup(
+        "CREATE TABLE ev (id BIGINT, name TEXT, amount NUMERIC(12,3));
+         INSERT INTO ev VALUES (1, 'a', 1.5), (2, 'b', 2.25), (3, 'a', 4);
+         CREATE MATERIALIZED VIEW mv AS SELECT name, count(*) AS n FROM ev GROUP BY name",
+        "",
+    )
+    .await;
+    for sql in [
+        "CREATE VIEW v AS SELECT name, count(*), sum(amount) AS total FROM ev GROUP BY name",
+        "SELECT * FROM v ORDER BY name",
+        "CREATE VIEW v2 (n, c) AS SELECT name, count FROM v WHERE count > 1",
+        "SELECT * FROM v2",
+        "SELECT n FROM v2 JOIN ev ON ev.name = v2.n ORDER BY ev.id",
+        "CREATE VIEW v AS SELECT 1",
+        "CREATE OR REPLACE VIEW v AS SELECT name FROM ev",
+        "CREATE OR REPLACE VIEW v AS SELECT name AS other, count(*), sum(amount) AS total FROM ev GROUP BY name",
+        "CREATE OR REPLACE VIEW v AS SELECT name, count(*), sum(amount) AS total, max(id) AS top FROM ev GROUP BY name",
+        "SELECT * FROM v ORDER BY name",
+        "DROP VIEW v",
+        "DROP VIEW ev",
+        "DROP VIEW nope",
+        "DROP VIEW IF EXISTS nope",
+        "SELECT viewname, definition IS NOT NULL FROM pg_views WHERE schemaname = 'public' ORDER BY 1",
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+        "CREATE TABLE t2 AS SELECT id, name, amount * 2 AS dbl FROM ev WHERE id > 1",
+        // A computed numeric column is declared numeric(p,s) with the
+        // result's precision and scale (PostgreSQL: unconstrained, each
+        // value keeping its scale): the values are the same.
+        "SELECT id, name, CAST(dbl AS TEXT) FROM t2 ORDER BY id",
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 't2' ORDER BY ordinal_position",
+        "CREATE TABLE t2 AS SELECT 1 AS x",
+        "CREATE TABLE t5 (a, b) AS SELECT id, name FROM ev WHERE id = 1",
+        "SELECT a, b FROM t5",
+        "CREATE TABLE t6 (a, b, c) AS SELECT id FROM ev",
+        "ALTER TABLE t2 RENAME TO t3",
+        "SELECT id, name, CAST(dbl AS TEXT) FROM t3 ORDER BY id",
+        "INSERT INTO t3 VALUES (9, 'z', 1)",
+        "SELECT count(*) FROM t3",
+        "SELECT * FROM t2",
+        "ALTER VIEW t3 RENAME TO t4",
+        "ALTER MATERIALIZED VIEW t3 RENAME TO t4",
+        "ALTER TABLE v2 RENAME TO v4",
+        "SELECT * FROM v4",
+        "ALTER VIEW v4 RENAME TO v5",
+        "SELECT * FROM v5",
+        "ALTER TABLE nope RENAME TO x",
+        "ALTER TABLE IF EXISTS nope RENAME TO x",
+        "ALTER TABLE t3 RENAME TO ev",
+        "DROP VIEW v, v5",
+        "INSERT INTO ev VALUES (4, 'c', 1)",
+        "REFRESH MATERIALIZED VIEW mv",
+        "SELECT * FROM mv ORDER BY name",
+        "REFRESH MATERIALIZED VIEW t3",
+        "REFRESH MATERIALIZED VIEW nope",
+    ] {
+        if let Some(d) = o.differs(sql).await {
+            panic!("{sql}\n{d}");
+        }
+    }
+}

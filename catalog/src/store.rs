@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{SubscriptionDef, TableDef, ViewDef};
+use crate::types::{QueryViewDef, SubscriptionDef, TableDef, ViewDef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -44,6 +44,8 @@ struct CatalogDocument {
     views: Vec<ViewDef>,
     #[serde(default)]
     subscriptions: Vec<SubscriptionDef>,
+    #[serde(default)]
+    query_views: Vec<QueryViewDef>,
 }
 
 impl CatalogDocument {
@@ -88,6 +90,7 @@ impl Catalog {
                 tables: vec![],
                 views: vec![],
                 subscriptions: vec![],
+                query_views: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -111,7 +114,64 @@ impl Catalog {
     }
 
     fn name_taken(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view(name).is_some()
+        self.table(name).is_some() || self.view(name).is_some() || self.query_view(name).is_some()
+    }
+
+    pub fn query_views(&self) -> &[QueryViewDef] {
+        &self.doc.query_views
+    }
+
+    pub fn query_view(&self, name: &str) -> Option<&QueryViewDef> {
+        self.doc.query_views.iter().find(|v| v.name == name)
+    }
+
+    /// Adds a view (a named query), assigning its id; with `or_replace`,
+    /// replaces the view of that name (keeping its id).
+    pub fn create_query_view(
+        &mut self,
+        mut view: QueryViewDef,
+        or_replace: bool,
+    ) -> Result<QueryViewDef, CatalogError> {
+        let existing = self.query_view(&view.name).map(|v| v.id);
+        match existing {
+            Some(id) if or_replace => self.update(|doc| {
+                view.id = id;
+                if let Some(slot) = doc.query_views.iter_mut().find(|v| v.id == id) {
+                    *slot = view.clone();
+                }
+                Ok(view)
+            }),
+            _ if self.name_taken(&view.name) => Err(CatalogError::DuplicateTable(view.name)),
+            _ => self.update(|doc| {
+                view.id = doc.take_id();
+                doc.query_views.push(view.clone());
+                Ok(view)
+            }),
+        }
+    }
+
+    pub fn drop_query_view(&mut self, name: &str) -> Result<QueryViewDef, CatalogError> {
+        self.update(|doc| remove_named(&mut doc.query_views, name, |v| &v.name))
+    }
+
+    /// Gives the table or view (a named query) `from` the name `to`, in one
+    /// durable change. Materialized views are renamed elsewhere: their
+    /// running dataflow knows its name.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<(), CatalogError> {
+        if self.name_taken(to) {
+            return Err(CatalogError::DuplicateTable(to.to_string()));
+        }
+        self.update(|doc| {
+            if let Some(t) = doc.tables.iter_mut().find(|t| t.name == from) {
+                t.name = to.to_string();
+                return Ok(());
+            }
+            if let Some(v) = doc.query_views.iter_mut().find(|v| v.name == from) {
+                v.name = to.to_string();
+                return Ok(());
+            }
+            Err(CatalogError::UndefinedTable(from.to_string()))
+        })
     }
 
     /// Adds a materialized view, assigning its id, and persists the catalog.

@@ -427,6 +427,21 @@ impl TableDef {
     }
 }
 
+/// A view (`CREATE VIEW`): a named query, planned each time it is read,
+/// holding no rows of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryViewDef {
+    pub id: u64,
+    pub name: String,
+    /// The defining query, as the user wrote it.
+    pub query: String,
+    /// The view's column names, in order (the query's, or the list given
+    /// with the view's name).
+    pub columns: Vec<String>,
+    /// The tables and views the query names: what the view depends on.
+    pub reads: Vec<String>,
+}
+
 /// A materialized view: its name and the query that defines it. Its rows are
 /// derived from the log, so the definition is all that is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -86,6 +86,29 @@ pub enum Statement {
     ExplainCreateView(CreateView),
     /// `FLUSH`: wait until every view reflects every acknowledged row.
     Flush,
+    /// `REFRESH MATERIALIZED VIEW v`: waits until `v` has applied every
+    /// row committed before it (a view is always current otherwise).
+    RefreshView {
+        name: String,
+        with_data: bool,
+    },
+    /// `CREATE [OR REPLACE] VIEW`: a named query.
+    CreateQueryView(crate::relations::CreateQueryView),
+    /// `DROP VIEW`.
+    DropQueryView {
+        names: Vec<String>,
+        if_exists: bool,
+        cascade: bool,
+    },
+    /// `CREATE TABLE ... AS query`.
+    CreateTableAs(Box<crate::relations::CreateTableAs>),
+    /// `ALTER {TABLE | VIEW | MATERIALIZED VIEW} r RENAME TO s`.
+    RenameRelation {
+        kind: crate::relations::RelationKind,
+        name: String,
+        to: String,
+        if_exists: bool,
+    },
     Transaction(TransactionOp),
     /// `DEALLOCATE [PREPARE] name | ALL` (`None`: all).
     Deallocate(Option<String>),
@@ -172,6 +195,10 @@ impl Statement {
             Statement::Delete { .. } => "DELETE",
             Statement::Compact { .. } => "VACUUM",
             Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
+            Statement::CreateQueryView(_) => "CREATE VIEW",
+            Statement::DropQueryView { .. } => "DROP VIEW",
+            Statement::CreateTableAs(_) => "CREATE TABLE AS",
+            Statement::RenameRelation { .. } => "ALTER TABLE",
             Statement::DropView { .. } => "DROP MATERIALIZED VIEW",
             Statement::RebuildView { .. } => "ALTER MATERIALIZED VIEW",
             Statement::CreateSubscription(_) => "CREATE SUBSCRIPTION",
@@ -367,7 +394,7 @@ fn conflict_update(target: Option<ast::ConflictTarget>, update: ast::DoUpdate) -
 }
 
 /// Byte offset of a tokenizer location (1-based line and character column).
-fn byte_offset(sql: &str, line: u64, column: u64) -> usize {
+pub(crate) fn byte_offset(sql: &str, line: u64, column: u64) -> usize {
     let mut start = 0;
     for _ in 1..line {
         match sql[start..].find('\n') {
@@ -464,6 +491,9 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
             })
         }
         _ => {}
+    }
+    if let Some(statement) = crate::relations::parse_relation_statement(sql)? {
+        return Ok(statement);
     }
     if let Some(statement) = parse_subscription_statement(sql)? {
         return Ok(statement);
@@ -695,7 +725,7 @@ fn strip_streaming_clauses(sql: &str) -> Result<(String, StreamingClauses), SqlE
     Ok((out, clauses))
 }
 
-fn object_name(name: &ast::ObjectName) -> String {
+pub(crate) fn object_name(name: &ast::ObjectName) -> String {
     // Unquoted identifiers fold to lower case, as in PostgreSQL; the schema
     // part of `public.t` is accepted and dropped.
     name.0
@@ -715,6 +745,9 @@ pub fn ident_name(ident: &ast::Ident) -> String {
 
 fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Statement, SqlError> {
     match statement {
+        ast::Statement::CreateTable(ct) if ct.query.is_some() => {
+            crate::relations::create_table_as(ct, &clauses)
+        }
         ast::Statement::CreateTable(ct) => Ok(Statement::CreateTable(Box::new(ddl::create_table(
             &ct, &clauses,
         )?))),
@@ -729,6 +762,18 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
         }),
         ast::Statement::ShowTables { .. } => Ok(Statement::ShowTables),
         ast::Statement::CreateView(view) if view.materialized => create_view(view, &clauses),
+        ast::Statement::CreateView(view) => crate::relations::create_query_view(view),
+        ast::Statement::Drop {
+            object_type: ObjectType::View,
+            if_exists,
+            names,
+            cascade,
+            ..
+        } => Ok(Statement::DropQueryView {
+            names: names.iter().map(object_name).collect(),
+            if_exists,
+            cascade,
+        }),
         ast::Statement::Drop {
             object_type: ObjectType::MaterializedView,
             if_exists,
@@ -836,8 +881,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             "TRUNCATE is not supported: the log keeps every record until retention deletes it"
                 .into(),
         )),
-        ast::Statement::CreateView(_)
-        | ast::Statement::CreateIndex(_)
+        ast::Statement::CreateIndex(_)
         | ast::Statement::AlterTable(_)
         | ast::Statement::CreateSchema { .. }
         | ast::Statement::CreateDatabase { .. } => Err(SqlError::Unsupported(format!(

@@ -164,6 +164,17 @@ impl RoleStore {
         Ok(())
     }
 
+    /// The object is now named `to`: its owner and grants go with it.
+    pub fn renamed(&self, kind: ObjectKind, from: &str, to: &str) -> Result<(), AuthError> {
+        let acl = self.acl(kind, from);
+        let changes = vec![
+            (kind.acl_kind(), from.to_string(), None),
+            (kind.acl_kind(), to.to_string(), acl),
+        ];
+        self.write_catalog(|c| c.set_acls(changes))?;
+        Ok(())
+    }
+
     /// `GRANT` or `REVOKE`, as `who`, on `objects` (each with its kind,
     /// found by the caller): all of it or nothing.
     pub fn grant(

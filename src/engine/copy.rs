@@ -72,7 +72,7 @@ impl Engine {
             .lock()
             .take()
             .ok_or_else(|| SluiceError::Protocol("CopyDone without COPY in progress".into()))?;
-        let span = info_span!("copy_from", table = %state.table.def.name);
+        let span = info_span!("copy_from", table = %state.table.def().name);
         let staging = session.transaction.lock().staging();
         let rows = async {
             if let Some(e) = state.error {

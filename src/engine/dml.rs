@@ -50,12 +50,12 @@ impl Engine {
                     sluice_sql::Privilege::Insert,
                 )?;
                 let columns = if copy.columns.is_empty() {
-                    table.def.columns.len()
+                    table.def().columns.len()
                 } else {
                     copy.columns.len()
                 };
                 let binary = copy.format == sluice_sql::CopyFormat::Binary;
-                let parser = CopyParser::new(&table.def, copy, table.max_statement_bytes())?;
+                let parser = CopyParser::new(&table.def(), copy, table.max_statement_bytes())?;
                 *session.copy.lock() = Some(CopyState {
                     table,
                     parser: Some(parser),
@@ -90,11 +90,11 @@ impl Engine {
                     sluice_sql::Privilege::Insert,
                 )?;
                 check_on_conflict(
-                    &log.def,
+                    &log.def(),
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
-                let mut stager = RowStager::new(&log.def, &columns, false)?
+                let mut stager = RowStager::new(&log.def(), &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
                     let fields: Vec<Option<&str>> = row
@@ -159,7 +159,7 @@ impl Engine {
             .store
             .table(&insert.table)
             .ok_or_else(|| SluiceError::UndefinedTable(insert.table.clone()))?;
-        let batches = insert.stage(&log.def, params, log.max_statement_bytes())?;
+        let batches = insert.stage(&log.def(), params, log.max_statement_bytes())?;
         let n = self
             .write(session, &log, batches, insert.on_conflict_do_nothing)
             .await?;
@@ -225,7 +225,7 @@ impl Engine {
                 let mut row = 1;
                 let mut batches = Vec::new();
                 for b in found {
-                    batches.push(conform_batch(&log.def, &b, row)?);
+                    batches.push(conform_batch(&log.def(), &b, row)?);
                     row += b.num_rows() as u64;
                 }
                 let n = self.write(session, &log, batches, false).await?;
@@ -239,7 +239,7 @@ impl Engine {
                 let tombstones: Vec<RecordBatch> = found
                     .iter()
                     .filter(|b| b.num_rows() > 0)
-                    .map(|b| crate::log::keyed::tombstones(&log.def, b))
+                    .map(|b| crate::log::keyed::tombstones(&log.def(), b))
                     .collect::<Result<_, _>>()?;
                 let n = self.write(session, &log, tombstones, false).await?;
                 Ok(Outcome::Done {

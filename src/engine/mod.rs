@@ -8,7 +8,9 @@
 //! `tables` (CREATE/DROP TABLE, VACUUM), `dml` (INSERT, UPDATE, DELETE,
 //! COPY), `views` (materialized views, REBUILD, FLUSH), `subscriptions`
 //! (subscriptions and cursors), `connectors` (sinks), `roles` (roles and
-//! privileges), `transactions` (blocks, SET) and `queries`. Here are what
+//! privileges), `transactions` (blocks, SET, exported snapshots in
+//! `snapshots`), `relations` (views that are named queries, CREATE TABLE
+//! AS, RENAME, REFRESH) and `queries`. Here are what
 //! they share (opening the engine, planning and running plans, prepared
 //! statements) and [`Engine::dispatch`], which only routes.
 
@@ -18,6 +20,7 @@ mod dml;
 mod export;
 mod planner;
 mod queries;
+mod relations;
 mod roles;
 mod session;
 mod snapshots;
@@ -439,6 +442,11 @@ impl Engine {
             s @ (S::Transaction(_) | S::Set { .. } | S::Deallocate(_)) => {
                 self.transaction_statement(session, s).await
             }
+            s @ (S::RefreshView { .. }
+            | S::CreateQueryView(_)
+            | S::DropQueryView { .. }
+            | S::CreateTableAs(_)
+            | S::RenameRelation { .. }) => self.relation_statement(session, s).await,
             s @ S::Query(_) => self.query_statement(session, s, sql).await,
         }
     }
@@ -545,6 +553,9 @@ impl Engine {
             Some(ObjectKind::Table)
         } else if self.views.view(name).is_some() {
             Some(ObjectKind::View)
+        } else if self.store.query_view(name).is_some() {
+            // A view (a named query) takes a table's privileges.
+            Some(ObjectKind::Table)
         } else {
             None
         }
@@ -618,7 +629,10 @@ impl Engine {
                     true => format!("sink {sub}"),
                     false => format!("subscription {sub}"),
                 },
-                None => return Ok(()),
+                None => match self.query_view_dependents(name).into_iter().next() {
+                    Some(view) => format!("view {view}"),
+                    None => return Ok(()),
+                },
             },
         };
         Err(SluiceError::DependentObjects {

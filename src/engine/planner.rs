@@ -12,8 +12,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use sluice_sql::sqlparser::ast;
 use sluice_sql::{
-    hide_system_columns, parse_sql, rewrite_window_functions, split_statements, InsertValue,
-    ResultName, Statement,
+    parse_sql, rewrite_window_functions, split_statements, InsertValue, ResultName, Statement,
 };
 
 use super::{
@@ -151,9 +150,6 @@ impl Planner {
         let store = self.store.clone();
         sluice_sql::bind_session_user(&mut stmt, &role.name);
         rewrite_window_functions(&mut stmt)?;
-        sluice_sql::rewrite_regproc_zero(&mut stmt);
-        sluice_sql::rewrite_catalog_subqueries(&mut stmt);
-        sluice_sql::rewrite_set_returning(&mut stmt);
         if let ast::Statement::Insert(ast::Insert {
             table: ast::TableObject::TableName(name),
             ..
@@ -168,14 +164,7 @@ impl Planner {
                 t.check_statement_writes()?;
             }
         }
-        let views = self.views.clone();
-        sluice_sql::rewrite_postgres_syntax(&mut stmt);
-        sluice_sql::rewrite_ctid_ranges(&mut stmt, |name| {
-            crate::stream::relation_columns(&store, views.as_ref(), name)
-        });
-        hide_system_columns(&mut stmt, |name| {
-            crate::stream::relation_columns(&store, views.as_ref(), name)
-        });
+        crate::system::rewrite_for_planning(&mut stmt, &store, self.views.as_ref());
         let state = self.ctx.state();
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
@@ -343,7 +332,7 @@ impl Planner {
             .store
             .table(table)
             .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
-        check_on_conflict(&log.def, on_conflict_do_nothing, on_conflict_update)?;
+        check_on_conflict(&log.def(), on_conflict_do_nothing, on_conflict_update)?;
         if let ast::Statement::Insert(insert) = &mut statement {
             if on_conflict_do_nothing {
                 // The target under the name that inserts with ON CONFLICT
@@ -357,7 +346,7 @@ impl Planner {
             }
             if insert.columns.is_empty() {
                 insert.columns = log
-                    .def
+                    .def()
                     .columns
                     .iter()
                     .map(|c| {
@@ -425,7 +414,7 @@ impl Planner {
                     .ok_or_else(|| SluiceError::UndefinedTable(table.clone()))?;
                 log.check_statement_writes()?;
                 check_on_conflict(
-                    &log.def,
+                    &log.def(),
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
@@ -434,7 +423,7 @@ impl Planner {
                     .flatten()
                     .all(|v| matches!(v, InsertValue::Literal(_)));
                 if let Some(insert) =
-                    PreparedInsert::new(&log.def, columns, rows, on_conflict_do_nothing)?
+                    PreparedInsert::new(&log.def(), columns, rows, on_conflict_do_nothing)?
                 {
                     return Ok(Prepared::Insert(Arc::new(insert)));
                 }
@@ -602,7 +591,7 @@ pub(super) fn keyed_table(
     let log = store
         .table(table)
         .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
-    if !log.def.is_keyed() {
+    if !log.def().is_keyed() {
         return Err(SluiceError::Unsupported(format!(
             "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
         )));
@@ -619,7 +608,7 @@ pub(super) fn update_query(
     selection: Option<&str>,
 ) -> Result<String, SluiceError> {
     let log = keyed_table(store, table, "UPDATE")?;
-    let def = &log.def;
+    let def = &log.def();
     for (column, _) in assignments {
         if def.column_index(column).is_none() {
             return Err(SluiceError::Sql(sluice_sql::SqlError::UndefinedColumn(
@@ -657,7 +646,7 @@ pub(super) fn delete_query(
 ) -> Result<String, SluiceError> {
     let log = keyed_table(store, table, "DELETE")?;
     let keys: Vec<String> = log
-        .def
+        .def()
         .options
         .primary_key
         .iter()

@@ -32,7 +32,7 @@ impl Engine {
                             .store
                             .tables()
                             .iter()
-                            .map(|t| (ObjectKind::Table, t.def.name.clone()))
+                            .map(|t| (ObjectKind::Table, t.def().name.clone()))
                             .collect();
                         all.extend(
                             self.views

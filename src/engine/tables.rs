@@ -48,14 +48,14 @@ impl Engine {
                         .check_owner(&session.role(), ObjectKind::Table, name)?;
                     self.check_dependents("table", name)?;
                     if let Some(table) = self.store.table(name) {
-                        if let Some(of) = &table.def.options.dead_letters_of {
+                        if let Some(of) = &table.def().options.dead_letters_of {
                             if self.store.table(of).is_some() && !names.contains(of) {
                                 return Err(SluiceError::ObjectInUse(format!(
                                     "table \"{name}\" holds the dead letters of table \"{of}\": DROP TABLE {of} drops both"
                                 )));
                             }
                         }
-                        if table.def.options.source.is_some() {
+                        if table.def().options.source.is_some() {
                             self.check_dependents(
                                 "table",
                                 &crate::source::dead_letter_table_name(name),
@@ -68,7 +68,7 @@ impl Engine {
                         continue;
                     };
                     let mut dropped = vec![name.clone()];
-                    if table.def.options.source.is_some() {
+                    if table.def().options.source.is_some() {
                         self.sources.stop(name).await;
                         dropped.push(crate::source::dead_letter_table_name(name));
                     }

@@ -101,7 +101,7 @@ async fn compact_partition(
     objects: &Arc<DurableStore>,
     horizon: u64,
 ) -> Result<CompactionReport, LogError> {
-    let def = &table.def;
+    let def = &table.def();
     let codec = KeyCodec::new(def)?;
     let end = part.end_offset().min(horizon);
     let latest = latest_records(def, &codec, part, end).await?;
@@ -226,7 +226,7 @@ pub fn spawn_compaction(
             let mut seen: std::collections::HashMap<u64, Vec<u64>> = Default::default();
             loop {
                 tokio::time::sleep(interval).await;
-                for table in log.tables().into_iter().filter(|t| t.def.is_keyed()) {
+                for table in log.tables().into_iter().filter(|t| t.def().is_keyed()) {
                     let below = horizon(&table);
                     let ends: Vec<u64> = table
                         .commits()
@@ -235,15 +235,15 @@ pub fn spawn_compaction(
                         .zip(&below)
                         .map(|(e, h)| (*e).min(*h))
                         .collect();
-                    if seen.get(&table.def.id) == Some(&ends) {
+                    if seen.get(&table.def().id) == Some(&ends) {
                         continue;
                     }
                     match compact_table(&table, &objects, &below).await {
                         Ok(_) => {
-                            seen.insert(table.def.id, ends);
+                            seen.insert(table.def().id, ends);
                         }
                         Err(e) => {
-                            warn!(table = %table.def.name, error = %e, "compaction failed; will retry")
+                            warn!(table = %table.def().name, error = %e, "compaction failed; will retry")
                         }
                     }
                 }

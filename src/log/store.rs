@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use sluice_catalog::{Catalog, CatalogError, SubscriptionDef, TableDef, ViewDef};
+use sluice_catalog::{Catalog, CatalogError, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
 use tracing::{info, warn};
 
 use super::error::LogError;
@@ -77,7 +77,7 @@ impl LogStore {
 
     pub fn tables(&self) -> Vec<Arc<TableLog>> {
         let mut t: Vec<_> = self.tables.read().values().cloned().collect();
-        t.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        t.sort_by(|a, b| a.def().name.cmp(&b.def().name));
         t
     }
 
@@ -91,7 +91,44 @@ impl LogStore {
 
     /// True when a table or a view has this name.
     pub fn name_exists(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view_exists(name)
+        self.table(name).is_some() || self.view_exists(name) || self.query_view(name).is_some()
+    }
+
+    /// The views that are named queries (`CREATE VIEW`).
+    pub fn query_views(&self) -> Vec<QueryViewDef> {
+        self.catalog.lock().query_views().to_vec()
+    }
+
+    pub fn query_view(&self, name: &str) -> Option<QueryViewDef> {
+        self.catalog.lock().query_view(name).cloned()
+    }
+
+    /// Records a view (a named query) durably; `or_replace` replaces one
+    /// of the same name.
+    pub fn create_query_view(
+        &self,
+        def: QueryViewDef,
+        or_replace: bool,
+    ) -> Result<QueryViewDef, LogError> {
+        Ok(self.catalog.lock().create_query_view(def, or_replace)?)
+    }
+
+    pub fn drop_query_view(&self, name: &str) -> Result<QueryViewDef, LogError> {
+        Ok(self.catalog.lock().drop_query_view(name)?)
+    }
+
+    /// Renames a table or a view (a named query): durably in the catalog,
+    /// then in memory, where the table's log, writer and readers carry on
+    /// under the new name.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), LogError> {
+        let mut catalog = self.catalog.lock();
+        catalog.rename(from, to)?;
+        let mut tables = self.tables.write();
+        if let Some(t) = tables.remove(from) {
+            t.rename(to);
+            tables.insert(to.to_string(), t);
+        }
+        Ok(())
     }
 
     /// Records a view definition durably.

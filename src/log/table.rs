@@ -121,7 +121,7 @@ pub struct PreparedAppend {
 
 impl PreparedAppend {
     pub fn table_id(&self) -> u64 {
-        self.table.def.id
+        self.table.def().id
     }
 
     pub fn table(&self) -> &Arc<TableLog> {
@@ -141,13 +141,13 @@ impl PreparedAppend {
     /// Makes the frames visible (the transaction is durable already).
     pub async fn publish(self) {
         if self.publish.send(()).is_err() || self.published.await.is_err() {
-            error!(table = %self.table.def.name, "log writer stopped while publishing a transaction");
+            error!(table = %self.table.def().name, "log writer stopped while publishing a transaction");
             return;
         }
         if let (Some((mut index, records)), Some(keyed)) = (self.keys, &self.table.keyed) {
             if let Some(index) = index.as_mut() {
                 for b in &records {
-                    if let Err(e) = index.note(&self.table.def, keyed.codec(), b) {
+                    if let Err(e) = index.note(&self.table.def(), keyed.codec(), b) {
                         error!(error = %e, "could not note a transaction's keys");
                     }
                 }
@@ -166,7 +166,8 @@ pub struct KeyedRow {
 }
 
 pub struct TableLog {
-    pub def: TableDef,
+    /// Its definition; swapped whole by a rename (see [`TableLog::def`]).
+    definition: parking_lot::RwLock<Arc<TableDef>>,
     pub dir: PathBuf,
     partitions: Vec<Arc<PartitionLog>>,
     sender: mpsc::Sender<WriterRequest>,
@@ -218,6 +219,25 @@ pub struct WriteCounters {
 const MAX_GROUP: usize = 256;
 
 impl TableLog {
+    /// The table's definition as of now: a rename gives it a new name
+    /// while the log, its writer and its readers carry on.
+    pub fn def(&self) -> Arc<TableDef> {
+        self.definition.read().clone()
+    }
+
+    /// The table's name as of now.
+    pub fn name(&self) -> String {
+        self.definition.read().name.clone()
+    }
+
+    /// Gives the table a new name (the catalog has recorded it).
+    pub(super) fn rename(&self, to: &str) {
+        let mut def = self.definition.write();
+        let mut renamed = TableDef::clone(&def);
+        renamed.name = to.to_string();
+        *def = Arc::new(renamed);
+    }
+
     /// Opens (recovering) or creates the log of `def` under `dir`.
     /// `transaction_ends`: the end offsets a committed transaction gave the
     /// table, which its own commit log may not have recorded yet;
@@ -306,7 +326,7 @@ impl TableLog {
             )
         });
         Ok(TableLog {
-            def,
+            definition: parking_lot::RwLock::new(Arc::new(def)),
             dir: dir.to_path_buf(),
             partitions,
             sender,
@@ -409,7 +429,7 @@ impl TableLog {
         let n = self.commit_routed(parts).await?;
         if let (Some(Some(index)), Some(keyed)) = (index, &self.keyed) {
             for b in records {
-                index.note(&self.def, keyed.codec(), b)?;
+                index.note(&self.def(), keyed.codec(), b)?;
             }
         }
         Ok(n)
@@ -428,7 +448,7 @@ impl TableLog {
     ) -> Result<Vec<RecordBatch>, LogError> {
         self.check_statement_writes()?;
         let Some(keyed) = &self.keyed else {
-            return batches.iter().map(|b| as_stored(&self.def, b)).collect();
+            return batches.iter().map(|b| as_stored(&self.def(), b)).collect();
         };
         let mut index = keyed.index.lock().await;
         self.statement_records(&mut index, batches, on_conflict_do_nothing, staged)
@@ -447,17 +467,17 @@ impl TableLog {
     ) -> Result<Vec<RecordBatch>, LogError> {
         let batches: Vec<RecordBatch> = batches
             .iter()
-            .map(|b| as_stored(&self.def, b))
+            .map(|b| as_stored(&self.def(), b))
             .collect::<Result<_, _>>()?;
         let Some(keyed) = self.keyed.as_ref().filter(|_| on_conflict_do_nothing) else {
             return Ok(batches);
         };
         if index.is_none() {
-            *index = Some(KeyIndex::build(&self.def, keyed.codec(), &self.partitions).await?);
+            *index = Some(KeyIndex::build(&self.def(), keyed.codec(), &self.partitions).await?);
         }
         let mut pending = KeyIndex::default();
         for b in staged {
-            pending.note(&self.def, keyed.codec(), b)?;
+            pending.note(&self.def(), keyed.codec(), b)?;
         }
         let live = index.as_ref();
         let mut seen = std::collections::HashSet::new();
@@ -510,7 +530,7 @@ impl TableLog {
         let (Some(since), Some(keyed)) = (since, &self.keyed) else {
             return Ok(());
         };
-        let (written, _) = super::keyed::staged_latest(&self.def, keyed.codec(), records)?;
+        let (written, _) = super::keyed::staged_latest(&self.def(), keyed.codec(), records)?;
         let ends = self.committed.borrow().clone();
         for (k, part) in self.partitions.iter().enumerate() {
             let from = since.get(k).copied().unwrap_or(0);
@@ -521,7 +541,7 @@ impl TableLog {
                 let keys = keyed.codec().keys(&batch)?;
                 if (skip..batch.num_rows()).any(|i| written.contains(keys.row(i).as_ref())) {
                     return Err(LogError::SerializationFailure {
-                        table: self.def.name.clone(),
+                        table: self.def().name.clone(),
                     });
                 }
             }
@@ -542,7 +562,7 @@ impl TableLog {
     ) -> Result<PreparedAppend, LogError> {
         self.check_statement_writes()?;
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.def.name.clone()));
+            return Err(LogError::Poisoned(self.def().name.clone()));
         }
         let keys = match &self.keyed {
             Some(keyed) => {
@@ -560,7 +580,7 @@ impl TableLog {
         let (prepared_tx, prepared_rx) = oneshot::channel();
         let (publish, decision) = mpsc::channel();
         let (published_tx, published) = oneshot::channel();
-        let stopped = || LogError::WriterStopped(self.def.name.clone());
+        let stopped = || LogError::WriterStopped(self.def().name.clone());
         self.sender
             .send(WriterRequest::Prepare(PrepareRequest {
                 parts,
@@ -599,7 +619,7 @@ impl TableLog {
                 let mut by_key = HashMap::new();
                 for (p, part) in self.partitions.iter().enumerate() {
                     let latest =
-                        latest_records(&self.def, keyed.codec(), part, part.end_offset()).await?;
+                        latest_records(&self.def(), keyed.codec(), part, part.end_offset()).await?;
                     for (key, offset) in latest.live_keys(keyed.codec())? {
                         by_key.insert(key, (p as u32, offset));
                     }
@@ -614,7 +634,7 @@ impl TableLog {
         for _ in 0..8 {
             let Some(found) = locations.get(key.as_ref()) else {
                 return Err(LogError::KeyLookup {
-                    table: self.def.name.clone(),
+                    table: self.def().name.clone(),
                     reason: "the key locations were dropped; try again",
                 });
             };
@@ -637,7 +657,7 @@ impl TableLog {
             }
             let record = batch.slice(row, 1);
             let live =
-                super::keyed::record_kind(super::keyed::deleted_flags(&self.def, &record), 0)
+                super::keyed::record_kind(super::keyed::deleted_flags(&self.def(), &record), 0)
                     == Some(false);
             if !(live && keyed.codec().keys(&record)?.row(0) == key) {
                 // A frame compaction rewrote since it was cached, or a key
@@ -656,7 +676,7 @@ impl TableLog {
             }));
         }
         Err(LogError::KeyLookup {
-            table: self.def.name.clone(),
+            table: self.def().name.clone(),
             reason: "the key's latest record kept moving; try again",
         })
     }
@@ -680,16 +700,16 @@ impl TableLog {
         let batches: Vec<RecordBatch> = routed.parts.iter().map(|(_, b)| b.clone()).collect();
         let n = self.commit_routed(routed).await?;
         for b in &batches {
-            live.note(&self.def, keyed.codec(), b)?;
+            live.note(&self.def(), keyed.codec(), b)?;
         }
         Ok(n)
     }
 
     /// Statements may not write a table a source feeds.
     pub fn check_statement_writes(&self) -> Result<(), LogError> {
-        match self.def.written_by_source() {
+        match self.def().written_by_source() {
             Some(by) => Err(LogError::WrittenBySource {
-                table: self.def.name.clone(),
+                table: self.def().name.clone(),
                 by,
             }),
             None => Ok(()),
@@ -703,7 +723,7 @@ impl TableLog {
             return Ok(0);
         }
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.def.name.clone()));
+            return Err(LogError::Poisoned(self.def().name.clone()));
         }
         let parts = coalesce(routed.parts, self.partitions.len())?;
         self.append_and_wait(parts, Vec::new()).await?;
@@ -724,9 +744,9 @@ impl TableLog {
                 upkeep: Upkeep::None,
                 reply,
             }))
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?;
         rx.await
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?
     }
 
     /// Appends rows a source read, each batch into the partition it names,
@@ -740,7 +760,7 @@ impl TableLog {
         positions: Vec<(usize, i64)>,
     ) -> Result<u64, LogError> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.def.name.clone()));
+            return Err(LogError::Poisoned(self.def().name.clone()));
         }
         let n = self.partitions.len();
         let mut rows = 0;
@@ -750,12 +770,12 @@ impl TableLog {
                 return Err(LogError::Arrow(
                     arrow::error::ArrowError::InvalidArgumentError(format!(
                         "table {} has no partition {p}",
-                        self.def.name
+                        self.def().name
                     )),
                 ));
             }
             rows += batch.num_rows() as u64;
-            stored.push((p, as_stored(&self.def, &batch)?));
+            stored.push((p, as_stored(&self.def(), &batch)?));
         }
         self.append_and_wait(coalesce(stored, n)?, positions)
             .await?;
@@ -790,21 +810,21 @@ impl TableLog {
                 upkeep,
                 reply,
             }))
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?;
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?;
         rx.await
-            .map_err(|_| LogError::WriterStopped(self.def.name.clone()))?
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?
     }
 
     /// Splits a batch by partition: `hash(key) % partitions`, or round-robin
     /// when the table has no partition key.
     fn route(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>, LogError> {
-        let batch = &as_stored(&self.def, batch)?;
+        let batch = &as_stored(&self.def(), batch)?;
         let n = self.partitions.len();
         if n == 1 {
             return Ok(vec![(0, batch.clone())]);
         }
         let rows = batch.num_rows();
-        let assignment: Vec<usize> = match self.def.partition_key_index() {
+        let assignment: Vec<usize> = match self.def().partition_key_index() {
             Some(k) => {
                 let keys = compute::cast(batch.column(k), &DataType::Utf8)?;
                 let keys = keys

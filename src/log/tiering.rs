@@ -29,7 +29,7 @@ pub async fn attach_remote_segments(
     for table in &tables {
         for (k, part) in table.partitions().iter().enumerate() {
             let listed = objects
-                .list(&partition_prefix(table.def.id, k as u32))
+                .list(&partition_prefix(table.def().id, k as u32))
                 .await?;
             // A compaction cut short leaves two generations of a segment:
             // the newest stays, the others go.
@@ -63,7 +63,7 @@ pub async fn attach_remote_segments(
                     // the partition say what is missing. A local copy, if
                     // an interrupted move left one, stays and is moved again.
                     Err(e) => {
-                        error!(table = %table.def.name, partition = k, key = %o.key, error = %e,
+                        error!(table = %table.def().name, partition = k, key = %o.key, error = %e,
                                "segment in the object store is unreadable; its rows are missing");
                         part.note_unreadable_segment(&o.key);
                     }
@@ -72,14 +72,14 @@ pub async fn attach_remote_segments(
             if found.is_empty() {
                 continue;
             }
-            info!(table = %table.def.name, partition = k, segments = found.len(), "attached segments in the object store");
+            info!(table = %table.def().name, partition = k, segments = found.len(), "attached segments in the object store");
             for path in part.attach_remote(found) {
                 warn!(path = %path.display(), "removing a local segment already in the object store");
                 let _ = std::fs::remove_file(&path);
             }
         }
     }
-    let known: Vec<u64> = tables.iter().map(|t| t.def.id).collect();
+    let known: Vec<u64> = tables.iter().map(|t| t.def().id).collect();
     for o in objects.list("tables").await? {
         let id = o.key.split('/').nth(1).and_then(|s| s.parse::<u64>().ok());
         if id.is_some_and(|id| !known.contains(&id)) {
@@ -98,7 +98,7 @@ pub fn spawn_tiering(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: D
                 tokio::time::sleep(interval).await;
                 for table in log.tables() {
                     if let Err(e) = tier_table(&table, &objects).await {
-                        warn!(table = %table.def.name, error = %e, "moving segments to the object store failed; will retry");
+                        warn!(table = %table.def().name, error = %e, "moving segments to the object store failed; will retry");
                     }
                 }
             }
@@ -129,12 +129,12 @@ pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result
             // Named by its first frame, not the file's base offset: a
             // file that stayed active after recovery dropped its frames
             // already in the object store, and must not overwrite them.
-            let key = segment_key(table.def.id, k as u32, frames[0].header.base_offset);
+            let key = segment_key(table.def().id, k as u32, frames[0].header.base_offset);
             let size = data.len() as u64;
             objects.put(&key, data).await?;
             let (remote, headers) = RemoteSegment::open(objects.clone(), &key, size).await?;
             if part.swap_to_remote(&segment, remote, &headers) {
-                info!(table = %table.def.name, partition = k, key = %key, frames = headers.len(), "segment moved to the object store");
+                info!(table = %table.def().name, partition = k, key = %key, frames = headers.len(), "segment moved to the object store");
                 // Readers holding the old index keep the file open.
                 std::fs::remove_file(&segment.path).map_err(LogError::io(&segment.path))?;
             } else {
@@ -142,12 +142,12 @@ pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result
                 objects.delete(&key).await?;
             }
         }
-        let options = &table.def.options;
+        let options = &table.def().options;
         let min_ingested = options
             .retention_secs
             .map(|s| now_us().saturating_sub((s as i64).saturating_mul(1_000_000)));
         for gone in part.expire(min_ingested, options.retention_bytes) {
-            info!(table = %table.def.name, partition = k, key = %gone.key,
+            info!(table = %table.def().name, partition = k, key = %gone.key,
                   offsets = ?(gone.base_offset..gone.end_offset), "retention deleted a segment");
             objects.delete(&gone.key).await?;
         }

@@ -306,7 +306,7 @@ impl StagedWrites {
     pub fn add(&mut self, table: &Arc<TableLog>, records: Vec<RecordBatch>) {
         let entry = self
             .tables
-            .entry(table.def.id)
+            .entry(table.def().id)
             .or_insert_with(|| StagedTable {
                 table: table.clone(),
                 records: Vec::new(),
@@ -354,8 +354,8 @@ pub async fn stage_statement(
     batches: Vec<RecordBatch>,
     on_conflict_do_nothing: bool,
 ) -> Result<u64, LogError> {
-    let earlier = match on_conflict_do_nothing && table.def.is_keyed() {
-        true => staged.lock().records(table.def.id).to_vec(),
+    let earlier = match on_conflict_do_nothing && table.def().is_keyed() {
+        true => staged.lock().records(table.def().id).to_vec(),
         false => Vec::new(),
     };
     let records = table
@@ -422,7 +422,7 @@ impl Snapshot {
     /// Where the snapshot ends in each partition of `table`: nothing of a
     /// table created after it.
     pub fn ends(&self, table: &TableLog) -> Vec<u64> {
-        let ends = self.ends.get(&table.def.id);
+        let ends = self.ends.get(&table.def().id);
         (0..table.partitions().len())
             .map(|k| ends.and_then(|e| e.get(k)).copied().unwrap_or(0))
             .collect()
@@ -451,7 +451,7 @@ impl TransactionCoordinator {
         let snapshot = Arc::new(Snapshot {
             ends: tables
                 .iter()
-                .map(|t| (t.def.id, t.commits().borrow().clone()))
+                .map(|t| (t.def().id, t.commits().borrow().clone()))
                 .collect(),
         });
         let mut open = self.snapshots.lock();
@@ -583,7 +583,7 @@ impl TransactionCoordinator {
         for pending in group {
             for (table, records) in pending.tables {
                 tables
-                    .entry(table.def.id)
+                    .entry(table.def().id)
                     .or_insert_with(|| (table, Vec::new()))
                     .1
                     .extend(records);
@@ -637,7 +637,7 @@ impl TransactionCoordinator {
                 let mut by = self.carried_by.lock();
                 if !by
                     .iter()
-                    .any(|t| t.upgrade().is_some_and(|t| t.def.id == p.table_id()))
+                    .any(|t| t.upgrade().is_some_and(|t| t.def().id == p.table_id()))
                 {
                     by.push(Arc::downgrade(p.table()));
                 }
@@ -769,7 +769,8 @@ mod tests {
         let a = store.create_table(def("a"), false).unwrap().unwrap();
         let b = store.create_table(def("b"), false).unwrap().unwrap();
         let batch = |t: &TableLog, v: Vec<i64>| {
-            RecordBatch::try_new(t.def.data_schema(), vec![Arc::new(Int64Array::from(v))]).unwrap()
+            RecordBatch::try_new(t.def().data_schema(), vec![Arc::new(Int64Array::from(v))])
+                .unwrap()
         };
         for i in 0..5 {
             store
@@ -785,7 +786,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let (a_id, b_id) = (a.def.id, b.def.id);
+        let (a_id, b_id) = (a.def().id, b.def().id);
         let want_a: Vec<i64> = {
             let mut v: Vec<i64> = (0..5).chain(10..15).collect();
             v.sort_unstable();

@@ -50,14 +50,14 @@ enum ScanMode {
 
 impl fmt::Debug for LogTableProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LogTableProvider({})", self.table.def.name)
+        write!(f, "LogTableProvider({})", self.table.def().name)
     }
 }
 
 impl LogTableProvider {
     /// The table it reads or writes.
-    pub fn table_name(&self) -> &str {
-        &self.table.def.name
+    pub fn table_name(&self) -> String {
+        self.table.name()
     }
 
     /// Whether it reads this table (not one dropped before it was created).
@@ -67,23 +67,23 @@ impl LogTableProvider {
 
     /// The column whose bounds frame headers keep (the watermark column, or
     /// the first timestamp column).
-    fn time_column(&self) -> Option<&str> {
-        let def = &self.table.def;
+    fn time_column(&self) -> Option<String> {
+        let def = self.table.def();
         def.event_time_index()
             .and_then(|i| def.columns.get(i))
-            .map(|c| c.name.as_str())
+            .map(|c| c.name.clone())
     }
 
     pub fn new(table: Arc<TableLog>) -> Self {
         // Every column is nullable to DataFusion: NOT NULL is enforced by the
         // sink with PostgreSQL's error, not by the planner.
-        let q = table.def.query_schema();
+        let q = table.def().query_schema();
         let fields: Vec<Field> = q
             .fields()
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
-        let mode = if table.def.is_keyed() {
+        let mode = if table.def().is_keyed() {
             ScanMode::Latest
         } else {
             ScanMode::Records
@@ -111,7 +111,7 @@ impl LogTableProvider {
     /// `changelog(t)`: every record of a keyed table with `_op`.
     pub fn changelog(table: Arc<TableLog>) -> Self {
         LogTableProvider {
-            schema: table.def.changelog_schema(),
+            schema: table.def().changelog_schema(),
             table,
             mode: ScanMode::Changelog,
             on_conflict_do_nothing: false,
@@ -134,9 +134,9 @@ impl LogTableProvider {
             true => (None, None),
             false => {
                 let external = crate::error::into_datafusion::<crate::log::LogError>;
-                let codec = KeyCodec::new(&self.table.def).map_err(external)?;
+                let codec = KeyCodec::new(&self.table.def()).map_err(external)?;
                 let (keys, rows) =
-                    staged_latest(&self.table.def, &codec, staged).map_err(external)?;
+                    staged_latest(&self.table.def(), &codec, staged).map_err(external)?;
                 (Some(Arc::new(keys)), rows)
             }
         };
@@ -411,7 +411,7 @@ impl TableProvider for LogTableProvider {
         Ok(filters
             .iter()
             .map(|f| {
-                if self.mode != ScanMode::Latest && is_seekable(f, self.time_column()) {
+                if self.mode != ScanMode::Latest && is_seekable(f, self.time_column().as_deref()) {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -427,7 +427,7 @@ impl TableProvider for LogTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let bounds = ScanBounds::from_filters(filters, self.time_column());
+        let bounds = ScanBounds::from_filters(filters, self.time_column().as_deref());
         let projection: Vec<usize> = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
@@ -438,7 +438,7 @@ impl TableProvider for LogTableProvider {
             _ => state
                 .config()
                 .get_extension::<parking_lot::Mutex<StagedWrites>>()
-                .map(|s| s.lock().records(self.table.def.id).to_vec())
+                .map(|s| s.lock().records(self.table.def().id).to_vec())
                 .unwrap_or_default(),
         };
         // A REPEATABLE READ transaction reads what its snapshot holds.
@@ -460,7 +460,7 @@ impl TableProvider for LogTableProvider {
             for key in &unreadable {
                 let notice = format!(
                     "partition {k} of \"{}\": segment {key} in the object store is unreadable; its rows are missing",
-                    self.table.def.name
+                    self.table.def().name
                 );
                 let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
             }
@@ -469,7 +469,7 @@ impl TableProvider for LogTableProvider {
                 part.note_read_below_start();
                 let notice = format!(
                     "partition {k} of \"{}\": offsets below {start} were deleted by retention; reading from {start}",
-                    self.table.def.name
+                    self.table.def().name
                 );
                 let _ = SCAN_NOTICES.try_with(|n| n.lock().push(notice));
             }
@@ -482,7 +482,7 @@ impl TableProvider for LogTableProvider {
                 frames,
                 projection: projection.clone(),
                 schema: projected.clone(),
-                data_columns: self.table.def.columns.len(),
+                data_columns: self.table.def().columns.len(),
                 changelog: self.mode == ScanMode::Changelog,
             }));
         }
@@ -501,7 +501,7 @@ impl TableProvider for LogTableProvider {
                 frames: vec![],
                 projection: projection.clone(),
                 schema: projected.clone(),
-                data_columns: self.table.def.columns.len(),
+                data_columns: self.table.def().columns.len(),
                 changelog: false,
             }));
         }
@@ -553,7 +553,7 @@ impl fmt::Debug for FrameStream {
         write!(
             f,
             "FrameStream({} p{}, {} frames)",
-            self.table.def.name,
+            self.table.def().name,
             self.partition,
             self.frames.len()
         )
@@ -696,7 +696,7 @@ impl StagedStream {
         projection: &[usize],
         schema: SchemaRef,
     ) -> Result<StagedStream> {
-        let data_columns = table.def.columns.len();
+        let data_columns = table.def().columns.len();
         let rows = staged
             .iter()
             .map(|b| {
@@ -756,7 +756,8 @@ impl fmt::Debug for LatestStream {
         write!(
             f,
             "LatestStream({} p{})",
-            self.table.def.name, self.partition
+            self.table.def().name,
+            self.partition
         )
     }
 }
@@ -776,7 +777,7 @@ impl PartitionStream for LatestStream {
         let hidden = self.hidden.clone();
         let batches = async move {
             let external = crate::error::into_datafusion::<crate::log::LogError>;
-            let def = &table.def;
+            let def = &table.def();
             let codec = KeyCodec::new(def).map_err(external)?;
             let part = &table.partitions()[k];
             let mut latest = latest_records(def, &codec, part, end)

@@ -36,13 +36,13 @@ impl LogSink {
 
 impl fmt::Debug for LogSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LogSink({})", self.table.def.name)
+        write!(f, "LogSink({})", self.table.def().name)
     }
 }
 
 impl DisplayAs for LogSink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LogSink: table={}", self.table.def.name)
+        write!(f, "LogSink: table={}", self.table.def().name)
     }
 }
 
@@ -76,7 +76,7 @@ impl DataSink for LogSink {
         {
             let batch = batch?;
             let n = batch.num_rows() as u64;
-            let batch = conform_batch(&self.table.def, &batch, row)
+            let batch = conform_batch(&self.table.def(), &batch, row)
                 .map_err(crate::error::into_datafusion)?;
             staged += batch.get_array_memory_size() as u64;
             if staged > limit {

@@ -213,15 +213,19 @@ impl SinkManager {
         relation: &str,
     ) -> Result<(Vec<String>, Vec<String>, bool), SluiceError> {
         if let Some(t) = self.store.table(relation) {
-            let hidden = t.def.hidden_columns();
-            let columns = t
-                .def
+            let def = t.def();
+            let hidden = def.hidden_columns();
+            let columns = def
                 .columns
                 .iter()
                 .map(|c| c.name.clone())
                 .filter(|c| !hidden.contains(&c.as_str()))
                 .collect();
-            return Ok((columns, t.def.options.primary_key.clone(), t.def.is_keyed()));
+            return Ok((
+                columns,
+                t.def().options.primary_key.clone(),
+                t.def().is_keyed(),
+            ));
         }
         match self.views.view(relation) {
             Some(v) => Ok((

@@ -167,7 +167,7 @@ pub struct KafkaSourceTask {
 impl KafkaSourceTask {
     pub fn run(self) {
         let span =
-            info_span!("kafka_source", table = %self.table.def.name, topic = %self.source.topic);
+            info_span!("kafka_source", table = %self.table.def().name, topic = %self.source.topic);
         let _enter = span.enter();
         // Until the consumer is up and every partition has a position.
         let (consumer, positions) = loop {
@@ -203,7 +203,7 @@ impl KafkaSourceTask {
     fn start(&self) -> Result<(SourceConsumer, Vec<i64>), SourceError> {
         let consumer = consumer(
             &self.source,
-            &format!("sluice-{}", self.table.def.name),
+            &format!("sluice-{}", self.table.def().name),
             Some(self.status.clone()),
         )?;
         let n = self.table.partitions().len();
@@ -326,7 +326,7 @@ impl KafkaSourceTask {
 
     /// Reads and appends until stopped.
     fn follow(&self, mut consumer: SourceConsumer, mut positions: Vec<i64>) {
-        let decoder = RecordDecoder::new(&self.table.def, self.source.format);
+        let decoder = RecordDecoder::new(&self.table.def(), self.source.format);
         let mut dead_until = loop {
             match self.last_dead_letters() {
                 Ok(d) => break d,
@@ -454,7 +454,7 @@ impl KafkaSourceTask {
                 .filter(|(r, _)| r.offset > dead_until[k])
                 .collect();
             if !letters.is_empty() {
-                dead.push((k, dead_letter_rows(&self.dead.def, &letters)?));
+                dead.push((k, dead_letter_rows(&self.dead.def(), &letters)?));
             }
             let n = decoded.rows.as_ref().map_or(0, |b| b.num_rows() as u64);
             if let Some(b) = decoded.rows {

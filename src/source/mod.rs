@@ -114,9 +114,9 @@ impl SourceManager {
             running: Mutex::new(HashMap::new()),
         });
         for table in store.tables() {
-            if table.def.options.source.is_some() {
+            if table.def().options.source.is_some() {
                 if let Err(e) = manager.run(&table) {
-                    warn!(table = %table.def.name, error = %e, "could not start the source");
+                    warn!(table = %table.def().name, error = %e, "could not start the source");
                 }
             }
         }
@@ -214,11 +214,11 @@ impl SourceManager {
     }
 
     fn run(&self, table: &Arc<TableLog>) -> Result<(), SourceError> {
-        let Some(source) = table.def.options.source.clone() else {
+        let Some(source) = table.def().options.source.clone() else {
             return Ok(());
         };
-        let dead = self.dead_letter_table(&table.def)?;
-        let status = Arc::new(SourceStatus::new(&table.def, &source));
+        let dead = self.dead_letter_table(&table.def())?;
+        let status = Arc::new(SourceStatus::new(&table.def(), &source));
         let stop = Arc::new(AtomicBool::new(false));
         let task = kafka::KafkaSourceTask {
             table: table.clone(),
@@ -230,11 +230,11 @@ impl SourceManager {
             offsets_reset: AtomicBool::new(false),
         };
         let thread = std::thread::Builder::new()
-            .name(format!("source-{}", table.def.id))
+            .name(format!("source-{}", table.def().id))
             .spawn(move || task.run())
             .map_err(|e| SourceError::Start(e.to_string()))?;
         self.running.lock().insert(
-            table.def.name.clone(),
+            table.def().name.clone(),
             RunningSource {
                 stop,
                 status,

@@ -40,13 +40,13 @@ pub fn relation_columns(
 ) -> Option<sluice_sql::RelationColumns> {
     if let Some(t) = store.table(name) {
         let hidden: Vec<String> = t
-            .def
+            .def()
             .hidden_columns()
             .iter()
             .map(|c| c.to_string())
             .collect();
         let visible = t
-            .def
+            .def()
             .columns
             .iter()
             .map(|c| c.name.clone())

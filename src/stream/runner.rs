@@ -248,7 +248,7 @@ impl ViewManager {
             let mut views = manager.views();
             views.extend(manager.rebuilding.read().values().cloned());
             for v in views {
-                let Some(range) = v.source.offsets_of(&table.def.name) else {
+                let Some(range) = v.source.offsets_of(&table.def().name) else {
                     continue;
                 };
                 let saved = v.checkpointed_offsets();
@@ -424,6 +424,35 @@ impl ViewManager {
         let mut views = self.views();
         views.sort_by_key(|v| v.def.id);
         for view in views {
+            let target = view.source_end();
+            view.wait_for(&target).await?;
+            self.checkpoint_wait(&view, view.wait_checkpointed(&target))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Makes `name` (and the views it reads) reflect every row committed
+    /// before the call, checkpointed: `REFRESH MATERIALIZED VIEW`.
+    pub async fn flush_view(&self, name: &str) -> Result<(), SluiceError> {
+        let all = self.views();
+        let mut reached: Vec<Arc<View>> = Vec::new();
+        let mut names = vec![name.to_string()];
+        while let Some(next) = names.pop() {
+            if let Some(v) = all.iter().find(|v| v.def.name == next) {
+                if !reached.iter().any(|r| Arc::ptr_eq(r, v)) {
+                    reached.push(v.clone());
+                    for input in v.source.inputs() {
+                        if let ViewSource::View(upstream) = input {
+                            names.push(upstream.def.name.clone());
+                        }
+                    }
+                }
+            }
+        }
+        // A view's source view goes first.
+        reached.sort_by_key(|v| v.def.id);
+        for view in reached {
             let target = view.source_end();
             view.wait_for(&target).await?;
             self.checkpoint_wait(&view, view.wait_checkpointed(&target))
@@ -952,10 +981,10 @@ impl ViewClock {
     fn new(table: &TableLog) -> ViewClock {
         let n = table.partitions().len();
         ViewClock {
-            tracker: table.def.options.watermark.as_ref().map(|w| {
+            tracker: table.def().options.watermark.as_ref().map(|w| {
                 WatermarkTracker::new(
                     w.delay_us,
-                    Duration::from_millis(table.def.options.watermark_idle_timeout_ms),
+                    Duration::from_millis(table.def().options.watermark_idle_timeout_ms),
                 )
             }),
             max_event: vec![None; n],
@@ -1239,7 +1268,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     let provider_schema =
         datafusion::datasource::TableProvider::schema(&LogTableProvider::new(table.clone()));
     let projection: Vec<usize> = (0..provider_schema.fields().len()).collect();
-    let data_columns = table.def.columns.len();
+    let data_columns = table.def().columns.len();
     let ctx = Arc::new(TaskContext::default());
     if !task.start_operators(ctx.clone()).await {
         return;
@@ -1264,7 +1293,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     }
     // A keyed table: the versions the view has applied, to take back.
     let mut versions = None;
-    if table.def.is_keyed() {
+    if table.def().is_keyed() {
         match KeyedVersions::start(&table, &provider_schema, &projection, &task.consumed).await {
             Ok(v) => versions = Some(v),
             Err(e) => {
@@ -1472,7 +1501,7 @@ async fn follow_inputs(
                 let schema = datafusion::datasource::TableProvider::schema(&LogTableProvider::new(
                     table.clone(),
                 ));
-                let versions = match table.def.is_keyed() {
+                let versions = match table.def().is_keyed() {
                     false => None,
                     true => {
                         let projection: Vec<usize> = (0..schema.fields().len()).collect();
@@ -1737,7 +1766,7 @@ async fn apply_tables_news(
         let (news, versions) = &mut tables[commit[0].1];
         let input = news.input;
         let (consumed, schema, table) = (news.range.0, news.schema, news.table);
-        let data_columns = table.def.columns.len();
+        let data_columns = table.def().columns.len();
         let projection: Vec<usize> = (0..schema.fields().len()).collect();
         let watermark = clocks
             .get(input)

@@ -377,7 +377,7 @@ pub enum ViewSource {
 impl ViewSource {
     pub fn name(&self) -> String {
         match self {
-            ViewSource::Table(t) => t.def.name.clone(),
+            ViewSource::Table(t) => t.def().name.clone(),
             ViewSource::View(v) => v.def.name.clone(),
             ViewSource::Several(inputs) => inputs
                 .iter()
@@ -450,7 +450,7 @@ impl ViewSource {
         let mut at = 0;
         for input in self.inputs() {
             let n = input.width();
-            if matches!(&input, ViewSource::Table(t) if t.def.name == table) {
+            if matches!(&input, ViewSource::Table(t) if t.def().name == table) {
                 return Some(at..at + n);
             }
             at += n;

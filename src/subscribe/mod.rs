@@ -236,9 +236,9 @@ impl Source {
     fn schema(&self) -> SchemaRef {
         let mut fields: Vec<Field> = match self {
             // A keyed table's records say what they do, as in changelog(t).
-            Source::Table(t) if t.def.is_keyed() => {
+            Source::Table(t) if t.def().is_keyed() => {
                 let mut f: Vec<Field> = t
-                    .def
+                    .def()
                     .columns
                     .iter()
                     .map(|c| c.to_field().with_nullable(true))
@@ -247,7 +247,7 @@ impl Source {
                 f
             }
             Source::Table(t) => t
-                .def
+                .def()
                 .columns
                 .iter()
                 .map(|c| c.to_field().with_nullable(true))
@@ -923,8 +923,8 @@ async fn read_table(
 ) -> Result<Vec<RecordBatch>, SluiceError> {
     let ends = table.commits().borrow().clone();
     let parts = table.partitions();
-    let data_columns = table.def.columns.len();
-    let keyed = table.def.is_keyed();
+    let data_columns = table.def().columns.len();
+    let keyed = table.def().is_keyed();
     let projection: Vec<usize> = (0..data_columns + 2).collect();
     let mut out = Vec::new();
     let mut remaining = limit;
@@ -941,7 +941,7 @@ async fn read_table(
             part.note_read_below_start();
             notices.push(format!(
                 "subscription \"{group}\": partition {k} of \"{}\": offsets {} to {} were deleted by retention before the group read them; {skipped} records skipped, resuming at {start}",
-                table.def.name,
+                table.def().name,
                 cursor.position[k],
                 start - 1
             ));

@@ -35,6 +35,7 @@ fn relation_of(source: &std::sync::Arc<dyn TableSource>) -> Option<(ObjectKind, 
 /// first relation the query names, as PostgreSQL's does.
 pub fn plan_access(plan: &LogicalPlan) -> PlanAccess {
     let mut access = PlanAccess::default();
+    let mut nested: Vec<LogicalPlan> = Vec::new();
     let mut visit = |node: &LogicalPlan| {
         match node {
             LogicalPlan::TableScan(scan) => {
@@ -42,6 +43,11 @@ pub fn plan_access(plan: &LogicalPlan) -> PlanAccess {
                     if !access.reads.contains(&r) {
                         access.reads.push(r);
                     }
+                }
+                // A view (a named query) is read with the reader's
+                // privileges on what it reads.
+                if let Some(view) = view_plan(&scan.source) {
+                    nested.push(view);
                 }
             }
             LogicalPlan::Dml(dml) if matches!(dml.op, WriteOp::Insert(_)) => {
@@ -57,7 +63,24 @@ pub fn plan_access(plan: &LogicalPlan) -> PlanAccess {
     };
     let _ = plan.apply(&mut visit);
     let _ = plan.apply_with_subqueries(&mut visit);
+    // What the views read, after the query's own relations.
+    for view in nested {
+        let inner = plan_access(&view);
+        for r in inner.reads {
+            if !access.reads.contains(&r) {
+                access.reads.push(r);
+            }
+        }
+    }
     access
+}
+
+/// The plan of a view (a named query) a scan reads.
+fn view_plan(source: &std::sync::Arc<dyn TableSource>) -> Option<LogicalPlan> {
+    let provider = source_as_provider(source).ok()?;
+    provider
+        .downcast_ref::<datafusion::catalog::view::ViewTable>()
+        .map(|v| v.logical_plan().clone())
 }
 
 /// Whether a table `plan` reads was dropped and created anew since it was
@@ -72,8 +95,8 @@ pub fn replaced_tables(
         if let LogicalPlan::TableScan(scan) = node {
             if let Ok(provider) = source_as_provider(&scan.source) {
                 if let Some(t) = provider.downcast_ref::<LogTableProvider>() {
-                    match store.table(t.table_name()) {
-                        None => missing = Some(t.table_name().to_string()),
+                    match store.table(&t.table_name()) {
+                        None => missing = Some(t.table_name()),
                         Some(now) if !t.reads(&now) => replaced = true,
                         Some(_) => {}
                     }

@@ -193,11 +193,13 @@ impl TableProvider for CatalogView {
     }
 }
 
-/// `pg_get_viewdef(name)`: the defining query of a materialized view (as
-/// its creator wrote it); NULL for any other name. PostgreSQL still takes
-/// a view's name here; Sluice's own catalog views call it by name.
+/// `pg_get_viewdef(name)`: the defining query of a view or a materialized
+/// view (as its creator wrote it); NULL for any other name. PostgreSQL
+/// still takes a view's name here; Sluice's own catalog views call it by
+/// name.
 pub fn viewdef_function(
     views: Arc<crate::stream::ViewManager>,
+    store: Arc<crate::log::LogStore>,
 ) -> datafusion::logical_expr::ScalarUDF {
     use super::pg_keys::{as_columnar, rows_of, CatalogFunction};
     use arrow::array::{AsArray, StringArray};
@@ -207,7 +209,13 @@ pub fn viewdef_function(
         let out: StringArray = names
             .as_string::<i32>()
             .iter()
-            .map(|name| Some(views.view(name?)?.def.query.clone()))
+            .map(|name| {
+                let name = name?;
+                match views.view(name) {
+                    Some(v) => Some(v.def.query.clone()),
+                    None => store.query_view(name).map(|v| v.query),
+                }
+            })
             .collect();
         Ok(as_columnar(args, Arc::new(out)))
     };

@@ -67,13 +67,20 @@ pub fn build_context(
     let store_for_udtf = store.clone();
     let store_for_catalog = store.clone();
     let store_for_keys = store.clone();
+    let store_for_viewdefs = store.clone();
     let store_for_info = store.clone();
     let store_for_attributes = store.clone();
+    let query_views = Arc::new(super::query_views::QueryViews::new(
+        store.clone(),
+        views.clone(),
+    ));
+    query_views.plan_in(&ctx);
     catalog.register_schema(
         "public",
         Arc::new(PublicSchema {
             store: store.clone(),
             views: views.clone(),
+            query_views,
         }),
     )?;
     catalog.register_schema(
@@ -145,7 +152,10 @@ pub fn build_context(
     for f in key_functions(keys) {
         ctx.register_udf(f);
     }
-    ctx.register_udf(super::catalog_views::viewdef_function(views.clone()));
+    ctx.register_udf(super::catalog_views::viewdef_function(
+        views.clone(),
+        store_for_viewdefs,
+    ));
     Ok(ctx)
 }
 
@@ -179,7 +189,7 @@ impl TableFunctionImpl for ChangelogFunction {
         let table = self.store.table(&name).ok_or_else(|| {
             datafusion::error::DataFusionError::Plan(format!("table '{name}' not found"))
         })?;
-        if !table.def.is_keyed() {
+        if !table.def().is_keyed() {
             return Err(datafusion::error::DataFusionError::NotImplemented(format!(
                 "changelog() reads keyed tables; \"{name}\" is append-only, so its rows are its changes"
             )));

@@ -190,9 +190,9 @@ impl Columns {
     ) -> Result<Vec<(Field, bool)>> {
         if schema_name == "public" {
             if let Some(t) = self.store.table(table) {
-                let hidden = t.def.hidden_columns();
-                return Ok(t
-                    .def
+                let def = t.def();
+                let hidden = def.hidden_columns();
+                return Ok(def
                     .columns
                     .iter()
                     .filter(|c| !hidden.contains(&c.name.as_str()))
@@ -336,9 +336,12 @@ impl TableProvider for Columns {
     }
 }
 
-/// One of DataFusion's tables, its columns in PostgreSQL's types.
+/// One of DataFusion's tables, its columns in PostgreSQL's types. As in
+/// PostgreSQL, `tables` and `views` do not list materialized views
+/// (`pg_matviews` does).
 struct Retyped {
     inner: Arc<dyn TableProvider>,
+    without_materialized: Option<Arc<ViewManager>>,
 }
 
 impl std::fmt::Debug for Retyped {
@@ -375,11 +378,39 @@ impl TableProvider for Retyped {
                     .zip(schema.fields())
                     .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
-                Ok(RecordBatch::try_new(schema.clone(), columns)?)
+                let batch = RecordBatch::try_new(schema.clone(), columns)?;
+                match &self.without_materialized {
+                    Some(views) => without_materialized(batch, views),
+                    None => Ok(batch),
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         super::sluice_catalog::scan_rows(&schema, rows, state, projection, filters, limit).await
     }
+}
+
+/// The rows of `batch` that are not materialized views of `public`.
+fn without_materialized(batch: RecordBatch, views: &ViewManager) -> Result<RecordBatch> {
+    use arrow::array::{Array, AsArray, BooleanArray};
+    let text = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
+    };
+    let (Some(schemas), Some(names)) = (text("table_schema"), text("table_name")) else {
+        return Ok(batch);
+    };
+    let (schemas, names) = (schemas.as_string::<i32>(), names.as_string::<i32>());
+    let keep: BooleanArray = (0..batch.num_rows())
+        .map(|i| {
+            let materialized = !schemas.is_null(i)
+                && schemas.value(i) == "public"
+                && !names.is_null(i)
+                && views.view(names.value(i)).is_some();
+            Some(!materialized)
+        })
+        .collect();
+    Ok(arrow::compute::filter_record_batch(&batch, &keep)?)
 }
 
 #[async_trait]
@@ -396,11 +427,15 @@ impl SchemaProvider for InformationSchema {
                 views: self.views.clone(),
             })));
         }
-        Ok(self
-            .inner
-            .table(name)
-            .await?
-            .map(|inner| Arc::new(Retyped { inner }) as Arc<dyn TableProvider>))
+        Ok(self.inner.table(name).await?.map(|inner| {
+            let without_materialized = ["tables", "views"]
+                .contains(&name.to_ascii_lowercase().as_str())
+                .then(|| self.views.clone());
+            Arc::new(Retyped {
+                inner,
+                without_materialized,
+            }) as Arc<dyn TableProvider>
+        }))
     }
 
     fn table_exist(&self, name: &str) -> bool {

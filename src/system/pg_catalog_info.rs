@@ -68,8 +68,9 @@ impl CatalogInfo for SluiceCatalogInfo {
         if schema == "public" {
             if let Some(t) = self.store.table(table) {
                 // A Kafka-fed table's Kafka columns are hidden too.
-                let hidden = t.def.hidden_columns();
-                let schema = t.def.data_schema();
+                let def = t.def();
+                let hidden = def.hidden_columns();
+                let schema = def.data_schema();
                 let shown: Vec<_> = schema
                     .fields()
                     .iter()
@@ -444,7 +445,7 @@ impl PgAttribute {
         let name = relations.get(&oid)?;
         if let Some(t) = self.store.table(name) {
             return t
-                .def
+                .def()
                 .columns
                 .iter()
                 .find(|c| c.name == attname)

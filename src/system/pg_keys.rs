@@ -165,16 +165,16 @@ impl PrimaryKeys {
                 let Some(table) = self.store.table(names.value(row)) else {
                     continue;
                 };
-                if !table.def.is_keyed() {
+                if !table.def().is_keyed() {
                     continue;
                 }
                 let columns = table
-                    .def
+                    .def()
                     .options
                     .primary_key
                     .iter()
                     .filter_map(|k| {
-                        let at = table.def.columns.iter().position(|c| &c.name == k)?;
+                        let at = table.def().columns.iter().position(|c| &c.name == k)?;
                         Some((i16::try_from(at + 1).ok()?, k.clone()))
                     })
                     .collect();
@@ -182,7 +182,7 @@ impl PrimaryKeys {
                     table_oid: oids.value(row),
                     namespace_oid: nss.value(row),
                     schema: "public".into(),
-                    table: table.def.name.clone(),
+                    table: table.def().name.clone(),
                     columns,
                 }));
             }

@@ -90,12 +90,12 @@ impl PointRead {
                     .keyed_latest()?;
                 // A source's table takes writes the key locations do not
                 // follow.
-                if table.def.written_by_source().is_some() {
+                if table.def().written_by_source().is_some() {
                     return None;
                 }
                 let target = Target::Table {
-                    name: table.def.name.clone(),
-                    id: table.def.id,
+                    name: table.def().name.clone(),
+                    id: table.def().id,
                     key_order: Vec::new(),
                 };
                 keyed = Some(table.clone());
@@ -232,7 +232,7 @@ impl PointRead {
                 let table = tables
                     .table(name)
                     .ok_or_else(|| SluiceError::UndefinedTable(name.clone()))?;
-                if table.def.id != *id {
+                if table.def().id != *id {
                     return Err(changed());
                 }
                 self.read_table(&table, key_order, &key).await
@@ -265,7 +265,7 @@ impl PointRead {
         let Some(found) = table.read_by_key(columns).await? else {
             return Ok(empty());
         };
-        let n = table.def.columns.len();
+        let n = table.def().columns.len();
         let columns = self
             .projection
             .iter()
@@ -293,7 +293,7 @@ impl PointRead {
 /// primary key column, in primary key order, when they are the whole
 /// primary key.
 fn primary_key_order(table: &TableLog, key_columns: &[usize]) -> Option<Vec<usize>> {
-    let primary = table.def.primary_key_indices();
+    let primary = table.def().primary_key_indices();
     if primary.len() != key_columns.len() {
         return None;
     }

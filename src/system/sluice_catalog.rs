@@ -30,10 +30,12 @@ use crate::query::activity::ActivityRow;
 use crate::query::cancel::ConnectionRegistry;
 use crate::query::provider::LogTableProvider;
 
-/// The user's tables and materialized views, as the catalog names them now.
+/// The user's tables, materialized views and views, as the catalog names
+/// them now.
 pub struct PublicSchema {
     pub store: Arc<LogStore>,
     pub views: Arc<ViewManager>,
+    pub query_views: Arc<super::query_views::QueryViews>,
 }
 
 impl fmt::Debug for PublicSchema {
@@ -47,6 +49,7 @@ impl SchemaProvider for PublicSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.store.table_names();
         names.extend(self.views.views().iter().map(|v| v.def.name.clone()));
+        names.extend(self.store.query_views().into_iter().map(|v| v.name));
         names
     }
 
@@ -68,14 +71,17 @@ impl SchemaProvider for PublicSchema {
                 name,
                 v.schema.clone(),
             )))),
-            // `pg_catalog` is on the search path: its views not named by
-            // the catalog rules (`pg_indexes`) are found without it.
-            None => Ok(super::catalog_views::catalog_view(name)),
+            None => match self.store.query_view(name) {
+                Some(def) => Ok(Some(self.query_views.provider(&def).await?)),
+                // `pg_catalog` is on the search path: its views not named
+                // by the catalog rules (`pg_indexes`) are found without it.
+                None => Ok(super::catalog_views::catalog_view(name)),
+            },
         }
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.store.table(name).is_some() || self.views.view(name).is_some()
+        self.store.name_exists(name) || self.views.view(name).is_some()
     }
 }
 
@@ -396,7 +402,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
     for t in store.tables() {
         for p in t.partitions() {
             let s = p.stats();
-            let keyed = t.def.is_keyed();
+            let keyed = t.def().is_keyed();
             let c = p.compaction.lock().clone();
             dirty.push(c.dirty_ratio.filter(|_| keyed));
             runs.push(keyed.then_some(c.runs as i64));
@@ -406,7 +412,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
                 Some((done, total)) => format!("{done} of {total} segments"),
                 None => "idle".to_string(),
             }));
-            names.push(t.def.name.clone());
+            names.push(t.def().name.clone());
             parts.push(p.index as i32);
             let values = [
                 s.start_offset,
@@ -460,21 +466,21 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
     let tables = store.tables();
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
-            tables.iter().map(|t| t.def.name.clone()),
+            tables.iter().map(|t| t.def().name.clone()),
         )),
         Arc::new(Int32Array::from_iter_values(
-            tables.iter().map(|t| t.def.options.partitions as i32),
+            tables.iter().map(|t| t.def().options.partitions as i32),
         )),
         Arc::new(StringArray::from(
             tables
                 .iter()
-                .map(|t| t.def.options.partition_key.clone())
+                .map(|t| t.def().options.partition_key.clone())
                 .collect::<Vec<_>>(),
         )),
         Arc::new(Int64Array::from(
             tables
                 .iter()
-                .map(|t| t.def.options.retention_secs.map(|s| s as i64))
+                .map(|t| t.def().options.retention_secs.map(|s| s as i64))
                 .collect::<Vec<_>>(),
         )),
         Arc::new(Int64Array::from_iter_values(
@@ -519,7 +525,7 @@ fn watermarks_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
     for t in store.tables() {
         let Some(w) = t.watermark() else { continue };
         for p in &w.partitions {
-            names.push(t.def.name.clone());
+            names.push(t.def().name.clone());
             parts.push(p.partition as i32);
             marks.push(p.watermark_us);
             last.push(p.last_event_us);

@@ -192,8 +192,8 @@ pub async fn compile(
     let times = sources
         .iter()
         .map(|s| match s {
-            ViewSource::Table(t) if !t.def.is_keyed() => {
-                t.def.options.watermark.as_ref().map(|w| w.column.clone())
+            ViewSource::Table(t) if !t.def().is_keyed() => {
+                t.def().options.watermark.as_ref().map(|w| w.column.clone())
             }
             _ => None,
         })
@@ -203,7 +203,7 @@ pub async fn compile(
     let retracting_sources: Vec<bool> = sources
         .iter()
         .map(|s| match s {
-            ViewSource::Table(t) => t.def.is_keyed(),
+            ViewSource::Table(t) => t.def().is_keyed(),
             ViewSource::View(v) => !v.append_only,
             ViewSource::Several(_) => true,
         })
@@ -221,7 +221,9 @@ pub async fn compile(
         (ViewSource::Table(t), true) => Some(t.clone()),
         _ => None,
     };
-    let watermark = table.as_ref().and_then(|t| t.def.options.watermark.clone());
+    let watermark = table
+        .as_ref()
+        .and_then(|t| t.def().options.watermark.clone());
     let closing = match (&windows[..], &watermark, aggregate, &table) {
         ([w], Some(mark), Some((agg, _)), Some(source)) if w.column == mark.column => {
             let group_index = agg
@@ -232,7 +234,7 @@ pub async fn compile(
                 group_index,
                 w.size_us,
                 w.slide_us,
-                source.def.column_index(&w.column),
+                source.def().column_index(&w.column),
             ) {
                 (Some(group_index), Some(size_us), Some(slide_us), Some(time_index)) => {
                     Some(WindowClosing {
@@ -285,13 +287,13 @@ pub async fn compile(
         sources
             .iter()
             .map(|s| match s {
-                ViewSource::Table(t) if t.def.is_keyed() => {
+                ViewSource::Table(t) if t.def().is_keyed() => {
                     format!(
                         "table {} (keyed: versions and deletes take rows back)",
-                        t.def.name
+                        t.def().name
                     )
                 }
-                ViewSource::Table(t) => format!("table {} (append-only)", t.def.name),
+                ViewSource::Table(t) => format!("table {} (append-only)", t.def().name),
                 ViewSource::View(v) if v.append_only => {
                     format!("materialized view {} (append-only)", v.def.name)
                 }

@@ -202,7 +202,7 @@ impl KeyedVersions {
         consumed: &[u64],
     ) -> std::result::Result<KeyedVersions, crate::error::SluiceError> {
         use crate::log::keyed::{latest_records, KeyCodec};
-        let def = table.def.clone();
+        let def = table.def().clone();
         let codec = KeyCodec::new(&def)?;
         let mut versions = PreviousVersions::new(schema)?;
         for (k, part) in table.partitions().iter().enumerate() {
@@ -229,7 +229,7 @@ impl KeyedVersions {
             }
         }
         Ok(KeyedVersions {
-            def,
+            def: sluice_catalog::TableDef::clone(&def),
             codec,
             versions,
         })
