@@ -1,7 +1,8 @@
 //! Driver conformance: each driver runs its scenario against a real server
 //! (`tests/drivers/*`): asyncpg, psycopg2 + SQLAlchemy + pandas, ADBC,
 //! pgJDBC, node-postgres, psql and tokio-postgres (psycopg 3 in `wire.rs` and
-//! `prepared.rs`). In CI (`CI` set) every driver must be
+//! `prepared.rs`); and the tools users point at a PostgreSQL database:
+//! DuckDB's ATTACH, dbt, polars and pandas, Spark, knex. In CI (`CI` set) every driver must be
 //! installed; elsewhere a missing one says SKIPPED.
 
 #[path = "../common/mod.rs"]
@@ -118,12 +119,7 @@ fn jdbc() {
 /// `$HOME/.cache/sluice-node` (or where `SLUICE_NODE_MODULES` says).
 #[test]
 fn node_postgres() {
-    let modules = std::env::var("SLUICE_NODE_MODULES").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/sluice-node/node_modules",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
+    let modules = node_modules();
     if !available(
         "node-postgres (pg, pg-cursor)",
         Command::new("node")
@@ -140,6 +136,120 @@ fn node_postgres() {
             .arg(here("node_pg_scenario.js"))
             .arg(server.port.to_string())
             .env("NODE_PATH", &modules),
+    );
+}
+
+fn node_modules() -> String {
+    std::env::var("SLUICE_NODE_MODULES").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice-node/node_modules",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    })
+}
+
+/// knex over node-postgres, from npm beside node-postgres.
+#[test]
+fn knex() {
+    let modules = node_modules();
+    if !available(
+        "knex",
+        Command::new("node")
+            .args(["-e", "require('knex'); require('pg')"])
+            .env("NODE_PATH", &modules),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    run(
+        "knex",
+        Command::new("node")
+            .arg(here("knex_scenario.js"))
+            .arg(server.port.to_string())
+            .env("NODE_PATH", &modules),
+    );
+}
+
+/// The tools' own Python: a virtualenv `.ci/run` makes under
+/// `$HOME/.cache/sluice-tools` (or where `SLUICE_TOOLS` says), since
+/// DuckDB's postgres extension from the package registry needs the DuckDB
+/// release it was built for, and dbt, polars and pyspark pin their own
+/// dependencies.
+fn tools_bin(program: &str) -> String {
+    let root = std::env::var("SLUICE_TOOLS").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice-tools",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    format!("{root}/bin/{program}")
+}
+
+/// Runs a tool's scenario with the tools' Python when `modules` import.
+fn tool_scenario(what: &str, modules: &str, script: &str, extra: &[String]) {
+    let python = tools_bin("python");
+    if !available(
+        what,
+        Command::new(&python).args(["-c", &format!("import {modules}")]),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    run(
+        what,
+        Command::new(&python)
+            .arg(here(script))
+            .arg(server.port.to_string())
+            .args(extra),
+    );
+}
+
+/// DuckDB's postgres extension: ATTACH, reads of every relation kind, a
+/// scan split into ctid ranges over connections sharing an exported
+/// snapshot, writes.
+#[test]
+fn duckdb_attach() {
+    tool_scenario(
+        "DuckDB with its postgres extension",
+        "duckdb, duckdb_ext, psycopg, pytz",
+        "duckdb_attach_scenario.py",
+        &[],
+    );
+}
+
+/// dbt-postgres: view, table and materialized_view models, run twice,
+/// tested, documented.
+#[test]
+fn dbt() {
+    tool_scenario(
+        "dbt-postgres",
+        "dbt.adapters.postgres, psycopg",
+        "dbt_scenario.py",
+        &[tools_bin("dbt")],
+    );
+}
+
+/// polars through connectorx, pandas through SQLAlchemy.
+#[test]
+fn polars_and_pandas() {
+    tool_scenario(
+        "polars, connectorx, pandas",
+        "polars, connectorx, pandas, sqlalchemy, psycopg2, psycopg",
+        "dataframes_scenario.py",
+        &[],
+    );
+}
+
+/// Spark's JDBC source with Debian's pgJDBC.
+#[test]
+fn spark() {
+    tool_scenario(
+        "pyspark",
+        "pyspark, psycopg",
+        "spark_scenario.py",
+        &["/usr/share/java/postgresql.jar".to_string()],
     );
 }
 

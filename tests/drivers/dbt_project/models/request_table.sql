@@ -1,0 +1,2 @@
+{{ config(materialized='table') }}
+select id, user_id, latency_ms * 2 as doubled from {{ ref('request_view') }}
