@@ -129,6 +129,8 @@ async fn catalog_views_answer_as_postgresql() {
         "SELECT ARRAY(SELECT name FROM ev WHERE id > 9)",
         "SELECT id, ARRAY(SELECT k FROM kv WHERE v = ev.id) FROM ev ORDER BY id",
         "SELECT x FROM unnest(ARRAY[3, 1, 2]) x ORDER BY x",
+        "SELECT pg_get_function_result(oid), pg_get_function_arguments(oid) FROM pg_proc \
+         WHERE proname IN ('abs', 'now', 'concat') ORDER BY 1, 2",
     ] {
         if let Some(d) = o.differs(sql).await {
             panic!("{sql}\n{d}");
@@ -145,7 +147,7 @@ async fn catalog_views_answer_as_postgresql() {
     // psql's \d+ (ARRAY(subquery) over pg_class.reloptions) of each kind.
     let (ok, out, err) = o
         .server
-        .psql("\\d+ ev\n\\d+ mv\n\\d+ kv\n\\dn\n\\l\n\\du\n\\dm\n\\di\n");
+        .psql("\\d+ ev\n\\d+ mv\n\\d+ kv\n\\dn\n\\l\n\\du\n\\dm\n\\di\n\\df\n\\df abs\n");
     assert!(ok, "{out}\n{err}");
     for expected in [
         "Table \"public.ev\"",
@@ -154,6 +156,8 @@ async fn catalog_views_answer_as_postgresql() {
         "List of schemas",
         "List of databases",
         "List of roles",
+        "List of functions",
+        "pg_catalog | abs  | bigint           | bigint",
     ] {
         assert!(out.contains(expected), "{expected} in:\n{out}");
     }

@@ -226,3 +226,154 @@ pub fn viewdef_function(
         definition,
     ))
 }
+
+/// `pg_get_function_result(oid)` and `pg_get_function_arguments(oid)`
+/// (psql's `\df`): the result type and the argument types of the function
+/// `pg_proc` lists under that oid, named as `format_type` names them
+/// (`pg_type`'s name for a type Sluice does not describe itself); NULL for
+/// an oid `pg_proc` does not list.
+pub fn function_signature_functions(
+    pg_proc: &[RecordBatch],
+    pg_type: &[RecordBatch],
+) -> [datafusion::logical_expr::ScalarUDF; 2] {
+    use super::pg_keys::{as_columnar, int64s, rows_of, CatalogFunction};
+    use arrow::array::{Array, AsArray, StringArray};
+    use std::collections::HashMap;
+    let text_of = |batch: &RecordBatch, name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
+    };
+    let mut type_names: HashMap<i64, String> = HashMap::new();
+    for batch in pg_type {
+        if let (Some(oids), Some(names)) = (text_of(batch, "oid"), text_of(batch, "typname")) {
+            let (oids, names) = (oids.as_string::<i32>(), names.as_string::<i32>());
+            for i in 0..batch.num_rows() {
+                if let (Ok(oid), false) = (oids.value(i).parse::<i64>(), names.is_null(i)) {
+                    type_names.insert(oid, names.value(i).to_string());
+                }
+            }
+        }
+    }
+    let type_name = move |oid: i64| {
+        let sluice = u32::try_from(oid)
+            .map(|o| crate::types::PgType { oid: o, typmod: -1 }.format())
+            .unwrap_or_default();
+        match sluice.as_str() {
+            "unknown" | "" => type_names.get(&oid).cloned().unwrap_or(sluice),
+            _ => sluice,
+        }
+    };
+    // oid -> (result, arguments)
+    let mut signatures: HashMap<i64, (String, String)> = HashMap::new();
+    for batch in pg_proc {
+        let (Some(oids), Some(results), Some(args)) = (
+            text_of(batch, "oid"),
+            text_of(batch, "prorettype"),
+            text_of(batch, "proargtypes"),
+        ) else {
+            continue;
+        };
+        let sets = text_of(batch, "proretset");
+        let (all_types, modes, names) = (
+            text_of(batch, "proallargtypes"),
+            text_of(batch, "proargmodes"),
+            text_of(batch, "proargnames"),
+        );
+        // `['i', 'o']`, `[114, 25]`: the catalog's lists as text.
+        let list = |c: &Option<arrow::array::ArrayRef>, i: usize| -> Vec<String> {
+            match c {
+                Some(c) if !c.is_null(i) => c
+                    .as_string::<i32>()
+                    .value(i)
+                    .trim_matches(|ch| ch == '[' || ch == ']' || ch == '{' || ch == '}')
+                    .split(',')
+                    .map(|v| v.trim().trim_matches('\'').trim_matches('"').to_string())
+                    .filter(|v| !v.is_empty())
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        let (oids, results, args) = (
+            oids.as_string::<i32>(),
+            results.as_string::<i32>(),
+            args.as_string::<i32>(),
+        );
+        for i in 0..batch.num_rows() {
+            let Ok(oid) = oids.value(i).parse::<i64>() else {
+                continue;
+            };
+            let result = results
+                .value(i)
+                .parse::<i64>()
+                .map(&type_name)
+                .unwrap_or_default();
+            let set = sets
+                .as_ref()
+                .is_some_and(|s| matches!(s.as_string::<i32>().value(i), "true" | "t"));
+            // As PostgreSQL writes them: each argument's mode, name and
+            // type, outputs of a TABLE function left out.
+            let mut types = list(&all_types, i);
+            if types.is_empty() {
+                types = args
+                    .value(i)
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect();
+            }
+            let (modes, names) = (list(&modes, i), list(&names, i));
+            let arguments: Vec<String> = types
+                .iter()
+                .enumerate()
+                .filter_map(|(k, t)| {
+                    let mode = match modes.get(k).map(String::as_str) {
+                        Some("o") => "OUT ",
+                        Some("b") => "INOUT ",
+                        Some("v") => "VARIADIC ",
+                        Some("t") => return None,
+                        _ => "",
+                    };
+                    let name = names
+                        .get(k)
+                        .filter(|n| !n.is_empty())
+                        .map(|n| format!("{n} "))
+                        .unwrap_or_default();
+                    let ty = match type_name(t.parse::<i64>().ok()?) {
+                        // Keywords, quoted as format_type quotes them.
+                        ty if ty == "any" || ty == "char" => format!("\"{ty}\""),
+                        ty => ty,
+                    };
+                    Some(format!("{mode}{name}{ty}"))
+                })
+                .collect();
+            let result = if set {
+                format!("SETOF {result}")
+            } else {
+                result
+            };
+            signatures.insert(oid, (result, arguments.join(", ")));
+        }
+    }
+    let signatures = Arc::new(signatures);
+    let function = |name: &'static str, pick: fn(&(String, String)) -> &String| {
+        let signatures = signatures.clone();
+        let f = move |args: &[datafusion::logical_expr::ColumnarValue]| {
+            let rows = rows_of(args);
+            let out: StringArray = int64s(&args[0], rows)?
+                .iter()
+                .map(|oid| signatures.get(&(*oid)?).map(|s| pick(s).clone()))
+                .collect();
+            Ok(as_columnar(args, Arc::new(out)))
+        };
+        datafusion::logical_expr::ScalarUDF::new_from_impl(CatalogFunction::new(
+            name,
+            1,
+            DataType::Utf8,
+            f,
+        ))
+    };
+    [
+        function("pg_get_function_result", |s| &s.0),
+        function("pg_get_function_arguments", |s| &s.1),
+    ]
+}

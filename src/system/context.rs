@@ -124,12 +124,13 @@ pub fn build_context(
     }
     // The same pg_catalog, told about tables by Sluice's catalog (NOT NULL,
     // no hidden columns) rather than by the planner's schemas.
+    let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
     let pg_catalog = PgCatalogSchemaProvider::try_new(
         SluiceCatalogInfo {
             catalogs: ctx.state().catalog_list().clone(),
             store: store_for_catalog,
         },
-        Arc::new(PgCatalogStaticTables::try_new()?),
+        static_tables.clone(),
         RoleDirectory(roles),
     )?;
     let keys = Arc::new(PrimaryKeys::new(store_for_keys));
@@ -150,6 +151,12 @@ pub fn build_context(
         roles_for_functions,
     ));
     for f in key_functions(keys) {
+        ctx.register_udf(f);
+    }
+    for f in super::catalog_views::function_signature_functions(
+        static_tables.pg_proc.data(),
+        static_tables.pg_type.data(),
+    ) {
         ctx.register_udf(f);
     }
     ctx.register_udf(super::catalog_views::viewdef_function(
