@@ -6,7 +6,9 @@
 //! tuple `_partition * 1024 + _offset % 1024 + 1` (a tuple number starts
 //! at 1, as in PostgreSQL, so `(b,0)` bounds a block without matching a
 //! row). Each row has one position, so ranges that do not overlap read
-//! every row exactly once, however a reader cuts them. A materialized view
+//! every row exactly once, however a reader cuts them; each comparison is
+//! led by the `_offset` bound it implies, so a range reads only the frames
+//! holding its blocks. A materialized view
 //! has no offsets: its rows all sit at `(0,1)`, so the range holding that
 //! position reads them all and the others none.
 //!
@@ -161,23 +163,36 @@ fn is_order(op: &BinaryOperator) -> bool {
     )
 }
 
-/// `(block, tuple) op (b, t)`, lexicographically.
+/// `(block, tuple) op (b, t)`, lexicographically. On a log table the
+/// comparison is led by the `_offset` bound it implies, which the scan
+/// uses to read only the frames holding those offsets.
 fn compare(position: Position, op: BinaryOperator, (b, t): (i64, i64)) -> Expr {
     let (block, tuple) = (position.block(), position.tuple());
-    let text = match op {
-        BinaryOperator::Eq => format!("({block} = {b} AND {tuple} = {t})"),
+    let first = b.saturating_mul(ROWS_PER_BLOCK);
+    let last = first.saturating_add(ROWS_PER_BLOCK - 1);
+    let (exact, bound) = match op {
+        BinaryOperator::Eq => (
+            format!("({block} = {b} AND {tuple} = {t})"),
+            format!("_offset BETWEEN {first} AND {last}"),
+        ),
         BinaryOperator::Gt | BinaryOperator::GtEq | BinaryOperator::Lt | BinaryOperator::LtEq => {
-            let (strict, tuple_op) = match op {
-                BinaryOperator::Gt => (">", ">"),
-                BinaryOperator::GtEq => (">", ">="),
-                BinaryOperator::Lt => ("<", "<"),
-                _ => ("<", "<="),
+            let (strict, tuple_op, bound) = match op {
+                BinaryOperator::Gt => (">", ">", format!("_offset >= {first}")),
+                BinaryOperator::GtEq => (">", ">=", format!("_offset >= {first}")),
+                BinaryOperator::Lt => ("<", "<", format!("_offset <= {last}")),
+                _ => ("<", "<=", format!("_offset <= {last}")),
             };
-            format!("({block} {strict} {b} OR ({block} = {b} AND {tuple} {tuple_op} {t}))")
+            (
+                format!("({block} {strict} {b} OR ({block} = {b} AND {tuple} {tuple_op} {t}))"),
+                bound,
+            )
         }
         _ => return parse("NULL"),
     };
-    parse(&text)
+    match position {
+        Position::Offsets => parse(&format!("({bound} AND {exact})")),
+        Position::Fixed => parse(&exact),
+    }
 }
 
 fn is_ctid(e: &Expr) -> bool {
@@ -257,7 +272,7 @@ mod tests {
     fn a_ctid_range_is_a_range_of_offsets() {
         assert_eq!(
             rewritten("SELECT a FROM t WHERE ctid BETWEEN '(0,0)'::tid AND '(1000,0)'::tid"),
-            "SELECT a FROM t WHERE (((_offset / 1024) > 0 OR ((_offset / 1024) = 0 AND (CAST(_partition AS BIGINT) * 1024 + _offset % 1024 + 1) >= 0)) AND ((_offset / 1024) < 1000 OR ((_offset / 1024) = 1000 AND (CAST(_partition AS BIGINT) * 1024 + _offset % 1024 + 1) <= 0)))"
+            "SELECT a FROM t WHERE ((_offset >= 0 AND ((_offset / 1024) > 0 OR ((_offset / 1024) = 0 AND (CAST(_partition AS BIGINT) * 1024 + _offset % 1024 + 1) >= 0))) AND (_offset <= 1025023 AND ((_offset / 1024) < 1000 OR ((_offset / 1024) = 1000 AND (CAST(_partition AS BIGINT) * 1024 + _offset % 1024 + 1) <= 0))))"
         );
         assert_eq!(
             rewritten("SELECT a FROM v WHERE ctid BETWEEN '(0,0)'::tid AND '(4294967295,0)'::tid AND a > 1"),
