@@ -106,7 +106,8 @@ async fn catalog_views_answer_as_postgresql() {
          CREATE TABLE kv (k TEXT PRIMARY KEY, v BIGINT);
          CREATE TABLE pair (a BIGINT, b TEXT, c BIGINT, PRIMARY KEY (a, b));
          INSERT INTO ev VALUES (1, 'a'), (2, 'b'), (3, 'a');
-         CREATE MATERIALIZED VIEW mv AS SELECT name, count(*) AS n FROM ev GROUP BY name",
+         CREATE MATERIALIZED VIEW mv AS SELECT name, count(*) AS n FROM ev GROUP BY name;
+         CREATE VIEW named AS SELECT id FROM ev WHERE id > 1",
         "",
     )
     .await;
@@ -145,9 +146,9 @@ async fn catalog_views_answer_as_postgresql() {
         "{definition:?}"
     );
     // psql's \d+ (ARRAY(subquery) over pg_class.reloptions) of each kind.
-    let (ok, out, err) = o
-        .server
-        .psql("\\d+ ev\n\\d+ mv\n\\d+ kv\n\\dn\n\\l\n\\du\n\\dm\n\\di\n\\df\n\\df abs\n");
+    let (ok, out, err) = o.server.psql(
+        "\\d+ ev\n\\d+ mv\n\\d+ kv\n\\dn\n\\l\n\\du\n\\dm\n\\di\n\\df\n\\df abs\n\\d+ named\n",
+    );
     assert!(ok, "{out}\n{err}");
     for expected in [
         "Table \"public.ev\"",
@@ -158,6 +159,8 @@ async fn catalog_views_answer_as_postgresql() {
         "List of roles",
         "List of functions",
         "pg_catalog | abs  | bigint           | bigint",
+        "View \"public.named\"",
+        "View definition:\nSELECT id FROM ev WHERE id > 1",
     ] {
         assert!(out.contains(expected), "{expected} in:\n{out}");
     }

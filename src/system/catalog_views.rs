@@ -193,28 +193,31 @@ impl TableProvider for CatalogView {
     }
 }
 
-/// `pg_get_viewdef(name)`: the defining query of a view or a materialized
-/// view (as its creator wrote it); NULL for any other name. PostgreSQL
-/// still takes a view's name here; Sluice's own catalog views call it by
-/// name.
+/// `pg_get_viewdef(oid or name)`: the defining query of a view or a
+/// materialized view (as its creator wrote it); NULL for any other
+/// relation. PostgreSQL still takes a view's name here; Sluice's own
+/// catalog views call it by name, psql by oid.
 pub fn viewdef_function(
     views: Arc<crate::stream::ViewManager>,
     store: Arc<crate::log::LogStore>,
+    names: Arc<super::pg_catalog_info::RelationNames>,
 ) -> datafusion::logical_expr::ScalarUDF {
     use super::pg_keys::{as_columnar, rows_of, CatalogFunction};
     use arrow::array::{AsArray, StringArray};
     let definition = move |args: &[datafusion::logical_expr::ColumnarValue]| {
         let rows = rows_of(args);
-        let names = arrow::compute::cast(&args[0].to_array(rows)?, &DataType::Utf8)?;
-        let out: StringArray = names
+        let text = arrow::compute::cast(&args[0].to_array(rows)?, &DataType::Utf8)?;
+        let definition = |name: &str| match views.view(name) {
+            Some(v) => Some(v.def.query.clone()),
+            None => store.query_view(name).map(|v| v.query),
+        };
+        let out: StringArray = text
             .as_string::<i32>()
             .iter()
-            .map(|name| {
-                let name = name?;
-                match views.view(name) {
-                    Some(v) => Some(v.def.query.clone()),
-                    None => store.query_view(name).map(|v| v.query),
-                }
+            .map(|given| {
+                let given = given?;
+                // A name, or an oid (psql's `'16401'::oid`).
+                definition(given).or_else(|| definition(&names.name(given.parse().ok()?)?))
             })
             .collect();
         Ok(as_columnar(args, Arc::new(out)))

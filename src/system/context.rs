@@ -135,6 +135,7 @@ pub fn build_context(
     )?;
     let keys = Arc::new(PrimaryKeys::new(store_for_keys));
     let hidden = Arc::new(HiddenRelations::default());
+    let names = Arc::new(super::pg_catalog_info::RelationNames::default());
     catalog.register_schema(
         "pg_catalog",
         Arc::new(SluicePgCatalog {
@@ -143,6 +144,7 @@ pub fn build_context(
             views: views.clone(),
             keys: keys.clone(),
             hidden: hidden.clone(),
+            names: names.clone(),
         }),
     )?;
     ctx.register_udf(hidden.function());
@@ -162,6 +164,7 @@ pub fn build_context(
     ctx.register_udf(super::catalog_views::viewdef_function(
         views.clone(),
         store_for_viewdefs,
+        names,
     ));
     Ok(ctx)
 }

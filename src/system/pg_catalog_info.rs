@@ -106,6 +106,19 @@ pub struct SluicePgCatalog {
     pub views: Arc<ViewManager>,
     pub keys: Arc<PrimaryKeys>,
     pub hidden: Arc<HiddenRelations>,
+    pub names: Arc<RelationNames>,
+}
+
+/// The names of the relations on the search path by oid, so that
+/// `pg_get_viewdef(oid)` (psql's `\d+` of a view) finds the view. Filled
+/// by each `pg_class` scan, which is how a client comes by an oid.
+#[derive(Debug, Default)]
+pub struct RelationNames(parking_lot::RwLock<std::collections::HashMap<i64, String>>);
+
+impl RelationNames {
+    pub fn name(&self, oid: i64) -> Option<String> {
+        self.0.read().get(&oid).cloned()
+    }
 }
 
 /// Relations outside the search path (`public`, then `pg_catalog`): the
@@ -189,6 +202,7 @@ impl SchemaProvider for SluicePgCatalog {
             (Some(inner), None) if name == "pg_class" => Ok(Some(Arc::new(PgClass {
                 namespaces: self.inner.table("pg_namespace").await?,
                 hidden: self.hidden.clone(),
+                names: self.names.clone(),
                 store: Some(self.store.clone()),
                 ..PgClass::new(inner, self.views.clone(), self.keys.clone())
             }))),
@@ -221,6 +235,7 @@ struct PgClass {
     schema: SchemaRef,
     namespaces: Option<Arc<dyn TableProvider>>,
     hidden: Arc<HiddenRelations>,
+    names: Arc<RelationNames>,
     /// For `relpages`: a log table's blocks as its `ctid` numbers them
     /// (see `sluice_sql::rewrite_ctid_ranges`), so that a reader splitting
     /// a scan by `ctid` ranges (DuckDB) covers every row.
@@ -247,6 +262,7 @@ impl PgClass {
             schema: Arc::new(Schema::new(fields)),
             namespaces: None,
             hidden: Arc::default(),
+            names: Arc::default(),
             store: None,
         }
     }
@@ -295,22 +311,27 @@ impl TableProvider for PgClass {
             let on_path = search_path_namespaces(namespaces.as_ref(), state).await?;
             let relnamespace = column("relnamespace")?;
             let mut hidden = HashSet::new();
+            let mut names = std::collections::HashMap::new();
             for batch in &batches {
-                let (Some(oids), Some(nss)) = (
+                let (Some(oids), Some(nss), Some(rel)) = (
                     batch.column(oid).as_primitive_opt::<Int32Type>(),
                     batch.column(relnamespace).as_primitive_opt::<Int32Type>(),
+                    batch.column(relname).as_string_opt::<i32>(),
                 ) else {
                     continue;
                 };
-                for (o, ns) in oids.iter().zip(nss.iter()) {
+                for ((o, ns), name) in oids.iter().zip(nss.iter()).zip(rel.iter()) {
                     if let (Some(o), Some(ns)) = (o, ns) {
                         if !on_path.contains(&ns) {
                             hidden.insert(o);
+                        } else if let Some(name) = name {
+                            names.insert(i64::from(o), name.to_string());
                         }
                     }
                 }
             }
             *self.hidden.0.write() = hidden;
+            *self.names.0.write() = names;
         }
         let views: HashSet<String> = self
             .views
