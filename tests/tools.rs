@@ -122,6 +122,10 @@ async fn catalog_views_answer_as_postgresql() {
         "SELECT schemaname, tablename, indexname FROM pg_catalog.pg_indexes \
          WHERE tablename = 'kv'",
         "SELECT viewname FROM pg_views WHERE schemaname = 'public'",
+        // A view that PostgreSQL could update in place is not insertable here.
+        "SELECT table_name, table_type, is_insertable_into, is_typed, commit_action, \
+         user_defined_type_name FROM information_schema.tables \
+         WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1",
         "SELECT pg_is_in_recovery()",
         "SELECT count(*) FROM pg_stat_wal_receiver",
         "SELECT col_description('ev'::regclass, 1), obj_description('ev'::regclass, 'pg_class')",

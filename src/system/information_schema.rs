@@ -342,6 +342,24 @@ impl TableProvider for Columns {
 struct Retyped {
     inner: Arc<dyn TableProvider>,
     without_materialized: Option<Arc<ViewManager>>,
+    /// `tables`: with the columns PostgreSQL's has beyond DataFusion's
+    /// (sqlsmith reads `is_insertable_into`).
+    table_columns: bool,
+}
+
+/// `information_schema.tables`' columns after `table_type`, as
+/// PostgreSQL's has them.
+fn more_table_columns() -> [Field; 8] {
+    [
+        identifier("self_referencing_column_name"),
+        character("reference_generation"),
+        identifier("user_defined_type_catalog"),
+        identifier("user_defined_type_schema"),
+        identifier("user_defined_type_name"),
+        yes_or_no("is_insertable_into"),
+        yes_or_no("is_typed"),
+        character("commit_action"),
+    ]
 }
 
 impl std::fmt::Debug for Retyped {
@@ -353,7 +371,13 @@ impl std::fmt::Debug for Retyped {
 #[async_trait]
 impl TableProvider for Retyped {
     fn schema(&self) -> SchemaRef {
-        retyped(&self.inner.schema())
+        let schema = retyped(&self.inner.schema());
+        if !self.table_columns {
+            return schema;
+        }
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend(more_table_columns());
+        Arc::new(Schema::new(fields))
     }
 
     fn table_type(&self) -> TableType {
@@ -372,12 +396,15 @@ impl TableProvider for Retyped {
         let rows = batches
             .into_iter()
             .map(|b| {
-                let columns = b
+                let mut columns = b
                     .columns()
                     .iter()
                     .zip(schema.fields())
                     .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
+                if self.table_columns {
+                    columns.extend(table_columns_of(&b)?);
+                }
                 let batch = RecordBatch::try_new(schema.clone(), columns)?;
                 match &self.without_materialized {
                     Some(views) => without_materialized(batch, views),
@@ -387,6 +414,38 @@ impl TableProvider for Retyped {
             .collect::<Result<Vec<_>>>()?;
         super::sluice_catalog::scan_rows(&schema, rows, state, projection, filters, limit).await
     }
+}
+
+/// The values of [`more_table_columns`] for the rows of DataFusion's
+/// `tables`: only a base table takes INSERT (a view is a query; a
+/// materialized view is written by its dataflow alone).
+fn table_columns_of(batch: &RecordBatch) -> Result<Vec<arrow::array::ArrayRef>> {
+    use arrow::array::{AsArray, StringArray};
+    let rows = batch.num_rows();
+    let kinds = batch
+        .column_by_name("table_type")
+        .map(|c| arrow::compute::cast(c, &DataType::Utf8))
+        .transpose()?;
+    let insertable: StringArray = (0..rows)
+        .map(|i| {
+            let base = kinds
+                .as_ref()
+                .is_some_and(|k| k.as_string::<i32>().value(i) == "BASE TABLE");
+            Some(if base { "YES" } else { "NO" })
+        })
+        .collect();
+    let null = || arrow::array::new_null_array(&DataType::Utf8, rows);
+    let no: StringArray = (0..rows).map(|_| Some("NO")).collect();
+    Ok(vec![
+        null(),
+        null(),
+        null(),
+        null(),
+        null(),
+        Arc::new(insertable),
+        Arc::new(no),
+        null(),
+    ])
 }
 
 /// The rows of `batch` that are not materialized views of `public`.
@@ -434,6 +493,7 @@ impl SchemaProvider for InformationSchema {
             Arc::new(Retyped {
                 inner,
                 without_materialized,
+                table_columns: name.eq_ignore_ascii_case("tables"),
             }) as Arc<dyn TableProvider>
         }))
     }
