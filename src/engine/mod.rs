@@ -549,16 +549,11 @@ impl Engine {
     /// Refuses to drop a relation something still reads.
     /// A table or view by name, and which it is.
     fn relation_kind(&self, name: &str) -> Option<ObjectKind> {
-        if self.store.table(name).is_some() {
-            Some(ObjectKind::Table)
-        } else if self.views.view(name).is_some() {
-            Some(ObjectKind::View)
-        } else if self.store.query_view(name).is_some() {
+        self.found(name).map(|found| match found {
+            relations::Found::MaterializedView => ObjectKind::View,
             // A view (a named query) takes a table's privileges.
-            Some(ObjectKind::Table)
-        } else {
-            None
-        }
+            relations::Found::Table | relations::Found::View => ObjectKind::Table,
+        })
     }
 
     /// The tables and views a query names (CTE names and missing names

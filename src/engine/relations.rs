@@ -10,7 +10,7 @@ use super::*;
 
 /// What a name is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
+pub(super) enum Found {
     Table,
     MaterializedView,
     View,
@@ -64,7 +64,7 @@ impl Engine {
         }
     }
 
-    fn found(&self, name: &str) -> Option<Found> {
+    pub(super) fn found(&self, name: &str) -> Option<Found> {
         if self.store.table(name).is_some() {
             Some(Found::Table)
         } else if self.views.view(name).is_some() {

@@ -421,7 +421,12 @@ impl ViewManager {
     /// and a checkpoint holds that state. Views are flushed in creation
     /// order, so a view's source view is flushed before it.
     pub async fn flush(&self) -> Result<(), SluiceError> {
-        let mut views = self.views();
+        self.flush_in_order(self.views()).await
+    }
+
+    /// Brings each of `views` up to what was committed at the call and
+    /// checkpoints it, a view's source views first.
+    async fn flush_in_order(&self, mut views: Vec<Arc<View>>) -> Result<(), SluiceError> {
         views.sort_by_key(|v| v.def.id);
         for view in views {
             let target = view.source_end();
@@ -450,15 +455,7 @@ impl ViewManager {
                 }
             }
         }
-        // A view's source view goes first.
-        reached.sort_by_key(|v| v.def.id);
-        for view in reached {
-            let target = view.source_end();
-            view.wait_for(&target).await?;
-            self.checkpoint_wait(&view, view.wait_checkpointed(&target))
-                .await?;
-        }
-        Ok(())
+        self.flush_in_order(reached).await
     }
 
     /// Makes every view that reads `table`, directly or through other

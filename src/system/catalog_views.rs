@@ -179,12 +179,8 @@ impl TableProvider for CatalogView {
         let rows = rows
             .into_iter()
             .map(|batch| {
-                let columns = batch
-                    .columns()
-                    .iter()
-                    .zip(self.schema.fields())
-                    .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let columns =
+                    super::sluice_catalog::cast_to(batch.columns(), self.schema.fields())?;
                 Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
             })
             .collect::<Result<Vec<_>>>()?;
@@ -242,11 +238,7 @@ pub fn function_signature_functions(
     use super::pg_keys::{as_columnar, int64s, rows_of, CatalogFunction};
     use arrow::array::{Array, AsArray, StringArray};
     use std::collections::HashMap;
-    let text_of = |batch: &RecordBatch, name: &str| {
-        batch
-            .column_by_name(name)
-            .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
-    };
+    let text_of = super::sluice_catalog::text_column;
     let mut type_names: HashMap<i64, String> = HashMap::new();
     for batch in pg_type {
         if let (Some(oids), Some(names)) = (text_of(batch, "oid"), text_of(batch, "typname")) {

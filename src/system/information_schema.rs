@@ -396,12 +396,7 @@ impl TableProvider for Retyped {
         let rows = batches
             .into_iter()
             .map(|b| {
-                let mut columns = b
-                    .columns()
-                    .iter()
-                    .zip(schema.fields())
-                    .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let mut columns = super::sluice_catalog::cast_to(b.columns(), schema.fields())?;
                 if self.table_columns {
                     columns.extend(table_columns_of(&b)?);
                 }
@@ -422,10 +417,7 @@ impl TableProvider for Retyped {
 fn table_columns_of(batch: &RecordBatch) -> Result<Vec<arrow::array::ArrayRef>> {
     use arrow::array::{AsArray, StringArray};
     let rows = batch.num_rows();
-    let kinds = batch
-        .column_by_name("table_type")
-        .map(|c| arrow::compute::cast(c, &DataType::Utf8))
-        .transpose()?;
+    let kinds = super::sluice_catalog::text_column(batch, "table_type");
     let insertable: StringArray = (0..rows)
         .map(|i| {
             let base = kinds
@@ -451,11 +443,7 @@ fn table_columns_of(batch: &RecordBatch) -> Result<Vec<arrow::array::ArrayRef>> 
 /// The rows of `batch` that are not materialized views of `public`.
 fn without_materialized(batch: RecordBatch, views: &ViewManager) -> Result<RecordBatch> {
     use arrow::array::{Array, AsArray, BooleanArray};
-    let text = |name: &str| {
-        batch
-            .column_by_name(name)
-            .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
-    };
+    let text = |name: &str| super::sluice_catalog::text_column(&batch, name);
     let (Some(schemas), Some(names)) = (text("table_schema"), text("table_name")) else {
         return Ok(batch);
     };

@@ -364,6 +364,26 @@ pub(super) async fn scan_rows(
         .await
 }
 
+/// `columns` cast to the types of `fields`, in order (a catalog's rows as
+/// the catalog declares them).
+pub(super) fn cast_to(
+    columns: &[arrow::array::ArrayRef],
+    fields: &arrow::datatypes::Fields,
+) -> Result<Vec<arrow::array::ArrayRef>> {
+    Ok(columns
+        .iter()
+        .zip(fields)
+        .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// The column `name` of `batch` as text, when it has one.
+pub(super) fn text_column(batch: &RecordBatch, name: &str) -> Option<arrow::array::ArrayRef> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| arrow::compute::cast(c, &DataType::Utf8).ok())
+}
+
 fn partitions_schema() -> SchemaRef {
     let i64f = |n: &str| Field::new(n, DataType::Int64, false);
     Arc::new(Schema::new(vec![
