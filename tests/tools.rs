@@ -418,3 +418,67 @@ async fn views_tables_as_renames_and_refresh_answer_as_postgresql() {
         }
     }
 }
+
+/// What dbt's runs leave (a table made by CREATE TABLE AS and renamed, a
+/// view over it, a refreshed materialized view) survives SIGKILL: the
+/// renamed table keeps its rows and takes new ones under its new name, the
+/// view is planned again after the restart, the old names are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_tables_and_views_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE src (id BIGINT, name TEXT) WITH (partitions = 2);
+         INSERT INTO src SELECT x, 'n' || (x % 3) FROM generate_series(1, 100) x;
+         CREATE TABLE m__tmp WITH (primary_key = 'name') AS
+             SELECT name, count(*) AS n FROM src GROUP BY name;
+         ALTER TABLE m__tmp RENAME TO m;
+         CREATE VIEW big_names AS SELECT name FROM m WHERE n > 33;
+         CREATE MATERIALIZED VIEW per AS SELECT name, count(*) AS n FROM src GROUP BY name;
+         INSERT INTO src VALUES (101, 'n9');
+         REFRESH MATERIALIZED VIEW per;
+         INSERT INTO m VALUES ('z', 1)",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    let rows = |sql: &'static str| {
+        let c = &c;
+        async move {
+            c.query(sql, &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| format!("{}|{}", r.get::<_, String>(0), r.get::<_, i64>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        rows("SELECT name, n FROM m ORDER BY name").await,
+        ["n0|33", "n1|34", "n2|33", "z|1"]
+    );
+    let names: Vec<String> = c
+        .query("SELECT name FROM big_names", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(names, ["n1"]);
+    assert!(rows("SELECT name, n FROM per ORDER BY name")
+        .await
+        .contains(&"n9|1".to_string()));
+    let gone = c.query("SELECT * FROM m__tmp", &[]).await.unwrap_err();
+    assert_eq!(gone.code().map(|c| c.code()), Some("42P01"));
+    c.batch_execute("INSERT INTO m VALUES ('z', 2)")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows("SELECT name, n FROM m WHERE name = 'z'").await,
+        ["z|2"]
+    );
+}
