@@ -77,6 +77,10 @@ pub enum SluiceError {
     UndefinedTable(String),
     #[error("view \"{0}\" does not exist")]
     UndefinedView(String),
+    #[error("index \"{0}\" does not exist")]
+    UndefinedIndex(String),
+    #[error("column \"{0}\" does not exist")]
+    UndefinedColumn(String),
     /// A view definition that cannot replace the one there.
     #[error("{0}")]
     InvalidDefinition(String),
@@ -140,6 +144,8 @@ impl SluiceError {
             SluiceError::Arrow(_) => "XX000",
             SluiceError::UndefinedTable(_) => "42P01",
             SluiceError::UndefinedView(_) => "42P01",
+            SluiceError::UndefinedIndex(_) => "42704",
+            SluiceError::UndefinedColumn(_) => "42703",
             SluiceError::InvalidDefinition(_) => "42P16",
             SluiceError::InvalidRecursion(_) => "42P17",
             SluiceError::Unsupported(_) => "0A000",

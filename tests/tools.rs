@@ -482,3 +482,156 @@ async fn renamed_tables_and_views_survive_sigkill() {
         ["z|2"]
     );
 }
+
+/// `CREATE INDEX` on a table, a keyed table and a materialized view: reads
+/// filtered by the indexed columns (equalities, `IN`, ranges, a range after
+/// an equality) answer as PostgreSQL's do, through the index (its scans
+/// count them); `pg_indexes` lists the indexes as PostgreSQL does; errors
+/// carry PostgreSQL's SQLSTATEs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_answer_filtered_reads_as_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Oracle::start(dir.path()).await;
+    o.setup(
+        "CREATE TABLE ev (id BIGINT, user_id TEXT, amount NUMERIC(10,2), at TIMESTAMPTZ, flag BOOLEAN);
+         INSERT INTO ev SELECT g, 'u' || (g % 50), g * 1.5,
+             TIMESTAMPTZ '2026-01-01 00:00:00+00' + g * INTERVAL '1 minute', g % 3 = 0
+             FROM generate_series(1, 5000) g;
+         CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT, city TEXT);
+         INSERT INTO users SELECT g, 'n' || g, 'c' || (g % 7) FROM generate_series(1, 500) g;
+         CREATE MATERIALIZED VIEW per_user AS
+             SELECT user_id, count(*) AS n, sum(amount) AS total FROM ev GROUP BY user_id",
+        "",
+    )
+    .await;
+    for sql in [
+        "CREATE INDEX ON ev (user_id)",
+        "CREATE INDEX ev_at_id ON ev (at, id)",
+        "CREATE INDEX users_city ON users USING btree (city)",
+        "CREATE INDEX per_user_n ON per_user (n, user_id)",
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ev_flag ON ev (flag DESC)",
+        "SELECT indexname, tablename, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
+        "SELECT count(*), sum(amount) FROM ev WHERE user_id = 'u7'",
+        "SELECT count(*) FROM ev WHERE user_id IN ('u1', 'u2', 'nobody')",
+        "SELECT id FROM ev WHERE at >= '2026-01-02 00:00:00+00' AND at < '2026-01-02 01:00:00+00' ORDER BY id",
+        "SELECT count(*) FROM ev WHERE at > TIMESTAMPTZ '2026-01-04 10:00:00+00'",
+        "SELECT count(*) FROM ev WHERE at <= '2026-01-01 02:00:00+00'",
+        "SELECT count(*) FROM ev WHERE at BETWEEN '2026-01-03 00:00:00+00' AND '2026-01-03 00:30:00+00'",
+        "SELECT * FROM ev WHERE at = '2026-01-01 00:10:00+00' AND id = 10",
+        "SELECT id FROM ev WHERE at = '2026-01-01 00:10:00+00' AND id > 10",
+        "SELECT count(*) FROM ev WHERE user_id = 'u7' AND id < 1000",
+        "SELECT count(*) FROM ev WHERE flag AND user_id = 'u9'",
+        "SELECT e.id, u.name FROM ev e JOIN users u ON u.id = e.id WHERE e.user_id = 'u3' ORDER BY e.id",
+        "INSERT INTO ev VALUES (9999, 'u7', 1, now(), true)",
+        "SELECT count(*), sum(amount) FROM ev WHERE user_id = 'u7'",
+        "SELECT id FROM users WHERE city = 'c3' ORDER BY id",
+        "UPDATE users SET city = 'c3' WHERE id IN (1, 2)",
+        "DELETE FROM users WHERE id = 3",
+        "INSERT INTO users VALUES (1000, 'new', 'c3')",
+        "SELECT id, name FROM users WHERE city = 'c3' ORDER BY id",
+        "SELECT count(*) FROM users WHERE city IN ('c1', 'c2')",
+        "REFRESH MATERIALIZED VIEW per_user",
+        "SELECT * FROM per_user WHERE n >= 101 ORDER BY user_id",
+        "SELECT user_id FROM per_user WHERE n = 100 AND user_id < 'u20' ORDER BY 1",
+        "CREATE INDEX ev_user_id_idx ON ev (id)",
+        "CREATE INDEX IF NOT EXISTS ev_user_id_idx ON ev (id)",
+        "CREATE INDEX bad ON ev (nosuch)",
+        "CREATE INDEX bad ON nosuch (a)",
+        "DROP INDEX nosuch",
+        "DROP INDEX IF EXISTS nosuch",
+        "DROP INDEX users_pkey",
+        "CREATE INDEX ev_amount ON ev (amount)",
+        "SELECT count(*) FROM ev WHERE amount > 7000",
+        "DROP INDEX ev_at_id, ev_amount",
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1",
+    ] {
+        if let Some(d) = o.differs(sql).await {
+            panic!("{sql}\n{d}");
+        }
+    }
+    // The reads went through the indexes.
+    let c = o.server.connect().await;
+    for (index, at_least) in [("ev_user_id_idx", 5), ("users_city", 3), ("per_user_n", 2)] {
+        let scans: i64 = c
+            .query_one(
+                "SELECT scans FROM sluice_catalog.indexes WHERE index_name = $1",
+                &[&index],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(scans >= at_least, "{index}: {scans} scans");
+    }
+    // What Sluice's indexes do not do, refused with a reason.
+    for (sql, code) in [
+        ("CREATE UNIQUE INDEX u ON ev (id)", "0A000"),
+        ("CREATE INDEX e ON ev ((id + 1))", "0A000"),
+        ("CREATE INDEX p ON ev (id) WHERE flag", "0A000"),
+        ("CREATE INDEX g ON ev USING gin (user_id)", "0A000"),
+        ("CREATE VIEW plain AS SELECT 1 AS x", ""),
+        ("CREATE INDEX v ON plain (x)", "42809"),
+    ] {
+        match c.batch_execute(sql).await {
+            Ok(()) => assert!(code.is_empty(), "{sql} was taken"),
+            Err(e) => assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e}"),
+        }
+    }
+}
+
+/// An index is rebuilt from the log after SIGKILL by the first read that
+/// uses it, then keeps up with new rows; dropping its table drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_survive_sigkill_and_follow_new_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT, user_id TEXT) WITH (partitions = 3);
+         INSERT INTO ev SELECT g, 'u' || (g % 10) FROM generate_series(1, 1000) g;
+         CREATE INDEX ev_user ON ev (user_id)",
+    )
+    .await
+    .unwrap();
+    drop(c);
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    assert_eq!(index_built_and_scans(&c, "ev_user").await, (false, 0));
+    assert_eq!(count_of_user(&c, "u3").await, 100);
+    assert_eq!(index_built_and_scans(&c, "ev_user").await, (true, 1));
+    c.batch_execute("INSERT INTO ev VALUES (1001, 'u3'), (1002, 'new')")
+        .await
+        .unwrap();
+    assert_eq!(count_of_user(&c, "u3").await, 101);
+    assert_eq!(count_of_user(&c, "new").await, 1);
+    c.batch_execute("DROP TABLE ev; CREATE TABLE ev (id BIGINT, user_id TEXT)")
+        .await
+        .unwrap();
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'ev_user'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}
+
+async fn index_built_and_scans(c: &tokio_postgres::Client, index: &str) -> (bool, i64) {
+    let r = c
+        .query_one(
+            "SELECT built, scans FROM sluice_catalog.indexes WHERE index_name = $1",
+            &[&index],
+        )
+        .await
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+async fn count_of_user(c: &tokio_postgres::Client, user: &str) -> i64 {
+    c.query_one("SELECT count(*) FROM ev WHERE user_id = $1", &[&user])
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{QueryViewDef, SubscriptionDef, TableDef, ViewDef};
+use crate::types::{IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -46,6 +46,8 @@ struct CatalogDocument {
     subscriptions: Vec<SubscriptionDef>,
     #[serde(default)]
     query_views: Vec<QueryViewDef>,
+    #[serde(default)]
+    indexes: Vec<IndexDef>,
 }
 
 impl CatalogDocument {
@@ -91,6 +93,7 @@ impl Catalog {
                 views: vec![],
                 subscriptions: vec![],
                 query_views: vec![],
+                indexes: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -113,8 +116,36 @@ impl Catalog {
         self.doc.views.iter().find(|v| v.name == name)
     }
 
+    /// Relations and indexes share one namespace, as in PostgreSQL.
     fn name_taken(&self, name: &str) -> bool {
-        self.table(name).is_some() || self.view(name).is_some() || self.query_view(name).is_some()
+        self.table(name).is_some()
+            || self.view(name).is_some()
+            || self.query_view(name).is_some()
+            || self.index(name).is_some()
+    }
+
+    pub fn indexes(&self) -> &[IndexDef] {
+        &self.doc.indexes
+    }
+
+    pub fn index(&self, name: &str) -> Option<&IndexDef> {
+        self.doc.indexes.iter().find(|i| i.name == name)
+    }
+
+    /// Adds an index, assigning its id.
+    pub fn create_index(&mut self, mut index: IndexDef) -> Result<IndexDef, CatalogError> {
+        if self.name_taken(&index.name) {
+            return Err(CatalogError::DuplicateTable(index.name));
+        }
+        self.update(|doc| {
+            index.id = doc.take_id();
+            doc.indexes.push(index.clone());
+            Ok(index)
+        })
+    }
+
+    pub fn drop_index(&mut self, name: &str) -> Result<IndexDef, CatalogError> {
+        self.update(|doc| remove_named(&mut doc.indexes, name, |i| &i.name))
     }
 
     pub fn query_views(&self) -> &[QueryViewDef] {
@@ -200,13 +231,25 @@ impl Catalog {
                 .iter_mut()
                 .find(|v| v.name == view.name)
                 .ok_or_else(|| CatalogError::UndefinedTable(view.name.clone()))?;
-            Ok(std::mem::replace(slot, view))
+            let (old, new) = (slot.id, view.id);
+            let replaced = std::mem::replace(slot, view);
+            // The rebuilt view keeps its indexes.
+            for i in doc.indexes.iter_mut().filter(|i| i.on == old) {
+                i.on = new;
+            }
+            Ok(replaced)
         })
     }
 
     /// Removes a materialized view and persists the catalog.
+    /// Removes a materialized view (and its indexes) and persists the
+    /// catalog.
     pub fn drop_view(&mut self, name: &str) -> Result<ViewDef, CatalogError> {
-        self.update(|doc| remove_named(&mut doc.views, name, |v| &v.name))
+        self.update(|doc| {
+            let view = remove_named(&mut doc.views, name, |v| &v.name)?;
+            doc.indexes.retain(|i| i.on != view.id);
+            Ok(view)
+        })
     }
 
     pub fn subscriptions(&self) -> &[SubscriptionDef] {
@@ -249,8 +292,14 @@ impl Catalog {
     }
 
     /// Removes a table and persists the catalog; returns the removed definition.
+    /// Removes a table (and its indexes) and persists the catalog;
+    /// returns the removed definition.
     pub fn drop_table(&mut self, name: &str) -> Result<TableDef, CatalogError> {
-        self.update(|doc| remove_named(&mut doc.tables, name, |t| &t.name))
+        self.update(|doc| {
+            let table = remove_named(&mut doc.tables, name, |t| &t.name)?;
+            doc.indexes.retain(|i| i.on != table.id);
+            Ok(table)
+        })
     }
 
     /// Applies a change to a copy of the document and persists it; the

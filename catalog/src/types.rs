@@ -442,6 +442,25 @@ pub struct QueryViewDef {
     pub reads: Vec<String>,
 }
 
+/// An index (`CREATE INDEX`) on a table or a materialized view: reads
+/// filtered by its columns look rows up in it instead of scanning. Only
+/// the definition is stored; the index itself is built from the log (a
+/// table's) or from each published snapshot (a view's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDef {
+    pub id: u64,
+    pub name: String,
+    /// The id of the table or materialized view it indexes: a rename of
+    /// the relation keeps its indexes.
+    pub on: u64,
+    /// The indexed columns, in order.
+    pub columns: Vec<String>,
+    /// Each column's order as `pg_index.indoption` gives it (1: DESC,
+    /// 2: NULLS FIRST); the index serves either order.
+    #[serde(default)]
+    pub options: Vec<i16>,
+}
+
 /// A materialized view: its name and the query that defines it. Its rows are
 /// derived from the log, so the definition is all that is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -45,7 +45,7 @@ pub use postgres_syntax::rewrite_postgres_syntax;
 pub use regproc::{
     regproc_literals_in_text, rewrite_regproc_literals, rewrite_regproc_zero, REGTYPE_NAME_FUNCTION,
 };
-pub use relations::{CreateQueryView, CreateTableAs, RelationKind};
+pub use relations::{CreateIndex, CreateQueryView, CreateTableAs, RelationKind};
 pub use result_names::{name_result_columns, ResultName};
 pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleOptions, PUBLIC};
 pub use session_user::bind_session_user;

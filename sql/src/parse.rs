@@ -102,6 +102,13 @@ pub enum Statement {
     },
     /// `CREATE TABLE ... AS query`.
     CreateTableAs(Box<crate::relations::CreateTableAs>),
+    /// `CREATE INDEX`.
+    CreateIndex(crate::relations::CreateIndex),
+    /// `DROP INDEX`.
+    DropIndex {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// `ALTER {TABLE | VIEW | MATERIALIZED VIEW} r RENAME TO s`.
     RenameRelation {
         kind: crate::relations::RelationKind,
@@ -198,6 +205,8 @@ impl Statement {
             Statement::CreateQueryView(_) => "CREATE VIEW",
             Statement::DropQueryView { .. } => "DROP VIEW",
             Statement::CreateTableAs(_) => "CREATE TABLE AS",
+            Statement::CreateIndex(_) => "CREATE INDEX",
+            Statement::DropIndex { .. } => "DROP INDEX",
             Statement::RenameRelation { .. } => "ALTER TABLE",
             Statement::DropView { .. } => "DROP MATERIALIZED VIEW",
             Statement::RebuildView { .. } => "ALTER MATERIALIZED VIEW",
@@ -775,6 +784,16 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             cascade,
         }),
         ast::Statement::Drop {
+            object_type: ObjectType::Index,
+            if_exists,
+            names,
+            ..
+        } => Ok(Statement::DropIndex {
+            names: names.iter().map(object_name).collect(),
+            if_exists,
+        }),
+        ast::Statement::CreateIndex(ci) => crate::relations::create_index(ci),
+        ast::Statement::Drop {
             object_type: ObjectType::MaterializedView,
             if_exists,
             names,
@@ -881,8 +900,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
             "TRUNCATE is not supported: the log keeps every record until retention deletes it"
                 .into(),
         )),
-        ast::Statement::CreateIndex(_)
-        | ast::Statement::AlterTable(_)
+        ast::Statement::AlterTable(_)
         | ast::Statement::CreateSchema { .. }
         | ast::Statement::CreateDatabase { .. } => Err(SqlError::Unsupported(format!(
             "statement not supported yet: {}",

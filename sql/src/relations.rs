@@ -8,7 +8,10 @@
 //!   with `WITH (primary_key = 'a, b')`);
 //! - `ALTER {TABLE | VIEW | MATERIALIZED VIEW} [IF EXISTS] r RENAME TO s`;
 //! - `REFRESH MATERIALIZED VIEW [CONCURRENTLY] v [WITH DATA]`: waits until
-//!   the view has applied everything committed before it.
+//!   the view has applied everything committed before it;
+//! - `CREATE INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON r [USING btree |
+//!   hash] (column [ASC | DESC] [NULLS ...], ...) [INCLUDE (...)]` on a table
+//!   or a materialized view; `DROP INDEX [IF EXISTS] name, ...`.
 
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
@@ -43,6 +46,18 @@ pub struct CreateTableAs {
     append_only: bool,
     /// The other `WITH (...)` options, as written.
     options: Vec<String>,
+}
+
+/// `CREATE INDEX`: the index's columns, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateIndex {
+    /// None: PostgreSQL's default name (`<table>_<columns>_idx`).
+    pub name: Option<String>,
+    pub table: String,
+    pub columns: Vec<String>,
+    /// Each column's `pg_index.indoption`: 1 for DESC, 2 for NULLS FIRST.
+    pub options: Vec<i16>,
+    pub if_not_exists: bool,
 }
 
 /// What `ALTER ... RENAME` names the relation as.
@@ -117,6 +132,56 @@ pub(crate) fn create_query_view(view: ast::CreateView) -> Result<Statement, SqlE
             .collect(),
         query: view.query,
         or_replace: view.or_replace,
+    }))
+}
+
+/// `CREATE INDEX`: an ordered index of plain columns (one index serves
+/// `btree`'s and `hash`'s uses, and both orders).
+pub(crate) fn create_index(ci: ast::CreateIndex) -> Result<Statement, SqlError> {
+    let unsupported = |what: &str| Err(SqlError::Unsupported(what.to_string()));
+    if ci.unique {
+        return unsupported(
+            "unique indexes are not supported; a keyed table (PRIMARY KEY) keeps one row per key",
+        );
+    }
+    if ci.predicate.is_some() {
+        return unsupported("partial indexes (CREATE INDEX ... WHERE) are not supported");
+    }
+    if !ci.with.is_empty() || !ci.index_options.is_empty() || !ci.alter_options.is_empty() {
+        return unsupported("index storage options are not supported");
+    }
+    if let Some(using) = &ci.using {
+        let kind = using.to_string().to_lowercase();
+        if kind != "btree" && kind != "hash" {
+            return Err(SqlError::Unsupported(format!(
+                "access method \"{kind}\" is not supported; indexes are btree"
+            )));
+        }
+    }
+    let mut columns = Vec::with_capacity(ci.columns.len());
+    let mut options = Vec::with_capacity(ci.columns.len());
+    for c in &ci.columns {
+        match &c.column.expr {
+            ast::Expr::Identifier(id) if c.operator_class.is_none() => {
+                columns.push(crate::ident_name(id));
+                let descending = c.column.options.asc == Some(false);
+                // NULLS FIRST is DESC's default, NULLS LAST ASC's.
+                let nulls_first = c.column.options.nulls_first.unwrap_or(descending);
+                options.push(i16::from(descending) | (i16::from(nulls_first) << 1));
+            }
+            other => {
+                return Err(SqlError::Unsupported(format!(
+                    "indexes on expressions or with operator classes are not supported: {other}"
+                )))
+            }
+        }
+    }
+    Ok(Statement::CreateIndex(CreateIndex {
+        name: ci.name.as_ref().map(object_name),
+        table: object_name(&ci.table_name),
+        columns,
+        options,
+        if_not_exists: ci.if_not_exists,
     }))
 }
 

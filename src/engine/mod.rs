@@ -446,6 +446,8 @@ impl Engine {
             | S::CreateQueryView(_)
             | S::DropQueryView { .. }
             | S::CreateTableAs(_)
+            | S::CreateIndex(_)
+            | S::DropIndex { .. }
             | S::RenameRelation { .. }) => self.relation_statement(session, s).await,
             s @ S::Query(_) => self.query_statement(session, s, sql).await,
         }

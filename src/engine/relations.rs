@@ -1,10 +1,10 @@
 //! Relations as tools make and name them (see `sluice_sql::relations`):
 //! `CREATE VIEW` and `DROP VIEW` (views that are named queries),
-//! `CREATE TABLE ... AS query`, `ALTER ... RENAME TO`, and `REFRESH
-//! MATERIALIZED VIEW`.
+//! `CREATE TABLE ... AS query`, `ALTER ... RENAME TO`, `REFRESH
+//! MATERIALIZED VIEW`, and `CREATE INDEX`/`DROP INDEX`.
 
-use sluice_catalog::QueryViewDef;
-use sluice_sql::{CreateQueryView, CreateTableAs, RelationKind};
+use sluice_catalog::{IndexDef, QueryViewDef};
+use sluice_sql::{CreateIndex, CreateQueryView, CreateTableAs, RelationKind};
 
 use super::*;
 
@@ -60,6 +60,10 @@ impl Engine {
                 to,
                 if_exists,
             } => self.rename(session, kind, &name, &to, if_exists),
+            Statement::CreateIndex(create) => self.create_index(session, create).await,
+            Statement::DropIndex { names, if_exists } => {
+                self.drop_indexes(session, names, if_exists)
+            }
             other => Err(misrouted("relations", &other)),
         }
     }
@@ -210,6 +214,160 @@ impl Engine {
             .filter(|v| v.reads.iter().any(|r| r == name))
             .map(|v| v.name)
             .collect()
+    }
+
+    /// Whether an index (a user's, or a keyed table's `<table>_pkey`) or a
+    /// relation has this name: they share one namespace.
+    fn index_name_taken(&self, name: &str) -> bool {
+        self.store.index_def(name).is_some()
+            || self.found(name).is_some()
+            || self
+                .store
+                .tables()
+                .iter()
+                .any(|t| t.def().is_keyed() && format!("{}_pkey", t.name()) == name)
+    }
+
+    async fn create_index(
+        &self,
+        session: &Session,
+        create: CreateIndex,
+    ) -> Result<Outcome, SluiceError> {
+        let table = &create.table;
+        let (on, columns, kind) = match self.found(table) {
+            Some(Found::Table) => {
+                let Some(t) = self.store.table(table) else {
+                    return Err(SluiceError::UndefinedTable(table.clone()));
+                };
+                let def = t.def();
+                let columns: Vec<(String, arrow::datatypes::DataType)> = def
+                    .columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.ty.to_arrow()))
+                    .collect();
+                (def.id, columns, ObjectKind::Table)
+            }
+            Some(Found::MaterializedView) => {
+                let Some(v) = self.views.view(table) else {
+                    return Err(SluiceError::UndefinedTable(table.clone()));
+                };
+                let columns = v
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name().clone(), f.data_type().clone()))
+                    .collect();
+                (v.def.id, columns, ObjectKind::View)
+            }
+            Some(Found::View) => {
+                return Err(SluiceError::WrongObjectType(
+                    table.clone(),
+                    "table or materialized view",
+                ))
+            }
+            None => return Err(SluiceError::UndefinedTable(table.clone())),
+        };
+        self.roles.check_owner(&session.role(), kind, table)?;
+        for c in &create.columns {
+            let Some((_, ty)) = columns.iter().find(|(n, _)| n == c) else {
+                return Err(SluiceError::UndefinedColumn(c.clone()));
+            };
+            if !crate::query::index_bounds::indexable(ty) {
+                return Err(SluiceError::Unsupported(format!(
+                    "column \"{c}\" cannot be indexed: indexes take integer, numeric, text, \
+                     boolean, bytea, date, time and timestamp columns"
+                )));
+            }
+        }
+        let name = match create.name {
+            Some(name) => {
+                if self.index_name_taken(&name) {
+                    if create.if_not_exists {
+                        return Ok(Outcome::done("CREATE INDEX"));
+                    }
+                    return Err(sluice_catalog::CatalogError::DuplicateTable(name).into());
+                }
+                name
+            }
+            // PostgreSQL's choice: `<table>_<columns>_idx`, then with a number.
+            None => {
+                let base = format!("{table}_{}_idx", create.columns.join("_"));
+                let mut name = base.clone();
+                let mut n = 0;
+                while self.index_name_taken(&name) {
+                    n += 1;
+                    name = format!("{base}{n}");
+                }
+                name
+            }
+        };
+        let (def, attached) = self.store.create_index_def(IndexDef {
+            id: 0,
+            name,
+            on,
+            columns: create.columns,
+            options: create.options,
+        })?;
+        // A table's index is built now, from every committed record.
+        if let Some((t, index)) = attached {
+            let ends = t.commits().borrow().clone();
+            if let Err(e) = index.build(&t, &ends).await {
+                let _ = self.store.drop_index_def(&def.name);
+                return Err(e.into());
+            }
+        }
+        Ok(Outcome::done("CREATE INDEX"))
+    }
+
+    fn drop_indexes(
+        &self,
+        session: &Session,
+        names: Vec<String>,
+        if_exists: bool,
+    ) -> Result<Outcome, SluiceError> {
+        // Every name is checked before any index is dropped.
+        let mut dropping = Vec::new();
+        for name in names {
+            let Some(def) = self.store.index_def(&name) else {
+                if let Some(t) = self
+                    .store
+                    .tables()
+                    .into_iter()
+                    .find(|t| t.def().is_keyed() && format!("{}_pkey", t.name()) == name)
+                {
+                    return Err(SluiceError::DependentObjects {
+                        kind: "index",
+                        name: name.clone(),
+                        dependent: format!("constraint {name} on table {}", t.name()),
+                    });
+                }
+                if if_exists {
+                    continue;
+                }
+                return Err(SluiceError::UndefinedIndex(name));
+            };
+            let owner = self
+                .store
+                .tables()
+                .into_iter()
+                .find(|t| t.def().id == def.on)
+                .map(|t| (t.name(), ObjectKind::Table))
+                .or_else(|| {
+                    self.views
+                        .views()
+                        .into_iter()
+                        .find(|v| v.def.id == def.on)
+                        .map(|v| (v.def.name.clone(), ObjectKind::View))
+                });
+            if let Some((relation, kind)) = owner {
+                self.roles.check_owner(&session.role(), kind, &relation)?;
+            }
+            dropping.push(name);
+        }
+        for name in dropping {
+            self.store.drop_index_def(&name)?;
+        }
+        Ok(Outcome::done("DROP INDEX"))
     }
 
     async fn create_table_as(

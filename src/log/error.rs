@@ -35,6 +35,8 @@ pub enum LogError {
     KeyLookup { table: String, reason: &'static str },
     #[error("cannot write to table \"{table}\": its rows come from {by}")]
     WrittenBySource { table: String, by: String },
+    #[error("column \"{column}\" of relation \"{table}\" does not exist")]
+    UndefinedColumn { table: String, column: String },
 }
 
 crate::layer_error!(LogError);
@@ -52,6 +54,7 @@ impl LogError {
             LogError::TransactionTooLarge { .. } => "54000",
             LogError::SerializationFailure { .. } => "40001",
             LogError::WrittenBySource { .. } => "42809",
+            LogError::UndefinedColumn { .. } => "42703",
             _ => "XX000",
         }
     }

@@ -295,6 +295,31 @@ impl LatestLocations {
         self.by_key.read().as_ref().map(|m| m.get(key).copied())
     }
 
+    /// Of `found` (partition, offset, key), the records that are their
+    /// key's latest, as offsets per partition (of `partitions`); None when
+    /// the locations are not built or `consistent` (asked under the lock
+    /// the writer publishes commits under) says they describe another
+    /// commit than the reader's.
+    pub fn latest_of(
+        &self,
+        consistent: impl FnOnce() -> bool,
+        found: &[(u32, u64, Box<[u8]>)],
+        partitions: usize,
+    ) -> Option<Vec<Vec<u64>>> {
+        let guard = self.by_key.read();
+        let map = guard.as_ref()?;
+        if !consistent() {
+            return None;
+        }
+        let mut out = vec![Vec::new(); partitions];
+        for (p, offset, key) in found {
+            if map.get(key) == Some(&(*p, *offset)) {
+                out[*p as usize].push(*offset);
+            }
+        }
+        Some(out)
+    }
+
     /// Notes frames that are becoming visible (partition, base offset,
     /// records), then runs `publish` (which publishes the commit's ends)
     /// under the same lock, so that no read sees the one without the

@@ -6,6 +6,7 @@
 //! frames, records the new end offsets in the table's commit log, and only
 //! then makes the frames visible to readers and acknowledges the statement.
 
+pub mod column_index;
 mod commit;
 mod compaction;
 mod dir_lock;

@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use sluice_catalog::{Catalog, CatalogError, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
+use sluice_catalog::{
+    Catalog, CatalogError, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
+};
 use tracing::{info, warn};
 
+use super::column_index::ColumnIndex;
 use super::error::LogError;
 use super::table::TableLog;
 use super::transaction::{TransactionCoordinator, TransactionLog};
@@ -19,6 +22,9 @@ pub struct LogStore {
     catalog: parking_lot::Mutex<Catalog>,
     tables: RwLock<HashMap<String, Arc<TableLog>>>,
     config: LogConfig,
+    /// Reads that used each materialized view's index, by index name (a
+    /// table's index counts its own).
+    view_index_scans: parking_lot::Mutex<HashMap<String, u64>>,
 }
 
 impl LogStore {
@@ -34,6 +40,14 @@ impl LogStore {
             let ends = transactions.recovered().table_ends(def.id);
             let frames = transactions.carried_frames(def.id);
             let log = TableLog::open(def.clone(), &dir, config, ends, frames)?;
+            // Indexes are built again by the first read that uses them.
+            for index in catalog.indexes().iter().filter(|i| i.on == def.id) {
+                log.add_index(Arc::new(ColumnIndex::new(
+                    &index.name,
+                    def,
+                    &index.columns,
+                )?));
+            }
             info!(table = %def.name, partitions = def.options.partitions, "recovered table");
             tables.insert(def.name.clone(), Arc::new(log));
         }
@@ -57,6 +71,7 @@ impl LogStore {
             catalog: parking_lot::Mutex::new(catalog),
             tables: RwLock::new(tables),
             config,
+            view_index_scans: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -92,6 +107,68 @@ impl LogStore {
     /// True when a table or a view has this name.
     pub fn name_exists(&self, name: &str) -> bool {
         self.table(name).is_some() || self.view_exists(name) || self.query_view(name).is_some()
+    }
+
+    pub fn index_defs(&self) -> Vec<IndexDef> {
+        self.catalog.lock().indexes().to_vec()
+    }
+
+    pub fn index_def(&self, name: &str) -> Option<IndexDef> {
+        self.catalog.lock().index(name).cloned()
+    }
+
+    /// Records an index durably, assigning its id; a table's index is
+    /// attached to its log, to be built by the caller.
+    pub fn create_index_def(
+        &self,
+        def: IndexDef,
+    ) -> Result<(IndexDef, Option<TableIndex>), LogError> {
+        let mut catalog = self.catalog.lock();
+        let table = catalog
+            .tables()
+            .iter()
+            .find(|t| t.id == def.on)
+            .and_then(|t| self.tables.read().get(&t.name).cloned());
+        let index = match &table {
+            Some(t) => Some(Arc::new(ColumnIndex::new(
+                &def.name,
+                &t.def(),
+                &def.columns,
+            )?)),
+            None => None,
+        };
+        let def = catalog.create_index(def)?;
+        let attached = table.zip(index).map(|(t, i)| {
+            t.add_index(i.clone());
+            (t, i)
+        });
+        Ok((def, attached))
+    }
+
+    /// Notes a read that used a materialized view's index.
+    pub fn note_view_index_scan(&self, name: &str) {
+        *self
+            .view_index_scans
+            .lock()
+            .entry(name.to_string())
+            .or_default() += 1;
+    }
+
+    pub fn view_index_scans(&self, name: &str) -> u64 {
+        self.view_index_scans.lock().get(name).copied().unwrap_or(0)
+    }
+
+    /// Removes an index durably, and from its table's log.
+    pub fn drop_index_def(&self, name: &str) -> Result<IndexDef, LogError> {
+        let mut catalog = self.catalog.lock();
+        let def = catalog.drop_index(name)?;
+        self.view_index_scans.lock().remove(name);
+        if let Some(t) = catalog.tables().iter().find(|t| t.id == def.on) {
+            if let Some(log) = self.tables.read().get(&t.name) {
+                log.remove_index(name);
+            }
+        }
+        Ok(def)
     }
 
     /// The views that are named queries (`CREATE VIEW`).
@@ -208,6 +285,9 @@ impl LogStore {
         Ok(())
     }
 }
+
+/// A table and one of its indexes.
+pub type TableIndex = (Arc<TableLog>, Arc<ColumnIndex>);
 
 fn table_dir(data_dir: &Path, id: u64) -> PathBuf {
     data_dir.join("tables").join(id.to_string())

@@ -188,6 +188,8 @@ pub struct TableLog {
     tiering: tokio::sync::Mutex<()>,
     /// A source's positions in the newest commit record at open.
     recovered_positions: Vec<i64>,
+    /// Its secondary indexes (`CREATE INDEX`).
+    indexes: parking_lot::RwLock<Vec<Arc<super::column_index::ColumnIndex>>>,
 }
 
 struct KeyedWrites {
@@ -228,6 +230,19 @@ impl TableLog {
     /// The table's name as of now.
     pub fn name(&self) -> String {
         self.definition.read().name.clone()
+    }
+
+    /// Its secondary indexes.
+    pub fn indexes(&self) -> Vec<Arc<super::column_index::ColumnIndex>> {
+        self.indexes.read().clone()
+    }
+
+    pub fn add_index(&self, index: Arc<super::column_index::ColumnIndex>) {
+        self.indexes.write().push(index);
+    }
+
+    pub fn remove_index(&self, name: &str) {
+        self.indexes.write().retain(|i| i.name != name);
     }
 
     /// Gives the table a new name (the catalog has recorded it).
@@ -346,6 +361,7 @@ impl TableLog {
             compaction: tokio::sync::Mutex::new(()),
             tiering: tokio::sync::Mutex::new(()),
             recovered_positions,
+            indexes: parking_lot::RwLock::new(Vec::new()),
         })
     }
 
@@ -601,15 +617,9 @@ impl TableLog {
         })
     }
 
-    /// The latest live record of one key of a keyed table (`key`: the
-    /// key columns' values, one row each, in primary key order), as of
-    /// the newest commit: found through the key locations (built from
-    /// the log by the first call), then read from its frame. None when
-    /// the key has no live record.
-    pub async fn read_by_key(&self, key: Vec<ArrayRef>) -> Result<Option<KeyedRow>, LogError> {
-        let Some(keyed) = &self.keyed else {
-            return Ok(None);
-        };
+    /// Builds the key locations of a keyed table from the log, unless
+    /// built.
+    async fn build_locations(&self, keyed: &KeyedWrites) -> Result<(), LogError> {
         let locations = &keyed.locations;
         if !locations.is_built() {
             // No keyed write runs while the key lock is held, so the
@@ -627,6 +637,67 @@ impl TableLog {
                 locations.install(by_key);
             }
         }
+        Ok(())
+    }
+
+    /// Of the records at `candidates` (offsets per partition, in order),
+    /// those that are the latest live record of their key as of `ends`.
+    /// None when that cannot be told from the key locations (they
+    /// describe a newer commit than `ends`): the caller reads every record.
+    /// An append-only table's records are all live.
+    pub async fn latest_live(
+        &self,
+        ends: &[u64],
+        candidates: &[Vec<u64>],
+    ) -> Result<Option<Vec<Vec<u64>>>, LogError> {
+        let Some(keyed) = &self.keyed else {
+            return Ok(Some(candidates.to_vec()));
+        };
+        self.build_locations(keyed).await?;
+        let def = self.def();
+        let mut found = Vec::new();
+        for (p, offsets) in candidates.iter().enumerate() {
+            let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+                continue;
+            };
+            let part = &self.partitions[p];
+            for meta in part.frames_in_range(first, last + 1) {
+                let base = meta.header.base_offset;
+                let lo = offsets.partition_point(|&o| o < base);
+                let hi = offsets.partition_point(|&o| o < meta.end_offset());
+                if lo == hi {
+                    continue;
+                }
+                let batch = part.read_frame(&meta).await?;
+                let keys = keyed.codec().keys(&batch)?;
+                let deleted = super::keyed::deleted_flags(&def, &batch);
+                for &o in &offsets[lo..hi] {
+                    let i = (o - base) as usize;
+                    if i < batch.num_rows() && super::keyed::record_kind(deleted, i) == Some(false)
+                    {
+                        found.push((p as u32, o, Box::<[u8]>::from(keys.row(i).as_ref())));
+                    }
+                }
+            }
+        }
+        Ok(keyed.locations.latest_of(
+            || self.committed.borrow().as_slice() == ends,
+            &found,
+            candidates.len(),
+        ))
+    }
+
+    /// The latest live record of one key of a keyed table (`key`: the
+    /// key columns' values, one row each, in primary key order), as of
+    /// the newest commit: found through the key locations (built from
+    /// the log by the first call), then read from its frame. None when
+    /// the key has no live record.
+    pub async fn read_by_key(&self, key: Vec<ArrayRef>) -> Result<Option<KeyedRow>, LogError> {
+        let Some(keyed) = &self.keyed else {
+            return Ok(None);
+        };
+        let locations = &keyed.locations;
+        self.build_locations(keyed).await?;
         let key = locations.codec().encode(key)?;
         let key = key.row(0);
         // A newer version may move the key (and compaction empty the old

@@ -13,6 +13,7 @@ pub(crate) mod dialect;
 pub mod executor;
 mod float_min_max;
 mod hop_windows;
+pub mod index_bounds;
 mod pg_casts;
 pub(crate) mod pg_functions;
 mod pg_json;

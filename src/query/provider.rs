@@ -118,6 +118,48 @@ impl LogTableProvider {
         }
     }
 
+    /// The names of the columns some index of the table leads with or
+    /// holds.
+    fn indexed_columns(&self) -> Vec<String> {
+        let def = self.table.def();
+        let mut names: Vec<String> = self
+            .table
+            .indexes()
+            .iter()
+            .flat_map(|i| i.columns().iter().map(|&c| def.columns[c].name.clone()))
+            .collect();
+        names.dedup();
+        names
+    }
+
+    /// The offsets (per partition, in order) of the records below `ends`
+    /// that the best index for `filters` finds; None when no index helps.
+    async fn index_places(&self, filters: &[Expr], ends: &[u64]) -> Result<Option<Vec<Vec<u64>>>> {
+        let def = self.table.def();
+        let mut best = None;
+        for index in self.table.indexes() {
+            let columns: Vec<(String, arrow::datatypes::DataType)> = index
+                .columns()
+                .iter()
+                .zip(index.types())
+                .map(|(&c, ty)| (def.columns[c].name.clone(), ty.clone()))
+                .collect();
+            if let Some((used, ranges)) = super::index_bounds::key_ranges(filters, &columns) {
+                if best.as_ref().is_none_or(|(u, _, _)| used > *u) {
+                    best = Some((used, index, ranges));
+                }
+            }
+        }
+        let Some((_, index, ranges)) = best else {
+            return Ok(None);
+        };
+        let places = index
+            .places(&self.table, ends, &ranges)
+            .await
+            .map_err(crate::error::into_datafusion)?;
+        Ok(Some(places))
+    }
+
     /// The latest live record of each key, from each partition's records
     /// below `ends`.
     fn scan_latest(
@@ -408,10 +450,14 @@ impl TableProvider for LogTableProvider {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Inexact: the scan uses them to choose frames; DataFusion still
         // filters the rows. The latest version of a key needs every frame.
+        let indexed = self.indexed_columns();
         Ok(filters
             .iter()
             .map(|f| {
-                if self.mode != ScanMode::Latest && is_seekable(f, self.time_column().as_deref()) {
+                if (self.mode != ScanMode::Latest && is_seekable(f, self.time_column().as_deref()))
+                    || (self.mode != ScanMode::Changelog
+                        && super::index_bounds::usable(f, &indexed))
+                {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -446,8 +492,23 @@ impl TableProvider for LogTableProvider {
             Some(snapshot) => snapshot.ends(&self.table),
             None => self.table.commits().borrow().clone(),
         };
+        // An index narrows the records to read; the filters still run.
+        let mut indexed = match self.mode {
+            ScanMode::Changelog => None,
+            _ => self.index_places(filters, &ends).await?,
+        };
         if self.mode == ScanMode::Latest {
-            return self.scan_latest(&projection, projected, limit, &staged, ends);
+            indexed = match indexed {
+                Some(places) if staged.is_empty() => self
+                    .table
+                    .latest_live(&ends, &places)
+                    .await
+                    .map_err(crate::error::into_datafusion)?,
+                _ => None,
+            };
+            if indexed.is_none() {
+                return self.scan_latest(&projection, projected, limit, &staged, ends);
+            }
         }
         let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
         for (k, part) in self.table.partitions().iter().enumerate() {
@@ -476,6 +537,15 @@ impl TableProvider for LogTableProvider {
             let end = ends.get(k).copied().unwrap_or(0);
             let mut frames = part.frames_in_range(bounds.lo, bounds.hi.min(end));
             frames.retain(|f| bounds.may_hold(f));
+            let keep = indexed
+                .as_mut()
+                .map(|places| Arc::new(std::mem::take(&mut places[k])));
+            if let Some(keep) = &keep {
+                frames.retain(|f| {
+                    let at = keep.partition_point(|&o| o < f.header.base_offset);
+                    keep.get(at).is_some_and(|&o| o < f.end_offset())
+                });
+            }
             streams.push(Arc::new(FrameStream {
                 table: self.table.clone(),
                 partition: k,
@@ -484,6 +554,7 @@ impl TableProvider for LogTableProvider {
                 schema: projected.clone(),
                 data_columns: self.table.def().columns.len(),
                 changelog: self.mode == ScanMode::Changelog,
+                keep,
             }));
         }
         if !staged.is_empty() {
@@ -503,6 +574,7 @@ impl TableProvider for LogTableProvider {
                 schema: projected.clone(),
                 data_columns: self.table.def().columns.len(),
                 changelog: false,
+                keep: None,
             }));
         }
         streaming_scan(projected, streams, limit)
@@ -546,6 +618,8 @@ struct FrameStream {
     data_columns: usize,
     /// Rows of `changelog(t)`: with `_op` after the table's columns.
     changelog: bool,
+    /// Only the records at these offsets (in order), which an index found.
+    keep: Option<Arc<Vec<u64>>>,
 }
 
 impl fmt::Debug for FrameStream {
@@ -574,10 +648,12 @@ impl PartitionStream for FrameStream {
         let frames = self.frames.clone();
         let out_schema = schema.clone();
         let changelog = self.changelog;
+        let keep = self.keep.clone();
         let s = stream::iter(frames).then(move |meta| {
             let part = table.partitions()[partition].clone();
             let projection = projection.clone();
             let out_schema = out_schema.clone();
+            let keep = keep.clone();
             async move {
                 let batch = part
                     .read_frame(&meta)
@@ -598,14 +674,18 @@ impl PartitionStream for FrameStream {
                         })
                         .map_err(DataFusionError::from);
                 }
-                project_frame(
+                let rows = project_frame(
                     &batch,
                     &meta,
                     partition as i32,
                     &projection,
                     data_columns,
                     &out_schema,
-                )
+                )?;
+                match keep {
+                    Some(keep) => kept_rows(&rows, meta.header.base_offset, &keep),
+                    None => Ok(rows),
+                }
             }
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
@@ -827,6 +907,21 @@ impl PartitionStream for LatestStream {
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
     }
+}
+
+/// The rows of a frame (its first at `base`) whose offsets `keep` holds.
+fn kept_rows(rows: &RecordBatch, base: u64, keep: &[u64]) -> Result<RecordBatch> {
+    let n = rows.num_rows() as u64;
+    let from = keep.partition_point(|&o| o < base);
+    let to = keep.partition_point(|&o| o < base + n);
+    let mut mask = vec![false; rows.num_rows()];
+    for &o in &keep[from..to] {
+        mask[(o - base) as usize] = true;
+    }
+    Ok(arrow::compute::filter_record_batch(
+        rows,
+        &arrow::array::BooleanArray::from(mask),
+    )?)
 }
 
 /// Builds the projected batch of a frame, materialising the hidden columns.

@@ -1,14 +1,16 @@
-//! A hash index of one published snapshot of a view, on some of its
-//! columns, for point reads (`WHERE tenant = $1`).
+//! An index of one published snapshot of a view, on some of its columns,
+//! for point reads (`WHERE tenant = $1`) and, on the columns of a
+//! `CREATE INDEX`, for reads of key ranges.
 //!
-//! State: for each distinct key (the key columns in arrow's row format),
-//! the places (batch, row) of the rows holding it. It is built on the first
+//! State: for each distinct key (the key columns in arrow's row format,
+//! whose byte order is the values' order), the places (batch, row) of the
+//! rows holding it, ordered by key. It is built on the first
 //! point read on those columns after a publish and lives as long as that
 //! snapshot: the next publish starts without indexes, so a read never sees
 //! rows of two snapshots. Nothing is checkpointed; a restart builds it
 //! again from the restored snapshot when it is first read.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use arrow::array::{Array, ArrayRef};
 use arrow::compute::cast;
@@ -19,12 +21,13 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 
 use crate::error::SluiceError;
+use crate::log::column_index::{borrowed, empty_range, KeyRanges};
 
 pub struct PointIndex {
     columns: Vec<usize>,
     types: Vec<DataType>,
     converter: RowConverter,
-    places: HashMap<Box<[u8]>, Vec<(usize, usize)>>,
+    places: BTreeMap<Box<[u8]>, Vec<(usize, usize)>>,
 }
 
 impl PointIndex {
@@ -39,7 +42,7 @@ impl PointIndex {
             .map(|&c| schema.field(c).data_type().clone())
             .collect();
         let converter = RowConverter::new(types.iter().cloned().map(SortField::new).collect())?;
-        let mut places: HashMap<Box<[u8]>, Vec<(usize, usize)>> = HashMap::new();
+        let mut places: BTreeMap<Box<[u8]>, Vec<(usize, usize)>> = BTreeMap::new();
         for (b, batch) in batches.iter().enumerate() {
             let keys: Vec<ArrayRef> = columns.iter().map(|&c| batch.column(c).clone()).collect();
             let rows = converter.convert_columns(&keys)?;
@@ -64,6 +67,28 @@ impl PointIndex {
 
     pub fn columns(&self) -> &[usize] {
         &self.columns
+    }
+
+    /// The rows whose keys fall in `ranges` (of encoded keys, or of their
+    /// leading columns), as whole rows of the snapshot, in key order.
+    pub fn rows_in(
+        &self,
+        batches: &[RecordBatch],
+        ranges: &KeyRanges,
+        schema: SchemaRef,
+    ) -> Result<RecordBatch, SluiceError> {
+        let mut places = Vec::new();
+        for (lo, hi) in ranges {
+            if empty_range(lo, hi) {
+                continue;
+            }
+            let range = (borrowed(lo), borrowed(hi));
+            for (_, found) in self.places.range::<[u8], _>(range) {
+                places.extend_from_slice(found);
+            }
+        }
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        rows_at(batches, &places, &all, schema)
     }
 
     /// The rows whose key columns equal `key` (values of any type that
@@ -91,21 +116,30 @@ impl PointIndex {
                 }
             }
         }
-        if places.is_empty() {
-            return Ok(RecordBatch::new_empty(schema));
-        }
-        let columns = projection
-            .iter()
-            .map(|&c| {
-                let sources: Vec<&dyn Array> =
-                    batches.iter().map(|b| b.column(c).as_ref()).collect();
-                Ok(interleave(&sources, places)?)
-            })
-            .collect::<Result<Vec<ArrayRef>, SluiceError>>()?;
-        Ok(RecordBatch::try_new_with_options(
-            schema,
-            columns,
-            &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(places.len())),
-        )?)
+        rows_at(batches, places, projection, schema)
     }
+}
+
+/// The rows at `places` (batch, row), as `projection` of the columns.
+fn rows_at(
+    batches: &[RecordBatch],
+    places: &[(usize, usize)],
+    projection: &[usize],
+    schema: SchemaRef,
+) -> Result<RecordBatch, SluiceError> {
+    if places.is_empty() {
+        return Ok(RecordBatch::new_empty(schema));
+    }
+    let columns = projection
+        .iter()
+        .map(|&c| {
+            let sources: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            Ok(interleave(&sources, places)?)
+        })
+        .collect::<Result<Vec<ArrayRef>, SluiceError>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(places.len())),
+    )?)
 }

@@ -134,18 +134,38 @@ impl View {
         schema: SchemaRef,
     ) -> Result<RecordBatch, SluiceError> {
         let p = self.published.read();
-        let index = {
-            let mut indexes = p.indexes.lock();
-            match indexes.iter().find(|i| i.columns() == columns) {
-                Some(i) => i.clone(),
-                None => {
-                    let built = Arc::new(PointIndex::build(&self.schema, &p.batches, columns)?);
-                    indexes.push(built.clone());
-                    built
-                }
-            }
-        };
+        let index = self.snapshot_index(&p, columns)?;
         index.lookup(&p.batches, key, projection, schema)
+    }
+
+    /// The rows of the last published snapshot whose `columns` fall in
+    /// `ranges` (see [`PointIndex::rows_in`]), whole: an ordered index of
+    /// that snapshot, built by the first such read.
+    pub fn index_read(
+        &self,
+        columns: &[usize],
+        ranges: &crate::log::column_index::KeyRanges,
+    ) -> Result<RecordBatch, SluiceError> {
+        let p = self.published.read();
+        let index = self.snapshot_index(&p, columns)?;
+        index.rows_in(&p.batches, ranges, self.schema.clone())
+    }
+
+    /// The index of snapshot `p` on `columns`, built now if no read built it.
+    fn snapshot_index(
+        &self,
+        p: &Published,
+        columns: &[usize],
+    ) -> Result<Arc<PointIndex>, SluiceError> {
+        let mut indexes = p.indexes.lock();
+        Ok(match indexes.iter().find(|i| i.columns() == columns) {
+            Some(i) => i.clone(),
+            None => {
+                let built = Arc::new(PointIndex::build(&self.schema, &p.batches, columns)?);
+                indexes.push(built.clone());
+                built
+            }
+        })
     }
 
     /// The last published rows and that publish's sequence number.

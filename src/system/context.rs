@@ -133,7 +133,7 @@ pub fn build_context(
         static_tables.clone(),
         RoleDirectory(roles),
     )?;
-    let keys = Arc::new(PrimaryKeys::new(store_for_keys));
+    let keys = Arc::new(PrimaryKeys::new(store_for_keys, views.clone()));
     let hidden = Arc::new(HiddenRelations::default());
     let names = Arc::new(super::pg_catalog_info::RelationNames::default());
     catalog.register_schema(

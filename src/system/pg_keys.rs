@@ -1,14 +1,16 @@
-//! Primary keys as `pg_catalog` shows them, so psql's `\d`, JDBC's
-//! `getPrimaryKeys`/`getIndexInfo` and SQLAlchemy's reflection find them.
-//! A keyed table has, as in PostgreSQL, a unique btree index
-//! `<table>_pkey` (a `pg_class` row of relkind `i` and a `pg_index` row)
-//! and a primary-key constraint of the same name (a `pg_constraint` row),
-//! and its own `pg_class` row says `relhasindex`.
+//! Primary keys and indexes as `pg_catalog` shows them, so psql's `\d`,
+//! JDBC's `getPrimaryKeys`/`getIndexInfo`, SQLAlchemy's reflection and
+//! `pg_indexes` find them. A keyed table has, as in PostgreSQL, a unique
+//! btree index `<table>_pkey` (a `pg_class` row of relkind `i` and a
+//! `pg_index` row) and a primary-key constraint of the same name (a
+//! `pg_constraint` row); each `CREATE INDEX` is an index of its own; a
+//! relation with any index says `relhasindex` in its own `pg_class` row.
 //!
-//! The table's oid is the one `pg_class` gives it; the index's and the
-//! constraint's oids are derived from it (fixed offsets above any oid
-//! `pg_class` hands out), so they stay the same from query to query.
-//! `pg_get_indexdef` and `pg_get_constraintdef` answer from the keyed
+//! The table's oid is the one `pg_class` gives it; the primary key's index
+//! and constraint oids are derived from it, a created index's from its
+//! catalog id (fixed offsets above any oid `pg_class` hands out), so they
+//! stay the same from query to query.
+//! `pg_get_indexdef` and `pg_get_constraintdef` answer from the indexes
 //! tables seen by the last catalog scan.
 //!
 //! `pg_index.indkey`/`indoption` and `pg_constraint.conkey`/`confkey` are
@@ -34,28 +36,38 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::{collect, ExecutionPlan};
 
 use crate::log::LogStore;
+use crate::stream::ViewManager;
 
 /// Offsets from a table's oid to its primary-key index's and constraint's.
 /// `pg_class` counts oids up from 16384, far below these.
 const INDEX_OID_OFFSET: i32 = 0x2000_0000;
 const CONSTRAINT_OID_OFFSET: i32 = 0x3000_0000;
+/// Offset from a created index's catalog id to its oid.
+const CREATED_INDEX_OID_OFFSET: i32 = 0x2800_0000;
 /// PostgreSQL's oid of the btree access method (`pg_am`).
 const BTREE_AM_OID: i32 = 403;
 
-/// One keyed table as the catalog describes its key.
+/// One index of a relation as the catalog describes it: a keyed table's
+/// primary key, or an index `CREATE INDEX` made.
 #[derive(Debug, Clone)]
-pub struct KeyedRelation {
+pub struct RelationIndex {
     pub table_oid: i32,
     pub namespace_oid: i32,
     pub schema: String,
     pub table: String,
     /// `(attnum, name)` of each key column, in key order.
     pub columns: Vec<(i16, String)>,
+    /// Each column's `indoption` (1: DESC, 2: NULLS FIRST).
+    pub options: Vec<i16>,
+    /// The primary key (unique, with a constraint), or a created index.
+    pub primary: bool,
+    name: String,
+    index_oid: i32,
 }
 
-impl KeyedRelation {
+impl RelationIndex {
     pub fn index_oid(&self) -> i32 {
-        self.table_oid.wrapping_add(INDEX_OID_OFFSET)
+        self.index_oid
     }
 
     pub fn constraint_oid(&self) -> i32 {
@@ -63,13 +75,25 @@ impl KeyedRelation {
     }
 
     pub fn key_name(&self) -> String {
-        format!("{}_pkey", self.table)
+        self.name.clone()
     }
 
+    /// The columns as `pg_get_indexdef` lists them, each with its order
+    /// when not the default (`ASC NULLS LAST`).
     fn column_list(&self) -> String {
         self.columns
             .iter()
-            .map(|(_, c)| quote_ident(c))
+            .enumerate()
+            .map(|(i, (_, c))| {
+                let option = self.options.get(i).copied().unwrap_or(0);
+                let order = match (option & 1 != 0, option & 2 != 0) {
+                    (false, false) => "",
+                    (false, true) => " NULLS FIRST",
+                    (true, true) => " DESC",
+                    (true, false) => " DESC NULLS LAST",
+                };
+                format!("{}{order}", quote_ident(c))
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -79,7 +103,8 @@ impl KeyedRelation {
     pub fn index_def(&self, column: i64) -> Option<String> {
         if column == 0 {
             return Some(format!(
-                "CREATE UNIQUE INDEX {} ON {}.{} USING btree ({})",
+                "CREATE {}INDEX {} ON {}.{} USING btree ({})",
+                if self.primary { "UNIQUE " } else { "" },
                 quote_ident(&self.key_name()),
                 quote_ident(&self.schema),
                 quote_ident(&self.table),
@@ -112,11 +137,12 @@ fn quote_ident(name: &str) -> String {
     }
 }
 
-/// The keyed tables the catalog last described, by table, index and
+/// The indexes the catalog last described, by index and
 /// constraint oid.
 pub struct PrimaryKeys {
     store: Arc<LogStore>,
-    seen: RwLock<HashMap<i32, Arc<KeyedRelation>>>,
+    views: Arc<ViewManager>,
+    seen: RwLock<HashMap<i32, Arc<RelationIndex>>>,
 }
 
 impl fmt::Debug for PrimaryKeys {
@@ -126,17 +152,29 @@ impl fmt::Debug for PrimaryKeys {
 }
 
 impl PrimaryKeys {
-    pub fn new(store: Arc<LogStore>) -> Self {
+    pub fn new(store: Arc<LogStore>, views: Arc<ViewManager>) -> Self {
         Self {
             store,
+            views,
             seen: RwLock::new(HashMap::new()),
         }
     }
 
-    /// The keyed tables among `pg_class`'s rows (`oid`, `relname`,
-    /// `relnamespace`, all in schema `public`), remembered for
-    /// `pg_get_indexdef` and `pg_get_constraintdef`.
-    pub fn relations(&self, pg_class: &[RecordBatch]) -> Vec<Arc<KeyedRelation>> {
+    /// The indexes of the relations among `pg_class`'s rows (`oid`,
+    /// `relname`, `relnamespace`, all in schema `public`): keyed tables'
+    /// primary keys and created indexes, remembered for `pg_get_indexdef`
+    /// and `pg_get_constraintdef`.
+    pub fn relations(&self, pg_class: &[RecordBatch]) -> Vec<Arc<RelationIndex>> {
+        let created = self.store.index_defs();
+        let views: HashMap<String, (u64, Vec<String>)> = self
+            .views
+            .views()
+            .iter()
+            .map(|v| {
+                let columns = v.schema.fields().iter().map(|f| f.name().clone()).collect();
+                (v.def.name.clone(), (v.def.id, columns))
+            })
+            .collect();
         let mut out = Vec::new();
         for batch in pg_class {
             let schema = batch.schema();
@@ -162,42 +200,73 @@ impl PrimaryKeys {
                 if names.is_null(row) || oids.is_null(row) {
                     continue;
                 }
-                let Some(table) = self.store.table(names.value(row)) else {
-                    continue;
+                let relation = names.value(row);
+                // The relation's id and column names, in order.
+                let (id, column_names, key): (u64, Vec<String>, Vec<String>) =
+                    match self.store.table(relation) {
+                        Some(table) => {
+                            let def = table.def();
+                            (
+                                def.id,
+                                def.columns.iter().map(|c| c.name.clone()).collect(),
+                                def.options.primary_key.clone(),
+                            )
+                        }
+                        None => match views.get(relation) {
+                            Some((id, columns)) => (*id, columns.clone(), Vec::new()),
+                            None => continue,
+                        },
+                    };
+                let table_oid = oids.value(row);
+                let index = |columns: &[String], attnums: &dyn Fn(&str) -> Option<usize>| {
+                    columns
+                        .iter()
+                        .filter_map(|k| Some((i16::try_from(attnums(k)? + 1).ok()?, k.clone())))
+                        .collect::<Vec<_>>()
                 };
-                if !table.def().is_keyed() {
-                    continue;
+                let by_table = |k: &str| column_names.iter().position(|c| c == k);
+                if !key.is_empty() {
+                    out.push(Arc::new(RelationIndex {
+                        table_oid,
+                        namespace_oid: nss.value(row),
+                        schema: "public".into(),
+                        table: relation.to_string(),
+                        options: vec![0; key.len()],
+                        columns: index(&key, &by_table),
+                        primary: true,
+                        name: format!("{relation}_pkey"),
+                        index_oid: table_oid.wrapping_add(INDEX_OID_OFFSET),
+                    }));
                 }
-                let columns = table
-                    .def()
-                    .options
-                    .primary_key
-                    .iter()
-                    .filter_map(|k| {
-                        let at = table.def().columns.iter().position(|c| &c.name == k)?;
-                        Some((i16::try_from(at + 1).ok()?, k.clone()))
-                    })
-                    .collect();
-                out.push(Arc::new(KeyedRelation {
-                    table_oid: oids.value(row),
-                    namespace_oid: nss.value(row),
-                    schema: "public".into(),
-                    table: table.def().name.clone(),
-                    columns,
-                }));
+                for def in created.iter().filter(|i| i.on == id) {
+                    let columns = index(&def.columns, &by_table);
+                    out.push(Arc::new(RelationIndex {
+                        table_oid,
+                        namespace_oid: nss.value(row),
+                        schema: "public".into(),
+                        table: relation.to_string(),
+                        columns,
+                        options: def.options.clone(),
+                        primary: false,
+                        name: def.name.clone(),
+                        index_oid: CREATED_INDEX_OID_OFFSET
+                            .wrapping_add(i32::try_from(def.id).unwrap_or(0)),
+                    }));
+                }
             }
         }
         if let Ok(mut seen) = self.seen.write() {
             for r in &out {
-                seen.insert(r.table_oid, r.clone());
                 seen.insert(r.index_oid(), r.clone());
-                seen.insert(r.constraint_oid(), r.clone());
+                if r.primary {
+                    seen.insert(r.constraint_oid(), r.clone());
+                }
             }
         }
         out
     }
 
-    pub fn by_oid(&self, oid: i64) -> Option<Arc<KeyedRelation>> {
+    pub fn by_oid(&self, oid: i64) -> Option<Arc<RelationIndex>> {
         let oid = i32::try_from(oid).ok()?;
         self.seen.read().ok()?.get(&oid).cloned()
     }
@@ -226,7 +295,7 @@ impl KeyCatalog {
 }
 
 /// `pg_index` or `pg_constraint`: PostgreSQL's own rows as
-/// datafusion-pg-catalog ships them, plus one row per keyed table.
+/// datafusion-pg-catalog ships them, plus one row per index (per primary key for `pg_constraint`).
 pub struct KeyCatalogTable {
     pub kind: KeyCatalog,
     pub inner: Arc<dyn TableProvider>,
@@ -254,11 +323,23 @@ impl KeyCatalogTable {
             .fields()
             .iter()
             .map(|f| match element_type(kind, f.name()) {
-                Some(t) => Field::new(
-                    f.name(),
-                    DataType::List(Arc::new(Field::new_list_field(t.clone(), true))),
-                    true,
-                ),
+                // pg_index's are int2vector/oidvector, pg_constraint's arrays.
+                Some(t) => {
+                    let field = Field::new(
+                        f.name(),
+                        DataType::List(Arc::new(Field::new_list_field(t.clone(), true))),
+                        true,
+                    );
+                    match (kind, t) {
+                        (KeyCatalog::Index, DataType::Int16) => {
+                            field.with_metadata(crate::types::declared("int2vector"))
+                        }
+                        (KeyCatalog::Index, _) => {
+                            field.with_metadata(crate::types::declared("oidvector"))
+                        }
+                        _ => field,
+                    }
+                }
                 None => f.as_ref().clone(),
             })
             .collect();
@@ -271,8 +352,8 @@ impl KeyCatalogTable {
         }
     }
 
-    /// The row of one keyed table, by column name.
-    fn row(&self, r: &KeyedRelation) -> HashMap<&'static str, ScalarValue> {
+    /// The row of one index, by column name.
+    fn row(&self, r: &RelationIndex) -> HashMap<&'static str, ScalarValue> {
         let attnums: Vec<i16> = r.columns.iter().map(|(a, _)| *a).collect();
         let n = i16::try_from(attnums.len()).unwrap_or(i16::MAX);
         let int16s = |v: Vec<i16>| ScalarValue::Utf8(Some(vector_text(&v)));
@@ -283,14 +364,10 @@ impl KeyCatalogTable {
                 row.insert("indrelid", ScalarValue::Int32(Some(r.table_oid)));
                 row.insert("indnatts", ScalarValue::Int16(Some(n)));
                 row.insert("indnkeyatts", ScalarValue::Int16(Some(n)));
-                for yes in [
-                    "indisunique",
-                    "indisprimary",
-                    "indimmediate",
-                    "indisvalid",
-                    "indisready",
-                    "indislive",
-                ] {
+                for key in ["indisunique", "indisprimary"] {
+                    row.insert(key, ScalarValue::Boolean(Some(r.primary)));
+                }
+                for yes in ["indimmediate", "indisvalid", "indisready", "indislive"] {
                     row.insert(yes, ScalarValue::Boolean(Some(true)));
                 }
                 for no in [
@@ -303,7 +380,9 @@ impl KeyCatalogTable {
                     row.insert(no, ScalarValue::Boolean(Some(false)));
                 }
                 row.insert("indkey", int16s(attnums.clone()));
-                row.insert("indoption", int16s(vec![0; attnums.len()]));
+                let mut options = r.options.clone();
+                options.resize(attnums.len(), 0);
+                row.insert("indoption", int16s(options));
                 row.insert("indcollation", int16s(vec![0; attnums.len()]));
                 row.insert("indclass", int16s(vec![0; attnums.len()]));
                 row.insert("indexprs", ScalarValue::Utf8(None));
@@ -431,7 +510,12 @@ impl TableProvider for KeyCatalogTable {
         let classes = scan_all(self.pg_class.as_ref(), state).await?;
         let relations = self.keys.relations(&classes);
         let mut batches = scan_all(self.inner.as_ref(), state).await?;
-        let rows: Vec<_> = relations.iter().map(|r| self.row(r)).collect();
+        // Only primary keys are constraints.
+        let rows: Vec<_> = relations
+            .iter()
+            .filter(|r| r.primary || matches!(self.kind, KeyCatalog::Index))
+            .map(|r| self.row(r))
+            .collect();
         batches.push(rows_batch(&self.inner.schema(), &rows)?);
         let mut out = Vec::with_capacity(batches.len());
         for batch in batches {
@@ -447,10 +531,10 @@ impl TableProvider for KeyCatalogTable {
     }
 }
 
-/// The `pg_class` rows of the keyed tables' indexes, in `schema`.
+/// The `pg_class` rows of the indexes, in `schema`.
 pub fn index_class_rows(
     schema: &SchemaRef,
-    relations: &[Arc<KeyedRelation>],
+    relations: &[Arc<RelationIndex>],
 ) -> Result<RecordBatch> {
     let rows: Vec<_> = relations
         .iter()
@@ -660,12 +744,16 @@ mod tests {
 
     #[test]
     fn definitions_read_as_postgresql_prints_them() {
-        let r = KeyedRelation {
+        let r = RelationIndex {
             table_oid: 16400,
             namespace_oid: 2200,
             schema: "public".into(),
             table: "Tenants".into(),
             columns: vec![(1, "region".into()), (3, "id".into())],
+            options: vec![0, 0],
+            primary: true,
+            name: "Tenants_pkey".into(),
+            index_oid: 1,
         };
         assert_eq!(
             r.index_def(0).as_deref(),
@@ -674,5 +762,16 @@ mod tests {
         assert_eq!(r.index_def(2).as_deref(), Some("id"));
         assert_eq!(r.index_def(3), None);
         assert_eq!(r.constraint_def(), "PRIMARY KEY (region, id)");
+        // A created index, with each column's order as PostgreSQL prints it.
+        let created = RelationIndex {
+            primary: false,
+            name: "by_time".into(),
+            options: vec![3, 2],
+            ..r
+        };
+        assert_eq!(
+            created.index_def(0).as_deref(),
+            Some("CREATE INDEX by_time ON public.\"Tenants\" USING btree (region DESC, id NULLS FIRST)")
+        );
     }
 }

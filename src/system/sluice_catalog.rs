@@ -66,11 +66,26 @@ impl SchemaProvider for PublicSchema {
             )));
         }
         match self.views.view(name) {
-            Some(v) => Ok(Some(Arc::new(ViewTable::new(
-                self.views.clone(),
-                name,
-                v.schema.clone(),
-            )))),
+            Some(v) => {
+                let indexes = self
+                    .store
+                    .index_defs()
+                    .into_iter()
+                    .filter(|i| i.on == v.def.id)
+                    .filter_map(|i| {
+                        let columns = i
+                            .columns
+                            .iter()
+                            .map(|c| v.schema.index_of(c).ok())
+                            .collect::<Option<Vec<usize>>>()?;
+                        Some((i.name, columns))
+                    })
+                    .collect();
+                Ok(Some(Arc::new(
+                    ViewTable::new(self.views.clone(), name, v.schema.clone())
+                        .with_indexes(indexes, self.store.clone()),
+                )))
+            }
             None => match self.store.query_view(name) {
                 Some(def) => Ok(Some(self.query_views.provider(&def).await?)),
                 // `pg_catalog` is on the search path: its views not named
@@ -108,8 +123,9 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 12] = [
+const SYSTEM_TABLES: [&str; 13] = [
     "checkpoints",
+    "indexes",
     "lag",
     "late_rows",
     "partitions",
@@ -156,6 +172,10 @@ impl SchemaProvider for SystemSchema {
             "tables" => (
                 SystemTable::of_store(store, tables_schema(), tables_batch),
                 Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "indexes" => (
+                SystemTable::live(Arc::new(move || indexes_batch(&store, &views)))?,
+                Visibility::Object("relation_name", ObjectKind::Table),
             ),
             "checkpoints" => (
                 SystemTable::live(Arc::new(move || checkpoints_batch(&views)))?,
@@ -565,6 +585,65 @@ fn watermarks_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
 }
 
 /// One row per materialized view: its source, progress and state size.
+/// `sluice_catalog.indexes`: each index `CREATE INDEX` made, whether it
+/// is built (a table's is built again after a restart by the first read
+/// that uses it), its entries and the reads that used it.
+fn indexes_batch(store: &LogStore, views: &ViewManager) -> Result<RecordBatch> {
+    let (mut names, mut relations, mut columns) = (vec![], vec![], vec![]);
+    let (mut built, mut entries, mut scans) = (vec![], vec![], vec![]);
+    for def in store.index_defs() {
+        let table = store.tables().into_iter().find(|t| t.def().id == def.on);
+        let stats = table.as_ref().and_then(|t| {
+            t.indexes()
+                .into_iter()
+                .find(|i| i.name == def.name)
+                .map(|i| i.stats())
+        });
+        let relation = match &table {
+            Some(t) => t.name(),
+            None => match views.views().into_iter().find(|v| v.def.id == def.on) {
+                Some(v) => v.def.name.clone(),
+                None => continue,
+            },
+        };
+        names.push(def.name.clone());
+        relations.push(relation);
+        columns.push(def.columns.join(", "));
+        match stats {
+            Some(s) => {
+                built.push(Some(s.built));
+                entries.push(Some(s.entries as i64));
+                scans.push(s.scans as i64);
+            }
+            // A view's index is built per published snapshot.
+            None => {
+                built.push(None);
+                entries.push(None);
+                scans.push(store.view_index_scans(&def.name) as i64);
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("index_name", DataType::Utf8, false),
+        Field::new("relation_name", DataType::Utf8, false),
+        Field::new("columns", DataType::Utf8, false),
+        Field::new("built", DataType::Boolean, true),
+        Field::new("entries", DataType::Int64, true),
+        Field::new("scans", DataType::Int64, false),
+    ]));
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(relations)),
+            Arc::new(StringArray::from(columns)),
+            Arc::new(arrow::array::BooleanArray::from(built)),
+            Arc::new(Int64Array::from(entries)),
+            Arc::new(Int64Array::from(scans)),
+        ],
+    )?)
+}
+
 fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
     let views = manager.views();
     let mut consumed = vec![];

@@ -18,9 +18,12 @@ use datafusion::common::Result;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::TableProviderFilterPushDown;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::SluiceError;
+use crate::log::LogStore;
+use crate::query::index_bounds;
 use crate::stream::ViewManager;
 
 pub struct ViewTable {
@@ -28,6 +31,10 @@ pub struct ViewTable {
     name: String,
     /// The view's schema when the plan was made.
     schema: SchemaRef,
+    /// Its indexes (`CREATE INDEX`): name and columns, by position.
+    indexes: Vec<(String, Vec<usize>)>,
+    /// Where reads that use an index are counted.
+    store: Option<Arc<LogStore>>,
 }
 
 impl ViewTable {
@@ -36,7 +43,31 @@ impl ViewTable {
             views,
             name: name.to_string(),
             schema,
+            indexes: Vec::new(),
+            store: None,
         }
+    }
+
+    /// Reads filtered by these columns (each an index's, by position) look
+    /// the rows up in an index of the snapshot.
+    pub fn with_indexes(
+        mut self,
+        indexes: Vec<(String, Vec<usize>)>,
+        store: Arc<LogStore>,
+    ) -> ViewTable {
+        self.indexes = indexes;
+        self.store = Some(store);
+        self
+    }
+
+    fn index_columns(&self, index: &[usize]) -> Vec<(String, arrow::datatypes::DataType)> {
+        index
+            .iter()
+            .map(|&c| {
+                let f = self.schema.field(c);
+                (f.name().clone(), f.data_type().clone())
+            })
+            .collect()
     }
 
     pub fn name(&self) -> &str {
@@ -65,6 +96,25 @@ impl TableProvider for ViewTable {
         TableType::View
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Inexact: an index narrows the rows; the filters still run.
+        let names: Vec<String> = self
+            .indexes
+            .iter()
+            .flat_map(|(_, i)| self.index_columns(i).into_iter().map(|(n, _)| n))
+            .collect();
+        Ok(filters
+            .iter()
+            .map(|f| match index_bounds::usable(f, &names) {
+                true => TableProviderFilterPushDown::Inexact,
+                false => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,
@@ -83,14 +133,28 @@ impl TableProvider for ViewTable {
                 SluiceError::Unsupported("cached plan must not change result type".into()),
             )));
         }
-        super::sluice_catalog::scan_rows(
-            &self.schema,
-            view.snapshot(),
-            state,
-            projection,
-            filters,
-            limit,
-        )
-        .await
+        let mut best = None;
+        for (name, index) in &self.indexes {
+            if let Some((used, ranges)) =
+                index_bounds::key_ranges(filters, &self.index_columns(index))
+            {
+                if best.as_ref().is_none_or(|(u, _, _, _)| used > *u) {
+                    best = Some((used, name, index, ranges));
+                }
+            }
+        }
+        let rows = match best {
+            Some((_, name, index, ranges)) => {
+                if let Some(store) = &self.store {
+                    store.note_view_index_scan(name);
+                }
+                vec![view
+                    .index_read(index, &ranges)
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?]
+            }
+            None => view.snapshot(),
+        };
+        super::sluice_catalog::scan_rows(&self.schema, rows, state, projection, filters, limit)
+            .await
     }
 }

@@ -63,6 +63,9 @@ pub mod oid {
     pub const REGPROC: u32 = 24;
     pub const TEXT: u32 = 25;
     pub const OID: u32 = 26;
+    /// `int2vector` and `oidvector`: catalog arrays shown as `1 2`.
+    pub const INT2VECTOR: u32 = 22;
+    pub const OIDVECTOR: u32 = 30;
     pub const JSON: u32 = 114;
     pub const FLOAT4: u32 = 700;
     pub const FLOAT8: u32 = 701;
@@ -210,7 +213,14 @@ impl PgType {
             "numeric" if !decimal => return None,
             _ => {}
         }
+        let list = matches!(data_type, DataType::List(_));
+        match name {
+            "int2vector" | "oidvector" if !list => return None,
+            _ => {}
+        }
         Some(match (name, numbers.as_slice()) {
+            ("int2vector", _) => PgType::plain(oid::INT2VECTOR),
+            ("oidvector", _) => PgType::plain(oid::OIDVECTOR),
             ("jsonb", _) => PgType::plain(oid::JSONB),
             ("name", _) => PgType::plain(oid::NAME),
             ("json", _) => PgType::plain(oid::JSON),

@@ -76,6 +76,8 @@ pub struct ValueWriter<'a> {
     trim_zeros: bool,
     /// A `regtype`: an oid shown as the type's name.
     regtype: bool,
+    /// An `int2vector` or `oidvector`: elements apart by spaces, no braces.
+    vector: bool,
 }
 
 impl<'a> ValueWriter<'a> {
@@ -112,7 +114,12 @@ impl<'a> ValueWriter<'a> {
                 .get(super::pg_type::SQL_TYPE_METADATA_KEY)
                 .is_some_and(|d| d == "numeric");
         let regtype = array.data_type().is_integer() && PgType::of_field(field).oid == oid::REGTYPE;
+        let vector = matches!(
+            PgType::of_field(field).oid,
+            oid::INT2VECTOR | oid::OIDVECTOR
+        );
         Ok(ValueWriter {
+            vector,
             array,
             purpose,
             element,
@@ -242,6 +249,15 @@ impl<'a> ValueWriter<'a> {
                 (o[i] as usize, o[i + 1] as usize)
             }
         };
+        if self.vector {
+            for j in start..end {
+                if j > start {
+                    out.push(' ');
+                }
+                element.write(j, out);
+            }
+            return;
+        }
         out.push('{');
         let mut value = String::new();
         for j in start..end {

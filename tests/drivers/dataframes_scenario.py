@@ -36,8 +36,7 @@ assert sorted(parts["id"].to_list()) == list(range(1, 1001)), parts.shape
 users = pl.read_database_uri("SELECT * FROM req_users", URI, engine="connectorx")
 assert sorted(users["n"].to_list()) == sorted([143] * 6 + [142]), users
 
-# pandas: to_sql without the index column (an index needs CREATE INDEX),
-# replaced, appended, read back.
+# pandas: to_sql without the index column, replaced, appended, read back.
 engine = sa.create_engine(f"postgresql+psycopg2://sluice@127.0.0.1:{PORT}/sluice")
 frame = pd.DataFrame({
     "score": [1.5, 2.5], "label": ["x", "y"], "n": [1, 2],
@@ -50,6 +49,16 @@ back = pd.read_sql("SELECT * FROM scores ORDER BY n, label", engine)
 assert back["score"].tolist() == [1.5, 1.5, 2.5, 2.5], back
 assert str(back["seen"].dtype).startswith("datetime64"), back.dtypes
 assert pd.read_sql("SELECT count(*) AS c FROM req WHERE id > %(low)s", engine, params={"low": 990})["c"][0] == 10
-assert set(sa.inspect(engine).get_table_names()) >= {"req", "scores"}
+# pandas' default keeps the frame's index as a column and indexes it
+# (CREATE INDEX ix_<table>_index), in the same transaction as the table.
+indexed = pd.DataFrame({"v": [10, 20, 30]}, index=[7, 8, 9])
+indexed.to_sql("indexed", engine)
+indexed.to_sql("indexed", engine, if_exists="replace")
+indexed.to_sql("indexed", engine, if_exists="append")
+again = pd.read_sql("SELECT * FROM indexed WHERE index = %(i)s", engine, params={"i": 8}, index_col="index")
+assert again["v"].tolist() == [20, 20], again
+found = sa.inspect(engine).get_indexes("indexed")
+assert [(i["name"], i["column_names"], i["unique"]) for i in found] == [("ix_indexed_index", ["index"], False)], found
+assert set(sa.inspect(engine).get_table_names()) >= {"req", "scores", "indexed"}
 assert "req_users" in sa.inspect(engine).get_materialized_view_names()
 print("dataframes ok")
