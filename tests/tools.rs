@@ -635,3 +635,84 @@ async fn count_of_user(c: &tokio_postgres::Client, user: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// `pg_proc`, `pg_type`, `pg_operator` and `pg_aggregate` list what Sluice
+/// has: functions its planner knows, over types it has; every type a
+/// function or operator names is in `pg_type`, by its name; and sqlsmith's
+/// catalog queries (a correlated scalar subquery in the select list,
+/// `unnest(proargtypes)`, `prorettype::regtype::text`) answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routine_catalog_lists_what_sluice_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move {
+            c.query_one(sql, &[])
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        count("SELECT count(DISTINCT proname) FROM pg_proc WHERE proname IN ('upper', 'abs', 'count', 'sum', 'date_trunc', 'jsonb_build_object')").await,
+        6
+    );
+    // PostgreSQL's functions Sluice does not have are not listed.
+    assert_eq!(
+        count("SELECT count(*) FROM pg_proc WHERE proname IN ('boolin', 'pg_advisory_lock', 'xmlagg', 'ts_rank', 'gen_random_uuid', 'txid_current')").await,
+        0
+    );
+    for dangling in [
+        "SELECT count(*) FROM pg_proc p LEFT JOIN pg_type t ON t.oid = p.prorettype WHERE t.oid IS NULL",
+        "SELECT count(*) FROM (SELECT unnest(proargtypes) AS a FROM pg_proc) x LEFT JOIN pg_type t ON t.oid = x.a WHERE t.oid IS NULL",
+        "SELECT count(*) FROM pg_operator o LEFT JOIN pg_type t ON t.oid = o.oprresult WHERE t.oid IS NULL",
+        "SELECT count(*) FROM pg_proc WHERE prorettype::regtype::text ~ '^[0-9]+$' OR prorettype::regtype::text = 'unknown'",
+        "SELECT count(*) FROM pg_type WHERE typname IN ('xml', 'uuid', 'tsvector', 'point', 'money')",
+        "SELECT count(*) FROM pg_aggregate a LEFT JOIN pg_proc p ON p.proname = regexp_replace(CAST(a.aggfnoid AS TEXT), '^pg_catalog[.]', '') AND p.prokind = 'a' WHERE p.proname IS NULL",
+    ] {
+        assert_eq!(
+            c.query_one(dangling, &[]).await.unwrap().get::<_, i64>(0),
+            0,
+            "{dangling}"
+        );
+    }
+    assert!(count("SELECT count(*) FROM pg_aggregate").await > 0);
+    assert_eq!(
+        count("SELECT count(*) FROM pg_operator WHERE oprname = '~~' AND oprleft = 25 AND oprright = 25").await,
+        1
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM pg_operator WHERE oprname = '<->'").await,
+        0
+    );
+    // sqlsmith's query of the functions, as it sends it.
+    let routines = c
+        .query(
+            "select (select nspname from pg_namespace where oid = pronamespace), oid, prorettype, proname \
+             from pg_proc \
+             where prorettype::regtype::text not in ('event_trigger', 'trigger', 'opaque', 'internal') \
+             and proname <> 'pg_event_trigger_table_rewrite_reason' \
+             and proname !~ '^ri_fkey_' \
+             and not (proretset or prokind = 'a' or prokind = 'w')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(routines.len() > 100, "{} routines", routines.len());
+    assert!(routines
+        .iter()
+        .all(|r| r.get::<_, Option<String>>(0).is_some()));
+    let upper: Vec<i32> = c
+        .query(
+            "SELECT unnest(proargtypes) FROM pg_proc WHERE proname = 'upper'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(upper, [25]);
+}

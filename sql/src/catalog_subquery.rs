@@ -166,6 +166,65 @@ impl VisitorMut for CatalogSubqueries {
     }
 }
 
+/// Whether DataFusion plans a subquery once its value is aggregated: one
+/// table, filtered by equalities alone (psql's lookups over two catalogs
+/// with an inequality are not, and stay NULL, as the rules make them).
+fn decorrelates(query: &Query) -> bool {
+    fn equalities(e: &Expr) -> bool {
+        match e {
+            Expr::BinaryOp {
+                left,
+                op: sqlparser::ast::BinaryOperator::And,
+                right,
+            } => equalities(left) && equalities(right),
+            Expr::BinaryOp {
+                op: sqlparser::ast::BinaryOperator::Eq,
+                ..
+            } => true,
+            Expr::Nested(e) => equalities(e),
+            _ => false,
+        }
+    }
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    matches!(select.from.as_slice(), [t] if t.joins.is_empty())
+        && select.selection.as_ref().is_none_or(equalities)
+}
+
+/// Puts each scalar subquery that is a whole item of a select list in
+/// parentheses (`((SELECT ...))`, the same expression): the compatibility
+/// rules of datafusion-pg-catalog replace such an item by NULL when it is
+/// correlated, and give it `LIMIT 1`, which DataFusion cannot decorrelate,
+/// when they cannot tell. [`rewrite_catalog_subqueries`] makes them plan.
+/// Only subqueries DataFusion can then plan are kept ([`decorrelates`]).
+/// True when there was one.
+pub fn protect_projection_subqueries(statement: &mut Statement) -> bool {
+    struct Protect(bool);
+    impl VisitorMut for Protect {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                for item in &mut select.projection {
+                    let (SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) =
+                        item
+                    else {
+                        continue;
+                    };
+                    if matches!(e, Expr::Subquery(q) if decorrelates(q)) {
+                        *e = Expr::Nested(Box::new(e.clone()));
+                        self.0 = true;
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut protect = Protect(false);
+    let _ = statement.visit(&mut protect);
+    protect.0
+}
+
 /// Aggregates the value of correlated scalar subqueries over `pg_catalog`.
 pub fn rewrite_catalog_subqueries(statement: &mut Statement) {
     let _ = statement.visit(&mut CatalogSubqueries);
@@ -186,6 +245,22 @@ mod tests {
         assert_eq!(
             rewritten("SELECT pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c"),
             "SELECT pg_catalog.array_to_string(c.reloptions || make_array(), ', ') FROM pg_catalog.pg_class c"
+        );
+    }
+
+    #[test]
+    fn only_plannable_select_list_subqueries_are_kept_from_the_rules() {
+        let mut s = crate::parse_one(
+            "SELECT (SELECT nspname FROM pg_namespace WHERE oid = pronamespace), \
+             (SELECT c.collname FROM pg_collation c, pg_type t WHERE c.oid = a.x AND t.oid <> a.y) \
+             FROM pg_proc",
+        );
+        assert!(protect_projection_subqueries(&mut s));
+        assert_eq!(
+            s.to_string(),
+            "SELECT ((SELECT nspname FROM pg_namespace WHERE oid = pronamespace)), \
+             (SELECT c.collname FROM pg_collation c, pg_type t WHERE c.oid = a.x AND t.oid <> a.y) \
+             FROM pg_proc"
         );
     }
 

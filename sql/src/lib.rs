@@ -28,7 +28,7 @@ mod subscription;
 mod windows;
 
 pub use catalog_query::reads_catalog;
-pub use catalog_subquery::rewrite_catalog_subqueries;
+pub use catalog_subquery::{protect_projection_subqueries, rewrite_catalog_subqueries};
 pub use ctid::{rewrite_ctid_ranges, ROWS_PER_BLOCK as CTID_ROWS_PER_BLOCK};
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};

@@ -261,15 +261,28 @@ impl Planner {
             .ok()
             .and_then(|mut s| (s.len() == 1).then(|| s.remove(0))),
         };
-        if let Some(plain) = plain {
-            if !sluice_sql::reads_catalog(&plain) {
-                return plain;
+        if let Some(plain) = &plain {
+            if !sluice_sql::reads_catalog(plain) {
+                return plain.clone();
             }
         }
-        match self.compat.parse(sql) {
+        let parsed = match self.compat.parse(sql) {
             Ok(mut s) if s.len() == 1 => s.remove(0),
-            _ => fallback,
+            _ => return fallback,
+        };
+        // A scalar subquery in a select list (sqlsmith's `(SELECT nspname
+        // FROM pg_namespace WHERE oid = pronamespace)`) is kept from the
+        // rules that would make it NULL, unless the statement is one the
+        // rules replace whole (then the rules' statement differs).
+        if let Some(mut plain) = plain {
+            let direct = self.compat.rewrite(plain.clone());
+            if direct.to_string() == parsed.to_string()
+                && sluice_sql::protect_projection_subqueries(&mut plain)
+            {
+                return self.compat.rewrite(plain);
+            }
         }
+        parsed
     }
 
     /// SQL that answers statements expressed as queries (SHOW ...).

@@ -102,6 +102,45 @@ impl datafusion::logical_expr::planner::TypePlanner for PgTypePlanner {
             T::Boolean | T::Bool => plain(DataType::Boolean),
             T::Bytea => plain(DataType::Binary),
             T::Date => plain(DataType::Date32),
+            T::Custom(name, args) if args.is_empty() => {
+                let name = name
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .map(|i| i.value.to_ascii_lowercase())
+                    .unwrap_or_default();
+                match name.as_str() {
+                    // The types `pg_type` lists by these names.
+                    "name" => marked(DataType::Utf8, "name".into()),
+                    "bpchar" => marked(DataType::Utf8, "bpchar".into()),
+                    "int2vector" | "oidvector" => {
+                        let element = match name.as_str() {
+                            "int2vector" => DataType::Int16,
+                            _ => DataType::Int32,
+                        };
+                        marked(
+                            DataType::List(Arc::new(Field::new_list_field(element, true))),
+                            name,
+                        )
+                    }
+                    // `_int4`: PostgreSQL's internal name of `int4[]`.
+                    array if array.len() > 1 && array.starts_with('_') => {
+                        let element = sluice_sql::sqlparser::parser::Parser::new(
+                            &sluice_sql::sqlparser::dialect::PostgreSqlDialect {},
+                        )
+                        .try_with_sql(&array[1..])
+                        .and_then(|mut p| p.parse_data_type())
+                        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                        match self.plan_type_field(&element)? {
+                            Some(element) => plain(DataType::List(Arc::new(
+                                element.as_ref().clone().with_name("item"),
+                            ))),
+                            None => self.next.plan_type_field(sql_type),
+                        }
+                    }
+                    _ => self.next.plan_type_field(sql_type),
+                }
+            }
             _ => self.next.plan_type_field(sql_type),
         }
     }

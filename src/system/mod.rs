@@ -12,6 +12,7 @@ mod context;
 mod information_schema;
 mod pg_catalog_info;
 mod pg_keys;
+mod pg_routines;
 mod point_read;
 mod query_views;
 mod sluice_catalog;

@@ -181,6 +181,19 @@ impl SchemaProvider for SluicePgCatalog {
             ));
         }
         let table = self.inner.table(name).await?;
+        if let (Some(inner), Some(kind)) = (&table, super::pg_routines::RoutineCatalog::of(name)) {
+            let Some(pg_proc) = self.inner.table("pg_proc").await? else {
+                return Ok(table);
+            };
+            return Ok(Some(Arc::new(
+                super::pg_routines::RoutineCatalogTable::new(
+                    kind,
+                    inner.clone(),
+                    pg_proc,
+                    self.inner.table("pg_namespace").await?,
+                ),
+            )));
+        }
         let key_catalog = match name {
             "pg_index" => Some(KeyCatalog::Index),
             "pg_constraint" => Some(KeyCatalog::Constraint),

@@ -431,7 +431,7 @@ fn vector_text(v: &[i16]) -> String {
 
 /// Reads `1 2`, `{1,2}` or `[1, 2]` into a list of `element` values; text
 /// that is not a list of integers reads as NULL.
-fn text_to_list(text: &dyn Array, element: &DataType) -> Result<ArrayRef> {
+pub(super) fn text_to_list(text: &dyn Array, element: &DataType) -> Result<ArrayRef> {
     let text = arrow::compute::cast(text, &DataType::Utf8)?;
     let text = text.as_string::<i32>();
     let numbers = |s: &str| -> Option<Vec<i64>> {

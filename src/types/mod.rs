@@ -13,6 +13,6 @@ mod pg_type;
 pub mod text;
 
 pub use pg_type::{
-    array_of, declared, declared_field, is_json, oid, oid_alias_value, unconstrained_numeric,
-    PgType, SQL_TYPE_METADATA_KEY, UTC,
+    array_of, declared, declared_field, is_json, known_type_oids, oid, oid_alias_value,
+    unconstrained_numeric, PgType, SQL_TYPE_METADATA_KEY, UTC,
 };

@@ -129,6 +129,35 @@ const TYPES: &[(u32, u32, &str, &str)] = &[
     (oid::JSONB, 3807, "jsonb", "jsonb"),
 ];
 
+/// The pseudo-types and catalog vector types function signatures and
+/// catalog columns name (no values of them are stored): oid and name.
+pub const PSEUDO_TYPES: &[(u32, &str)] = &[
+    (oid::INT2VECTOR, "int2vector"),
+    (oid::OIDVECTOR, "oidvector"),
+    (2275, "cstring"),
+    (2276, "\"any\""),
+    (2277, "anyarray"),
+    (2278, "void"),
+    (2279, "trigger"),
+    (2281, "internal"),
+    (2283, "anyelement"),
+    (2776, "anynonarray"),
+    (3838, "event_trigger"),
+    (5077, "anycompatible"),
+    (5078, "anycompatiblearray"),
+    (5079, "anycompatiblenonarray"),
+];
+
+/// The oids of every type Sluice has: its value types, their arrays,
+/// and the pseudo-types of [`PSEUDO_TYPES`].
+pub fn known_type_oids() -> impl Iterator<Item = u32> {
+    TYPES
+        .iter()
+        .flat_map(|t| [t.0, t.1])
+        .filter(|&o| o != 0)
+        .chain(PSEUDO_TYPES.iter().map(|t| t.0))
+}
+
 impl PgType {
     pub const fn plain(oid: u32) -> PgType {
         PgType { oid, typmod: -1 }
@@ -229,6 +258,7 @@ impl PgType {
                 oid: oid::VARCHAR,
                 typmod: n + 4,
             },
+            ("bpchar", []) => PgType::plain(oid::BPCHAR),
             ("bpchar", [n]) => PgType {
                 oid: oid::BPCHAR,
                 typmod: n + 4,
@@ -273,6 +303,9 @@ impl PgType {
         }
         if let Some((oid, ..)) = TYPES.iter().find(|t| t.1 == self.oid) {
             return format!("{}[]", PgType::plain(*oid).format());
+        }
+        if let Some((_, name)) = PSEUDO_TYPES.iter().find(|t| t.0 == self.oid) {
+            return name.to_string();
         }
         "unknown".into()
     }

@@ -711,3 +711,65 @@ async fn tokio_postgres_reads_column_types() {
         );
     }
 }
+
+/// sqlsmith (Debian's), a query generator that reads the catalog first
+/// (types, tables, columns, constraints, operators, functions,
+/// aggregates, their arguments) and then sends random queries built from
+/// it: it loads Sluice's catalog and runs its queries to the end, and the
+/// server answers as before after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlsmith() {
+    if !available("sqlsmith", Command::new("sqlsmith").arg("--version")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE events (id BIGINT, user_id TEXT, amount NUMERIC(10,2), at TIMESTAMPTZ,
+             ok BOOLEAN, payload JSONB) WITH (partitions = 2);
+         INSERT INTO events SELECT g, 'u' || (g % 7), g * 1.25,
+             TIMESTAMPTZ '2026-01-01 00:00:00+00' + g * INTERVAL '1 minute', g % 2 = 0, '{\"k\": 1}'
+             FROM generate_series(1, 200) g;
+         CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT);
+         INSERT INTO users VALUES (1, 'a'), (2, 'b');
+         CREATE INDEX ON events (user_id);
+         CREATE MATERIALIZED VIEW per_user AS SELECT user_id, count(*) AS n FROM events GROUP BY user_id",
+    )
+    .await
+    .unwrap();
+    // A short run in CI; SLUICE_SQLSMITH_QUERIES for a long one.
+    let queries: u64 = std::env::var("SLUICE_SQLSMITH_QUERIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let out = Command::new("sqlsmith")
+        .arg(format!(
+            "--target=host=127.0.0.1 port={} user=sluice dbname=sluice",
+            server.port
+        ))
+        .arg(format!("--max-queries={queries}"))
+        .args(["--seed=7", "--verbose"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sqlsmith failed:\n{log}");
+    for stage in [
+        "Loading types...done",
+        "Loading columns and constraints...done",
+        "Loading operators...done",
+        "Loading routines...done",
+        "Loading routine parameters...done",
+        "Loading aggregates...done",
+        "Loading aggregate parameters...done",
+    ] {
+        assert!(log.contains(stage), "{stage} missing:\n{log}");
+    }
+    // The server answers after the queries, as before them.
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 200);
+}
