@@ -716,3 +716,23 @@ async fn the_routine_catalog_lists_what_sluice_has() {
         .collect();
     assert_eq!(upper, [25]);
 }
+
+/// `oids::regtype[]` names each type, as `\df`-like tools and sqlsmith's
+/// kin read function signatures (`array_to_string(proargtypes::regtype[],
+/// ', ')`), described as `regtype[]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regtype_arrays_answer_as_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Oracle::start(dir.path()).await;
+    for sql in [
+        // (The array itself prints as `{text,integer}` here, `[0:1]=...` in
+        // PostgreSQL, whose oidvector counts from 0.)
+        "SELECT proname, array_length(proargtypes::regtype[], 1) FROM pg_proc WHERE proname = 'left'",
+        "SELECT array_to_string(proargtypes::regtype[], ', ') FROM pg_proc WHERE proname IN ('left', 'strpos') ORDER BY 1",
+        "SELECT format('%s(%s)', proname, array_to_string(proargtypes::regtype[], ', ')) FROM pg_proc WHERE proname = 'lpad' ORDER BY 1",
+    ] {
+        if let Some(d) = o.differs(sql).await {
+            panic!("{sql}\n{d}");
+        }
+    }
+}

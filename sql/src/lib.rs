@@ -43,7 +43,8 @@ pub use parse::{
 };
 pub use postgres_syntax::rewrite_postgres_syntax;
 pub use regproc::{
-    regproc_literals_in_text, rewrite_regproc_literals, rewrite_regproc_zero, REGTYPE_NAME_FUNCTION,
+    regproc_literals_in_text, rewrite_regproc_literals, rewrite_regproc_zero,
+    REGTYPE_NAMES_FUNCTION, REGTYPE_NAME_FUNCTION,
 };
 pub use relations::{CreateIndex, CreateQueryView, CreateTableAs, RelationKind};
 pub use result_names::{name_result_columns, ResultName};

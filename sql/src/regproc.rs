@@ -51,7 +51,7 @@ impl VisitorMut for RegprocZero {
             *expr = Expr::Value(Value::SingleQuotedString(name).into());
             return ControlFlow::Continue(());
         }
-        if let Some(call) = regtype_of_oid(expr) {
+        if let Some(call) = regtype_of_oid(expr).or_else(|| regtypes_of_oids(expr)) {
             *expr = call;
             return ControlFlow::Continue(());
         }
@@ -101,6 +101,39 @@ fn regtype_of_oid(e: &Expr) -> Option<Expr> {
     Some(crate::set_returning::call(
         REGTYPE_NAME_FUNCTION,
         vec![expr.clone()],
+    ))
+}
+
+/// The function that names the types of an oid array (`proargtypes::regtype[]`).
+pub const REGTYPE_NAMES_FUNCTION: &str = "sluice_regtype_names";
+
+/// `x::regtype[]` of a value that is not a literal: a call of
+/// [`REGTYPE_NAMES_FUNCTION`].
+fn regtypes_of_oids(e: &Expr) -> Option<Expr> {
+    let Expr::Cast {
+        expr, data_type, ..
+    } = e
+    else {
+        return None;
+    };
+    let DataType::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(element, None)) = data_type
+    else {
+        return None;
+    };
+    let DataType::Custom(ty, _) = element.as_ref() else {
+        return None;
+    };
+    let named =
+        ty.0.last()?
+            .as_ident()?
+            .value
+            .eq_ignore_ascii_case("regtype");
+    if !named || matches!(expr.as_ref(), Expr::Value(_)) {
+        return None;
+    }
+    Some(crate::set_returning::call(
+        REGTYPE_NAMES_FUNCTION,
+        vec![expr.as_ref().clone()],
     ))
 }
 

@@ -301,6 +301,34 @@ fn regtype_names(a: &[ArrayRef]) -> Result<ArrayRef> {
     Ok(Arc::new(names))
 }
 
+/// `oids::regtype[]` (`proargtypes::regtype[]`): each type's name, an
+/// array described as `regtype[]`.
+fn regtype_name_lists(a: &[ArrayRef]) -> Result<ArrayRef> {
+    use arrow::array::{ListArray, ListBuilder, StringBuilder};
+    let Some(lists) = a[0].as_any().downcast_ref::<ListArray>() else {
+        return Err(datafusion::error::DataFusionError::Plan(format!(
+            "cannot cast type {} to regtype[]",
+            crate::types::PgType::of_data_type(a[0].data_type()).format()
+        )));
+    };
+    let element = Field::new_list_field(DataType::Utf8, true)
+        .with_metadata(crate::types::oid_alias_value("regtype"));
+    let mut out = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(element));
+    for i in 0..lists.len() {
+        if lists.is_null(i) {
+            out.append_null();
+            continue;
+        }
+        let names = regtype_names(&[lists.value(i)])?;
+        let names = names.as_string::<i32>();
+        for name in names.iter() {
+            out.values().append_option(name);
+        }
+        out.append(true);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
 /// `to_hex(integer)` of a 32-bit integer's own bits (`ffffffff` for -1).
 fn to_hex(a: &[ArrayRef]) -> Result<ArrayRef> {
     let out: StringArray = match a[0].data_type() {
@@ -389,6 +417,19 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
             Field::new("regtype", DataType::Utf8, true)
                 .with_metadata(crate::types::oid_alias_value("regtype")),
             regtype_names,
+        ),
+        field_udf(
+            sluice_sql::REGTYPE_NAMES_FUNCTION,
+            one(),
+            Field::new(
+                "regtype",
+                DataType::List(Arc::new(
+                    Field::new_list_field(DataType::Utf8, true)
+                        .with_metadata(crate::types::oid_alias_value("regtype")),
+                )),
+                true,
+            ),
+            regtype_name_lists,
         ),
         field_udf("to_hex", one(), text(), to_hex),
         field_udf(

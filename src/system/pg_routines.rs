@@ -90,6 +90,11 @@ impl RoutineCatalogTable {
                     true,
                 )
                 .with_metadata(crate::types::declared("oidvector")),
+                // PostgreSQL's names are of type name.
+                (_, "proname" | "typname" | "oprname") if f.data_type() == &DataType::Utf8 => f
+                    .as_ref()
+                    .clone()
+                    .with_metadata(crate::types::declared("name")),
                 _ => f.as_ref().clone(),
             })
             .collect();
