@@ -14,7 +14,9 @@
 //!   numerics half away from zero) instead of truncating, and a value out
 //!   of range fails with 22003 (`integer out of range`);
 //! - to `varchar(n)` cuts the text to n characters, as an explicit cast
-//!   does in PostgreSQL.
+//!   does in PostgreSQL;
+//! - text to an array reads PostgreSQL's array literal (`'{1,2}'::int[]`,
+//!   `'{a,"b c",NULL}'::text[]`), one dimension, 22P02 when malformed.
 
 use std::sync::Arc;
 
@@ -77,6 +79,7 @@ enum CastKind {
     TextToTemporal,
     TextToBytea,
     TextToBool,
+    TextToArray,
     ToText,
     ToInteger,
     /// An integer to a narrower integer, range-checked. DataFusion's own
@@ -128,6 +131,7 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
         return match to_type {
             DataType::Binary => Some(CastKind::TextToBytea),
             DataType::Boolean => Some(CastKind::TextToBool),
+            DataType::List(_) => Some(CastKind::TextToArray),
             _ => None,
         };
     }
@@ -173,6 +177,16 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         _ => inner.clone(),
     };
+    // An array's elements as plain values: a list scalar does not keep
+    // its element field's metadata.
+    let to = match (kind, to.data_type()) {
+        (CastKind::TextToArray, DataType::List(element)) => {
+            Arc::new(to.as_ref().clone().with_data_type(DataType::List(Arc::new(
+                Field::new_list_field(element.data_type().clone(), true),
+            ))))
+        }
+        _ => to,
+    };
     let udf = ScalarUDF::new_from_impl(PgCast {
         kind,
         to,
@@ -181,6 +195,58 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     Ok(Transformed::yes(Expr::ScalarFunction(
         ScalarFunction::new_udf(Arc::new(udf), vec![arg]),
     )))
+}
+
+/// Array literals (`'{1,2}'`) read as arrays of type `to`: the elements'
+/// text, then cast to the element type.
+fn text_to_array(input: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    use arrow::array::{ArrayBuilder, ListArray, StringBuilder};
+    use arrow::buffer::{NullBuffer, OffsetBuffer};
+    let text = arrow::compute::cast(input, &DataType::Utf8)?;
+    let mut offsets = Vec::with_capacity(text.len() + 1);
+    offsets.push(0i32);
+    let mut values = StringBuilder::new();
+    let mut valid = Vec::with_capacity(text.len());
+    for v in text.as_string::<i32>().iter() {
+        if let Some(v) = v {
+            for item in super::pg_json::array_literal(v)? {
+                match item.eq_ignore_ascii_case("null") {
+                    true => values.append_null(),
+                    false => values.append_value(item),
+                }
+            }
+        }
+        valid.push(v.is_some());
+        offsets.push(
+            i32::try_from(values.len())
+                .map_err(|_| pg_error("54000", "array literals too large".to_string()))?,
+        );
+    }
+    let DataType::List(element) = to else {
+        return Ok(arrow::compute::cast(input, to)?);
+    };
+    let strict = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let values: ArrayRef = Arc::new(values.finish());
+    let values =
+        arrow::compute::cast_with_options(&values, element.data_type(), &strict).map_err(|e| {
+            pg_error(
+                "22P02",
+                format!(
+                    "invalid input syntax for type {}: {e}",
+                    PgType::of_data_type(element.data_type()).format()
+                ),
+            )
+        })?;
+    // The element field of the cast's type, metadata and all.
+    Ok(Arc::new(ListArray::try_new(
+        element.clone(),
+        OffsetBuffer::new(offsets.into()),
+        values,
+        Some(NullBuffer::from(valid)),
+    )?))
 }
 
 /// A cast as PostgreSQL casts (see the module header).
@@ -201,6 +267,7 @@ impl ScalarUDFImpl for PgCast {
             CastKind::Json { canonical: false } => "json",
             CastKind::TextToBytea => "bytea",
             CastKind::TextToBool => "bool",
+            CastKind::TextToArray => "array",
             CastKind::ToInteger | CastKind::NarrowInteger => match self.to.data_type() {
                 DataType::Int16 => "int2",
                 DataType::Int32 => "int4",
@@ -261,6 +328,7 @@ impl PgCast {
                 let text = array_text(input, from, TextFor::Cast)?;
                 arrow::compute::cast(&text, to)?
             }
+            CastKind::TextToArray => text_to_array(input, to)?,
             CastKind::Bpchar(n) => {
                 let text = arrow::compute::cast(input, &DataType::Utf8)?;
                 let fitted: StringArray = text
