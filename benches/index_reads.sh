@@ -13,35 +13,11 @@ ROWS="${1:-1000000}"
 WORK="$(mktemp -d /tmp/sluice-bench.XXXXXX)"
 SLUICE_PORT=5479
 PG_PORT=5480
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
-PGBIN=/usr/lib/postgresql/15/bin
-
-cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
-
-echo "generating $ROWS rows"
-python3 benches/gen_usage.py "$ROWS" "$WORK/usage.csv"
-
-cleanup() {
-  [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
-  [ -d "$WORK/pg" ] && su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -m immediate stop" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$SLUICE" serve --listen 127.0.0.1:$SLUICE_PORT --data-dir "$WORK/sluice" --http-listen off 2>"$WORK/sluice.log" &
-SLUICE_PID=$!
-for _ in $(seq 100); do psql -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-psql -q -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c "CREATE TABLE usage (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP) APPEND ONLY WITH (partitions = 4, partition_key = 'tenant')"
-psql -q -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c "\copy usage FROM '$WORK/usage.csv' WITH (FORMAT csv)"
-
-mkdir -p "$WORK/pg"; chown postgres "$WORK" "$WORK/pg"; chmod 755 "$WORK"; chmod 644 "$WORK/usage.csv"
-su postgres -c "$PGBIN/initdb -D $WORK/pg -A trust -U postgres" >/dev/null
-su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -o '-p $PG_PORT -k /tmp -c listen_addresses=127.0.0.1' -l $WORK/pg.log start" >/dev/null
-for _ in $(seq 100); do psql -h 127.0.0.1 -p $PG_PORT -U postgres -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE usage (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP)"
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "\copy usage FROM '$WORK/usage.csv' WITH (FORMAT csv)"
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE INDEX ON usage (event_id); CREATE INDEX ON usage (event_time); VACUUM ANALYZE usage"
+. benches/servers.sh
+load_usage_into_both "$ROWS"
+pg_sql "CREATE INDEX ON usage (event_id)"
+pg_sql "CREATE INDEX ON usage (event_time)"
+pg_sql "ANALYZE usage"
 
 python3 - "$ROWS" "$SLUICE_PORT" "$PG_PORT" <<'PY'
 import datetime, random, sys, time
@@ -71,10 +47,9 @@ def run(conn, sql, args, budget):
         return done / (time.time() - t0), done, check
 
 point = "SELECT event_id, tenant, tokens FROM usage WHERE event_id = %s"
-span_sql = ("SELECT count(*), sum(tokens) FROM usage "
-            "WHERE event_time >= %s AND event_time < %s + INTERVAL '1 second'")
+span_sql = "SELECT count(*), sum(tokens) FROM usage WHERE event_time >= %s AND event_time < %s"
 point_args = [(i,) for i in ids]
-span_args = [(t, t) for t in times]
+span_args = [(t, t + datetime.timedelta(seconds=1)) for t in times]
 s = psycopg.connect(f"host=127.0.0.1 port={sluice} user=sluice dbname=sluice", autocommit=True)
 p = psycopg.connect(f"host=127.0.0.1 port={pg} user=postgres dbname=postgres", autocommit=True)
 results = {}

@@ -14,35 +14,8 @@ WORK="$(mktemp -d /tmp/sluice-bench.XXXXXX)"
 SLUICE_PORT=5477
 PG_PORT=5478
 TOOLS="${SLUICE_TOOLS:-$HOME/.cache/sluice-tools}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
-PGBIN=/usr/lib/postgresql/15/bin
-
-cargo build --profile "${SLUICE_PROFILE:-release}" --bin sluice -q
-SLUICE="$CARGO_TARGET_DIR/${SLUICE_PROFILE:-release}/sluice"
-
-echo "generating $ROWS rows"
-python3 benches/gen_usage.py "$ROWS" "$WORK/usage.csv"
-
-cleanup() {
-  [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
-  [ -d "$WORK/pg" ] && su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -m immediate stop" >/dev/null 2>&1 || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-"$SLUICE" serve --listen 127.0.0.1:$SLUICE_PORT --data-dir "$WORK/sluice" --http-listen off 2>"$WORK/sluice.log" &
-SLUICE_PID=$!
-for _ in $(seq 100); do psql -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-psql -q -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c "CREATE TABLE usage (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP) APPEND ONLY WITH (partitions = 4, partition_key = 'tenant')"
-psql -q -h 127.0.0.1 -p $SLUICE_PORT -U sluice -d sluice -c "\copy usage FROM '$WORK/usage.csv' WITH (FORMAT csv)"
-
-mkdir -p "$WORK/pg"; chown postgres "$WORK" "$WORK/pg"; chmod 755 "$WORK"; chmod 644 "$WORK/usage.csv"
-su postgres -c "$PGBIN/initdb -D $WORK/pg -A trust -U postgres" >/dev/null
-su postgres -c "$PGBIN/pg_ctl -D $WORK/pg -o '-p $PG_PORT -k /tmp -c listen_addresses=127.0.0.1' -l $WORK/pg.log start" >/dev/null
-for _ in $(seq 100); do psql -h 127.0.0.1 -p $PG_PORT -U postgres -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "CREATE TABLE usage (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP)"
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "\copy usage FROM '$WORK/usage.csv' WITH (FORMAT csv)"
-psql -q -h 127.0.0.1 -p $PG_PORT -U postgres -c "VACUUM ANALYZE usage"
+. benches/servers.sh
+load_usage_into_both "$ROWS"
 
 "$TOOLS/bin/python" - "$ROWS" "$SLUICE_PORT" "$PG_PORT" <<'PY'
 import glob, os, sys, time
