@@ -201,6 +201,9 @@ impl ColumnIndex {
                         .push((p as u32, offset));
                     s.entries += 1;
                 }
+                // Frame by frame: a read that fails part way (an
+                // unreadable segment) leaves no record noted twice.
+                s.covered[p] = meta.end_offset().min(to);
             }
             s.covered[p] = to;
         }

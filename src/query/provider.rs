@@ -153,11 +153,16 @@ impl LogTableProvider {
         let Some((_, index, ranges)) = best else {
             return Ok(None);
         };
-        let places = index
-            .places(&self.table, ends, &ranges)
-            .await
-            .map_err(crate::error::into_datafusion)?;
-        Ok(Some(places))
+        match index.places(&self.table, ends, &ranges).await {
+            Ok(places) => Ok(Some(places)),
+            // A frame the index could not read (a segment in the object
+            // store that does not answer): the scan reads what it can and
+            // says what is missing.
+            Err(e) => {
+                tracing::warn!(index = %index.name, error = %e, "index not used");
+                Ok(None)
+            }
+        }
     }
 
     /// The latest live record of each key, from each partition's records
