@@ -9,6 +9,7 @@
 mod array_subquery;
 mod catalog_query;
 mod catalog_subquery;
+mod ctes;
 mod ctid;
 mod ddl;
 mod depth;
@@ -29,6 +30,7 @@ mod windows;
 
 pub use catalog_query::reads_catalog;
 pub use catalog_subquery::{protect_projection_subqueries, rewrite_catalog_subqueries};
+pub use ctes::inline_ctes;
 pub use ctid::{rewrite_ctid_ranges, ROWS_PER_BLOCK as CTID_ROWS_PER_BLOCK};
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};

@@ -18,3 +18,6 @@ CREATE MATERIALIZED VIEW most_common_keyed AS SELECT a.grp, a.n FROM (SELECT grp
 CREATE MATERIALIZED VIEW per_grp AS SELECT grp, count(*) AS c, sum(v) AS s, min(v) AS lo, max(v) AS hi FROM kv GROUP BY grp;
 CREATE MATERIALIZED VIEW kv_doubled AS SELECT k, grp, v * 2 AS d FROM kv WHERE v > 10;
 CREATE MATERIALIZED VIEW kv_json AS SELECT k, doc -> 'a' AS a, doc ->> 'b' AS b FROM kv WHERE doc ? 'a';
+CREATE MATERIALIZED VIEW cte_big AS WITH big AS (SELECT id, k, n FROM ev WHERE n > 2) SELECT k, count(*) AS c, max(n) AS m FROM big GROUP BY k;
+CREATE MATERIALIZED VIEW cte_chain AS WITH a (key, val) AS (SELECT grp, v FROM kv), b AS (SELECT key, val FROM a WHERE val > 10) SELECT key, count(*) AS c, max(val) AS m FROM b GROUP BY key;
+CREATE MATERIALIZED VIEW cte_join AS WITH pos AS (SELECT id, k FROM ev WHERE n > 0) SELECT n1.a, pos.id FROM n1 JOIN pos ON pos.k = n1.a;

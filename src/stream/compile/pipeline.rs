@@ -107,6 +107,7 @@ pub async fn compile(
     emit: EmitOptions,
 ) -> Result<CompiledView, SluiceError> {
     let mut stmt = ast::Statement::Query(Box::new(query.clone()));
+    sluice_sql::inline_ctes(&mut stmt)?;
     let windows = rewrite_window_functions(&mut stmt)?;
     let mut relations = Vec::new();
     let _ = ast::visit_relations(&stmt, |name| {
