@@ -50,13 +50,15 @@ impl Postgres {
                     .success());
             }
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pg = Postgres {
-            port,
+        let free_port = || {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let mut pg = Postgres {
+            port: free_port(),
             bin,
             data,
             as_postgres,
@@ -74,24 +76,41 @@ impl Postgres {
                 "--locale=C.UTF-8",
             ],
         );
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=on",
-            pg.data_str()
-        );
+        // The free port found may be taken by another test's server before
+        // PostgreSQL binds it: then another port.
         let log = format!("{}/server.log", pg.data_str());
-        pg.run(
-            "pg_ctl",
-            &[
-                "-D",
-                pg.data_str(),
-                "-o",
-                &options,
-                "-l",
-                &log,
-                "-w",
-                "start",
-            ],
-        );
+        for attempt in 1.. {
+            let options = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=on",
+                pg.port,
+                pg.data_str()
+            );
+            let started = pg
+                .tool("pg_ctl")
+                .args([
+                    "-D",
+                    pg.data_str(),
+                    "-o",
+                    &options,
+                    "-l",
+                    &log,
+                    "-w",
+                    "start",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+            if started {
+                break;
+            }
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(attempt < 3, "pg_ctl failed:\n{tail}");
+            eprintln!(
+                "PostgreSQL did not start on port {}, trying another:\n{tail}",
+                pg.port
+            );
+            pg.port = free_port();
+        }
+        let port = pg.port;
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "PostgreSQL did not start");
