@@ -274,12 +274,13 @@ impl Planner {
         // FROM pg_namespace WHERE oid = pronamespace)`) is kept from the
         // rules that would make it NULL, unless the statement is one the
         // rules replace whole (then the rules' statement differs).
-        if let Some(mut plain) = plain {
-            let direct = self.compat.rewrite(plain.clone());
-            if direct.to_string() == parsed.to_string()
-                && sluice_sql::protect_projection_subqueries(&mut plain)
+        if let Some(plain) = plain {
+            let mut protected = plain.clone();
+            // Most catalog queries have no such subquery: one rewrite.
+            if sluice_sql::protect_projection_subqueries(&mut protected)
+                && self.compat.rewrite(plain).to_string() == parsed.to_string()
             {
-                return self.compat.rewrite(plain);
+                return self.compat.rewrite(protected);
             }
         }
         parsed
