@@ -217,7 +217,14 @@ impl ViewManager {
             allowed_lateness_us: emit.allowed_lateness_us,
             start_offsets: None,
         })?;
-        self.launch(def, compiled, None)?;
+        let id = def.id;
+        if let Err(e) = self.launch(def, compiled, None) {
+            // A view that cannot start is not created: nothing of it stays.
+            self.views.write().remove(name);
+            self.store.drop_view_def(name)?;
+            self.checkpoints.forget(id);
+            return Err(e);
+        }
         Ok(true)
     }
 

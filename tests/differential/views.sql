@@ -21,3 +21,12 @@ CREATE MATERIALIZED VIEW kv_json AS SELECT k, doc -> 'a' AS a, doc ->> 'b' AS b 
 CREATE MATERIALIZED VIEW cte_big AS WITH big AS (SELECT id, k, n FROM ev WHERE n > 2) SELECT k, count(*) AS c, max(n) AS m FROM big GROUP BY k;
 CREATE MATERIALIZED VIEW cte_chain AS WITH a (key, val) AS (SELECT grp, v FROM kv), b AS (SELECT key, val FROM a WHERE val > 10) SELECT key, count(*) AS c, max(val) AS m FROM b GROUP BY key;
 CREATE MATERIALIZED VIEW cte_join AS WITH pos AS (SELECT id, k FROM ev WHERE n > 0) SELECT n1.a, pos.id FROM n1 JOIN pos ON pos.k = n1.a;
+CREATE MATERIALIZED VIEW above_group AS SELECT * FROM (SELECT k, count(*) AS c, sum(id) AS s FROM ev GROUP BY k) g WHERE c > 12;
+CREATE MATERIALIZED VIEW above_group_keyed AS SELECT grp, s * 2 AS twice FROM (SELECT grp, sum(v) AS s FROM kv GROUP BY grp) g WHERE s > 40;
+CREATE MATERIALIZED VIEW over_scalar AS SELECT id, n FROM ev WHERE n > (SELECT avg(v) FROM kv);
+CREATE MATERIALIZED VIEW having_scalar AS SELECT k, count(*) AS c FROM ev GROUP BY k HAVING count(*) >= (SELECT count(*) FROM kv) / 3;
+CREATE MATERIALIZED VIEW both_keys AS SELECT k FROM n1 INTERSECT SELECT k FROM n2;
+CREATE MATERIALIZED VIEW left_keys AS SELECT k FROM n1 EXCEPT SELECT k FROM n2;
+CREATE MATERIALIZED VIEW filtered_count AS SELECT k, count(*) FILTER (WHERE n > 10) AS c, sum(id) FILTER (WHERE x > 0) AS s FROM ev GROUP BY k;
+CREATE MATERIALIZED VIEW more_aggregates AS SELECT k, bool_and(n > 0) AS every_positive, bool_or(n > 50) AS any_big, string_agg(id::text, ',' ORDER BY id) AS ids, array_agg(n ORDER BY id) AS ns, stddev(x::float8) AS sd, var_pop(n::float8) AS vp, count(DISTINCT n) AS d, count(*) AS c FROM ev GROUP BY k;
+CREATE MATERIALIZED VIEW more_aggregates_keyed AS SELECT grp, bool_and(v > 5) AS all_over_5, bool_or(doc ? 'a') AS any_a, string_agg(k::text, ';' ORDER BY v DESC, k) AS ks, array_agg(v ORDER BY k) AS vs, stddev_pop(v::float8) AS sd, variance(v::float8) AS va FROM kv GROUP BY grp;

@@ -27,7 +27,7 @@ use datafusion::common::{Column, DFSchemaRef, JoinType};
 use datafusion::execution::context::{QueryPlanner, SessionState};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
+use datafusion::logical_expr::{lit, Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
@@ -414,8 +414,18 @@ impl JoinGraph {
                 (None, Some((l, r, size))) => Some((l, r, (0, 0), Some(size))),
                 (None, None) => None,
             };
-            check_join(&join, bound.is_some())?;
-            let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
+            // A join with no equality whose one input has one row at most
+            // (a scalar subquery, decorrelated): every row of the other
+            // input meets that row, under one constant key.
+            let single_row = join.on.is_empty()
+                && [&join.left, &join.right]
+                    .iter()
+                    .any(|side| at_most_one_row(side));
+            check_join(&join, bound.is_some(), single_row)?;
+            let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = match single_row {
+                true => (vec![lit(true)], vec![lit(true)]),
+                false => join.on.iter().cloned().unzip(),
+            };
             let (mut left_input, left_schema, left_keys) =
                 self.side(&left, &left_keys, state).await?;
             let (mut right_input, right_schema, right_keys) =
@@ -439,11 +449,15 @@ impl JoinGraph {
             let description = format!(
                 "{} JOIN ON {}{}",
                 join_kind(join.join_type),
-                join.on
-                    .iter()
-                    .map(|(l, r)| format!("{l} {equals} {r}"))
-                    .collect::<Vec<_>>()
-                    .join(" AND "),
+                match join.on.is_empty() {
+                    true => "true".to_string(),
+                    false => join
+                        .on
+                        .iter()
+                        .map(|(l, r)| format!("{l} {equals} {r}"))
+                        .collect::<Vec<_>>()
+                        .join(" AND "),
+                },
                 join.filter
                     .as_ref()
                     .map(|f| format!(" AND {f}"))
@@ -1352,11 +1366,28 @@ fn bad_state(what: &str) -> SluiceError {
     SluiceError::Internal(format!("the checkpoint's join state is damaged: {what}"))
 }
 
+/// Whether `plan` gives one row at most: a global aggregate (no GROUP BY)
+/// under projections, filters and aliases.
+fn at_most_one_row(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Aggregate(a) => a.group_expr.is_empty(),
+        LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            plan.inputs().first().is_some_and(|i| at_most_one_row(i))
+        }
+        _ => false,
+    }
+}
+
 /// Refuses joins the dataflow cannot keep exact, naming what to change.
-/// `banded`: the join is an interval join (FULL is then supported).
-fn check_join(join: &datafusion::logical_expr::Join, banded: bool) -> Result<(), SluiceError> {
+/// `banded`: the join is an interval join (FULL is then supported);
+/// `single_row`: one input has one row at most (no equality needed).
+fn check_join(
+    join: &datafusion::logical_expr::Join,
+    banded: bool,
+    single_row: bool,
+) -> Result<(), SluiceError> {
     let refuse = |m: String| Err(SluiceError::Unsupported(m));
-    if join.on.is_empty() {
+    if join.on.is_empty() && !single_row {
         return refuse(
             "a join in a materialized view needs an equality between columns of its two inputs (ON a.k = b.k); cross joins and joins on inequalities alone are not supported".into(),
         );

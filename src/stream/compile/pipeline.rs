@@ -39,7 +39,23 @@ use crate::stream::view::{ViewLookup, ViewSource};
 use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner, NO_SOURCE};
 use crate::stream::operators::delta::{DeltaSlot, DeltaTable};
 
-const AGGREGATES: [&str; 5] = ["count", "sum", "min", "max", "avg"];
+const AGGREGATES: [&str; 15] = [
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "stddev",
+    "stddev_pop",
+    "var",
+    "var_pop",
+    "string_agg",
+    "array_agg",
+    "first_value",
+    "last_value",
+];
 
 /// A view's query, ready to run on deltas of its source.
 pub struct CompiledView {
@@ -144,7 +160,14 @@ pub async fn compile(
 
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
-    let state = crate::query::postgres_state(config.with_target_partitions(1), None)
+    // A scalar subquery without outer references becomes a join with its
+    // one row, so that the view follows it as it changes; run as its own
+    // plan, it would read one delta of its tables at a time.
+    let config = config.with_target_partitions(1).set_bool(
+        "datafusion.optimizer.enable_physical_uncorrelated_scalar_subquery",
+        false,
+    );
+    let state = crate::query::postgres_state(config, None)
         .with_query_planner(Arc::new(ViewQueryPlanner))
         .build();
     let ctx = SessionContext::new_with_state(state);
@@ -212,7 +235,12 @@ pub async fn compile(
     let mut graph = JoinGraph::new(relations.clone(), slots)
         .with_source_times(times, emit.allowed_lateness_us)
         .with_retracting_sources(retracting_sources.clone());
-    let plan = graph.lift_joins(plan, &state, false).await?;
+    // A GROUP BY with more above it than HAVING and a projection (a
+    // filter or expression over its rows in an outer query, a join, a
+    // union) is a stage of the graph like an aggregate below a join, its
+    // changing rows read by the rows above.
+    let aggregate_on_top = aggregate_in_place(&plan)?;
+    let plan = graph.lift_joins(plan, &state, !aggregate_on_top).await?;
     check_lifted(&plan)?;
 
     let aggregate = find_aggregate(&plan)?;
@@ -344,6 +372,27 @@ pub async fn compile(
 fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
     let mut bad = None;
     plan.apply(|node| {
+        // A subquery left in an expression would run over one delta of
+        // its tables, not over their rows: a wrong answer, so refused.
+        let mut subquery = false;
+        node.apply_expressions(|e| {
+            subquery |= e.exists(|e| {
+                Ok(matches!(
+                    e,
+                    Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+                ))
+            })?;
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if subquery {
+            bad = Some(
+                "this subquery is not supported in materialized views: one that reads the outer \
+                 query's columns in other than equalities, or under OR or NOT (write it as a JOIN \
+                 with the subquery's grouped rows)"
+                    .to_string(),
+            );
+            return Ok(TreeNodeRecursion::Stop);
+        }
         match node {
             LogicalPlan::Projection(_)
             | LogicalPlan::Unnest(_)
@@ -364,7 +413,7 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
                     };
                     if !AGGREGATES.contains(&name.as_str()) {
                         bad = Some(format!(
-                            "aggregate {name} is not supported in materialized views (supported: COUNT, COUNT(DISTINCT), SUM, MIN, MAX, AVG)"
+                            "aggregate {name} is not supported in materialized views (supported: count, sum, min, max, avg, bool_and, bool_or, stddev, stddev_pop, variance, var_pop, string_agg, array_agg, first_value, last_value)"
                         ));
                         return Ok(TreeNodeRecursion::Stop);
                     }
@@ -414,6 +463,21 @@ fn check_lifted(plan: &LogicalPlan) -> Result<(), SluiceError> {
         Some(m) => Err(unsupported(m)),
         None => Ok(()),
     }
+}
+
+/// Whether the plan has no aggregate, or one at its top with at most a
+/// HAVING filter and a projection above it (the view's last operator).
+fn aggregate_in_place(plan: &LogicalPlan) -> Result<bool, SluiceError> {
+    let any = plan.exists(|n| Ok(matches!(n, LogicalPlan::Aggregate(_))))?;
+    let below_projection = match plan {
+        LogicalPlan::Projection(p) => p.input.as_ref(),
+        other => other,
+    };
+    let top = match below_projection {
+        LogicalPlan::Filter(f) => f.input.as_ref(),
+        other => other,
+    };
+    Ok(!any || matches!(top, LogicalPlan::Aggregate(_)))
 }
 
 /// The view's one aggregate, with at most a projection above it.

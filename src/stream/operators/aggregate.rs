@@ -47,12 +47,26 @@ use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 use super::operator::{canonical_key, nullable, unsupported};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use super::retract::RetractableMinMax;
+use super::retract_collect::{CollectKind, RetractableCollect};
 use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;
 
 /// The aggregates that skip NULL arguments, so that a FILTER can leave a
 /// row out by making its arguments NULL.
-const NULL_SKIPPING: [&str; 5] = ["count", "sum", "avg", "min", "max"];
+const NULL_SKIPPING: [&str; 12] = [
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "bool_and",
+    "bool_or",
+    "string_agg",
+    "stddev",
+    "stddev_pop",
+    "var",
+    "var_pop",
+];
 
 /// Running aggregates per group: DataFusion accumulators fed with each
 /// delta's rows of that group.
@@ -130,7 +144,7 @@ impl AggregatePipeline {
             // which these aggregates skip (adding and taking back alike).
             if filter.is_some() && !NULL_SKIPPING.contains(&agg.fun().name()) {
                 return Err(unsupported(format!(
-                    "FILTER on {} is not supported in a materialized view (COUNT, SUM, AVG, MIN and MAX take it)",
+                    "FILTER on {} is not supported in a materialized view (COUNT, SUM, AVG, MIN, MAX, bool_and, bool_or, string_agg, stddev and variance take it)",
                     agg.fun().name()
                 )));
             }
@@ -227,14 +241,25 @@ impl AggregatePipeline {
                 let name = a.fun().name().to_lowercase();
                 let supported = match a.is_distinct() {
                     true => matches!(name.as_str(), "count" | "min" | "max"),
-                    false => matches!(
-                        name.as_str(),
-                        "count" | "sum" | "avg" | "mean" | "min" | "max"
-                    ),
+                    false => {
+                        matches!(
+                            name.as_str(),
+                            "count"
+                                | "sum"
+                                | "avg"
+                                | "mean"
+                                | "min"
+                                | "max"
+                                | "stddev"
+                                | "stddev_pop"
+                                | "var"
+                                | "var_pop"
+                        ) || CollectKind::of(&name).is_some()
+                    }
                 };
                 if !supported {
                     return Err(unsupported(format!(
-                        "{} is not supported here: this view takes rows back (it reads a keyed table, or has an outer, semi or anti join), which COUNT, COUNT(DISTINCT), SUM, AVG, MIN and MAX can",
+                        "{} is not supported here: this view takes rows back (it reads a keyed table, or has an outer, semi or anti join), which COUNT, COUNT(DISTINCT), SUM, AVG, MIN, MAX, stddev, variance, bool_and, bool_or, string_agg, array_agg, first_value and last_value (without DISTINCT) can",
                         a.name()
                     )));
                 }
@@ -275,7 +300,28 @@ impl AggregatePipeline {
                     .ok_or_else(|| unsupported("COUNT(DISTINCT) of no column"))?;
                 Ok(Box::new(RetractableMinMax::count_distinct(input)?))
             }
-            _ => Ok(a.create_sliding_accumulator()?),
+            name => match CollectKind::of(name) {
+                Some(kind) => {
+                    let schema = self.input.schema();
+                    let arguments = a
+                        .expressions()
+                        .iter()
+                        .map(|e| e.data_type(schema.as_ref()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let ordering = a
+                        .order_bys()
+                        .iter()
+                        .map(|o| Ok((o.expr.data_type(schema.as_ref())?, o.options)))
+                        .collect::<Result<Vec<_>, SluiceError>>()?;
+                    Ok(Box::new(RetractableCollect::new(
+                        kind,
+                        arguments,
+                        ordering,
+                        a.field().data_type().clone(),
+                    )?))
+                }
+                None => Ok(a.create_sliding_accumulator()?),
+            },
         }
     }
 
@@ -394,8 +440,11 @@ impl AggregatePipeline {
             .aggs
             .iter()
             .map(|a| {
+                // An ordered aggregate (`string_agg(x, ',' ORDER BY y)`)
+                // takes its ORDER BY columns after its arguments.
                 a.expressions()
                     .iter()
+                    .chain(a.order_bys().iter().map(|o| &o.expr))
                     .map(|e| e.evaluate(batch).and_then(|v| v.into_array(n)))
                     .collect::<Result<Vec<_>, _>>()
             })

@@ -12,6 +12,7 @@ pub mod interval_join;
 pub mod join;
 pub mod operator;
 pub mod retract;
+pub mod retract_collect;
 pub mod rows;
 pub mod shared_column;
 pub mod top_n;

@@ -154,8 +154,14 @@ impl VectorizedGroups {
         key_schema: SchemaRef,
         aggs: &[Arc<AggregateFunctionExpr>],
     ) -> Result<Option<VectorizedGroups>, SluiceError> {
-        if key_schema.fields().is_empty() || !aggs.iter().all(|a| a.groups_accumulator_supported())
-        {
+        // first_value's and last_value's group state fails to read with no
+        // groups (DataFusion builds it from an empty iterator); their
+        // accumulators per group have no such gap.
+        let vectorizable = |a: &Arc<AggregateFunctionExpr>| {
+            a.groups_accumulator_supported()
+                && !matches!(a.fun().name(), "first_value" | "last_value")
+        };
+        if key_schema.fields().is_empty() || !aggs.iter().all(vectorizable) {
             return Ok(None);
         }
         let Some(values) = GroupKeyTable::try_new(&key_schema) else {
