@@ -567,10 +567,6 @@ async fn interval_joins_that_cannot_be_bounded_are_refused() {
             "passed through unchanged",
         ),
         (
-            "SELECT a.id FROM auction a FULL JOIN plain p ON a.id = p.id",
-            "only as an interval join",
-        ),
-        (
             "SELECT a.id FROM TUMBLE(auction, at, INTERVAL '5 seconds') a \
              JOIN TUMBLE(bid, at, INTERVAL '10 seconds') b \
              ON a.id = b.auction AND a.window_start = b.window_start",

@@ -369,7 +369,10 @@ async fn joins_that_cannot_be_kept_exact_are_refused() {
     for (query, says) in [
         ("SELECT * FROM l, r", "needs an equality"),
         ("SELECT * FROM l JOIN r ON l.v < r.w", "needs an equality"),
-        ("SELECT * FROM l FULL JOIN r ON l.k = r.k", "FULL OUTER JOIN"),
+        (
+            "SELECT * FROM l FULL JOIN r ON l.k = r.k AND l.v < r.w",
+            "equalities of columns",
+        ),
         (
             "SELECT * FROM l WHERE k NOT IN (SELECT k FROM r)",
             "NOT IN (subquery)",

@@ -179,7 +179,12 @@ impl Oracle {
                 sqlstate: "connection".into(),
                 message: e.to_string(),
             });
-        if same(&sluice, &postgres, Order::Any, self.rules) {
+        // A view whose query ends in ORDER BY is read in that order.
+        let order = match top_level_order_by(query) {
+            true => Order::AsSent,
+            false => Order::Any,
+        };
+        if same(&sluice, &postgres, order, self.rules) {
             None
         } else {
             Some(Difference {
@@ -190,6 +195,20 @@ impl Oracle {
             })
         }
     }
+}
+
+/// Whether `query` has an ORDER BY outside parentheses.
+fn top_level_order_by(query: &str) -> bool {
+    let upper = query.to_uppercase();
+    let mut depth = 0i32;
+    upper.char_indices().any(|(i, c)| {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        depth == 0 && upper[i..].starts_with(" ORDER BY ")
+    })
 }
 
 /// Two answers that differ.

@@ -42,6 +42,7 @@ use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
 use crate::stream::operators::join::{JoinOperator, JoinSide};
 use crate::stream::operators::operator::nullable;
 use crate::stream::operators::operator::{Delta, Operator, OperatorStats, StatePart};
+use crate::stream::operators::over_window::OverWindowOperator;
 use crate::stream::operators::top_n::{TopNOperator, TopNSpec};
 
 /// The `source` of [`JoinGraph::propagate`] when only watermarks move.
@@ -371,7 +372,7 @@ impl JoinGraph {
                 LogicalPlan::Limit(limit) => return self.lift_limit(limit, state).await,
                 LogicalPlan::Sort(sort) if sort.fetch.is_some() => {
                     let limit = sort.fetch.unwrap_or_default();
-                    return self.lift_top_n(sort, limit, state).await;
+                    return self.lift_top_n(sort, 0, limit, state).await;
                 }
                 plan => {
                     if let LogicalPlan::Filter(filter) = &plan {
@@ -421,7 +422,7 @@ impl JoinGraph {
                 && [&join.left, &join.right]
                     .iter()
                     .any(|side| at_most_one_row(side));
-            check_join(&join, bound.is_some(), single_row)?;
+            check_join(&join, single_row)?;
             let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = match single_row {
                 true => (vec![lit(true)], vec![lit(true)]),
                 false => join.on.iter().cloned().unzip(),
@@ -801,28 +802,29 @@ impl JoinGraph {
             ))
         };
         let [expr] = window.window_expr.as_slice() else {
-            return refuse();
+            return self.lift_over_window(window, state).await;
         };
         let Expr::WindowFunction(f) = expr.clone().unalias_nested().data else {
             return refuse();
         };
         let is_row_number = matches!(&f.fun,
             datafusion::logical_expr::WindowFunctionDefinition::WindowUDF(u) if u.name() == "row_number");
-        if !is_row_number || !f.params.args.is_empty() || f.params.filter.is_some() {
-            return refuse();
-        }
         let name = window
             .schema
             .field(window.input.schema().fields().len())
             .name()
             .clone();
-        let Some(limit) = self
+        let limit = self
             .row_number_limits
             .iter()
             .find(|(n, _)| *n == name)
-            .map(|(_, l)| *l)
+            .map(|(_, l)| *l);
+        // ROW_NUMBER() that a filter above bounds is a Top-N; any other
+        // window function an over-window.
+        let Some(limit) = limit
+            .filter(|_| is_row_number && f.params.args.is_empty() && f.params.filter.is_none())
         else {
-            return refuse();
+            return self.lift_over_window(window, state).await;
         };
         let input = self
             .lift_joins(window.input.as_ref().clone(), state, true)
@@ -837,11 +839,117 @@ impl JoinGraph {
             input,
             partition_by,
             &f.params.order_by,
-            limit,
+            (0, limit),
             window.schema.clone(),
             state,
         )
         .await
+    }
+
+    /// Window functions that share one PARTITION BY and ORDER BY: an
+    /// over-window stage whose rows are its input's with the functions'
+    /// values appended.
+    async fn lift_over_window(
+        &mut self,
+        window: datafusion::logical_expr::Window,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let refuse = |why: String| Err(SluiceError::Unsupported(why));
+        let mut spec = None;
+        for e in &window.window_expr {
+            let Expr::WindowFunction(f) = e.clone().unalias_nested().data else {
+                return refuse(format!("{e} is not a window function"));
+            };
+            if f.params.filter.is_some() {
+                return refuse(
+                    "FILTER on a window function is not supported in materialized views".into(),
+                );
+            }
+            let this = (f.params.partition_by.clone(), f.params.order_by.clone());
+            match &spec {
+                None => spec = Some(this),
+                Some(s) if *s == this => {}
+                Some(_) => {
+                    return refuse(
+                        "window functions of one query level in a materialized view need one PARTITION BY and ORDER BY; compute the others in a subquery".into(),
+                    )
+                }
+            }
+        }
+        let Some((partition_by, order_by)) = spec else {
+            return refuse("a window with no functions".into());
+        };
+        let input = self
+            .lift_joins(window.input.as_ref().clone(), state, true)
+            .await?;
+        let in_schema = input.schema();
+        let partition = partition_by
+            .iter()
+            .map(|e| state.create_physical_expr(e.clone(), in_schema))
+            .collect::<Result<Vec<_>, _>>()?;
+        let order = order_by
+            .iter()
+            .map(|s| {
+                Ok((
+                    state.create_physical_expr(s.expr.clone(), in_schema)?,
+                    arrow::compute::SortOptions {
+                        descending: !s.asc,
+                        nulls_first: s.nulls_first,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>, SluiceError>>()?;
+        let planning =
+            datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
+        let functions = window
+            .window_expr
+            .iter()
+            .map(|e| {
+                datafusion::physical_planner::create_window_expr(
+                    e,
+                    in_schema,
+                    state.execution_props(),
+                    &planning,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (stage_input, input_schema, _) = self.side(&input, &[], state).await?;
+        let description = format!(
+            "{} over {}",
+            window
+                .window_expr
+                .iter()
+                .map(|e| e.schema_name().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            match partition_by.is_empty() {
+                true => "one partition (every change recomputes all rows)".to_string(),
+                false => format!(
+                    "partitions by {} (a change recomputes its partition)",
+                    partition_by
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        );
+        let operator = OverWindowOperator::new(
+            input_schema,
+            partition,
+            order,
+            functions,
+            nullable(window.schema.as_arrow()),
+            description,
+        )?;
+        Ok(self.push_stage(
+            Box::new(operator),
+            "over-window",
+            vec![stage_input],
+            true,
+            window.schema.clone(),
+            Vec::new(),
+        ))
     }
 
     /// `ORDER BY .. LIMIT N`: a Top-N stage of one group.
@@ -852,24 +960,34 @@ impl JoinGraph {
     ) -> Result<LogicalPlan, SluiceError> {
         use datafusion::logical_expr::{FetchType, SkipType};
         let refuse = |why: &str| Err(SluiceError::Unsupported(why.into()));
-        if !matches!(limit.get_skip_type()?, SkipType::Literal(0)) {
-            return refuse("OFFSET is not supported in materialized views");
-        }
-        let FetchType::Literal(Some(fetch)) = limit.get_fetch_type()? else {
-            return refuse("LIMIT in a materialized view takes a constant number of rows");
+        let SkipType::Literal(offset) = limit.get_skip_type()? else {
+            return refuse("OFFSET in a materialized view takes a constant number of rows");
+        };
+        let fetch = match limit.get_fetch_type()? {
+            FetchType::Literal(Some(fetch)) => fetch,
+            // OFFSET alone: every row after the first ones.
+            FetchType::Literal(None) => usize::MAX,
+            FetchType::UnsupportedExpr => {
+                return refuse("LIMIT in a materialized view takes a constant number of rows")
+            }
         };
         let LogicalPlan::Sort(sort) = limit.input.as_ref().clone() else {
             return refuse(
-                "LIMIT in a materialized view needs ORDER BY: the view keeps the first rows in that order (a Top-N)",
+                "LIMIT and OFFSET in a materialized view need ORDER BY: the view keeps the rows at those places in that order (a Top-N)",
             );
         };
-        let fetch = sort.fetch.map_or(fetch, |f| f.min(fetch));
-        self.lift_top_n(sort, fetch, state).await
+        // The optimizer may have pushed offset + limit into the sort.
+        let fetch = match sort.fetch {
+            Some(f) => f.saturating_sub(offset).min(fetch),
+            None => fetch,
+        };
+        self.lift_top_n(sort, offset, fetch, state).await
     }
 
     async fn lift_top_n(
         &mut self,
         sort: datafusion::logical_expr::Sort,
+        offset: usize,
         limit: usize,
         state: &SessionState,
     ) -> Result<LogicalPlan, SluiceError> {
@@ -877,8 +995,15 @@ impl JoinGraph {
             .lift_joins(sort.input.as_ref().clone(), state, true)
             .await?;
         let schema = input.schema().clone();
-        self.push_top_n(input, Vec::new(), &sort.expr, limit, schema, state)
-            .await
+        self.push_top_n(
+            input,
+            Vec::new(),
+            &sort.expr,
+            (offset, limit),
+            schema,
+            state,
+        )
+        .await
     }
 
     /// The Top-N stage over `input` (lifted), giving rows of `schema`.
@@ -887,7 +1012,7 @@ impl JoinGraph {
         input: LogicalPlan,
         partition_by: Vec<Arc<dyn PhysicalExpr>>,
         order_by: &[datafusion::logical_expr::SortExpr],
-        limit: usize,
+        (offset, limit): (usize, usize),
         schema: DFSchemaRef,
         state: &SessionState,
     ) -> Result<LogicalPlan, SluiceError> {
@@ -907,8 +1032,13 @@ impl JoinGraph {
         let (stage_input, input_schema, _) = self.side(&input, &[], state).await?;
         let input_retracts = self.input_retracts(&stage_input);
         let numbered = schema.fields().len() > input.schema().fields().len();
+        let places = match (offset, limit) {
+            (0, limit) => format!("first {limit}"),
+            (offset, usize::MAX) => format!("all after the first {offset}"),
+            (offset, limit) => format!("{limit} after the first {offset}"),
+        };
         let description = format!(
-            "{}first {limit} by {}",
+            "{}{places} by {}",
             match partition_by.is_empty() {
                 true => String::new(),
                 false => format!(
@@ -930,6 +1060,7 @@ impl JoinGraph {
             TopNSpec {
                 partition_by,
                 order_by: order,
+                offset,
                 limit,
                 numbered,
                 input_retracts,
@@ -1379,13 +1510,8 @@ fn at_most_one_row(plan: &LogicalPlan) -> bool {
 }
 
 /// Refuses joins the dataflow cannot keep exact, naming what to change.
-/// `banded`: the join is an interval join (FULL is then supported);
 /// `single_row`: one input has one row at most (no equality needed).
-fn check_join(
-    join: &datafusion::logical_expr::Join,
-    banded: bool,
-    single_row: bool,
-) -> Result<(), SluiceError> {
+fn check_join(join: &datafusion::logical_expr::Join, single_row: bool) -> Result<(), SluiceError> {
     let refuse = |m: String| Err(SluiceError::Unsupported(m));
     if join.on.is_empty() && !single_row {
         return refuse(
@@ -1414,11 +1540,6 @@ fn check_join(
     if join.null_aware {
         return refuse(
             "NOT IN (subquery) over a column that may be NULL is not supported in materialized views; use NOT EXISTS, or make the column NOT NULL".into(),
-        );
-    }
-    if matches!(join.join_type, JoinType::Full) && !banded {
-        return refuse(
-            "FULL OUTER JOIN is supported in materialized views only as an interval join (with a time band between two tables' WATERMARK columns); use LEFT or RIGHT JOIN".into(),
         );
     }
     if matches!(join.join_type, JoinType::LeftMark | JoinType::RightMark) {

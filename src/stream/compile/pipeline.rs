@@ -73,6 +73,35 @@ pub struct CompiledView {
     closed: Vec<RecordBatch>,
     /// The source takes rows back (a keyed table).
     pub retracting: bool,
+    /// The view's ORDER BY: its rows are published in this order, so that
+    /// a read that asks for no other order gets them so.
+    order: Option<ViewOrder>,
+}
+
+/// A view's ORDER BY, over its own columns.
+struct ViewOrder {
+    keys: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+    options: Vec<compute::SortOptions>,
+}
+
+impl ViewOrder {
+    /// `rows` in this order, as one batch.
+    fn sort(&self, schema: &SchemaRef, rows: &[RecordBatch]) -> Result<RecordBatch, SluiceError> {
+        let all = compute::concat_batches(schema, rows)?;
+        let columns = self
+            .keys
+            .iter()
+            .zip(&self.options)
+            .map(|(k, o)| {
+                Ok(compute::SortColumn {
+                    values: k.evaluate(&all)?.into_array(all.num_rows())?,
+                    options: Some(*o),
+                })
+            })
+            .collect::<Result<Vec<_>, SluiceError>>()?;
+        let order = compute::lexsort_to_indices(&columns, None)?;
+        Ok(compute::take_record_batch(&all, &order)?)
+    }
 }
 
 /// How a windowed aggregate view's windows close: a window is final once
@@ -208,6 +237,7 @@ pub async fn compile(
     let plan = crate::query::postgres_plan(plan)?;
     let plan = state.optimize(&plan)?;
     check_nodes(&plan)?;
+    let (plan, order) = view_order(plan, &state)?;
     let schema = nullable(plan.schema().as_arrow());
     let has_join = plan.exists(|n| Ok(matches!(n, LogicalPlan::Join(_))))?;
     if has_join {
@@ -365,7 +395,55 @@ pub async fn compile(
         closing,
         closed: Vec::new(),
         retracting,
+        order,
     })
+}
+
+/// The view's ORDER BY, when its query ends in one: without LIMIT, taken
+/// off the plan (the view keeps every row, published in that order); with
+/// LIMIT, left for the Top-N and kept for publishing too. An ORDER BY of
+/// expressions that are not the view's columns is refused.
+fn view_order(
+    plan: LogicalPlan,
+    state: &datafusion::execution::SessionState,
+) -> Result<(LogicalPlan, Option<ViewOrder>), SluiceError> {
+    let sort = match &plan {
+        LogicalPlan::Sort(s) => s,
+        LogicalPlan::Limit(l) => match l.input.as_ref() {
+            LogicalPlan::Sort(s) => s,
+            _ => return Ok((plan, None)),
+        },
+        LogicalPlan::Projection(p) => {
+            if let LogicalPlan::Sort(s) = p.input.as_ref() {
+                if s.fetch.is_none() {
+                    return Err(unsupported(
+                        "ORDER BY in a materialized view sorts by the view's own columns: add the ORDER BY expressions to the select list",
+                    ));
+                }
+            }
+            return Ok((plan, None));
+        }
+        _ => return Ok((plan, None)),
+    };
+    let schema = sort.input.schema().clone();
+    let keys = sort
+        .expr
+        .iter()
+        .map(|s| state.create_physical_expr(s.expr.clone(), &schema))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = sort
+        .expr
+        .iter()
+        .map(|s| compute::SortOptions {
+            descending: !s.asc,
+            nulls_first: s.nulls_first,
+        })
+        .collect();
+    let order = Some(ViewOrder { keys, options });
+    match plan {
+        LogicalPlan::Sort(s) if s.fetch.is_none() => Ok((s.input.as_ref().clone(), order)),
+        plan => Ok((plan, order)),
+    }
 }
 
 /// Refuses plan nodes the incremental pipeline cannot maintain.
@@ -450,7 +528,7 @@ fn check_lifted(plan: &LogicalPlan) -> Result<(), SluiceError> {
                  filtered by rn <= N outside it",
             ),
             LogicalPlan::Sort(_) => Some(
-                "ORDER BY in a materialized view needs LIMIT (the first N rows in that order, a Top-N): a view's rows have no order of their own; order them when you read it",
+                "ORDER BY inside a materialized view's query needs LIMIT (the first N rows in that order, a Top-N); an ORDER BY of the whole query orders the view's rows",
             ),
             LogicalPlan::Limit(_) => Some(
                 "LIMIT in a materialized view needs ORDER BY: the view keeps the first rows in that order (a Top-N)",
@@ -769,9 +847,25 @@ impl CompiledView {
         Ok(())
     }
 
+    /// Whether a rows view's rows are not only appended: its input takes
+    /// rows back, or its ORDER BY puts new rows among the old.
+    fn rewrites_rows(&self) -> bool {
+        self.retracting || self.order.is_some()
+    }
+
+    /// The view's rows as of the last applied delta, in its ORDER BY's
+    /// order if it has one.
+    pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        let rows = self.unordered_snapshot()?;
+        match &self.order {
+            Some(order) if !rows.is_empty() => Ok(vec![order.sort(&self.schema, &rows)?]),
+            _ => Ok(rows),
+        }
+    }
+
     /// The view's rows as of the last applied delta: final rows of closed
     /// windows, then (unless the view emits on close) the open groups.
-    pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+    fn unordered_snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
         let mut out = self.closed.clone();
         let emit_open = !self.closing.is_some_and(|c| c.emit_on_close);
         match &mut self.pipeline {
@@ -800,8 +894,12 @@ impl CompiledView {
 
     /// True when published rows never change: new rows are only appended.
     pub fn append_only(&self) -> bool {
+        if self.order.is_some() {
+            // Published in order: a new row may land among the old.
+            return false;
+        }
         match &self.pipeline {
-            Pipeline::Rows { .. } => !self.retracting,
+            Pipeline::Rows { .. } => !self.rewrites_rows(),
             Pipeline::Aggregate(_) => self.closing.is_some_and(|c| c.emit_on_close),
         }
     }
@@ -812,7 +910,7 @@ impl CompiledView {
     pub fn appended_since(&self, from: usize) -> Result<Vec<RecordBatch>, SluiceError> {
         let batches = match &self.pipeline {
             // Rows that can be taken back are state, not appended for good.
-            Pipeline::Rows { .. } if self.retracting => return Ok(Vec::new()),
+            Pipeline::Rows { .. } if self.rewrites_rows() => return Ok(Vec::new()),
             Pipeline::Rows { rows, .. } => rows.batches(),
             Pipeline::Aggregate(_) => &self.closed,
         };
@@ -831,7 +929,7 @@ impl CompiledView {
     /// How many batches [`CompiledView::appended_since`] counts from.
     pub fn appended_batches(&self) -> usize {
         match &self.pipeline {
-            Pipeline::Rows { .. } if self.retracting => 0,
+            Pipeline::Rows { .. } if self.rewrites_rows() => 0,
             Pipeline::Rows { rows, .. } => rows.batches().len(),
             Pipeline::Aggregate(_) => self.closed.len(),
         }
@@ -840,9 +938,10 @@ impl CompiledView {
     /// Open aggregate state for a checkpoint (nothing for a filter view
     /// over an append-only table).
     pub fn state_batches(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        let rewrites = self.rewrites_rows();
         match &mut self.pipeline {
             // A filter over a keyed table rewrites its rows each epoch.
-            Pipeline::Rows { rows, .. } if self.retracting => {
+            Pipeline::Rows { rows, .. } if rewrites => {
                 let held = rows.snapshot()?.concat();
                 if held.is_empty() {
                     return Ok(Vec::new());
@@ -861,10 +960,11 @@ impl CompiledView {
         groups: Vec<RecordBatch>,
     ) -> Result<(), SluiceError> {
         let appended = appended.into_iter().filter(|b| b.num_rows() > 0);
+        let rewrites = self.rewrites_rows();
         match &mut self.pipeline {
             Pipeline::Rows { rows, .. } => {
                 rows.extend(appended);
-                if self.retracting {
+                if rewrites {
                     rows.restore(0, &groups)?;
                 }
             }

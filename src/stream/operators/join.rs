@@ -10,10 +10,10 @@
 //! its join key (rows whose key has a NULL never match and are kept apart).
 //! A retraction removes one equal row (found by comparing the arrow-row
 //! form of the key's rows, made for a batch the first time a retraction
-//! needs it). Outer joins keep nothing more: a
-//! preserved row has its NULL-padded twin exactly while no row of the other
-//! side shares its key, so the twin comes and goes when that side's count
-//! for the key crosses zero. Semi and anti joins emit the preserved row
+//! needs it). Outer joins (LEFT, RIGHT, and FULL, which preserves both
+//! sides) keep nothing more: a preserved row has its NULL-padded twin
+//! exactly while no row of the other side shares its key, so the twin
+//! comes and goes when that side's count for the key crosses zero. Semi and anti joins emit the preserved row
 //! while some (no) row of the other side shares its key.
 //!
 //! Checkpoint: each side's live rows ([`JoinOperator::snapshot`]), or
@@ -381,6 +381,7 @@ impl JoinOperator {
             JoinType::Inner
                 | JoinType::Left
                 | JoinType::Right
+                | JoinType::Full
                 | JoinType::LeftSemi
                 | JoinType::LeftAnti
                 | JoinType::RightSemi
@@ -406,19 +407,21 @@ impl JoinOperator {
         })
     }
 
-    /// The side whose rows an outer, semi or anti join keeps.
-    fn preserved(&self) -> Option<usize> {
+    /// Whether an outer, semi or anti join keeps the rows of `side` (a
+    /// FULL join keeps both sides').
+    fn preserves(&self, side: usize) -> bool {
         match self.join_type {
-            JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti => Some(0),
-            JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => Some(1),
-            _ => None,
+            JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti => side == 0,
+            JoinType::Right | JoinType::RightSemi | JoinType::RightAnti => side == 1,
+            JoinType::Full => true,
+            _ => false,
         }
     }
 
     fn emits_pairs(&self) -> bool {
         matches!(
             self.join_type,
-            JoinType::Inner | JoinType::Left | JoinType::Right
+            JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
         )
     }
 
@@ -487,7 +490,6 @@ impl JoinOperator {
         weight: i8,
     ) -> Result<Found, SluiceError> {
         let other = 1 - side;
-        let preserved = self.preserved();
         let pairs = self.emits_pairs();
         let (semi, anti) = (self.is_semi(), self.is_anti());
         let (keys, null) = self.sides[side].keys_of(batch)?;
@@ -519,7 +521,7 @@ impl JoinOperator {
                     found.push(weight, pair(delta, Source::State(m.batch, m.row)));
                 }
             }
-            if preserved == Some(side) {
+            if self.preserves(side) {
                 let keep = match (semi, anti) {
                     (true, _) => !matches.is_empty(),
                     (_, true) => matches.is_empty(),
@@ -531,7 +533,7 @@ impl JoinOperator {
             }
             // This side's count for the key crossing zero makes the other
             // (preserved) side's padded, semi or anti rows come or go.
-            let counts = preserved == Some(other) && key.is_some();
+            let counts = self.preserves(other) && key.is_some();
             let before = match counts {
                 true => self.sides[side].matches(key).len(),
                 false => 0,
@@ -572,7 +574,7 @@ impl JoinOperator {
     ) -> Result<RecordBatch, SluiceError> {
         // A semi or anti join outputs the preserved side alone.
         let shown = |s: usize| {
-            (self.emits_pairs() || self.preserved() == Some(s))
+            (self.emits_pairs() || self.preserves(s))
                 .then(|| (&self.sides[s].schema, self.sides[s].batches.as_slice()))
         };
         joined_rows(

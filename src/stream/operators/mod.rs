@@ -11,6 +11,8 @@ pub mod group_table;
 pub mod interval_join;
 pub mod join;
 pub mod operator;
+pub mod over_window;
+pub mod ranked_groups;
 pub mod retract;
 pub mod retract_collect;
 pub mod rows;

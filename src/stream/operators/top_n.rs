@@ -1,46 +1,44 @@
-//! Top-N: the first N rows of each group in an order.
+//! Top-N: the first N rows of each group in an order (or the N after the
+//! first M).
 //! `ROW_NUMBER() OVER (PARTITION BY g ORDER BY o)` filtered by `rn <= N`
-//! (the rows come out numbered), and `ORDER BY o LIMIT N` (one group, not
-//! numbered). Ties in `o` are broken by the whole row, so the view is one
-//! definite answer the batch query may also give.
+//! (the rows come out numbered), and `ORDER BY o LIMIT N OFFSET M` (one
+//! group, not numbered; OFFSET alone keeps every row after the first M).
+//! Ties in `o` are broken by the whole row, so the view is one definite
+//! answer the batch query may also give.
 //!
 //! Deltas: for each group a delta touches, the group's top N before and
 //! after the delta are compared and the difference sent on: rows that left
 //! the top (or changed their number) are taken back, rows that entered it
 //! are inserted. A row taken back by the input may let another re-enter.
 //!
-//! State: per group (the arrow-row bytes of the PARTITION BY values), its
-//! rows ordered by the ORDER BY values' arrow-row bytes then the row's own,
-//! each with how many copies it has. Over inputs that never take rows back,
-//! a row past the N-th can never re-enter, so only the top N are kept; over
-//! inputs that do, every row is (any may re-enter).
+//! State: per group, its rows in order ([`RankedGroups`]). Over inputs
+//! that never take rows back, a row past the (M+N)-th can never re-enter,
+//! so only the first M+N are kept; over inputs that do, every row is (any
+//! may re-enter).
 //!
 //! Checkpoint: every held row with its count, whole each time.
 //!
 //! Watermark: nothing; groups stay while they have rows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, UInt64Array};
+use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow::compute::{self, SortOptions};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use super::ranked_groups::{Bytes, RankedGroups};
 use crate::error::SluiceError;
-
-/// Arrow-row bytes.
-type Bytes = Box<[u8]>;
-
-/// A group's rows in order: (order bytes, row bytes) to copies.
-type Ranked = BTreeMap<(Bytes, Bytes), u64>;
 
 /// What a Top-N ranks and keeps.
 pub struct TopNSpec {
     pub partition_by: Vec<Arc<dyn PhysicalExpr>>,
     pub order_by: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    /// How many rows of each group's order are skipped (`OFFSET`).
+    pub offset: usize,
+    /// How many rows after those the group keeps (`LIMIT`).
     pub limit: usize,
     /// Whether the rows come out with their number (`ROW_NUMBER`), as the
     /// output schema's last column.
@@ -50,24 +48,16 @@ pub struct TopNSpec {
 }
 
 pub struct TopNOperator {
-    spec: TopNSpec,
+    offset: usize,
+    limit: usize,
+    numbered: bool,
+    input_retracts: bool,
     input: SchemaRef,
     output: SchemaRef,
-    group_rows: RowConverter,
-    order_rows: RowConverter,
-    whole_rows: RowConverter,
-    groups: HashMap<Bytes, Ranked, ahash::RandomState>,
-    held: u64,
+    groups: RankedGroups,
     description: String,
     rows_in: u64,
     rows_out: u64,
-}
-
-/// A row's group, place in its group's order, and whole bytes.
-struct Keyed {
-    group: Bytes,
-    order: Bytes,
-    row: Bytes,
 }
 
 impl TopNOperator {
@@ -77,24 +67,6 @@ impl TopNOperator {
         output: SchemaRef,
         description: String,
     ) -> Result<TopNOperator, SluiceError> {
-        let group_fields = spec
-            .partition_by
-            .iter()
-            .map(|e| e.data_type(&input).map(SortField::new))
-            .collect::<Result<Vec<_>, _>>()?;
-        let order_fields = spec
-            .order_by
-            .iter()
-            .map(|(e, o)| {
-                e.data_type(&input)
-                    .map(|t| SortField::new_with_options(t, *o))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let whole_fields = input
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         let expected = input.fields().len() + usize::from(spec.numbered);
         if output.fields().len() != expected {
             return Err(SluiceError::Internal(format!(
@@ -104,73 +76,38 @@ impl TopNOperator {
             )));
         }
         Ok(TopNOperator {
-            group_rows: RowConverter::new(group_fields)?,
-            order_rows: RowConverter::new(order_fields)?,
-            whole_rows: RowConverter::new(whole_fields)?,
-            spec,
+            groups: RankedGroups::new(input.clone(), spec.partition_by, spec.order_by)?,
+            offset: spec.offset,
+            limit: spec.limit,
+            numbered: spec.numbered,
+            input_retracts: spec.input_retracts,
             input,
             output,
-            groups: HashMap::default(),
-            held: 0,
             description,
             rows_in: 0,
             rows_out: 0,
         })
     }
 
-    /// Each row of `batch` with its group, order and whole bytes.
-    fn keyed(&self, batch: &RecordBatch) -> Result<Vec<Keyed>, SluiceError> {
-        let n = batch.num_rows();
-        let evaluate = |e: &Arc<dyn PhysicalExpr>| -> Result<ArrayRef, SluiceError> {
-            Ok(e.evaluate(batch)?.into_array(n)?)
-        };
-        let group_columns = self
-            .spec
-            .partition_by
-            .iter()
-            .map(evaluate)
-            .collect::<Result<Vec<_>, _>>()?;
-        let order_columns = self
-            .spec
-            .order_by
-            .iter()
-            .map(|(e, _)| evaluate(e))
-            .collect::<Result<Vec<_>, _>>()?;
-        // No PARTITION BY (or no ORDER BY): one empty key for every row;
-        // arrow-row has no rows to give for no columns.
-        let key_bytes =
-            |converter: &RowConverter, columns: &[ArrayRef]| -> Result<Vec<Bytes>, SluiceError> {
-                if columns.is_empty() {
-                    return Ok(vec![Box::from(&[][..]); n]);
-                }
-                let rows = converter.convert_columns(columns)?;
-                Ok((0..n).map(|i| Box::from(rows.row(i).as_ref())).collect())
-            };
-        let groups = key_bytes(&self.group_rows, &group_columns)?;
-        let orders = key_bytes(&self.order_rows, &order_columns)?;
-        let wholes = key_bytes(&self.whole_rows, batch.columns())?;
-        Ok(groups
-            .into_iter()
-            .zip(orders)
-            .zip(wholes)
-            .map(|((group, order), row)| Keyed { group, order, row })
-            .collect())
-    }
-
-    /// A group's first `limit` rows, copies counted one by one, each with
-    /// its number from 1 (0 when the Top-N does not number its rows, so
-    /// that rows compare by their bytes alone).
+    /// A group's `limit` rows after the first `offset`, copies counted one
+    /// by one, each with its number from 1 (0 when the Top-N does not
+    /// number its rows, so that rows compare by their bytes alone).
     fn top(&self, group: &[u8]) -> Vec<(Bytes, u64)> {
         let mut out = Vec::new();
-        let Some(ranked) = self.groups.get(group) else {
+        let Some(ranked) = self.groups.group(group) else {
             return out;
         };
+        let mut skip = self.offset;
         for ((_, row), copies) in ranked {
             for _ in 0..*copies {
-                if out.len() == self.spec.limit {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                if out.len() == self.limit {
                     return out;
                 }
-                let number = match self.spec.numbered {
+                let number = match self.numbered {
                     true => out.len() as u64 + 1,
                     false => 0,
                 };
@@ -180,69 +117,19 @@ impl TopNOperator {
         out
     }
 
-    /// Over an input that never takes rows back, a group keeps its top
-    /// `limit` rows only: the others can never re-enter.
+    /// Over an input that never takes rows back, a group keeps its first
+    /// `offset + limit` rows only: the others can never re-enter.
     fn trim(&mut self, group: &[u8]) {
-        if self.spec.input_retracts {
-            return;
+        if !self.input_retracts {
+            let kept = self.offset.saturating_add(self.limit) as u64;
+            self.groups.truncate(group, kept);
         }
-        let Some(ranked) = self.groups.get_mut(group) else {
-            return;
-        };
-        let mut seen = 0u64;
-        let mut cut = None;
-        for (key, copies) in ranked.iter_mut() {
-            let room = (self.spec.limit as u64).saturating_sub(seen);
-            if room == 0 {
-                cut = Some(key.clone());
-                break;
-            }
-            if *copies > room {
-                self.held -= *copies - room;
-                *copies = room;
-            }
-            seen += *copies;
-        }
-        if let Some(cut) = cut {
-            let gone = ranked.split_off(&cut);
-            self.held -= gone.values().sum::<u64>();
-        }
-    }
-
-    fn add(&mut self, k: Keyed, copies: u64) {
-        *self
-            .groups
-            .entry(k.group)
-            .or_default()
-            .entry((k.order, k.row))
-            .or_default() += copies;
-        self.held += copies;
-    }
-
-    fn take(&mut self, k: Keyed) -> Result<(), SluiceError> {
-        let missing =
-            || SluiceError::Internal("a Top-N's input took back a row it never gave".into());
-        let ranked = self.groups.get_mut(&k.group).ok_or_else(missing)?;
-        let key = (k.order, k.row);
-        let copies = ranked.get_mut(&key).ok_or_else(missing)?;
-        *copies -= 1;
-        if *copies == 0 {
-            ranked.remove(&key);
-        }
-        if ranked.is_empty() {
-            self.groups.remove(&k.group);
-        }
-        self.held -= 1;
-        Ok(())
     }
 
     /// Rows out of their whole bytes, numbered when the Top-N numbers.
     fn rows(&self, rows: &[(Bytes, u64)]) -> Result<RecordBatch, SluiceError> {
-        let parser = self.whole_rows.parser();
-        let mut columns = self
-            .whole_rows
-            .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
-        if self.spec.numbered {
+        let mut columns = self.groups.columns(rows.iter().map(|(r, _)| r))?;
+        if self.numbered {
             let numbers: ArrayRef =
                 Arc::new(UInt64Array::from_iter_values(rows.iter().map(|(_, n)| *n)));
             let field = &self.output.fields()[self.input.fields().len()];
@@ -253,7 +140,7 @@ impl TopNOperator {
 }
 
 /// What is in `a` and not in `b`, copies counted.
-fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> Vec<(Bytes, u64)> {
+pub(super) fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> Vec<(Bytes, u64)> {
     let mut left: HashMap<&(Bytes, u64), usize> = HashMap::new();
     for r in b {
         *left.entry(r).or_default() += 1;
@@ -281,11 +168,11 @@ impl Operator for TopNOperator {
         let mut retracted = Vec::new();
         for b in delta.insert.iter().filter(|b| b.num_rows() > 0) {
             self.rows_in += b.num_rows() as u64;
-            inserted.extend(self.keyed(b)?);
+            inserted.extend(self.groups.keyed(b)?);
         }
         for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
             self.rows_in += b.num_rows() as u64;
-            retracted.extend(self.keyed(b)?);
+            retracted.extend(self.groups.keyed(b)?);
         }
         if inserted.is_empty() && retracted.is_empty() {
             return Ok(Delta::default());
@@ -298,10 +185,10 @@ impl Operator for TopNOperator {
             }
         }
         for k in retracted {
-            self.take(k)?;
+            self.groups.take(k, "Top-N")?;
         }
         for k in inserted {
-            self.add(k, 1);
+            self.groups.add(k, 1);
         }
         let (mut gone, mut came) = (Vec::new(), Vec::new());
         for (group, old) in before {
@@ -322,67 +209,22 @@ impl Operator for TopNOperator {
     }
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
-        let mut rows = Vec::with_capacity(self.held as usize);
-        let mut copies = Vec::with_capacity(self.held as usize);
-        for ranked in self.groups.values() {
-            for ((_, row), n) in ranked {
-                rows.push(row);
-                copies.push(*n);
-            }
-        }
-        let parser = self.whole_rows.parser();
-        let mut columns = self
-            .whole_rows
-            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-        columns.push(Arc::new(UInt64Array::from(copies)));
-        let mut fields = self.input.fields().to_vec();
-        fields.push(Arc::new(Field::new("copies", DataType::UInt64, false)));
-        Ok(vec![vec![RecordBatch::try_new(
-            Arc::new(Schema::new(fields)),
-            columns,
-        )?]])
+        Ok(vec![vec![self.groups.snapshot()?]])
     }
 
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
         if part != 0 {
             return Err(SluiceError::Internal(format!("a Top-N has no part {part}")));
         }
-        let width = self.input.fields().len();
-        for batch in rows {
-            let copies = batch
-                .columns()
-                .get(width)
-                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
-                .filter(|_| batch.num_columns() == width + 1)
-                .ok_or_else(|| {
-                    SluiceError::Internal(
-                        "the checkpoint's Top-N state has unexpected columns".into(),
-                    )
-                })?
-                .clone();
-            let rows = batch.project(&(0..width).collect::<Vec<_>>())?;
-            for (i, k) in self.keyed(&rows)?.into_iter().enumerate() {
-                self.add(k, copies.value(i));
-            }
-        }
-        Ok(())
+        self.groups.restore(rows, "Top-N")
     }
 
     fn stats(&self) -> OperatorStats {
         OperatorStats {
             kind: "top-n",
             description: self.description.clone(),
-            state_rows: self.held,
-            state_bytes: self
-                .groups
-                .iter()
-                .map(|(g, r)| {
-                    g.len() as u64
-                        + r.keys()
-                            .map(|(o, w)| (o.len() + w.len() + 24) as u64)
-                            .sum::<u64>()
-                })
-                .sum(),
+            state_rows: self.groups.held(),
+            state_bytes: self.groups.state_bytes(),
             input_rows: self.rows_in,
             output_rows: self.rows_out,
         }
@@ -392,7 +234,8 @@ impl Operator for TopNOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, StringArray};
+    use arrow::array::{Array, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::col;
 
     fn schema() -> SchemaRef {
@@ -429,6 +272,7 @@ mod tests {
             TopNSpec {
                 partition_by: vec![col("cat", &s).unwrap()],
                 order_by: vec![(col("price", &s).unwrap(), descending)],
+                offset: 0,
                 limit: 2,
                 numbered: true,
                 input_retracts,
