@@ -18,7 +18,6 @@
 //!
 //! Watermark: nothing; partitions stay while they have rows.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -29,8 +28,7 @@ use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::ranked_groups::{Bytes, RankedGroups};
-use super::top_n::minus;
+use super::ranked_groups::{Bytes, OutputRows, RankedGroups};
 use crate::error::SluiceError;
 
 pub struct OverWindowOperator {
@@ -80,30 +78,6 @@ impl OverWindowOperator {
         })
     }
 
-    /// A partition's output rows (as bytes, each copy once), its window
-    /// functions computed over its rows in order.
-    fn evaluate(&self, group: &[u8]) -> Result<Vec<(Bytes, u64)>, SluiceError> {
-        let Some(ranked) = self.groups.group(group) else {
-            return Ok(Vec::new());
-        };
-        let rows = ranked
-            .iter()
-            .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
-        let columns = self.groups.columns(rows)?;
-        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
-        let mut columns = batch.columns().to_vec();
-        for (f, field) in self
-            .functions
-            .iter()
-            .zip(&self.output.fields()[self.input.fields().len()..])
-        {
-            let values = f.evaluate(&batch)?;
-            columns.push(compute::cast(&values, field.data_type())?);
-        }
-        let rows = self.output_rows.convert_columns(&columns)?;
-        Ok(rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect())
-    }
-
     fn rows(&self, rows: &[(Bytes, u64)]) -> Result<RecordBatch, SluiceError> {
         let parser = self.output_rows.parser();
         let columns = self
@@ -113,6 +87,36 @@ impl OverWindowOperator {
     }
 }
 
+/// A partition's output rows (as bytes, each copy once), its window
+/// functions computed over its rows in order.
+fn evaluate(
+    groups: &RankedGroups,
+    group: &[u8],
+    functions: &[Arc<dyn WindowExpr>],
+    input: &SchemaRef,
+    output: &SchemaRef,
+    output_rows: &RowConverter,
+) -> Result<OutputRows, SluiceError> {
+    let Some(ranked) = groups.group(group) else {
+        return Ok(Vec::new());
+    };
+    let rows = ranked
+        .iter()
+        .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
+    let columns = groups.columns(rows)?;
+    let batch = RecordBatch::try_new(input.clone(), columns)?;
+    let mut columns = batch.columns().to_vec();
+    for (f, field) in functions
+        .iter()
+        .zip(&output.fields()[input.fields().len()..])
+    {
+        let values = f.evaluate(&batch)?;
+        columns.push(compute::cast(&values, field.data_type())?);
+    }
+    let rows = output_rows.convert_columns(&columns)?;
+    Ok(rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect())
+}
+
 impl Operator for OverWindowOperator {
     fn apply(&mut self, input: usize, delta: &Delta) -> Result<Delta, SluiceError> {
         if input != 0 {
@@ -120,44 +124,23 @@ impl Operator for OverWindowOperator {
                 "an over-window has no input {input}"
             )));
         }
-        let mut inserted = Vec::new();
-        let mut retracted = Vec::new();
-        for b in delta.insert.iter().filter(|b| b.num_rows() > 0) {
-            self.rows_in += b.num_rows() as u64;
-            inserted.extend(self.groups.keyed(b)?);
-        }
-        for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
-            self.rows_in += b.num_rows() as u64;
-            retracted.extend(self.groups.keyed(b)?);
-        }
-        if inserted.is_empty() && retracted.is_empty() {
-            return Ok(Delta::default());
-        }
-        let mut before: HashMap<Bytes, Vec<(Bytes, u64)>> = HashMap::new();
-        for k in inserted.iter().chain(&retracted) {
-            if !before.contains_key(&k.group) {
-                before.insert(k.group.clone(), self.evaluate(&k.group)?);
-            }
-        }
-        for k in retracted {
-            self.groups.take(k, "over-window")?;
-        }
-        for k in inserted {
-            self.groups.add(k, 1);
-        }
-        let (mut gone, mut came) = (Vec::new(), Vec::new());
-        for (group, old) in before {
-            let new = self.evaluate(&group)?;
-            gone.extend(minus(&old, &new));
-            came.extend(minus(&new, &old));
-        }
+        let functions = &self.functions;
+        let (input_schema, output) = (&self.input, &self.output);
+        let output_rows = &self.output_rows;
+        let changed = self.groups.apply_delta(
+            delta,
+            "over-window",
+            |groups, g| evaluate(groups, g, functions, input_schema, output, output_rows),
+            |_, _| {},
+        )?;
+        self.rows_in += changed.rows_in;
         let mut out = Delta::default();
-        if !gone.is_empty() {
-            out.retract.push(self.rows(&gone)?);
+        if !changed.gone.is_empty() {
+            out.retract.push(self.rows(&changed.gone)?);
         }
-        if !came.is_empty() {
-            self.rows_out += came.len() as u64;
-            out.insert.push(self.rows(&came)?);
+        if !changed.came.is_empty() {
+            self.rows_out += changed.came.len() as u64;
+            out.insert.push(self.rows(&changed.came)?);
         }
         Ok(out)
     }

@@ -15,6 +15,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::operator::Delta;
 use crate::error::SluiceError;
 
 /// Arrow-row bytes.
@@ -22,6 +23,19 @@ pub type Bytes = Box<[u8]>;
 
 /// A group's rows in order: (order bytes, row bytes) to copies.
 pub type Ranked = BTreeMap<(Bytes, Bytes), u64>;
+
+/// Output rows as bytes, each with a number (0 where rows are not
+/// numbered), one entry per copy.
+pub type OutputRows = Vec<(Bytes, u64)>;
+
+/// What a delta changed in an operator's output: rows gone, rows come.
+#[derive(Default)]
+pub struct Changed {
+    pub gone: OutputRows,
+    pub came: OutputRows,
+    /// Input rows the delta held.
+    pub rows_in: u64,
+}
 
 /// A row's group, place in its group's order, and whole bytes.
 pub struct Keyed {
@@ -150,6 +164,49 @@ impl RankedGroups {
         Ok(())
     }
 
+    /// Applies a delta: `output` gives a group's output rows, and is asked
+    /// for each group the delta touches before and after it; `after` then
+    /// runs on each such group (a Top-N trims it). `what` names the
+    /// operator in errors.
+    pub fn apply_delta(
+        &mut self,
+        delta: &Delta,
+        what: &str,
+        output: impl Fn(&RankedGroups, &[u8]) -> Result<OutputRows, SluiceError>,
+        mut after: impl FnMut(&mut RankedGroups, &[u8]),
+    ) -> Result<Changed, SluiceError> {
+        let mut changed = Changed::default();
+        let (mut inserted, mut retracted) = (Vec::new(), Vec::new());
+        for (batches, into) in [
+            (&delta.insert, &mut inserted),
+            (&delta.retract, &mut retracted),
+        ] {
+            for b in batches.iter().filter(|b| b.num_rows() > 0) {
+                changed.rows_in += b.num_rows() as u64;
+                into.extend(self.keyed(b)?);
+            }
+        }
+        let mut before: HashMap<Bytes, OutputRows> = HashMap::new();
+        for k in inserted.iter().chain(&retracted) {
+            if !before.contains_key(&k.group) {
+                before.insert(k.group.clone(), output(self, &k.group)?);
+            }
+        }
+        for k in retracted {
+            self.take(k, what)?;
+        }
+        for k in inserted {
+            self.add(k, 1);
+        }
+        for (group, old) in before {
+            let new = output(self, &group)?;
+            after(self, &group);
+            changed.gone.extend(minus(&old, &new));
+            changed.came.extend(minus(&new, &old));
+        }
+        Ok(changed)
+    }
+
     /// Keeps a group's first `kept` rows in its order (copies counted).
     pub fn truncate(&mut self, group: &[u8], kept: u64) {
         let Some(ranked) = self.groups.get_mut(group) else {
@@ -241,4 +298,22 @@ impl RankedGroups {
             })
             .sum()
     }
+}
+
+/// What is in `a` and not in `b`, copies counted.
+fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> OutputRows {
+    let mut left: HashMap<&(Bytes, u64), usize> = HashMap::new();
+    for r in b {
+        *left.entry(r).or_default() += 1;
+    }
+    a.iter()
+        .filter(|r| match left.get_mut(r) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect()
 }

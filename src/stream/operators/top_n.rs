@@ -20,7 +20,6 @@
 //!
 //! Watermark: nothing; groups stay while they have rows.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -29,7 +28,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::ranked_groups::{Bytes, RankedGroups};
+use super::ranked_groups::{Bytes, OutputRows, RankedGroups};
 use crate::error::SluiceError;
 
 /// What a Top-N ranks and keeps.
@@ -89,43 +88,6 @@ impl TopNOperator {
         })
     }
 
-    /// A group's `limit` rows after the first `offset`, copies counted one
-    /// by one, each with its number from 1 (0 when the Top-N does not
-    /// number its rows, so that rows compare by their bytes alone).
-    fn top(&self, group: &[u8]) -> Vec<(Bytes, u64)> {
-        let mut out = Vec::new();
-        let Some(ranked) = self.groups.group(group) else {
-            return out;
-        };
-        let mut skip = self.offset;
-        for ((_, row), copies) in ranked {
-            for _ in 0..*copies {
-                if skip > 0 {
-                    skip -= 1;
-                    continue;
-                }
-                if out.len() == self.limit {
-                    return out;
-                }
-                let number = match self.numbered {
-                    true => out.len() as u64 + 1,
-                    false => 0,
-                };
-                out.push((row.clone(), number));
-            }
-        }
-        out
-    }
-
-    /// Over an input that never takes rows back, a group keeps its first
-    /// `offset + limit` rows only: the others can never re-enter.
-    fn trim(&mut self, group: &[u8]) {
-        if !self.input_retracts {
-            let kept = self.offset.saturating_add(self.limit) as u64;
-            self.groups.truncate(group, kept);
-        }
-    }
-
     /// Rows out of their whole bytes, numbered when the Top-N numbers.
     fn rows(&self, rows: &[(Bytes, u64)]) -> Result<RecordBatch, SluiceError> {
         let mut columns = self.groups.columns(rows.iter().map(|(r, _)| r))?;
@@ -139,22 +101,38 @@ impl TopNOperator {
     }
 }
 
-/// What is in `a` and not in `b`, copies counted.
-pub(super) fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> Vec<(Bytes, u64)> {
-    let mut left: HashMap<&(Bytes, u64), usize> = HashMap::new();
-    for r in b {
-        *left.entry(r).or_default() += 1;
-    }
-    a.iter()
-        .filter(|r| match left.get_mut(r) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                false
+/// A group's `limit` rows after the first `offset`, copies counted one by
+/// one, each with its number from 1 (0 when the Top-N does not number its
+/// rows, so that rows compare by their bytes alone).
+fn top(
+    groups: &RankedGroups,
+    group: &[u8],
+    offset: usize,
+    limit: usize,
+    numbered: bool,
+) -> OutputRows {
+    let mut out = Vec::new();
+    let Some(ranked) = groups.group(group) else {
+        return out;
+    };
+    let mut skip = offset;
+    for ((_, row), copies) in ranked {
+        for _ in 0..*copies {
+            if skip > 0 {
+                skip -= 1;
+                continue;
             }
-            _ => true,
-        })
-        .cloned()
-        .collect()
+            if out.len() == limit {
+                return out;
+            }
+            let number = match numbered {
+                true => out.len() as u64 + 1,
+                false => 0,
+            };
+            out.push((row.clone(), number));
+        }
+    }
+    out
 }
 
 impl Operator for TopNOperator {
@@ -164,46 +142,32 @@ impl Operator for TopNOperator {
                 "a Top-N has no input {input}"
             )));
         }
-        let mut inserted = Vec::new();
-        let mut retracted = Vec::new();
-        for b in delta.insert.iter().filter(|b| b.num_rows() > 0) {
-            self.rows_in += b.num_rows() as u64;
-            inserted.extend(self.groups.keyed(b)?);
-        }
-        for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
-            self.rows_in += b.num_rows() as u64;
-            retracted.extend(self.groups.keyed(b)?);
-        }
-        if inserted.is_empty() && retracted.is_empty() {
-            return Ok(Delta::default());
-        }
-        // Each touched group's top before the delta.
-        let mut before: HashMap<Bytes, Vec<(Bytes, u64)>> = HashMap::new();
-        for k in inserted.iter().chain(&retracted) {
-            if !before.contains_key(&k.group) {
-                before.insert(k.group.clone(), self.top(&k.group));
-            }
-        }
-        for k in retracted {
-            self.groups.take(k, "Top-N")?;
-        }
-        for k in inserted {
-            self.groups.add(k, 1);
-        }
-        let (mut gone, mut came) = (Vec::new(), Vec::new());
-        for (group, old) in before {
-            let new = self.top(&group);
-            self.trim(&group);
-            gone.extend(minus(&old, &new));
-            came.extend(minus(&new, &old));
-        }
+        let (offset, limit, numbered) = (self.offset, self.limit, self.numbered);
+        let kept = match self.input_retracts {
+            true => None,
+            false => Some(offset.saturating_add(limit) as u64),
+        };
+        let changed = self.groups.apply_delta(
+            delta,
+            "Top-N",
+            |groups, g| Ok(top(groups, g, offset, limit, numbered)),
+            // Over an input that never takes rows back, a group keeps its
+            // first offset + limit rows only: the others can never
+            // re-enter.
+            |groups, g| {
+                if let Some(kept) = kept {
+                    groups.truncate(g, kept)
+                }
+            },
+        )?;
+        self.rows_in += changed.rows_in;
         let mut out = Delta::default();
-        if !gone.is_empty() {
-            out.retract.push(self.rows(&gone)?);
+        if !changed.gone.is_empty() {
+            out.retract.push(self.rows(&changed.gone)?);
         }
-        if !came.is_empty() {
-            self.rows_out += came.len() as u64;
-            out.insert.push(self.rows(&came)?);
+        if !changed.came.is_empty() {
+            self.rows_out += changed.came.len() as u64;
+            out.insert.push(self.rows(&changed.came)?);
         }
         Ok(out)
     }
