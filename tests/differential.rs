@@ -243,12 +243,36 @@ fn view_rows(from: i32, count: i32) -> String {
             format!("({k}, 'g{}', {}, '{doc}')", k % 4, (k * 17) % 40)
         })
         .collect();
+    // Intervals of every sign mix and times of day, NULLs among them.
+    let spans: Vec<String> = (from..from + count / 2)
+        .map(|id| {
+            let d = match id % 5 {
+                0 => "NULL".to_string(),
+                1 => format!("'{} days {:02}:{:02}:00'", id % 7, id % 24, id % 60),
+                2 => format!("'-{} mons {} days'", id % 3, id % 11),
+                3 => format!("'{}.{:06} seconds'", id * 13, (id * 7919) % 1_000_000),
+                _ => format!("'1 year -{} hours'", id % 30),
+            };
+            let t = match id % 4 {
+                0 => "NULL".to_string(),
+                m => format!(
+                    "'{:02}:{:02}:{:02}.{}'",
+                    (id * 5) % 24,
+                    (id * 7) % 60,
+                    id % 60,
+                    m
+                ),
+            };
+            format!("({id}, {d}, {t})")
+        })
+        .collect();
     format!(
-        "INSERT INTO ev VALUES {};\nINSERT INTO n1 VALUES {};\nINSERT INTO n2 VALUES {};\nINSERT INTO kv VALUES {};",
+        "INSERT INTO ev VALUES {};\nINSERT INTO n1 VALUES {};\nINSERT INTO n2 VALUES {};\nINSERT INTO kv VALUES {};\nINSERT INTO spans VALUES {};",
         ev.join(", "),
         n1.join(", "),
         n2.join(", "),
-        kv.join(", ")
+        kv.join(", "),
+        spans.join(", ")
     )
 }
 

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, Field, IntervalUnit, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 
 /// Names of the columns every log table exposes by name but not in `SELECT *`.
@@ -34,6 +34,10 @@ pub enum SqlType {
     TimestampTz,
     /// JSON text, validated on write.
     Jsonb,
+    /// Months, days and microseconds, as PostgreSQL's INTERVAL.
+    Interval,
+    /// Time of day in microseconds (TIME WITHOUT TIME ZONE).
+    Time,
 }
 
 /// Field metadata key that says what SQL type a column was declared with
@@ -66,6 +70,8 @@ impl SqlType {
             SqlType::TimestampTz => {
                 DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("+00:00")))
             }
+            SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+            SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
         }
     }
 
@@ -93,6 +99,8 @@ impl SqlType {
             SqlType::Timestamp => "timestamp without time zone".into(),
             SqlType::TimestampTz => "timestamp with time zone".into(),
             SqlType::Jsonb => "jsonb".into(),
+            SqlType::Interval => "interval".into(),
+            SqlType::Time => "time without time zone".into(),
         }
     }
 

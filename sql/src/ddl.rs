@@ -581,13 +581,18 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
             _ => SqlType::Timestamp,
         },
         DataType::JSONB | DataType::JSON => SqlType::Jsonb,
+        DataType::Interval { fields: None, precision: None } => SqlType::Interval,
+        DataType::Time(None, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
+            SqlType::Time
+        }
         DataType::Custom(name, _) if name.to_string().eq_ignore_ascii_case("timestamptz") => {
             SqlType::TimestampTz
         }
         other => {
             return Err(SqlError::Unsupported(format!(
                 "type {other} is not supported (supported: BOOLEAN, SMALLINT, INT, BIGINT, REAL, \
-                 DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, BYTEA, DATE, TIMESTAMP, TIMESTAMPTZ, JSONB)"
+                 DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, BYTEA, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, \
+                 INTERVAL, JSONB)"
             )))
         }
     })

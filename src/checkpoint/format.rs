@@ -107,8 +107,9 @@ const INTERVAL_MARK: &str = "sluice.interval";
 
 const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
 
-/// The schema as written: intervals as marked 16-byte values.
-fn stored_schema(schema: &Arc<Schema>) -> Arc<Schema> {
+/// The schema as written: intervals as marked 16-byte values (also the
+/// log's closed segments, which hold INTERVAL columns).
+pub(crate) fn stored_schema(schema: &Arc<Schema>) -> Arc<Schema> {
     if !schema.fields().iter().any(|f| f.data_type() == &INTERVAL) {
         return schema.clone();
     }
@@ -128,7 +129,7 @@ fn stored_schema(schema: &Arc<Schema>) -> Arc<Schema> {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
-fn stored_column(c: &ArrayRef) -> ArrayRef {
+pub(crate) fn stored_column(c: &ArrayRef) -> ArrayRef {
     if c.data_type() != &INTERVAL {
         return c.clone();
     }
@@ -151,7 +152,7 @@ fn stored_column(c: &ArrayRef) -> ArrayRef {
 
 /// A batch as it was before `stored_schema`: marked columns are
 /// intervals again.
-fn restored_batch(batch: RecordBatch) -> Result<RecordBatch, ParquetError> {
+pub(crate) fn restored_batch(batch: RecordBatch) -> Result<RecordBatch, ParquetError> {
     let schema = batch.schema();
     if !schema
         .fields()

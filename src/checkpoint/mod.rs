@@ -8,7 +8,7 @@
 //! are garbage. Uploads run beside the view's task, retrying with backoff,
 //! so a slow or absent store delays checkpoints, never the view.
 
-mod format;
+pub(crate) mod format;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

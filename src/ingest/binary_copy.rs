@@ -217,6 +217,26 @@ pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Resul
                 chrono::DateTime::from_timestamp(days * 86_400, 0).ok_or("date out of range")?;
             write!(out, "{}", date.format("%Y-%m-%d"))
         }
+        SqlType::Interval => {
+            // Microseconds, days, months.
+            let v: [u8; 16] = fixed(v, "interval")?;
+            let micros = i64::from_be_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]);
+            let interval = crate::types::interval::Interval {
+                micros,
+                days: be_i32(&v[8..12]),
+                months: be_i32(&v[12..16]),
+            };
+            crate::types::interval::write_interval(interval, out);
+            Ok(())
+        }
+        SqlType::Time => {
+            let us = i64::from_be_bytes(fixed(v, "time")?);
+            if !(0..=86_400_000_000).contains(&us) {
+                return Err("time out of range".into());
+            }
+            crate::types::datetime::write_clock(us, out);
+            Ok(())
+        }
         SqlType::Timestamp | SqlType::TimestampTz => {
             crate::types::datetime::write_timestamp(unix_micros(v)?, false, out);
             if matches!(ty, SqlType::TimestampTz) {

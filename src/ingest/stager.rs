@@ -369,6 +369,33 @@ fn convert_text(
             }
             Ok(Arc::new(b.finish()))
         }
+        SqlType::Interval => {
+            let mut out = Vec::with_capacity(text.len());
+            for i in 0..text.len() {
+                out.push(match text.is_valid(i) {
+                    true => Some(
+                        crate::types::interval::parse_interval(text.value(i))
+                            .map_err(|_| invalid(i))?
+                            .to_arrow(),
+                    ),
+                    false => None,
+                });
+            }
+            Ok(Arc::new(arrow::array::IntervalMonthDayNanoArray::from(out)))
+        }
+        SqlType::Time => {
+            let mut out = Vec::with_capacity(text.len());
+            for i in 0..text.len() {
+                out.push(match text.is_valid(i) {
+                    true => Some(
+                        crate::types::datetime::parse_time(text.value(i))
+                            .map_err(|_| invalid(i))?,
+                    ),
+                    false => None,
+                });
+            }
+            Ok(Arc::new(arrow::array::Time64MicrosecondArray::from(out)))
+        }
         SqlType::Date | SqlType::Timestamp | SqlType::TimestampTz => {
             let fast = if col.ty.is_timestamp() {
                 fast_timestamps(text)

@@ -73,9 +73,10 @@ pub fn encode_segment(frames: &[(FrameHeader, RecordBatch)]) -> Result<Bytes, Lo
         DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
         false,
     ));
-    let schema: SchemaRef = Arc::new(Schema::new_with_metadata(
-        fields,
-        first.schema().metadata().clone(),
+    // Parquet has no interval of months, days and nanoseconds: such a
+    // column is stored as the checkpoints store it, and read back so.
+    let schema: SchemaRef = crate::checkpoint::format::stored_schema(&Arc::new(
+        Schema::new_with_metadata(fields, first.schema().metadata().clone()),
     ));
     let stored: Vec<StoredFrame> = frames
         .iter()
@@ -101,7 +102,11 @@ pub fn encode_segment(frames: &[(FrameHeader, RecordBatch)]) -> Result<Bytes, Lo
     for (h, batch) in frames {
         let n = batch.num_rows();
         let base = h.base_offset as i64;
-        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        let mut columns: Vec<ArrayRef> = batch
+            .columns()
+            .iter()
+            .map(crate::checkpoint::format::stored_column)
+            .collect();
         columns.push(Arc::new(Int64Array::from_iter_values(
             base..base + n as i64,
         )));
@@ -275,6 +280,7 @@ impl RemoteSegment {
             Some(b) => b.schema(),
             None => return Err(remote_err(&self.key, "empty row group")),
         };
-        Ok(arrow::compute::concat_batches(&schema, &batches)?)
+        let batch = arrow::compute::concat_batches(&schema, &batches)?;
+        crate::checkpoint::format::restored_batch(batch).map_err(|e| remote_err(&self.key, e))
     }
 }

@@ -370,6 +370,8 @@ fn declared_sql_type(t: &Type) -> Option<SqlType> {
         Type::DATE => SqlType::Date,
         Type::TIMESTAMP => SqlType::Timestamp,
         Type::TIMESTAMPTZ => SqlType::TimestampTz,
+        Type::INTERVAL => SqlType::Interval,
+        Type::TIME => SqlType::Time,
         _ => return None,
     })
 }

@@ -1,0 +1,237 @@
+//! INTERVAL and TIME columns end to end: DDL, INSERT, COPY in text, CSV
+//! and binary, the wire in text and binary, views and their checkpoints
+//! across SIGKILL, closed segments in the object store, and pg_type. Their
+//! answers are compared with PostgreSQL's in the differential views suite
+//! (the `spans` table).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut};
+use common::{scalar, text_rows, Server};
+use futures::{pin_mut, SinkExt, StreamExt};
+use tokio_postgres::types::{FromSql, Type};
+
+/// An interval as PostgreSQL's binary form carries it.
+#[derive(Debug, PartialEq)]
+struct Interval {
+    micros: i64,
+    days: i32,
+    months: i32,
+}
+
+impl<'a> FromSql<'a> for Interval {
+    fn from_sql(
+        _: &Type,
+        mut raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        if raw.len() != 16 {
+            return Err("an interval is 16 bytes".into());
+        }
+        Ok(Interval {
+            micros: raw.get_i64(),
+            days: raw.get_i32(),
+            months: raw.get_i32(),
+        })
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
+    }
+}
+
+const ROWS: &str = "(1, '1 day 02:00:00', '10:30:00'), (2, NULL, NULL), \
+    (3, '-3 mons +4 days 00:00:01.5', '23:59:59.999999'), (4, '1 year 2 mons', '00:00:00')";
+
+const EXPECTED: [&str; 4] = [
+    "1|1 day 02:00:00|10:30:00",
+    "2|NULL|NULL",
+    "3|-3 mons +4 days 00:00:01.5|23:59:59.999999",
+    "4|1 year 2 mons|00:00:00",
+];
+
+#[tokio::test]
+async fn interval_and_time_columns_round_trip_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(
+        dir.path(),
+        &["--segment-bytes", "20000", "--tiering-interval-ms", "100"],
+    );
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE spans (id INT, d INTERVAL, t TIME) WITH (partitions = 2);
+         CREATE TABLE copied (id INT, d INTERVAL, t TIME);
+         CREATE TABLE from_binary (id INT, d INTERVAL, t TIME);
+         INSERT INTO spans VALUES {ROWS};
+         CREATE MATERIALIZED VIEW span_totals AS SELECT sum(d) AS total, max(t) AS latest, count(*) AS n FROM spans;
+         CREATE MATERIALIZED VIEW span_rows AS SELECT id, d * 2 AS twice, t + INTERVAL '1 hour' AS later FROM spans;
+         FLUSH"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT id, d, t FROM spans ORDER BY id").await,
+        EXPECTED
+    );
+
+    // The catalog names the types as PostgreSQL does.
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'spans' ORDER BY ordinal_position"
+        )
+        .await,
+        ["id|integer", "d|interval", "t|time without time zone"]
+    );
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT typname FROM pg_type WHERE oid IN (1083, 1186) ORDER BY oid"
+        )
+        .await,
+        ["time", "interval"]
+    );
+
+    // COPY out in text and CSV, and back in.
+    for format in ["", " WITH (FORMAT csv)"] {
+        let out = c
+            .copy_out(&format!(
+                "COPY (SELECT * FROM spans ORDER BY id) TO STDOUT{format}"
+            ))
+            .await
+            .unwrap();
+        pin_mut!(out);
+        let mut data = Vec::new();
+        while let Some(chunk) = out.next().await {
+            data.extend_from_slice(&chunk.unwrap());
+        }
+        let sink = c
+            .copy_in(&format!("COPY copied FROM STDIN{format}"))
+            .await
+            .unwrap();
+        pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        assert_eq!(sink.finish().await.unwrap(), 4);
+        assert_eq!(
+            text_rows(&c, "SELECT id, d, t FROM copied ORDER BY id").await,
+            EXPECTED,
+            "COPY{format}"
+        );
+        c.batch_execute("DROP TABLE copied; CREATE TABLE copied (id INT, d INTERVAL, t TIME)")
+            .await
+            .unwrap();
+    }
+
+    // Binary COPY in: PostgreSQL's binary forms of interval and time.
+    let mut data = bytes::BytesMut::new();
+    data.put_slice(b"PGCOPY\n\xff\r\n\0");
+    data.put_i32(0);
+    data.put_i32(0);
+    data.put_i16(3);
+    data.put_i32(4);
+    data.put_i32(9);
+    data.put_i32(16);
+    data.put_i64(1_500_000);
+    data.put_i32(-2);
+    data.put_i32(14);
+    data.put_i32(8);
+    data.put_i64(3_600_000_000 + 1);
+    data.put_i16(-1);
+    let sink = c
+        .copy_in("COPY from_binary FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
+    pin_mut!(sink);
+    sink.send(data.freeze()).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 1);
+    assert_eq!(
+        text_rows(&c, "SELECT id, d, t FROM from_binary").await,
+        ["9|1 year 2 mons -2 days +00:00:01.5|01:00:00.000001"]
+    );
+
+    // The wire in binary: tokio-postgres asks for binary results.
+    let row = c
+        .query_one("SELECT d, t FROM spans WHERE id = 3", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, Interval>(0),
+        Interval {
+            micros: 1_500_000,
+            days: 4,
+            months: -3
+        }
+    );
+    assert_eq!(
+        row.get::<_, chrono::NaiveTime>(1),
+        chrono::NaiveTime::from_hms_micro_opt(23, 59, 59, 999_999).unwrap()
+    );
+    // A bound parameter of each type, in binary.
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM spans WHERE t < $1",
+            &[&chrono::NaiveTime::from_hms_opt(12, 0, 0).unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+
+    // Enough rows to close segments and move them to the object store.
+    for i in 0..20 {
+        c.batch_execute(&format!(
+            "INSERT INTO spans SELECT 100 + {i} * 500 + value, INTERVAL '1 minute' * value, TIME '00:00:01' + INTERVAL '1 second' * value FROM generate_series(0, 499) AS s(value)"
+        ))
+        .await
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(
+        &c,
+        "SELECT CAST(MIN(remote_segments) >= 1 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'spans'",
+    )
+    .await
+        == 0
+    {
+        assert!(Instant::now() < deadline, "segments did not move");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let before = text_rows(&c, "SELECT * FROM span_totals").await;
+    assert_eq!(
+        text_rows(&c, "SELECT id, d, t FROM spans WHERE id < 100 ORDER BY id").await,
+        EXPECTED
+    );
+    let sums = text_rows(&c, "SELECT sum(d), max(t), count(*) FROM spans").await;
+    assert_eq!(before, sums);
+
+    // SIGKILL: views come back from their checkpoints, the table from the
+    // log and the object store; a new view backfills across both.
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(text_rows(&c, "SELECT * FROM span_totals").await, before);
+    assert_eq!(
+        text_rows(&c, "SELECT id, d, t FROM spans WHERE id < 100 ORDER BY id").await,
+        EXPECTED
+    );
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT id, twice, later FROM span_rows WHERE id IN (1, 3) ORDER BY id"
+        )
+        .await,
+        [
+            "1|2 days 04:00:00|11:30:00",
+            "3|-6 mons +8 days 00:00:03|00:59:59.999999"
+        ]
+    );
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW later_totals AS SELECT sum(d) AS total, max(t) AS latest, count(*) AS n FROM spans; FLUSH",
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_rows(&c, "SELECT * FROM later_totals").await, before);
+}
