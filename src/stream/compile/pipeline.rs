@@ -116,8 +116,12 @@ pub struct WindowClosing {
     pub slide_us: i64,
     pub lateness_us: i64,
     pub emit_on_close: bool,
-    /// Position of `window_end` among the GROUP BY keys.
+    /// Position of the window's key among the GROUP BY keys: its
+    /// `window_end`, or else its `window_start`.
     group_index: usize,
+    /// How far the key is before the window's end: 0 for `window_end`,
+    /// the window's size for `window_start`.
+    key_before_end_us: i64,
 }
 
 impl WindowClosing {
@@ -285,10 +289,18 @@ pub async fn compile(
         .and_then(|t| t.def().options.watermark.clone());
     let closing = match (&windows[..], &watermark, aggregate, &table) {
         ([w], Some(mark), Some((agg, _)), Some(source)) if w.column == mark.column => {
-            let group_index = agg
-                .group_expr
-                .iter()
-                .position(|e| matches!(e, Expr::Column(c) if c.name == "window_end"));
+            let key = |name: &str| {
+                agg.group_expr
+                    .iter()
+                    .position(|e| matches!(e, Expr::Column(c) if c.name == name))
+            };
+            // A window is grouped by its end, or by its start alone (which
+            // is its end less its size).
+            let (group_index, key_before_end_us) = match (key("window_end"), key("window_start")) {
+                (Some(i), _) => (Some(i), 0),
+                (None, Some(i)) => (Some(i), w.size_us.unwrap_or_default()),
+                (None, None) => (None, 0),
+            };
             match (
                 group_index,
                 w.size_us,
@@ -303,6 +315,7 @@ pub async fn compile(
                         lateness_us: emit.allowed_lateness_us,
                         emit_on_close: emit.emit_on_window_close,
                         group_index,
+                        key_before_end_us,
                     })
                 }
                 _ => None,
@@ -312,7 +325,7 @@ pub async fn compile(
     };
     if emit.emit_on_window_close && closing.is_none() {
         return Err(unsupported(match graph.is_empty() && sources.len() == 1 {
-            true => "EMIT ON WINDOW CLOSE needs GROUP BY window_end over TUMBLE or HOP of the \
+            true => "EMIT ON WINDOW CLOSE needs GROUP BY window_end or window_start over TUMBLE or HOP of the \
                      table's WATERMARK column with constant INTERVAL sizes",
             false => "EMIT ON WINDOW CLOSE is not supported for materialized views with joins or over several tables yet",
         }));
@@ -336,7 +349,7 @@ pub async fn compile(
                 AggregatePipeline::new(&ctx.state(), aggregate, projection, retracting).await?;
             agg.attach(
                 schema.clone(),
-                closing.map(|c| (c.group_index, c.lateness_us)),
+                closing.map(|c| (c.group_index, c.lateness_us, c.key_before_end_us)),
             );
             Pipeline::Aggregate(Box::new(agg))
         }
@@ -641,7 +654,8 @@ impl CompiledView {
                             let open = agg.rows_of_open_windows(
                                 b,
                                 c.group_index,
-                                w.saturating_sub(c.lateness_us),
+                                w.saturating_sub(c.lateness_us)
+                                    .saturating_sub(c.key_before_end_us),
                             )?;
                             agg.update(&open)?
                         }

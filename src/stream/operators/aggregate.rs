@@ -353,9 +353,13 @@ impl AggregatePipeline {
     /// The view's rows have `schema`; `closing`: where `window_end` is
     /// among the keys and the allowed lateness, for windows that close by
     /// the watermark.
-    pub(crate) fn attach(&mut self, schema: SchemaRef, closing: Option<(usize, i64)>) {
+    /// The view's row schema, and how its windows close: the window key's
+    /// position among the GROUP BY keys, the allowed lateness, and how far
+    /// the key is before the window's end (a `window_start` key).
+    pub(crate) fn attach(&mut self, schema: SchemaRef, closing: Option<(usize, i64, i64)>) {
         self.view_schema = schema;
-        self.closing = closing;
+        self.closing = closing.map(|(key, lateness, _)| (key, lateness));
+        self.closing_offset_us = closing.map_or(0, |(_, _, before_end)| before_end);
     }
 
     /// Makes the aggregate an operator inside the graph: each delta emits
@@ -1082,9 +1086,12 @@ impl Operator for AggregatePipeline {
         let Some((group_index, lateness_us)) = self.closing else {
             return Ok(Delta::default());
         };
-        let threshold = watermark_us.saturating_sub(lateness_us);
+        // A window is closed once its end is at or below the threshold;
+        // its key is that far before its end.
+        let threshold = watermark_us
+            .saturating_sub(lateness_us)
+            .saturating_sub(self.closing_offset_us);
         if self.emits_changes.is_some() {
-            let threshold = threshold.saturating_sub(self.closing_offset_us);
             self.drop_closed_windows(group_index, threshold)?;
             return Ok(Delta::default());
         }
