@@ -108,7 +108,25 @@ impl ViewManager {
             } else {
                 manager.load_checkpoint(&def, &compiled).await?
             };
-            manager.launch(def, compiled, restored)?;
+            let from_checkpoint = restored.is_some();
+            if let Err(e) = manager.launch(def.clone(), compiled, restored) {
+                if !from_checkpoint {
+                    return Err(e);
+                }
+                // A checkpoint whose state does not fit the view's operators
+                // (written by a version that compiled the query otherwise)
+                // is set aside: the view is computed again from the log.
+                warn!(view = %def.name, error = %e, "checkpoint does not fit the view's operators; rebuilding the view from the log");
+                let compiled = compile(
+                    &query,
+                    &store,
+                    manager.as_ref(),
+                    manager.config.clone(),
+                    emit,
+                )
+                .await?;
+                manager.launch(def, compiled, None)?;
+            }
         }
         // Checkpoints of views that were dropped while an upload ran.
         let known: Vec<u64> = store.view_defs().iter().map(|d| d.id).collect();

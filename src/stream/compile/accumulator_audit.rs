@@ -399,7 +399,9 @@ async fn groups_in_many_pieces_read_restore_and_close_as_in_one() {
     assert_eq!(restored.rows(), one.rows());
     // Key g read as a window's end in microseconds: the groups up to 6,000
     // close, from every piece.
-    restored.pipeline.attach(restored.out.clone(), Some((0, 0, 0)));
+    restored
+        .pipeline
+        .attach(restored.out.clone(), Some((0, 0, 0)));
     let closed = restored
         .pipeline
         .close_windows(&restored.out, 0, 6_000)

@@ -38,6 +38,7 @@ use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 use crate::stream::operators::aggregate::AggregatePipeline;
 use crate::stream::operators::delta::{delta_exec, DeltaSlot};
+use crate::stream::operators::dynamic_filter::DynamicFilterOperator;
 use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
 use crate::stream::operators::join::{JoinOperator, JoinSide};
 use crate::stream::operators::operator::nullable;
@@ -377,6 +378,11 @@ impl JoinGraph {
                 plan => {
                     if let LogicalPlan::Filter(filter) = &plan {
                         self.note_row_number_limits(filter);
+                    }
+                    if let LogicalPlan::Projection(projection) = &plan {
+                        if let Some(lifted) = self.lift_dynamic_filter(projection, state).await? {
+                            return Ok(lifted);
+                        }
                     }
                     let inputs = plan.inputs().into_iter().cloned().collect::<Vec<_>>();
                     if inputs.is_empty() {
@@ -844,6 +850,93 @@ impl JoinGraph {
             state,
         )
         .await
+    }
+
+    /// A projection of one input of an inner join with a scalar subquery's
+    /// one row, whose only condition compares that input with the row
+    /// (`WHERE amount > (SELECT avg(credit) FROM accounts)`, decorrelated):
+    /// a dynamic filter stage, which sends on only the rows that cross the
+    /// threshold when it moves. None for any other shape (the join then
+    /// pairs every row with the one row).
+    async fn lift_dynamic_filter(
+        &mut self,
+        projection: &datafusion::logical_expr::Projection,
+        state: &SessionState,
+    ) -> Result<Option<LogicalPlan>, SluiceError> {
+        use datafusion::logical_expr::BinaryExpr;
+        let LogicalPlan::Join(join) = projection.input.as_ref() else {
+            return Ok(None);
+        };
+        let (Some(condition), true, JoinType::Inner) =
+            (&join.filter, join.on.is_empty(), join.join_type)
+        else {
+            return Ok(None);
+        };
+        let (rows, one) = match (at_most_one_row(&join.left), at_most_one_row(&join.right)) {
+            (_, true) => (join.left.as_ref(), join.right.as_ref()),
+            (true, false) => (join.right.as_ref(), join.left.as_ref()),
+            (false, false) => return Ok(None),
+        };
+        let within = |e: &Expr, plan: &LogicalPlan| {
+            let columns = e.column_refs();
+            !columns.is_empty() && columns.iter().all(|c| plan.schema().has_column(c))
+        };
+        if !projection
+            .expr
+            .iter()
+            .all(|e| e.column_refs().iter().all(|c| rows.schema().has_column(c)))
+        {
+            return Ok(None);
+        }
+        let [Expr::BinaryExpr(BinaryExpr { left, op, right })] =
+            split_conjunction(condition).as_slice()
+        else {
+            return Ok(None);
+        };
+        use datafusion::logical_expr::Operator as Op;
+        if !matches!(
+            op,
+            Op::Lt | Op::LtEq | Op::Gt | Op::GtEq | Op::Eq | Op::NotEq
+        ) {
+            return Ok(None);
+        }
+        let (value, op, threshold) = if within(left, rows) && within(right, one) {
+            (left.as_ref(), *op, right.as_ref())
+        } else if within(right, rows) && within(left, one) {
+            match op.swap() {
+                Some(swapped) => (right.as_ref(), swapped, left.as_ref()),
+                None => return Ok(None),
+            }
+        } else {
+            return Ok(None);
+        };
+        let lifted_rows = self.lift_joins(rows.clone(), state, true).await?;
+        let lifted_one = self.lift_joins(one.clone(), state, true).await?;
+        let value_expr = state.create_physical_expr(value.clone(), lifted_rows.schema())?;
+        let threshold_expr = state.create_physical_expr(threshold.clone(), lifted_one.schema())?;
+        let (rows_input, rows_schema, _) = self.side(&lifted_rows, &[], state).await?;
+        let (one_input, one_schema, _) = self.side(&lifted_one, &[], state).await?;
+        let operator = DynamicFilterOperator::new(
+            rows_schema,
+            value_expr,
+            op,
+            threshold_expr,
+            &one_schema,
+            format!("{value} {op} {threshold}, crossing rows sent as the threshold moves"),
+        )?;
+        let output = self.push_stage(
+            Box::new(operator),
+            "dynamic filter",
+            vec![rows_input, one_input],
+            true,
+            rows.schema().clone(),
+            Vec::new(),
+        );
+        let projection = datafusion::logical_expr::Projection::try_new(
+            projection.expr.clone(),
+            Arc::new(output),
+        )?;
+        Ok(Some(LogicalPlan::Projection(projection)))
     }
 
     /// Window functions that share one PARTITION BY and ORDER BY: an

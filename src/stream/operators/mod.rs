@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod delta;
+pub mod dynamic_filter;
 pub mod group_table;
 pub mod interval_join;
 pub mod join;

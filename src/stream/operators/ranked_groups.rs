@@ -89,6 +89,13 @@ impl RankedGroups {
         })
     }
 
+    /// The ORDER BY values' bytes for each row of `columns` (one column per
+    /// ORDER BY expression), as the groups order rows by them.
+    pub fn order_bytes(&self, columns: &[ArrayRef]) -> Result<Vec<Bytes>, SluiceError> {
+        let rows = self.order_rows.convert_columns(columns)?;
+        Ok(rows.iter().map(|r| Box::from(r.as_ref())).collect())
+    }
+
     /// Rows held, copies counted.
     pub fn held(&self) -> u64 {
         self.held
