@@ -192,10 +192,7 @@ async fn limits_without_an_order_and_ties_are_refused() {
     for (query, says) in [
         ("SELECT id FROM bids LIMIT 3", "need ORDER BY"),
         ("SELECT id FROM bids OFFSET 3", "need ORDER BY"),
-        (
-            "SELECT id FROM bids ORDER BY price FETCH FIRST 3 ROWS WITH TIES",
-            "FETCH",
-        ),
+        ("SELECT id FROM bids FETCH FIRST 3 ROWS WITH TIES", "FETCH"),
         (
             "SELECT id FROM bids ORDER BY price + 1",
             "add the ORDER BY expressions to the select list",

@@ -197,9 +197,13 @@ impl Oracle {
     }
 }
 
-/// Whether `query` has an ORDER BY outside parentheses.
+/// Whether `query` has an ORDER BY outside parentheses that orders its
+/// rows completely (WITH TIES keeps rows that tie, in no order).
 fn top_level_order_by(query: &str) -> bool {
     let upper = query.to_uppercase();
+    if upper.contains("WITH TIES") {
+        return false;
+    }
     let mut depth = 0i32;
     upper.char_indices().any(|(i, c)| {
         match c {

@@ -45,3 +45,6 @@ CREATE MATERIALIZED VIEW numbered_keyed AS SELECT k, grp, v, row_number() OVER (
 CREATE MATERIALIZED VIEW numbered_all AS SELECT id, row_number() OVER (ORDER BY x, id) AS rn FROM ev;
 CREATE MATERIALIZED VIEW span_rows AS SELECT id, d, t, d * 2 AS twice, t + INTERVAL '90 minutes' AS later, -d AS negated FROM spans WHERE id % 2 = 0;
 CREATE MATERIALIZED VIEW span_totals AS SELECT id % 3 AS g, sum(d) AS total, min(d) AS shortest, max(t) AS latest, count(t) AS times FROM spans GROUP BY id % 3;
+CREATE MATERIALIZED VIEW tied AS SELECT id, k, n FROM ev ORDER BY n DESC NULLS LAST FETCH FIRST 3 ROWS WITH TIES;
+CREATE MATERIALIZED VIEW tied_keyed AS SELECT k, grp, v FROM kv ORDER BY v OFFSET 2 FETCH FIRST 3 ROWS WITH TIES;
+CREATE MATERIALIZED VIEW tied_groups AS SELECT grp, count(*) AS c FROM kv GROUP BY grp ORDER BY c DESC FETCH FIRST 1 ROW WITH TIES;

@@ -235,6 +235,9 @@ pub struct JoinGraph {
     /// The bounds filters put on `ROW_NUMBER()` outputs, by the window
     /// function's output name: how many rows each Top-N gives.
     row_number_limits: Vec<(String, usize)>,
+    /// The query's own ORDER BY ... FETCH FIRST n ROWS WITH TIES: the first
+    /// Top-N lifted (the outermost) keeps the rows that tie with its last.
+    ties_pending: bool,
     /// Aggregates lifted so far, as the query wrote them, each with the
     /// entries of `lifted_stages` its lifting added and the plan reading
     /// its stage: the same aggregate written again reads that stage.
@@ -272,6 +275,7 @@ impl JoinGraph {
             bands: Vec::new(),
             source_retracts: Vec::new(),
             row_number_limits: Vec::new(),
+            ties_pending: false,
             lifted_aggregates: Vec::new(),
             lifted_stages: Vec::new(),
             capture_whole_next: false,
@@ -283,6 +287,12 @@ impl JoinGraph {
     /// up (by the next [`JoinGraph::propagate`]).
     pub fn unstarted(&self) -> bool {
         self.unstarted && !self.stages.is_empty()
+    }
+
+    /// The query ends in `FETCH FIRST n ROWS WITH TIES`.
+    pub fn with_ties(mut self, ties: bool) -> JoinGraph {
+        self.ties_pending = ties;
+        self
     }
 
     /// Which sources may take rows back: what a Top-N must keep.
@@ -845,7 +855,7 @@ impl JoinGraph {
             input,
             partition_by,
             &f.params.order_by,
-            (0, limit),
+            (0, limit, false),
             window.schema.clone(),
             state,
         )
@@ -1084,6 +1094,8 @@ impl JoinGraph {
         limit: usize,
         state: &SessionState,
     ) -> Result<LogicalPlan, SluiceError> {
+        // Pre-order: the outermost Top-N is lifted first.
+        let with_ties = std::mem::take(&mut self.ties_pending);
         let input = self
             .lift_joins(sort.input.as_ref().clone(), state, true)
             .await?;
@@ -1092,7 +1104,7 @@ impl JoinGraph {
             input,
             Vec::new(),
             &sort.expr,
-            (offset, limit),
+            (offset, limit, with_ties),
             schema,
             state,
         )
@@ -1105,7 +1117,7 @@ impl JoinGraph {
         input: LogicalPlan,
         partition_by: Vec<Arc<dyn PhysicalExpr>>,
         order_by: &[datafusion::logical_expr::SortExpr],
-        (offset, limit): (usize, usize),
+        (offset, limit, with_ties): (usize, usize, bool),
         schema: DFSchemaRef,
         state: &SessionState,
     ) -> Result<LogicalPlan, SluiceError> {
@@ -1129,6 +1141,10 @@ impl JoinGraph {
             (0, limit) => format!("first {limit}"),
             (offset, usize::MAX) => format!("all after the first {offset}"),
             (offset, limit) => format!("{limit} after the first {offset}"),
+        };
+        let places = match with_ties {
+            true => format!("{places} with ties"),
+            false => places,
         };
         let description = format!(
             "{}{places} by {}",
@@ -1155,6 +1171,7 @@ impl JoinGraph {
                 order_by: order,
                 offset,
                 limit,
+                with_ties,
                 numbered,
                 input_retracts,
             },

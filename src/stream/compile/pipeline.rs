@@ -155,7 +155,17 @@ pub async fn compile(
     config: SessionConfig,
     emit: EmitOptions,
 ) -> Result<CompiledView, SluiceError> {
-    let mut stmt = ast::Statement::Query(Box::new(query.clone()));
+    // FETCH FIRST n ROWS WITH TIES of the whole query is its Top-N's
+    // (the planner knows LIMIT only).
+    let mut query = query.clone();
+    let with_ties = match &mut query.fetch {
+        Some(f) if f.with_ties && !f.percent && query.order_by.is_some() => {
+            f.with_ties = false;
+            true
+        }
+        _ => false,
+    };
+    let mut stmt = ast::Statement::Query(Box::new(query));
     sluice_sql::inline_ctes(&mut stmt)?;
     let windows = rewrite_window_functions(&mut stmt)?;
     let mut relations = Vec::new();
@@ -268,7 +278,8 @@ pub async fn compile(
         .collect();
     let mut graph = JoinGraph::new(relations.clone(), slots)
         .with_source_times(times, emit.allowed_lateness_us)
-        .with_retracting_sources(retracting_sources.clone());
+        .with_retracting_sources(retracting_sources.clone())
+        .with_ties(with_ties);
     // A GROUP BY with more above it than HAVING and a projection (a
     // filter or expression over its rows in an outer query, a join, a
     // union) is a stage of the graph like an aggregate below a join, its

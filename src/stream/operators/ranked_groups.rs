@@ -214,20 +214,27 @@ impl RankedGroups {
         Ok(changed)
     }
 
-    /// Keeps a group's first `kept` rows in its order (copies counted).
-    pub fn truncate(&mut self, group: &[u8], kept: u64) {
+    /// Keeps a group's first `kept` rows in its order (copies counted),
+    /// and with `ties` the rows whose ORDER BY values equal the last one's.
+    pub fn truncate(&mut self, group: &[u8], kept: u64, ties: bool) {
         let Some(ranked) = self.groups.get_mut(group) else {
             return;
         };
         let mut seen = 0u64;
         let mut cut = None;
+        let mut last: Option<Bytes> = None;
         for (key, copies) in ranked.iter_mut() {
             let room = kept.saturating_sub(seen);
+            if room == 0 && ties && last.as_ref() == Some(&key.0) {
+                continue;
+            }
             if room == 0 {
                 cut = Some(key.clone());
                 break;
             }
-            if *copies > room {
+            last = Some(key.0.clone());
+            // Copies of one row tie with each other.
+            if !ties && *copies > room {
                 self.held -= *copies - room;
                 *copies = room;
             }

@@ -39,6 +39,9 @@ pub struct TopNSpec {
     pub offset: usize,
     /// How many rows after those the group keeps (`LIMIT`).
     pub limit: usize,
+    /// Rows that tie with the last kept one on the ORDER BY values are
+    /// kept too (`FETCH FIRST n ROWS WITH TIES`).
+    pub with_ties: bool,
     /// Whether the rows come out with their number (`ROW_NUMBER`), as the
     /// output schema's last column.
     pub numbered: bool,
@@ -49,6 +52,7 @@ pub struct TopNSpec {
 pub struct TopNOperator {
     offset: usize,
     limit: usize,
+    with_ties: bool,
     numbered: bool,
     input_retracts: bool,
     input: SchemaRef,
@@ -78,6 +82,7 @@ impl TopNOperator {
             groups: RankedGroups::new(input.clone(), spec.partition_by, spec.order_by)?,
             offset: spec.offset,
             limit: spec.limit,
+            with_ties: spec.with_ties,
             numbered: spec.numbered,
             input_retracts: spec.input_retracts,
             input,
@@ -101,35 +106,40 @@ impl TopNOperator {
     }
 }
 
-/// A group's `limit` rows after the first `offset`, copies counted one by
-/// one, each with its number from 1 (0 when the Top-N does not number its
-/// rows, so that rows compare by their bytes alone).
-fn top(
-    groups: &RankedGroups,
-    group: &[u8],
+/// Which rows of a group's order a Top-N gives.
+struct Places {
     offset: usize,
     limit: usize,
+    with_ties: bool,
     numbered: bool,
-) -> OutputRows {
+}
+
+/// A group's `limit` rows after the first `offset` (and, with ties, the
+/// rows whose ORDER BY values equal the last one's), copies counted one by
+/// one, each with its number from 1 (0 when the Top-N does not number its
+/// rows, so that rows compare by their bytes alone).
+fn top(groups: &RankedGroups, group: &[u8], places: &Places) -> OutputRows {
     let mut out = Vec::new();
     let Some(ranked) = groups.group(group) else {
         return out;
     };
-    let mut skip = offset;
-    for ((_, row), copies) in ranked {
+    let mut skip = places.offset;
+    let mut last: Option<&Bytes> = None;
+    for ((order, row), copies) in ranked {
         for _ in 0..*copies {
             if skip > 0 {
                 skip -= 1;
                 continue;
             }
-            if out.len() == limit {
+            if out.len() >= places.limit && !(places.with_ties && last == Some(order)) {
                 return out;
             }
-            let number = match numbered {
+            let number = match places.numbered {
                 true => out.len() as u64 + 1,
                 false => 0,
             };
             out.push((row.clone(), number));
+            last = Some(order);
         }
     }
     out
@@ -142,21 +152,26 @@ impl Operator for TopNOperator {
                 "a Top-N has no input {input}"
             )));
         }
-        let (offset, limit, numbered) = (self.offset, self.limit, self.numbered);
+        let places = Places {
+            offset: self.offset,
+            limit: self.limit,
+            with_ties: self.with_ties,
+            numbered: self.numbered,
+        };
         let kept = match self.input_retracts {
             true => None,
-            false => Some(offset.saturating_add(limit) as u64),
+            false => Some(self.offset.saturating_add(self.limit) as u64),
         };
         let changed = self.groups.apply_delta(
             delta,
             "Top-N",
-            |groups, g| Ok(top(groups, g, offset, limit, numbered)),
+            |groups, g| Ok(top(groups, g, &places)),
             // Over an input that never takes rows back, a group keeps its
-            // first offset + limit rows only: the others can never
-            // re-enter.
+            // first offset + limit rows only (and those tied with the
+            // last): the others can never re-enter.
             |groups, g| {
                 if let Some(kept) = kept {
-                    groups.truncate(g, kept)
+                    groups.truncate(g, kept, places.with_ties)
                 }
             },
         )?;
@@ -238,6 +253,7 @@ mod tests {
                 order_by: vec![(col("price", &s).unwrap(), descending)],
                 offset: 0,
                 limit: 2,
+                with_ties: false,
                 numbered: true,
                 input_retracts,
             },
