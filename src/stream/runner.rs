@@ -84,19 +84,7 @@ impl ViewManager {
             rebuilding: RwLock::new(HashMap::new()),
         });
         for def in store.view_defs() {
-            let query = parse_query(&def.query)?;
-            let emit = EmitOptions {
-                emit_on_window_close: def.emit_on_window_close,
-                allowed_lateness_us: def.allowed_lateness_us,
-            };
-            let compiled = compile(
-                &query,
-                &store,
-                manager.as_ref(),
-                manager.config.clone(),
-                emit,
-            )
-            .await?;
+            let compiled = manager.compile_stored(&def).await?;
             // A view over a view that changes rows in place starts again
             // from that view's rows (restored already), not from its own
             // checkpoint, which does not say which of those rows it saw.
@@ -117,14 +105,7 @@ impl ViewManager {
                 // (written by a version that compiled the query otherwise)
                 // is set aside: the view is computed again from the log.
                 warn!(view = %def.name, error = %e, "checkpoint does not fit the view's operators; rebuilding the view from the log");
-                let compiled = compile(
-                    &query,
-                    &store,
-                    manager.as_ref(),
-                    manager.config.clone(),
-                    emit,
-                )
-                .await?;
+                let compiled = manager.compile_stored(&def).await?;
                 manager.launch(def, compiled, None)?;
             }
         }
@@ -132,6 +113,22 @@ impl ViewManager {
         let known: Vec<u64> = store.view_defs().iter().map(|d| d.id).collect();
         manager.checkpoints.forget_all_but(&known).await?;
         Ok(manager)
+    }
+
+    /// A stored view's query, compiled as it was created.
+    async fn compile_stored(&self, def: &ViewDef) -> Result<CompiledView, SluiceError> {
+        let emit = EmitOptions {
+            emit_on_window_close: def.emit_on_window_close,
+            allowed_lateness_us: def.allowed_lateness_us,
+        };
+        compile(
+            &parse_query(&def.query)?,
+            &self.store,
+            self,
+            self.config.clone(),
+            emit,
+        )
+        .await
     }
 
     pub fn checkpoints(&self) -> &Arc<Checkpoints> {

@@ -305,10 +305,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_moving_threshold_sends_only_the_rows_that_cross_it() {
+    /// `v > threshold`, both inputs one `v` column.
+    fn greater() -> DynamicFilterOperator {
         let schema = rows(&[]).schema();
-        let mut op = DynamicFilterOperator::new(
+        DynamicFilterOperator::new(
             schema.clone(),
             col("v", &schema).unwrap(),
             Op::Gt,
@@ -316,7 +316,12 @@ mod tests {
             &schema,
             "v > threshold".into(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_moving_threshold_sends_only_the_rows_that_cross_it() {
+        let mut op = greater();
         // No threshold yet: nothing passes.
         let out = op
             .apply(0, &insert(rows(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10])))
@@ -350,15 +355,7 @@ mod tests {
         assert!(out.retract.is_empty());
         // The threshold survives a checkpoint.
         let parts = op.snapshot().unwrap();
-        let mut restored = DynamicFilterOperator::new(
-            schema.clone(),
-            col("v", &schema).unwrap(),
-            Op::Gt,
-            col("v", &schema).unwrap(),
-            &schema,
-            "v > threshold".into(),
-        )
-        .unwrap();
+        let mut restored = greater();
         for (i, part) in parts.iter().enumerate() {
             restored.restore(i, part).unwrap();
         }

@@ -37,6 +37,23 @@ pub struct Changed {
     pub rows_in: u64,
 }
 
+impl Changed {
+    /// These changes as a delta, the rows built from their bytes by `rows`.
+    pub fn delta(
+        &self,
+        rows: impl Fn(&[(Bytes, u64)]) -> Result<RecordBatch, SluiceError>,
+    ) -> Result<Delta, SluiceError> {
+        let mut out = Delta::default();
+        if !self.gone.is_empty() {
+            out.retract.push(rows(&self.gone)?);
+        }
+        if !self.came.is_empty() {
+            out.insert.push(rows(&self.came)?);
+        }
+        Ok(out)
+    }
+}
+
 /// A row's group, place in its group's order, and whole bytes.
 pub struct Keyed {
     pub group: Bytes,

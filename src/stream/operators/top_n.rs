@@ -176,15 +176,8 @@ impl Operator for TopNOperator {
             },
         )?;
         self.rows_in += changed.rows_in;
-        let mut out = Delta::default();
-        if !changed.gone.is_empty() {
-            out.retract.push(self.rows(&changed.gone)?);
-        }
-        if !changed.came.is_empty() {
-            self.rows_out += changed.came.len() as u64;
-            out.insert.push(self.rows(&changed.came)?);
-        }
-        Ok(out)
+        self.rows_out += changed.came.len() as u64;
+        changed.delta(|rows| self.rows(rows))
     }
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
