@@ -249,7 +249,9 @@ fn view_rows(from: i32, count: i32) -> String {
             let d = match id % 5 {
                 0 => "NULL".to_string(),
                 1 => format!("'{} days {:02}:{:02}:00'", id % 7, id % 24, id % 60),
-                2 => format!("'-{} mons {} days'", id % 3, id % 11),
+                // Months against days: `1 mon -45 days` spans less than
+                // `3 days`, though it has more months.
+                2 => format!("'{} mons -{} days'", id % 3, 20 + id % 30),
                 3 => format!("'{}.{:06} seconds'", id * 13, (id * 7919) % 1_000_000),
                 _ => format!("'1 year -{} hours'", id % 30),
             };

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, FixedSizeBinaryArray, IntervalMonthDayNanoArray};
+use arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeBinaryArray, IntervalMonthDayNanoArray, ListArray,
+};
 use arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
@@ -107,29 +109,68 @@ const INTERVAL_MARK: &str = "sluice.interval";
 
 const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
 
+/// A field whose type holds an interval (a column of them, or a list of
+/// them: the values MIN and MAX over intervals keep when rows are taken
+/// back), and the mark it is written with.
+fn interval_mark(data_type: &DataType) -> Option<&'static str> {
+    match data_type {
+        &INTERVAL => Some("month_day_nano"),
+        DataType::List(item) if item.data_type() == &INTERVAL => Some("list_of_month_day_nano"),
+        _ => None,
+    }
+}
+
 /// The schema as written: intervals as marked 16-byte values (also the
 /// log's closed segments, which hold INTERVAL columns).
 pub(crate) fn stored_schema(schema: &Arc<Schema>) -> Arc<Schema> {
-    if !schema.fields().iter().any(|f| f.data_type() == &INTERVAL) {
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| interval_mark(f.data_type()).is_some())
+    {
         return schema.clone();
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|f| match f.data_type() {
-            &INTERVAL => {
-                let mut metadata = f.metadata().clone();
-                metadata.insert(INTERVAL_MARK.into(), "month_day_nano".into());
-                Field::new(f.name(), DataType::FixedSizeBinary(16), f.is_nullable())
-                    .with_metadata(metadata)
-            }
-            _ => f.as_ref().clone(),
+        .map(|f| {
+            let Some(mark) = interval_mark(f.data_type()) else {
+                return f.as_ref().clone();
+            };
+            let mut metadata = f.metadata().clone();
+            metadata.insert(INTERVAL_MARK.into(), mark.into());
+            let stored = match f.data_type() {
+                DataType::List(item) => DataType::List(Arc::new(Field::new(
+                    item.name(),
+                    DataType::FixedSizeBinary(16),
+                    item.is_nullable(),
+                ))),
+                _ => DataType::FixedSizeBinary(16),
+            };
+            Field::new(f.name(), stored, f.is_nullable()).with_metadata(metadata)
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 pub(crate) fn stored_column(c: &ArrayRef) -> ArrayRef {
+    if let DataType::List(item) = c.data_type() {
+        if item.data_type() != &INTERVAL {
+            return c.clone();
+        }
+        let list = c.as_list::<i32>();
+        let field = Arc::new(Field::new(
+            item.name(),
+            DataType::FixedSizeBinary(16),
+            item.is_nullable(),
+        ));
+        return Arc::new(ListArray::new(
+            field,
+            list.offsets().clone(),
+            stored_column(list.values()),
+            list.nulls().cloned(),
+        ));
+    }
     if c.data_type() != &INTERVAL {
         return c.clone();
     }
@@ -150,8 +191,27 @@ pub(crate) fn stored_column(c: &ArrayRef) -> ArrayRef {
     )
 }
 
+/// Intervals back from their stored 16 bytes.
+fn intervals(bytes: &FixedSizeBinaryArray) -> IntervalMonthDayNanoArray {
+    let word = |b: &[u8], at: usize| -> [u8; 4] { [b[at], b[at + 1], b[at + 2], b[at + 3]] };
+    bytes
+        .iter()
+        .map(|v| {
+            v.filter(|b| b.len() == 16).map(|b| {
+                let mut nanos = [0u8; 8];
+                nanos.copy_from_slice(&b[8..]);
+                IntervalMonthDayNano::new(
+                    i32::from_le_bytes(word(b, 0)),
+                    i32::from_le_bytes(word(b, 4)),
+                    i64::from_le_bytes(nanos),
+                )
+            })
+        })
+        .collect()
+}
+
 /// A batch as it was before `stored_schema`: marked columns are
-/// intervals again.
+/// intervals (or lists of them) again.
 pub(crate) fn restored_batch(batch: RecordBatch) -> Result<RecordBatch, ParquetError> {
     let schema = batch.schema();
     if !schema
@@ -164,33 +224,38 @@ pub(crate) fn restored_batch(batch: RecordBatch) -> Result<RecordBatch, ParquetE
     let mut fields = Vec::with_capacity(schema.fields().len());
     let mut columns = Vec::with_capacity(schema.fields().len());
     for (f, c) in schema.fields().iter().zip(batch.columns()) {
-        let Some(bytes) = c
-            .as_fixed_size_binary_opt()
-            .filter(|_| f.metadata().contains_key(INTERVAL_MARK))
-        else {
-            fields.push(f.as_ref().clone());
-            columns.push(c.clone());
-            continue;
-        };
-        let word = |b: &[u8], at: usize| -> [u8; 4] { [b[at], b[at + 1], b[at + 2], b[at + 3]] };
-        let values: IntervalMonthDayNanoArray = bytes
-            .iter()
-            .map(|v| {
-                v.filter(|b| b.len() == 16).map(|b| {
-                    let mut nanos = [0u8; 8];
-                    nanos.copy_from_slice(&b[8..]);
-                    IntervalMonthDayNano::new(
-                        i32::from_le_bytes(word(b, 0)),
-                        i32::from_le_bytes(word(b, 4)),
-                        i64::from_le_bytes(nanos),
-                    )
-                })
-            })
-            .collect();
         let mut metadata = f.metadata().clone();
-        metadata.remove(INTERVAL_MARK);
-        fields.push(Field::new(f.name(), INTERVAL, f.is_nullable()).with_metadata(metadata));
-        columns.push(Arc::new(values) as ArrayRef);
+        let restored: Option<(DataType, ArrayRef)> = match metadata.remove(INTERVAL_MARK) {
+            None => None,
+            Some(_) => match (c.as_fixed_size_binary_opt(), c.as_list_opt::<i32>()) {
+                (Some(bytes), _) => Some((INTERVAL, Arc::new(intervals(bytes)))),
+                (None, Some(list)) => match list.values().as_fixed_size_binary_opt() {
+                    Some(bytes) => {
+                        let item = Arc::new(Field::new_list_field(INTERVAL, true));
+                        let values = ListArray::new(
+                            item.clone(),
+                            list.offsets().clone(),
+                            Arc::new(intervals(bytes)),
+                            list.nulls().cloned(),
+                        );
+                        Some((DataType::List(item), Arc::new(values)))
+                    }
+                    None => None,
+                },
+                _ => None,
+            },
+        };
+        match restored {
+            Some((data_type, column)) => {
+                fields
+                    .push(Field::new(f.name(), data_type, f.is_nullable()).with_metadata(metadata));
+                columns.push(column);
+            }
+            None => {
+                fields.push(f.as_ref().clone());
+                columns.push(c.clone());
+            }
+        }
     }
     let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
     Ok(RecordBatch::try_new(schema, columns)?)
@@ -202,6 +267,7 @@ mod tests {
 
     use arrow::array::{Int64Array, ListArray, StringArray, UInt64Array};
     use arrow::datatypes::Int64Type;
+    use datafusion::common::ScalarValue;
 
     use super::*;
 
@@ -245,6 +311,25 @@ mod tests {
         ])
         .unwrap();
         let back = decode_parquet(encode_parquet(std::slice::from_ref(&batch)).unwrap()).unwrap();
+        assert_eq!(back, vec![batch]);
+    }
+
+    /// MIN and MAX over intervals keep their values as a list of them
+    /// when rows are taken back; a state part holds such a list.
+    #[test]
+    fn lists_of_intervals_round_trip() {
+        let values = ScalarValue::new_list_nullable(
+            &[
+                ScalarValue::IntervalMonthDayNano(Some(IntervalMonthDayNano::new(0, 1, 5))),
+                ScalarValue::IntervalMonthDayNano(None),
+            ],
+            &INTERVAL,
+        );
+        let empty = ScalarValue::new_list_nullable(&[], &INTERVAL);
+        let lists = arrow::compute::concat(&[values.as_ref(), empty.as_ref()]).unwrap();
+        let batch = RecordBatch::try_from_iter(vec![("__state_0_0", lists)]).unwrap();
+        let back =
+            decode_parquet(encode_state_part(std::slice::from_ref(&batch)).unwrap()).unwrap();
         assert_eq!(back, vec![batch]);
     }
 

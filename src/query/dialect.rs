@@ -20,7 +20,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::execution::{FunctionRegistry, SessionStateDefaults};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::planner::ExprPlanner;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder};
 use datafusion::optimizer::analyzer::Analyzer;
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::prelude::SessionConfig;
@@ -145,6 +145,23 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
             }
             // Its schema is its input's, which may have changed below.
             LogicalPlan::Limit(_) => Transformed::yes(node).map_data(|p| p.recompute_schema()),
+            LogicalPlan::Sort(mut sort) => {
+                let changed = intervals_by_span(&mut sort.expr, sort.input.schema())?;
+                let t = rewrite_node(LogicalPlan::Sort(sort))?;
+                Ok(Transformed::new(t.data, t.transformed || changed, t.tnr))
+            }
+            LogicalPlan::Aggregate(mut aggregate) => {
+                let schema = aggregate.input.schema().clone();
+                let mut changed = false;
+                for e in aggregate.aggr_expr.iter_mut() {
+                    if let Some(by_span) = interval_extreme_by_span(e, &schema)? {
+                        *e = by_span;
+                        changed = true;
+                    }
+                }
+                let t = rewrite_node(LogicalPlan::Aggregate(aggregate))?;
+                Ok(Transformed::new(t.data, t.transformed || changed, t.tnr))
+            }
             // A union's columns take their types from its inputs again;
             // type coercion then finds the common type.
             LogicalPlan::Union(u) => {
@@ -174,6 +191,70 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
         }
     })
     .map(|t| t.data)
+}
+
+/// PostgreSQL orders intervals by the time they span (a month as 30 days,
+/// a day as 24 hours: `1 mon -40 days` is before `5 days`), where Arrow
+/// orders them by months, then days, then nanoseconds. An ORDER BY of an
+/// interval sorts by its span.
+fn intervals_by_span(
+    order: &mut [datafusion::logical_expr::SortExpr],
+    schema: &datafusion::common::DFSchema,
+) -> Result<bool> {
+    let mut changed = false;
+    for s in order.iter_mut() {
+        if matches!(
+            s.expr.get_type(schema)?,
+            arrow::datatypes::DataType::Interval(_)
+        ) {
+            s.expr = super::temporal::interval_span().call(vec![s.expr.clone()]);
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// `max(x)` or `min(x)` of an interval: the value first in its span's
+/// order (see [`intervals_by_span`]), NULLs last, under the same name.
+fn interval_extreme_by_span(
+    e: &Expr,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Option<Expr>> {
+    let (inner, alias) = match e {
+        Expr::Alias(a) => (a.expr.as_ref(), Some(a)),
+        other => (other, None),
+    };
+    let Expr::AggregateFunction(f) = inner else {
+        return Ok(None);
+    };
+    let name = f.func.name().to_lowercase();
+    let [arg] = f.params.args.as_slice() else {
+        return Ok(None);
+    };
+    if !matches!(name.as_str(), "max" | "min")
+        || f.params.distinct
+        || !matches!(
+            arg.get_type(schema)?,
+            arrow::datatypes::DataType::Interval(_)
+        )
+    {
+        return Ok(None);
+    }
+    let span = super::temporal::interval_span().call(vec![arg.clone()]);
+    let first =
+        Expr::AggregateFunction(datafusion::logical_expr::expr::AggregateFunction::new_udf(
+            datafusion::functions_aggregate::first_last::first_value_udaf(),
+            vec![arg.clone()],
+            false,
+            f.params.filter.clone(),
+            vec![span.sort(name == "min", false)],
+            None,
+        ));
+    let named = match alias {
+        Some(a) => first.alias_qualified(a.relation.clone(), a.name.clone()),
+        None => first.alias(inner.schema_name().to_string()),
+    };
+    Ok(Some(named))
 }
 
 /// In a WHERE clause DataFusion gives `x IN (subquery)` SQL's NULLs only

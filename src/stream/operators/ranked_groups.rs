@@ -216,11 +216,14 @@ impl RankedGroups {
                 before.insert(k.group.clone(), output(self, &k.group)?);
             }
         }
-        for k in retracted {
-            self.take(k, what)?;
-        }
+        // Inserts first: a delta may take back a row it also inserts (a
+        // join's new row paired with a value that changes in the same
+        // delta, the pair with the old value then taken back).
         for k in inserted {
             self.add(k, 1);
+        }
+        for k in retracted {
+            self.take(k, what)?;
         }
         for (group, old) in before {
             let new = output(self, &group)?;
