@@ -150,6 +150,32 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
                 let t = rewrite_node(LogicalPlan::Sort(sort))?;
                 Ok(Transformed::new(t.data, t.transformed || changed, t.tnr))
             }
+            LogicalPlan::Window(window) => {
+                let schema = window.input.schema().clone();
+                let mut changed = false;
+                let mut exprs = Vec::with_capacity(window.window_expr.len());
+                for e in window.window_expr {
+                    let name = e.schema_name().to_string();
+                    let (mut inner, alias) = match e {
+                        Expr::Alias(a) => (*a.expr, Some((a.relation, a.name))),
+                        other => (other, None),
+                    };
+                    let mut this = false;
+                    if let Expr::WindowFunction(f) = &mut inner {
+                        this = intervals_by_span(&mut f.params.order_by, &schema)?;
+                    }
+                    changed |= this;
+                    exprs.push(match (this, alias) {
+                        (_, Some((relation, alias))) => inner.alias_qualified(relation, alias),
+                        // The output keeps the name the query gave it.
+                        (true, None) => inner.alias(name),
+                        (false, None) => inner,
+                    });
+                }
+                let window = datafusion::logical_expr::Window::try_new(exprs, window.input)?;
+                let t = rewrite_node(LogicalPlan::Window(window))?;
+                Ok(Transformed::new(t.data, t.transformed || changed, t.tnr))
+            }
             LogicalPlan::Aggregate(mut aggregate) => {
                 let schema = aggregate.input.schema().clone();
                 let mut changed = false;

@@ -50,3 +50,4 @@ CREATE MATERIALIZED VIEW tied_keyed AS SELECT k, grp, v FROM kv ORDER BY v OFFSE
 CREATE MATERIALIZED VIEW tied_groups AS SELECT grp, count(*) AS c FROM kv GROUP BY grp ORDER BY c DESC FETCH FIRST 1 ROW WITH TIES;
 CREATE MATERIALIZED VIEW span_extremes AS SELECT id % 2 AS g, max(d) AS longest, min(d) AS shortest FROM spans GROUP BY id % 2;
 CREATE MATERIALIZED VIEW span_order AS SELECT id, d FROM spans ORDER BY d DESC NULLS LAST, id LIMIT 6;
+CREATE MATERIALIZED VIEW span_ranks AS SELECT id, d, rank() OVER (ORDER BY d NULLS FIRST) AS r, lag(id) OVER (ORDER BY d, id) AS before FROM spans;
