@@ -496,3 +496,49 @@ async fn creating_a_source_checks_the_topic_and_the_options() {
         0
     );
 }
+
+/// INTERVAL and TIME columns read from JSON: strings in any of
+/// PostgreSQL's input forms; a value that is none is a dead letter.
+#[tokio::test]
+async fn interval_and_time_fields_arrive_as_postgresql_reads_them() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("spans", 1, 1).unwrap();
+    let bootstrap = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE spans (id BIGINT NOT NULL, took INTERVAL, at TIME) \
+         WITH (connector = 'kafka', topic = 'spans', bootstrap_servers = '{bootstrap}', format = 'json')"
+    ))
+    .await
+    .unwrap();
+    let records: Vec<(i32, String)> = [
+        r#"{"id": 1, "took": "1 day 02:00:00", "at": "10:30:00"}"#,
+        r#"{"id": 2, "took": "P1DT2H", "at": "23:59:59.999999"}"#,
+        r#"{"id": 3, "took": null, "at": null}"#,
+        r#"{"id": 4, "took": "-3 mons +4 days 00:00:01.5"}"#,
+        r#"{"id": 5, "took": "a while", "at": "10:30:00"}"#,
+    ]
+    .iter()
+    .map(|r| (0, r.to_string()))
+    .collect();
+    produce(&producer(&bootstrap), "spans", &records);
+    wait_for(&c, "SELECT count(*) FROM spans", 4, Duration::from_secs(30)).await;
+    wait_for(
+        &c,
+        "SELECT count(*) FROM spans_dead_letters",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        common::text_rows(&c, "SELECT id, took, at FROM spans ORDER BY id").await,
+        [
+            "1|1 day 02:00:00|10:30:00",
+            "2|1 day 02:00:00|23:59:59.999999",
+            "3|NULL|NULL",
+            "4|-3 mons +4 days 00:00:01.5|NULL"
+        ]
+    );
+}
