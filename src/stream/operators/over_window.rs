@@ -139,16 +139,11 @@ impl Operator for OverWindowOperator {
     }
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
-        Ok(vec![vec![self.groups.snapshot()?]])
+        self.groups.state_parts()
     }
 
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        if part != 0 {
-            return Err(SluiceError::Internal(format!(
-                "an over-window has no part {part}"
-            )));
-        }
-        self.groups.restore(rows, "over-window")
+        self.groups.restore_part(part, rows, "over-window")
     }
 
     fn stats(&self) -> OperatorStats {

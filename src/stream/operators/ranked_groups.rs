@@ -297,6 +297,28 @@ impl RankedGroups {
         )?)
     }
 
+    /// The operator's checkpoint when these groups are all its state: one
+    /// part.
+    pub fn state_parts(&self) -> Result<Vec<super::operator::StatePart>, SluiceError> {
+        Ok(vec![vec![self.snapshot()?]])
+    }
+
+    /// Restores part `part` of [`RankedGroups::state_parts`]; `what` names
+    /// the operator in errors.
+    pub fn restore_part(
+        &mut self,
+        part: usize,
+        rows: &[RecordBatch],
+        what: &str,
+    ) -> Result<(), SluiceError> {
+        if part != 0 {
+            return Err(SluiceError::Internal(format!(
+                "a {what} has no part {part}"
+            )));
+        }
+        self.restore(rows, what)
+    }
+
     /// Adds back the rows of batches [`RankedGroups::snapshot`] wrote.
     pub fn restore(&mut self, rows: &[RecordBatch], what: &str) -> Result<(), SluiceError> {
         let width = self.input.fields().len();

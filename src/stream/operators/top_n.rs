@@ -181,14 +181,11 @@ impl Operator for TopNOperator {
     }
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
-        Ok(vec![vec![self.groups.snapshot()?]])
+        self.groups.state_parts()
     }
 
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        if part != 0 {
-            return Err(SluiceError::Internal(format!("a Top-N has no part {part}")));
-        }
-        self.groups.restore(rows, "Top-N")
+        self.groups.restore_part(part, rows, "Top-N")
     }
 
     fn stats(&self) -> OperatorStats {
