@@ -76,6 +76,11 @@ struct SetReturning;
 impl VisitorMut for SetReturning {
     type Break = ();
 
+    fn pre_visit_query(&mut self, query: &mut sqlparser::ast::Query) -> ControlFlow<()> {
+        lateral_functions(query);
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_table_factor(
         &mut self,
         factor: &mut sqlparser::ast::TableFactor,
@@ -357,6 +362,220 @@ fn name_unnest_column(factor: &mut sqlparser::ast::TableFactor) {
     }
 }
 
+/// A set-returning function in FROM after the one relation it reads
+/// (`FROM t, LATERAL jsonb_array_elements(t.j) AS e`, `CROSS JOIN LATERAL
+/// unnest(t.a) u(x)`, `JOIN LATERAL ... ON true`): DataFusion plans no
+/// outer reference in FROM, so the relation becomes a subquery selecting
+/// its columns and the function's, one row per element as PostgreSQL's
+/// lateral call gives, under the relation's own name. References
+/// qualified by the function's alias read that subquery.
+fn lateral_functions(query: &mut sqlparser::ast::Query) {
+    use sqlparser::ast::{JoinConstraint, JoinOperator, SetExpr, TableFactor, TableWithJoins};
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    // The relation and the function after it, as FROM holds them.
+    let on_true = |c: &JoinConstraint| match c {
+        JoinConstraint::None => true,
+        JoinConstraint::On(Expr::Value(v)) => v.value == Value::Boolean(true),
+        _ => false,
+    };
+    let (left, function) = match select.from.as_slice() {
+        [l, f] if l.joins.is_empty() && f.joins.is_empty() => (&l.relation, &f.relation),
+        [l] if l.joins.len() == 1
+            && match &l.joins[0].join_operator {
+                JoinOperator::CrossJoin(c) | JoinOperator::Inner(c) | JoinOperator::Join(c) => {
+                    on_true(c)
+                }
+                JoinOperator::CrossApply => true,
+                _ => false,
+            } =>
+        {
+            (&l.relation, &l.joins[0].relation)
+        }
+        _ => return,
+    };
+    let (name, args, alias) = match function {
+        TableFactor::Table {
+            name,
+            alias,
+            args: Some(args),
+            with_ordinality: false,
+            ..
+        } => (
+            name.0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.to_lowercase()),
+            args.args.clone(),
+            alias,
+        ),
+        TableFactor::Function {
+            name, args, alias, ..
+        } => (
+            name.0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.to_lowercase()),
+            args.clone(),
+            alias,
+        ),
+        TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset: false,
+            with_ordinality: false,
+            ..
+        } => (
+            Some("unnest".to_string()),
+            array_exprs
+                .iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e.clone())))
+                .collect(),
+            alias,
+        ),
+        _ => return,
+    };
+    let Some(name) = name else {
+        return;
+    };
+    let Some(args) = args
+        .into_iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect::<Option<Vec<Expr>>>()
+    else {
+        return;
+    };
+    let cast = |e: Expr, data_type| Expr::Cast {
+        kind: sqlparser::ast::CastKind::Cast,
+        expr: Box::new(e),
+        data_type,
+        array: false,
+        format: None,
+    };
+    // Each column the function returns: its name in PostgreSQL and the
+    // select-list expression giving it (rewritten into `unnest` of a
+    // list by the visitor, which goes on into the new subquery).
+    let columns: Vec<(&str, Expr)> = match (name.as_str(), args.len()) {
+        (
+            "jsonb_array_elements"
+            | "json_array_elements"
+            | "jsonb_array_elements_text"
+            | "json_array_elements_text",
+            1,
+        ) => vec![("value", call(&name, args))],
+        ("jsonb_object_keys" | "json_object_keys", 1) => vec![(
+            if name.starts_with("jsonb") {
+                "jsonb_object_keys"
+            } else {
+                "json_object_keys"
+            },
+            call(&name, args),
+        )],
+        ("jsonb_each" | "json_each" | "jsonb_each_text" | "json_each_text", 1) => {
+            let values = call(
+                if name.ends_with("_text") {
+                    "jsonb_each_text_values_list"
+                } else {
+                    "jsonb_each_values_list"
+                },
+                args.clone(),
+            );
+            let values = call("unnest", vec![values]);
+            vec![
+                (
+                    "key",
+                    call("unnest", vec![call("jsonb_object_keys_list", args)]),
+                ),
+                (
+                    "value",
+                    match name.as_str() {
+                        "jsonb_each" => cast(values, sqlparser::ast::DataType::JSONB),
+                        "json_each" => cast(values, sqlparser::ast::DataType::JSON),
+                        _ => values,
+                    },
+                ),
+            ]
+        }
+        ("unnest", 1) => vec![("unnest", call("unnest", args))],
+        ("generate_series", 2 | 3) => vec![("generate_series", call("generate_series", args))],
+        _ => return,
+    };
+    let qualifier = match left {
+        TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } => alias
+            .as_ref()
+            .map(|a| a.name.clone())
+            .or_else(|| name.0.last().and_then(|p| p.as_ident()).cloned()),
+        TableFactor::Derived {
+            alias: Some(alias),
+            lateral: false,
+            ..
+        } => Some(alias.name.clone()),
+        _ => None,
+    };
+    let Some(qualifier) = qualifier else {
+        return;
+    };
+    // A one-column function takes its alias as the column's name.
+    let names: Vec<String> = match alias {
+        Some(a) if !a.columns.is_empty() => a.columns.iter().map(|c| c.name.to_string()).collect(),
+        Some(a) if columns.len() == 1 => vec![a.name.to_string()],
+        _ => columns
+            .iter()
+            .map(|(n, _)| Ident::new(*n).to_string())
+            .collect(),
+    };
+    if names.len() != columns.len() {
+        return;
+    }
+    let items: Vec<String> = columns
+        .iter()
+        .zip(&names)
+        .map(|((_, e), n)| format!("{e} AS {n}"))
+        .collect();
+    let sql = format!("SELECT {qualifier}.*, {} FROM {left}", items.join(", "));
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    let Ok(Some(Statement::Query(subquery))) =
+        sqlparser::parser::Parser::parse_sql(&dialect, &sql).map(|mut s| s.pop())
+    else {
+        return;
+    };
+    let function_alias = alias.as_ref().map(|a| a.name.value.clone());
+    select.from = vec![TableWithJoins {
+        relation: TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias: Some(sqlparser::ast::TableAlias {
+                explicit: true,
+                name: qualifier.clone(),
+                columns: vec![],
+                at: None,
+            }),
+            sample: None,
+        },
+        joins: vec![],
+    }];
+    // `e.value` reads the subquery now.
+    if let Some(function_alias) = function_alias {
+        let _ = sqlparser::ast::visit_expressions_mut(query, |e| {
+            if let Expr::CompoundIdentifier(parts) = e {
+                if parts.len() == 2 && parts[0].value == function_alias {
+                    parts[0] = qualifier.clone();
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+    }
+}
+
 /// Rewrites `_pg_expandarray`, `generate_subscripts`, the JSON
 /// set-returning functions and `(expr).field`.
 pub fn rewrite_set_returning(statement: &mut Statement) {
@@ -384,6 +603,27 @@ mod tests {
             "SELECT * FROM r WHERE r.a_attnum = get_field(r.keys, 'x')"
         );
         assert_eq!(rewritten("SELECT t.a.b FROM t"), "SELECT t.a.b FROM t");
+    }
+
+    #[test]
+    fn lateral_functions_become_a_subquery_of_their_relation() {
+        assert_eq!(
+            rewritten("SELECT t.id, e FROM t, LATERAL jsonb_array_elements_text(t.j -> 'tags') AS e WHERE e <> 'x'"),
+            "SELECT t.id, e FROM (SELECT t.*, unnest(jsonb_array_elements_text_list(t.j -> 'tags')) AS e FROM t) AS t WHERE e <> 'x'"
+        );
+        assert_eq!(
+            rewritten("SELECT r.id, u.x FROM requests r CROSS JOIN LATERAL unnest(r.a) AS u(x)"),
+            "SELECT r.id, r.x FROM (SELECT r.*, unnest(r.a) AS x FROM requests r) AS r"
+        );
+        assert_eq!(
+            rewritten("SELECT key, value FROM t JOIN LATERAL jsonb_each_text(t.j) ON true"),
+            "SELECT key, value FROM (SELECT t.*, unnest(jsonb_object_keys_list(t.j)) AS key, unnest(jsonb_each_text_values_list(t.j)) AS value FROM t) AS t"
+        );
+        // Not a lateral call of one relation: left alone.
+        assert_eq!(
+            rewritten("SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON true"),
+            "SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON true"
+        );
     }
 
     #[test]
