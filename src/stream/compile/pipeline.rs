@@ -166,7 +166,24 @@ pub async fn compile(
         _ => false,
     };
     let mut stmt = ast::Statement::Query(Box::new(query));
+    // The view's columns are named as PostgreSQL names them (`count`, not
+    // `count(*)`), and, as there, no two alike.
+    if let Some(names) = sluice_sql::name_result_columns(&mut stmt) {
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            if let sluice_sql::ResultName::Named(name) = name {
+                if !seen.insert(name.clone()) {
+                    return Err(SluiceError::Sql(sluice_sql::SqlError::DuplicateColumn(
+                        name,
+                    )));
+                }
+            }
+        }
+    }
     sluice_sql::inline_ctes(&mut stmt)?;
+    // Set-returning functions (`jsonb_array_elements`, lateral calls in
+    // FROM) become `unnest` of lists, as in a query.
+    sluice_sql::rewrite_set_returning(&mut stmt);
     let windows = rewrite_window_functions(&mut stmt)?;
     let mut relations = Vec::new();
     let _ = ast::visit_relations(&stmt, |name| {
