@@ -268,13 +268,33 @@ fn view_rows(from: i32, count: i32) -> String {
             format!("({id}, {d}, {t})")
         })
         .collect();
+    // Arrays: empty, NULL, with NULL elements, repeated elements, quoted.
+    let bags: Vec<String> = (from..from + count / 2)
+        .map(|id| {
+            let xs = match id % 5 {
+                0 => "NULL".to_string(),
+                1 => "'{}'".to_string(),
+                2 => format!("'{{{id},{},NULL}}'", id % 3),
+                3 => format!("ARRAY[{}, {}]", id % 4, id % 4),
+                _ => "'{7}'".to_string(),
+            };
+            let tags = match id % 4 {
+                0 => "'{a,b}'",
+                1 => "'{\"x y\",NULL,a}'",
+                2 => "NULL",
+                _ => "ARRAY['b']",
+            };
+            format!("({id}, {xs}, {tags})")
+        })
+        .collect();
     format!(
-        "INSERT INTO ev VALUES {};\nINSERT INTO n1 VALUES {};\nINSERT INTO n2 VALUES {};\nINSERT INTO kv VALUES {};\nINSERT INTO spans VALUES {};",
+        "INSERT INTO ev VALUES {};\nINSERT INTO n1 VALUES {};\nINSERT INTO n2 VALUES {};\nINSERT INTO kv VALUES {};\nINSERT INTO spans VALUES {};\nINSERT INTO bags VALUES {};",
         ev.join(", "),
         n1.join(", "),
         n2.join(", "),
         kv.join(", "),
-        spans.join(", ")
+        spans.join(", "),
+        bags.join(", ")
     )
 }
 

@@ -38,6 +38,9 @@ pub enum SqlType {
     Interval,
     /// Time of day in microseconds (TIME WITHOUT TIME ZONE).
     Time,
+    /// A one-dimensional array of another type (`INT[]`, `TEXT[]`), whose
+    /// elements may be NULL; stored as an Arrow list.
+    Array(Box<SqlType>),
 }
 
 /// Field metadata key that says what SQL type a column was declared with
@@ -72,6 +75,21 @@ impl SqlType {
             }
             SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
+            SqlType::Array(element) => DataType::List(Arc::new(element.element_field())),
+        }
+    }
+
+    /// The field of an array's elements: its Arrow list's item, carrying
+    /// what the element type declares (`jsonb`, `varchar(5)`).
+    pub fn element_field(&self) -> Field {
+        let field = Field::new("item", self.to_arrow(), true);
+        match self.declared() {
+            Some(declared) => field.with_metadata(
+                [(SQL_TYPE_METADATA_KEY.to_string(), declared)]
+                    .into_iter()
+                    .collect(),
+            ),
+            None => field,
         }
     }
 
@@ -101,6 +119,7 @@ impl SqlType {
             SqlType::Jsonb => "jsonb".into(),
             SqlType::Interval => "interval".into(),
             SqlType::Time => "time without time zone".into(),
+            SqlType::Array(element) => format!("{}[]", element.pg_name()),
         }
     }
 

@@ -588,11 +588,23 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
         DataType::Custom(name, _) if name.to_string().eq_ignore_ascii_case("timestamptz") => {
             SqlType::TimestampTz
         }
+        // `INT[]`, `TEXT ARRAY`, `INT[3]` (PostgreSQL ignores the size);
+        // one dimension, as PostgreSQL's arrays here.
+        DataType::Array(
+            ast::ArrayElemTypeDef::SquareBracket(element, _) | ast::ArrayElemTypeDef::AngleBracket(element),
+        ) => match sql_type(element)? {
+            SqlType::Array(_) => {
+                return Err(SqlError::Unsupported(
+                    "arrays of arrays are not supported: use a one-dimensional array (INT[])".into(),
+                ))
+            }
+            element => SqlType::Array(Box::new(element)),
+        },
         other => {
             return Err(SqlError::Unsupported(format!(
                 "type {other} is not supported (supported: BOOLEAN, SMALLINT, INT, BIGINT, REAL, \
                  DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, BYTEA, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, \
-                 INTERVAL, JSONB)"
+                 INTERVAL, JSONB, and arrays of these)"
             )))
         }
     })

@@ -244,7 +244,63 @@ pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Resul
             }
             Ok(())
         }
+        SqlType::Array(element) => {
+            array_text(v, element, out)?;
+            Ok(())
+        }
     };
+    Ok(())
+}
+
+/// An array's binary form (dimensions, a has-nulls flag, the element
+/// type's oid, each dimension's size and lower bound, then each element
+/// as a length, -1 for NULL, and its binary form) as an array literal
+/// (`{"1","2",NULL}`), which the stager reads as text COPY's.
+fn array_text(v: &[u8], element: &SqlType, out: &mut String) -> Result<(), String> {
+    let word = |at: usize| {
+        v.get(at..at + 4)
+            .map(be_i32)
+            .ok_or_else(|| "array field too short".to_string())
+    };
+    let dimensions = word(0)?;
+    let mut at = 12;
+    let count = match dimensions {
+        0 => 0,
+        1 => {
+            at += 8;
+            usize::try_from(word(12)?).map_err(|_| "negative array size".to_string())?
+        }
+        _ => return Err("arrays of more than one dimension are not supported".into()),
+    };
+    out.push('{');
+    for k in 0..count {
+        if k > 0 {
+            out.push(',');
+        }
+        let len = word(at)?;
+        at += 4;
+        if len < 0 {
+            out.push_str("NULL");
+            continue;
+        }
+        let end = at + len as usize;
+        let bytes = v.get(at..end).ok_or("array element past the field's end")?;
+        at = end;
+        let mut text = String::new();
+        field_text_into(bytes, element, &mut text)?;
+        out.push('"');
+        for c in text.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out.push('"');
+    }
+    out.push('}');
+    if at != v.len() {
+        return Err("array field longer than its elements".into());
+    }
     Ok(())
 }
 

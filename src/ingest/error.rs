@@ -40,6 +40,12 @@ pub enum IngestError {
         place: RowPlace,
         column: String,
     },
+    #[error("malformed array literal: \"{value}\" ({place}, column {column})")]
+    MalformedArray {
+        value: String,
+        place: RowPlace,
+        column: String,
+    },
     #[error("null value in column \"{column}\" violates not-null constraint ({place})")]
     NotNull { place: RowPlace, column: String },
     #[error("value too long for type character varying({max}) ({place}, column {column})")]
@@ -73,7 +79,7 @@ crate::layer_error!(IngestError);
 impl IngestError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            IngestError::InvalidText { .. } => "22P02",
+            IngestError::InvalidText { .. } | IngestError::MalformedArray { .. } => "22P02",
             IngestError::OutOfRange { .. } => "22003",
             IngestError::DateTime { error, .. } => error.sqlstate(),
             IngestError::NotNull { .. } => "23502",

@@ -358,6 +358,51 @@ fn convert_text(
             let a: ArrayRef = Arc::new(text.clone());
             check_text(&a, col, places, lines)
         }
+        SqlType::Array(element) => {
+            // Each value's elements, converted as a column of the element
+            // type (each at the place of the value it is in).
+            let mut offsets = Vec::with_capacity(text.len() + 1);
+            offsets.push(0i32);
+            let mut items = arrow::array::StringBuilder::new();
+            let mut item_places = Vec::new();
+            for i in 0..text.len() {
+                if text.is_valid(i) {
+                    let parsed =
+                        crate::types::text::array_items(text.value(i)).ok_or_else(|| {
+                            IngestError::MalformedArray {
+                                value: text.value(i).to_string(),
+                                place: place(places, lines, i),
+                                column: col.name.clone(),
+                            }
+                        })?;
+                    for item in parsed {
+                        items.append_option(item);
+                        item_places.push(places.get(i).copied().unwrap_or(i as u64 + 1));
+                    }
+                }
+                offsets.push(
+                    i32::try_from(arrow::array::ArrayBuilder::len(&items))
+                        .map_err(|_| invalid(i))?,
+                );
+            }
+            let element_col = ColumnDef {
+                name: col.name.clone(),
+                ty: element.as_ref().clone(),
+                nullable: true,
+            };
+            let values = convert_text(&items.finish(), &element_col, &item_places, lines)?;
+            let nulls = arrow::buffer::NullBuffer::from(
+                (0..text.len())
+                    .map(|i| text.is_valid(i))
+                    .collect::<Vec<_>>(),
+            );
+            Ok(Arc::new(arrow::array::ListArray::try_new(
+                Arc::new(element.element_field()),
+                arrow::buffer::OffsetBuffer::new(offsets.into()),
+                values,
+                Some(nulls),
+            )?))
+        }
         SqlType::Bytea => {
             let mut b = BinaryBuilder::with_capacity(text.len(), text.value_data().len());
             for i in 0..text.len() {

@@ -209,11 +209,8 @@ fn text_to_array(input: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
     let mut valid = Vec::with_capacity(text.len());
     for v in text.as_string::<i32>().iter() {
         if let Some(v) = v {
-            for item in super::pg_json::array_literal(v)? {
-                match item.eq_ignore_ascii_case("null") {
-                    true => values.append_null(),
-                    false => values.append_value(item),
-                }
+            for item in super::pg_json::array_items(v)? {
+                values.append_option(item);
             }
         }
         valid.push(v.is_some());

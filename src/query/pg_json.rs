@@ -77,40 +77,17 @@ fn paths(a: &ArrayRef, i: usize) -> Result<Option<Vec<String>>> {
 
 /// The elements of a one-dimensional PostgreSQL array literal of text.
 pub(crate) fn array_literal(text: &str) -> Result<Vec<String>> {
-    let bad = || pg_error("22P02", format!("malformed array literal: \"{text}\""));
-    let inner = text
-        .trim()
-        .strip_prefix('{')
-        .and_then(|t| t.strip_suffix('}'))
-        .ok_or_else(bad)?;
-    let mut out = Vec::new();
-    let mut chars = inner.chars().peekable();
-    while chars.peek().is_some() {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let mut item = String::new();
-        if chars.next_if_eq(&'"').is_some() {
-            loop {
-                match chars.next() {
-                    Some('\\') => item.extend(chars.next()),
-                    Some('"') => break,
-                    Some(c) => item.push(c),
-                    None => return Err(bad()),
-                }
-            }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        } else {
-            while let Some(c) = chars.next_if(|c| *c != ',') {
-                item.push(c);
-            }
-            item = item.trim().to_string();
-        }
-        out.push(item);
-        match chars.next() {
-            Some(',') | None => {}
-            Some(_) => return Err(bad()),
-        }
-    }
-    Ok(out)
+    Ok(array_items(text)?
+        .into_iter()
+        .map(|i| i.unwrap_or_else(|| "NULL".into()))
+        .collect())
+}
+
+/// The elements of a one-dimensional PostgreSQL array literal (see
+/// [`crate::types::text::array_items`]), 22P02 when malformed.
+pub(crate) fn array_items(text: &str) -> Result<Vec<Option<String>>> {
+    crate::types::text::array_items(text)
+        .ok_or_else(|| pg_error("22P02", format!("malformed array literal: \"{text}\"")))
 }
 
 fn jsonb_out(values: impl Iterator<Item = Option<Json>>) -> ArrayRef {

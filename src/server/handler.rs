@@ -372,6 +372,16 @@ fn declared_sql_type(t: &Type) -> Option<SqlType> {
         Type::TIMESTAMPTZ => SqlType::TimestampTz,
         Type::INTERVAL => SqlType::Interval,
         Type::TIME => SqlType::Time,
+        Type::BOOL_ARRAY => SqlType::Array(Box::new(SqlType::Boolean)),
+        Type::INT2_ARRAY => SqlType::Array(Box::new(SqlType::SmallInt)),
+        Type::INT4_ARRAY => SqlType::Array(Box::new(SqlType::Int)),
+        Type::INT8_ARRAY => SqlType::Array(Box::new(SqlType::BigInt)),
+        Type::FLOAT4_ARRAY => SqlType::Array(Box::new(SqlType::Real)),
+        Type::FLOAT8_ARRAY => SqlType::Array(Box::new(SqlType::Double)),
+        Type::TEXT_ARRAY | Type::VARCHAR_ARRAY => SqlType::Array(Box::new(SqlType::Text)),
+        Type::DATE_ARRAY => SqlType::Array(Box::new(SqlType::Date)),
+        Type::TIMESTAMP_ARRAY => SqlType::Array(Box::new(SqlType::Timestamp)),
+        Type::TIMESTAMPTZ_ARRAY => SqlType::Array(Box::new(SqlType::TimestampTz)),
         _ => return None,
     })
 }

@@ -130,11 +130,15 @@ impl RecordDecoder {
             .iter()
             .map(|c| c.name.as_str())
             .collect();
-        let documents: Vec<bool> = self
+        let documents: Vec<FieldKind> = self
             .value_def
             .columns
             .iter()
-            .map(|c| c.ty == SqlType::Jsonb)
+            .map(|c| match c.ty {
+                SqlType::Jsonb => FieldKind::Document,
+                SqlType::Array(_) => FieldKind::Array,
+                _ => FieldKind::Plain,
+            })
             .collect();
         for (i, r) in records.iter().enumerate() {
             let payload = r.payload.as_deref().ok_or_else(|| no_value(i))?;
@@ -260,10 +264,12 @@ pub fn dead_letter_rows(
 /// (jsonb) takes any value as JSON, a string too (as PostgreSQL's
 /// `json_populate_record` does). Fields of other names are skipped without
 /// being built, and strings without escapes are borrowed from the record.
+/// A JSON array for a column marked as an array becomes PostgreSQL's array
+/// literal (`[1, null, "a"]` reads as `{"1",NULL,"a"}`).
 fn json_fields<'de>(
     payload: &'de [u8],
     columns: &[&str],
-    documents: &[bool],
+    documents: &[FieldKind],
 ) -> Result<Vec<Option<Cow<'de, str>>>, String> {
     let starts_an_object = payload
         .iter()
@@ -287,7 +293,17 @@ fn json_fields<'de>(
 /// Reads one JSON object into the fields of `columns`.
 struct ObjectFields<'c> {
     columns: &'c [&'c str],
-    documents: &'c [bool],
+    documents: &'c [FieldKind],
+}
+
+/// How a JSON field is read into a column (see [`json_fields`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldKind {
+    Plain,
+    /// jsonb: any value as JSON text.
+    Document,
+    /// An array column: a JSON array as an array literal.
+    Array,
 }
 
 impl<'de> DeserializeSeed<'de> for ObjectFields<'_> {
@@ -312,7 +328,7 @@ impl<'de> Visitor<'de> for ObjectFields<'_> {
                 // A repeated name: the last one counts.
                 Some(k) => {
                     fields[k] = map.next_value_seed(FieldText {
-                        document: self.documents.get(k).copied().unwrap_or(false),
+                        kind: self.documents.get(k).copied().unwrap_or(FieldKind::Plain),
                     })?
                 }
                 None => {
@@ -327,7 +343,7 @@ impl<'de> Visitor<'de> for ObjectFields<'_> {
 /// One field's value as COPY text; for a `document` column, a string as
 /// JSON too.
 struct FieldText {
-    document: bool,
+    kind: FieldKind,
 }
 
 impl<'de> DeserializeSeed<'de> for FieldText {
@@ -350,9 +366,9 @@ impl<'de> Visitor<'de> for FieldText {
     }
 
     fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-        match self.document {
-            true => self.visit_str(v),
-            false => Ok(Some(Cow::Borrowed(v))),
+        match self.kind {
+            FieldKind::Document => self.visit_str(v),
+            _ => Ok(Some(Cow::Borrowed(v))),
         }
     }
 
@@ -361,9 +377,9 @@ impl<'de> Visitor<'de> for FieldText {
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-        match self.document {
-            true => Ok(Some(Cow::Owned(serde_json::Value::String(v).to_string()))),
-            false => Ok(Some(Cow::Owned(v))),
+        match self.kind {
+            FieldKind::Document => Ok(Some(Cow::Owned(serde_json::Value::String(v).to_string()))),
+            _ => Ok(Some(Cow::Owned(v))),
         }
     }
 
@@ -386,7 +402,33 @@ impl<'de> Visitor<'de> for FieldText {
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         let v = serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-        Ok(Some(Cow::Owned(v.to_string())))
+        if self.kind != FieldKind::Array {
+            return Ok(Some(Cow::Owned(v.to_string())));
+        }
+        let mut literal = String::from("{");
+        for (k, item) in v.as_array().into_iter().flatten().enumerate() {
+            if k > 0 {
+                literal.push(',');
+            }
+            let text = match item {
+                serde_json::Value::Null => {
+                    literal.push_str("NULL");
+                    continue;
+                }
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            literal.push('"');
+            for c in text.chars() {
+                if c == '"' || c == '\\' {
+                    literal.push('\\');
+                }
+                literal.push(c);
+            }
+            literal.push('"');
+        }
+        literal.push('}');
+        Ok(Some(Cow::Owned(literal)))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
@@ -479,7 +521,7 @@ mod tests {
             "",
         ] {
             let old = fields_by_value(payload.as_bytes(), &columns);
-            let new = json_fields(payload.as_bytes(), &columns, &[false; 4]).map(|f| {
+            let new = json_fields(payload.as_bytes(), &columns, &[FieldKind::Plain; 4]).map(|f| {
                 f.into_iter()
                     .map(|v| v.map(Cow::into_owned))
                     .collect::<Vec<_>>()
@@ -495,11 +537,36 @@ mod tests {
     }
 
     #[test]
+    fn a_json_array_reads_as_an_array_literal() {
+        let fields = json_fields(
+            br#"{"xs": [1, null, "a "b"", true], "ys": [], "n": [1]}"#,
+            &["xs", "ys", "n"],
+            &[FieldKind::Array, FieldKind::Array, FieldKind::Plain],
+        )
+        .unwrap();
+        let fields: Vec<Option<String>> =
+            fields.into_iter().map(|f| f.map(Cow::into_owned)).collect();
+        assert_eq!(
+            fields,
+            [
+                Some(r#"{"1",NULL,"a \"b\"","true"}"#.to_string()),
+                Some("{}".to_string()),
+                Some("[1]".to_string()),
+            ]
+        );
+    }
+
+    #[test]
     fn a_jsonb_column_takes_any_json_value_as_it_is() {
         let fields = json_fields(
             br#"{"j": "s\"", "k": {"a": [1, null]}, "n": null, "t": "s"}"#,
             &["j", "k", "n", "t"],
-            &[true, true, true, false],
+            &[
+                FieldKind::Document,
+                FieldKind::Document,
+                FieldKind::Document,
+                FieldKind::Plain,
+            ],
         )
         .unwrap();
         let fields: Vec<Option<String>> =

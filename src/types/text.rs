@@ -449,6 +449,49 @@ pub fn parse_bytea(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The elements of a one-dimensional PostgreSQL array literal, None for
+/// an unquoted NULL (a quoted `"NULL"` is the text NULL); None when
+/// malformed.
+pub fn array_items(text: &str) -> Option<Vec<Option<String>>> {
+    let inner = text
+        .trim()
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))?;
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    while chars.peek().is_some() {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut item = String::new();
+        let quoted = chars.next_if_eq(&'"').is_some();
+        if quoted {
+            loop {
+                match chars.next() {
+                    Some('\\') => item.extend(chars.next()),
+                    Some('"') => break,
+                    Some(c) => item.push(c),
+                    None => return None,
+                }
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        } else {
+            while let Some(c) = chars.next_if(|c| *c != ',') {
+                if c == '{' || c == '"' {
+                    // A nested array or a stray quote: one dimension here.
+                    return None;
+                }
+                item.push(c);
+            }
+            item = item.trim().to_string();
+        }
+        out.push((quoted || !item.eq_ignore_ascii_case("null")).then_some(item));
+        match chars.next() {
+            Some(',') | None => {}
+            Some(_) => return None,
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

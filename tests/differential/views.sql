@@ -51,3 +51,11 @@ CREATE MATERIALIZED VIEW tied_groups AS SELECT grp, count(*) AS c FROM kv GROUP 
 CREATE MATERIALIZED VIEW span_extremes AS SELECT id % 2 AS g, max(d) AS longest, min(d) AS shortest FROM spans GROUP BY id % 2;
 CREATE MATERIALIZED VIEW span_order AS SELECT id, d FROM spans ORDER BY d DESC NULLS LAST, id LIMIT 6;
 CREATE MATERIALIZED VIEW span_ranks AS SELECT id, d, rank() OVER (ORDER BY d NULLS FIRST) AS r, lag(id) OVER (ORDER BY d, id) AS before FROM spans;
+CREATE MATERIALIZED VIEW bag_elements AS SELECT id, x FROM bags, unnest(bags.xs) AS x;
+CREATE MATERIALIZED VIEW bag_tag_counts AS SELECT tag, count(*) AS c FROM bags, unnest(bags.tags) AS tag GROUP BY tag;
+CREATE MATERIALIZED VIEW bag_any AS SELECT id, xs, tags FROM bags WHERE 2 = ANY(xs) OR 'a' = ANY(tags);
+CREATE MATERIALIZED VIEW bag_sizes AS SELECT id, cardinality(xs) AS n, xs[1] AS first, xs[2] AS second FROM bags;
+CREATE MATERIALIZED VIEW bag_lists AS SELECT id % 3 AS g, array_agg(id ORDER BY id) AS ids FROM bags GROUP BY 1;
+CREATE MATERIALIZED VIEW kv_elements AS SELECT k, e FROM kv, LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(kv.doc -> 'b') = 'array' THEN kv.doc -> 'b' ELSE '[]'::jsonb END) AS e;
+CREATE MATERIALIZED VIEW kv_fields AS SELECT key, count(*) AS c FROM kv, jsonb_each_text(kv.doc) GROUP BY key;
+CREATE MATERIALIZED VIEW kv_keys AS SELECT k, jsonb_object_keys(doc) AS key FROM kv;

@@ -5,3 +5,4 @@ CREATE TABLE n1 (k INT, a TEXT);
 CREATE TABLE n2 (k INT, b TEXT);
 CREATE TABLE kv (k INT PRIMARY KEY, grp TEXT, v INT, doc JSONB);
 CREATE TABLE spans (id INT, d INTERVAL, t TIME);
+CREATE TABLE bags (id INT, xs INT[], tags TEXT[]);
