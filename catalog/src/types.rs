@@ -79,18 +79,12 @@ impl SqlType {
         }
     }
 
-    /// The field of an array's elements: its Arrow list's item, carrying
-    /// what the element type declares (`jsonb`, `varchar(5)`).
+    /// The field of an array's elements: its Arrow list's item. It
+    /// carries no metadata (Arrow's casts, which build lists, keep none),
+    /// so an array of jsonb or varchar(5) reads as text[] on the wire;
+    /// its elements are still checked as the element type's values are.
     pub fn element_field(&self) -> Field {
-        let field = Field::new("item", self.to_arrow(), true);
-        match self.declared() {
-            Some(declared) => field.with_metadata(
-                [(SQL_TYPE_METADATA_KEY.to_string(), declared)]
-                    .into_iter()
-                    .collect(),
-            ),
-            None => field,
-        }
+        Field::new("item", self.to_arrow(), true)
     }
 
     /// The PostgreSQL name of the type, as `\d` and error messages show it.

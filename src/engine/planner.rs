@@ -728,12 +728,42 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Result<Vec<(String, FieldRef)>, S
     use datafusion::logical_expr::{Cast, Expr, TryCast};
     let mut found = Vec::new();
     plan.apply_with_subqueries(|node| {
+        let inputs = node.inputs();
+        let schema = datafusion::logical_expr::utils::merge_schema(&inputs);
         node.apply_expressions(|e| {
             e.apply(|e| {
                 if let Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) = e
                 {
                     if let Expr::Placeholder(p) = expr.as_ref() {
                         found.push((p.id.clone(), field.clone()));
+                    }
+                }
+                // `x = ANY($1)` and `$1 = ANY(xs)` (DataFusion's
+                // `array_has(list, element)`): an array of x's type, or
+                // the array's element type, as PostgreSQL infers them.
+                if let Expr::ScalarFunction(f) = e {
+                    if f.func.name() == "array_has" && f.args.len() == 2 {
+                        use datafusion::logical_expr::ExprSchemable;
+                        match (&f.args[0], &f.args[1]) {
+                            (Expr::Placeholder(p), element) => {
+                                if let Ok(t) = element.get_type(&schema) {
+                                    let item = Arc::new(Field::new_list_field(t, true));
+                                    found.push((
+                                        p.id.clone(),
+                                        Arc::new(Field::new("", DataType::List(item), true)),
+                                    ));
+                                }
+                            }
+                            (list, Expr::Placeholder(p)) => {
+                                if let Ok(DataType::List(item)) = list.get_type(&schema) {
+                                    found.push((
+                                        p.id.clone(),
+                                        Arc::new(Field::new("", item.data_type().clone(), true)),
+                                    ));
+                                }
+                            }
+                            _ => {}
+                        }
                     }
                 }
                 // A function argument takes the one type the function

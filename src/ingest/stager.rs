@@ -666,9 +666,51 @@ pub fn conform_batch(
             Err(_) => new_null_array(&target, n),
         };
         check_not_null(&a, col, &places, false)?;
+        let a = match &col.ty {
+            SqlType::Array(element) => checked_elements(&a, col, element, &places)?,
+            _ => a,
+        };
         out.push(check_text(&a, col, &places, false)?);
     }
     Ok(RecordBatch::try_new(table.data_schema(), out)?)
+}
+
+/// An array column's lists with the column's element field (a cast keeps
+/// no field metadata, which says `jsonb` or `varchar(5)`), their elements
+/// checked as values of the element type are.
+fn checked_elements(
+    a: &ArrayRef,
+    col: &ColumnDef,
+    element: &SqlType,
+    places: &[u64],
+) -> Result<ArrayRef, IngestError> {
+    let Some(list) = a.as_any().downcast_ref::<arrow::array::ListArray>() else {
+        return Ok(a.clone());
+    };
+    // The place of each element is its row's.
+    let offsets = list.value_offsets();
+    let mut element_places = Vec::with_capacity(list.values().len());
+    for (row, w) in offsets.windows(2).enumerate() {
+        let at = places.get(row).copied().unwrap_or(row as u64 + 1);
+        element_places.extend(std::iter::repeat_n(at, (w[1] - w[0]).max(0) as usize));
+    }
+    let element_col = ColumnDef {
+        name: col.name.clone(),
+        ty: element.clone(),
+        nullable: true,
+    };
+    // Only the elements the lists use (a sliced list keeps the others).
+    let first = offsets.first().copied().unwrap_or(0).max(0) as usize;
+    let last = offsets.last().copied().unwrap_or(0).max(0) as usize;
+    let values = list.values().slice(first, last - first);
+    let values = check_text(&values, &element_col, &element_places, false)?;
+    let rebased: Vec<i32> = offsets.iter().map(|o| o - first as i32).collect();
+    Ok(Arc::new(arrow::array::ListArray::try_new(
+        Arc::new(element.element_field()),
+        arrow::buffer::OffsetBuffer::new(rebased.into()),
+        values,
+        list.nulls().cloned(),
+    )?))
 }
 
 #[cfg(test)]

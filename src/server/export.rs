@@ -37,6 +37,28 @@ pub async fn to_stdout(
             .map_err(|e| SluiceError::Protocol(e.to_string()))?,
     );
     let columns = fields.len();
+    // In text and CSV, an array's value is its literal (`{1,2}`), written
+    // as any text is; typed as an array, pgwire's encoder would quote it.
+    let fields = match binary {
+        true => fields,
+        false => Arc::new(
+            fields
+                .iter()
+                .zip(schema.fields())
+                .map(|(f, column)| match column.data_type() {
+                    arrow::datatypes::DataType::List(_)
+                    | arrow::datatypes::DataType::LargeList(_) => FieldInfo::new(
+                        f.name().to_string(),
+                        None,
+                        None,
+                        pgwire::api::Type::TEXT,
+                        f.format(),
+                    ),
+                    _ => f.clone(),
+                })
+                .collect::<Vec<_>>(),
+        ),
+    };
     let delimiter = copy.delimiter.to_string();
     let encoder = match copy.format {
         ExportFormat::Binary => CopyEncoder::new_binary(fields.clone()),
