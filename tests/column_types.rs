@@ -235,3 +235,174 @@ async fn interval_and_time_columns_round_trip_everywhere() {
     .unwrap();
     assert_eq!(text_rows(&c, "SELECT * FROM later_totals").await, before);
 }
+
+#[tokio::test]
+async fn array_columns_round_trip_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(
+        dir.path(),
+        &["--segment-bytes", "20000", "--tiering-interval-ms", "100"],
+    );
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE bags (id INT, xs INT[], tags TEXT[]) WITH (partitions = 2);
+         CREATE TABLE copied (id INT, xs INT[], tags TEXT[]);
+         INSERT INTO bags VALUES (1, '{1,2,NULL}', '{a,\"b c\",NULL,\"NULL\"}'), (2, '{}', NULL), (3, ARRAY[7, 7], ARRAY['x']);
+         CREATE MATERIALIZED VIEW tag_counts AS SELECT t, count(*) AS c FROM bags, unnest(bags.tags) AS t GROUP BY t;
+         CREATE MATERIALIZED VIEW with_seven AS SELECT id, xs FROM bags WHERE 7 = ANY(xs);
+         FLUSH",
+    )
+    .await
+    .unwrap();
+    let expected = [
+        "1|{1,2,NULL}|{a,\"b c\",NULL,\"NULL\"}",
+        "2|{}|NULL",
+        "3|{7,7}|{x}",
+    ];
+    assert_eq!(
+        text_rows(&c, "SELECT id, xs, tags FROM bags ORDER BY id").await,
+        expected
+    );
+    assert_eq!(
+        text_rows(
+            &c,
+            "SELECT column_name, data_type, udt_name FROM information_schema.columns WHERE table_name = 'bags' ORDER BY ordinal_position"
+        )
+        .await,
+        ["id|integer|int4", "xs|ARRAY|_int4", "tags|ARRAY|_text"]
+    );
+
+    // COPY out in text and CSV, and back in.
+    for format in ["", " WITH (FORMAT csv)"] {
+        let out = c
+            .copy_out(&format!(
+                "COPY (SELECT * FROM bags ORDER BY id) TO STDOUT{format}"
+            ))
+            .await
+            .unwrap();
+        pin_mut!(out);
+        let mut data = Vec::new();
+        while let Some(chunk) = out.next().await {
+            data.extend_from_slice(&chunk.unwrap());
+        }
+        let sink = c
+            .copy_in(&format!("COPY copied FROM STDIN{format}"))
+            .await
+            .unwrap();
+        pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        assert_eq!(sink.finish().await.unwrap(), 3);
+        assert_eq!(
+            text_rows(&c, "SELECT id, xs, tags FROM copied ORDER BY id").await,
+            expected,
+            "COPY{format}"
+        );
+        c.batch_execute("DROP TABLE copied; CREATE TABLE copied (id INT, xs INT[], tags TEXT[])")
+            .await
+            .unwrap();
+    }
+
+    // Binary COPY in, as tokio-postgres writes arrays, and binary results
+    // and parameters.
+    let sink = c
+        .copy_in("COPY copied FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
+    let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(
+        sink,
+        &[Type::INT4, Type::INT4_ARRAY, Type::TEXT_ARRAY],
+    );
+    pin_mut!(writer);
+    let xs: Vec<Option<i32>> = vec![Some(4), None];
+    let tags: Vec<Option<&str>> = vec![Some("q \"r\""), None];
+    writer.as_mut().write(&[&9i32, &xs, &tags]).await.unwrap();
+    writer.finish().await.unwrap();
+    let row = c
+        .query_one("SELECT xs, tags FROM copied WHERE id = $1", &[&9i32])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Vec<Option<i32>>>(0), xs);
+    assert_eq!(
+        row.get::<_, Vec<Option<String>>>(1),
+        [Some("q \"r\"".to_string()), None]
+    );
+    let ids: Vec<i32> = c
+        .query(
+            "SELECT id FROM bags WHERE id = ANY($1) ORDER BY id",
+            &[&vec![1i32, 3]],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1, 3]);
+    c.execute(
+        "INSERT INTO bags VALUES ($1, $2, $3)",
+        &[&4i32, &vec![7i32], &vec!["a"]],
+    )
+    .await
+    .unwrap();
+
+    // A bad element is refused and nothing of the statement is kept.
+    let err = c
+        .batch_execute("INSERT INTO bags VALUES (5, '{1}', NULL), (6, '{1,x}', NULL)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "22P02");
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM bags WHERE id >= 5").await,
+        0
+    );
+
+    // Enough rows to close segments and move them to the object store.
+    for i in 0..10 {
+        c.batch_execute(&format!(
+            "INSERT INTO bags SELECT 100 + {i} * 500 + value, ARRAY[value, value + 1], ARRAY['t' || (value % 3)::text] FROM generate_series(0, 499) AS s(value)"
+        ))
+        .await
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(
+        &c,
+        "SELECT CAST(MIN(remote_segments) >= 1 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'bags'",
+    )
+    .await
+        == 0
+    {
+        assert!(Instant::now() < deadline, "segments did not move");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let counts = text_rows(&c, "SELECT * FROM tag_counts ORDER BY t").await;
+    assert_eq!(
+        counts,
+        text_rows(
+            &c,
+            "SELECT t, count(*) FROM bags, unnest(bags.tags) AS t GROUP BY t ORDER BY t"
+        )
+        .await
+    );
+
+    // SIGKILL: the views come back from their checkpoints, the table from
+    // the log and the object store.
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        text_rows(&c, "SELECT * FROM tag_counts ORDER BY t").await,
+        counts
+    );
+    assert_eq!(
+        text_rows(&c, "SELECT id, xs, tags FROM bags WHERE id < 4 ORDER BY id").await,
+        expected
+    );
+    let seven = text_rows(&c, "SELECT * FROM with_seven ORDER BY id").await;
+    assert_eq!(seven[..2], ["3|{7,7}", "4|{7}"]);
+    assert_eq!(
+        seven,
+        text_rows(&c, "SELECT id, xs FROM bags WHERE 7 = ANY(xs) ORDER BY id").await
+    );
+}
