@@ -377,7 +377,58 @@ async fn views_suite() {
         )
         .await;
     differences.extend(compare_views(&mut oracle, "after more rows").await);
-    report("views", views().len() * 4, differences);
+    let steps = random_steps(&mut oracle, &mut differences).await;
+    report("views", views().len() * (4 + steps), differences);
+}
+
+/// Random steps after the fixed ones: each inserts rows, updates and
+/// deletes random keys of the keyed table, and SIGKILLs the server at
+/// random, then compares every view. `SLUICE_FUZZ_SEED` picks the steps;
+/// `SLUICE_PROPERTY_STEPS` says how many (3 by default; more for a long
+/// run). Returns how many steps ran.
+async fn random_steps(oracle: &mut Oracle, differences: &mut Vec<Difference>) -> usize {
+    use rand::Rng;
+    let steps: usize = std::env::var("SLUICE_PROPERTY_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let mut rng = common::query_gen::rng();
+    let mut next_id = 81;
+    for step in 0..steps {
+        let count = rng.random_range(2..16);
+        let mut sql = view_rows(next_id, count);
+        next_id += count;
+        // kv's keys so far run up to next_id / 2 or so.
+        for _ in 0..rng.random_range(0..4) {
+            let k = rng.random_range(1..next_id);
+            sql.push_str(&match rng.random_range(0..3) {
+                0 => format!("\nDELETE FROM kv WHERE k = {k};"),
+                1 => format!(
+                    "\nUPDATE kv SET v = {}, grp = 'g{}' WHERE k = {k};",
+                    rng.random_range(-5..50),
+                    rng.random_range(0..5)
+                ),
+                _ => format!(
+                    "\nUPDATE kv SET doc = '{{\"b\": [{k}, {}]}}' WHERE k % {} = 0;",
+                    rng.random_range(0..9),
+                    rng.random_range(2..7)
+                ),
+            });
+        }
+        oracle.setup(&sql, "").await;
+        let killed = rng.random_bool(0.4);
+        if killed {
+            oracle.server.kill9();
+            oracle.server.start_again();
+            oracle.reconnect().await;
+        }
+        let name = format!(
+            "random step {step}{}",
+            if killed { " (after SIGKILL)" } else { "" }
+        );
+        differences.extend(compare_views(oracle, &name).await);
+    }
+    steps
 }
 
 /// The peak resident memory of process `pid` while `work` runs, sampled
