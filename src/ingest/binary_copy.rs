@@ -255,7 +255,7 @@ pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Resul
 /// An array's binary form (dimensions, a has-nulls flag, the element
 /// type's oid, each dimension's size and lower bound, then each element
 /// as a length, -1 for NULL, and its binary form) as an array literal
-/// (`{"1","2",NULL}`), which the stager reads as text COPY's.
+/// (`{1,2,NULL}`), which the stager reads as text COPY's.
 fn array_text(v: &[u8], element: &SqlType, out: &mut String) -> Result<(), String> {
     let word = |at: usize| {
         v.get(at..at + 4)
@@ -288,14 +288,7 @@ fn array_text(v: &[u8], element: &SqlType, out: &mut String) -> Result<(), Strin
         at = end;
         let mut text = String::new();
         field_text_into(bytes, element, &mut text)?;
-        out.push('"');
-        for c in text.chars() {
-            if c == '"' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
-        }
-        out.push('"');
+        crate::types::text::push_quoted_element(&text, out);
     }
     out.push('}');
     if at != v.len() {

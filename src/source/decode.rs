@@ -265,7 +265,7 @@ pub fn dead_letter_rows(
 /// `json_populate_record` does). Fields of other names are skipped without
 /// being built, and strings without escapes are borrowed from the record.
 /// A JSON array for a column marked as an array becomes PostgreSQL's array
-/// literal (`[1, null, "a"]` reads as `{"1",NULL,"a"}`).
+/// literal (`[1, null, "a b"]` reads as `{1,NULL,"a b"}`).
 fn json_fields<'de>(
     payload: &'de [u8],
     columns: &[&str],
@@ -418,14 +418,7 @@ impl<'de> Visitor<'de> for FieldText {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            literal.push('"');
-            for c in text.chars() {
-                if c == '"' || c == '\\' {
-                    literal.push('\\');
-                }
-                literal.push(c);
-            }
-            literal.push('"');
+            crate::types::text::push_quoted_element(&text, &mut literal);
         }
         literal.push('}');
         Ok(Some(Cow::Owned(literal)))
@@ -539,7 +532,7 @@ mod tests {
     #[test]
     fn a_json_array_reads_as_an_array_literal() {
         let fields = json_fields(
-            br#"{"xs": [1, null, "a "b"", true], "ys": [], "n": [1]}"#,
+            br#"{"xs": [1, null, "a \"b\"", true], "ys": [], "n": [1]}"#,
             &["xs", "ys", "n"],
             &[FieldKind::Array, FieldKind::Array, FieldKind::Plain],
         )
@@ -549,7 +542,7 @@ mod tests {
         assert_eq!(
             fields,
             [
-                Some(r#"{"1",NULL,"a \"b\"","true"}"#.to_string()),
+                Some(r#"{1,NULL,"a \"b\"",true}"#.to_string()),
                 Some("{}".to_string()),
                 Some("[1]".to_string()),
             ]

@@ -314,7 +314,10 @@ impl<'a> ValueWriter<'a> {
     }
 }
 
-fn push_quoted_element(value: &str, out: &mut String) {
+/// One element of an array literal, quoted and escaped where PostgreSQL's
+/// array output quotes it (empty, `NULL`, or with `"`, `\\`, braces, a comma
+/// or white space).
+pub fn push_quoted_element(value: &str, out: &mut String) {
     let quote = value.is_empty()
         || value.eq_ignore_ascii_case("null")
         || value
