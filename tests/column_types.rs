@@ -51,6 +51,55 @@ const EXPECTED: [&str; 4] = [
     "4|1 year 2 mons|00:00:00",
 ];
 
+/// Copies `table`'s rows out with `COPY ... TO STDOUT` in text and in CSV,
+/// and each back into a new table `copied` of `columns`, which must then
+/// hold `expected` (its columns read in order, by id); `copied` is dropped
+/// after each.
+async fn copy_round_trip(
+    c: &tokio_postgres::Client,
+    table: &str,
+    columns: &str,
+    expected: &[&str],
+) {
+    let names: Vec<&str> = columns
+        .split(", ")
+        .filter_map(|c| c.split_whitespace().next())
+        .collect();
+    for format in ["", " WITH (FORMAT csv)"] {
+        c.batch_execute(&format!("CREATE TABLE copied ({columns})"))
+            .await
+            .unwrap();
+        let out = c
+            .copy_out(&format!(
+                "COPY (SELECT * FROM {table} ORDER BY id) TO STDOUT{format}"
+            ))
+            .await
+            .unwrap();
+        pin_mut!(out);
+        let mut data = Vec::new();
+        while let Some(chunk) = out.next().await {
+            data.extend_from_slice(&chunk.unwrap());
+        }
+        let sink = c
+            .copy_in(&format!("COPY copied FROM STDIN{format}"))
+            .await
+            .unwrap();
+        pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        assert_eq!(sink.finish().await.unwrap(), expected.len() as u64);
+        assert_eq!(
+            text_rows(
+                c,
+                &format!("SELECT {} FROM copied ORDER BY id", names.join(", "))
+            )
+            .await,
+            expected,
+            "COPY{format}"
+        );
+        c.batch_execute("DROP TABLE copied").await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn interval_and_time_columns_round_trip_everywhere() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +110,6 @@ async fn interval_and_time_columns_round_trip_everywhere() {
     let c = server.connect().await;
     c.batch_execute(&format!(
         "CREATE TABLE spans (id INT, d INTERVAL, t TIME) WITH (partitions = 2);
-         CREATE TABLE copied (id INT, d INTERVAL, t TIME);
          CREATE TABLE from_binary (id INT, d INTERVAL, t TIME);
          INSERT INTO spans VALUES {ROWS};
          CREATE MATERIALIZED VIEW span_totals AS SELECT sum(d) AS total, max(t) AS latest, count(*) AS n FROM spans;
@@ -94,34 +142,7 @@ async fn interval_and_time_columns_round_trip_everywhere() {
     );
 
     // COPY out in text and CSV, and back in.
-    for format in ["", " WITH (FORMAT csv)"] {
-        let out = c
-            .copy_out(&format!(
-                "COPY (SELECT * FROM spans ORDER BY id) TO STDOUT{format}"
-            ))
-            .await
-            .unwrap();
-        pin_mut!(out);
-        let mut data = Vec::new();
-        while let Some(chunk) = out.next().await {
-            data.extend_from_slice(&chunk.unwrap());
-        }
-        let sink = c
-            .copy_in(&format!("COPY copied FROM STDIN{format}"))
-            .await
-            .unwrap();
-        pin_mut!(sink);
-        sink.send(bytes::Bytes::from(data)).await.unwrap();
-        assert_eq!(sink.finish().await.unwrap(), 4);
-        assert_eq!(
-            text_rows(&c, "SELECT id, d, t FROM copied ORDER BY id").await,
-            EXPECTED,
-            "COPY{format}"
-        );
-        c.batch_execute("DROP TABLE copied; CREATE TABLE copied (id INT, d INTERVAL, t TIME)")
-            .await
-            .unwrap();
-    }
+    copy_round_trip(&c, "spans", "id INT, d INTERVAL, t TIME", &EXPECTED).await;
 
     // Binary COPY in: PostgreSQL's binary forms of interval and time.
     let mut data = bytes::BytesMut::new();
@@ -246,7 +267,6 @@ async fn array_columns_round_trip_everywhere() {
     let c = server.connect().await;
     c.batch_execute(
         "CREATE TABLE bags (id INT, xs INT[], tags TEXT[]) WITH (partitions = 2);
-         CREATE TABLE copied (id INT, xs INT[], tags TEXT[]);
          INSERT INTO bags VALUES (1, '{1,2,NULL}', '{a,\"b c\",NULL,\"NULL\"}'), (2, '{}', NULL), (3, ARRAY[7, 7], ARRAY['x']);
          CREATE MATERIALIZED VIEW tag_counts AS SELECT t, count(*) AS c FROM bags, unnest(bags.tags) AS t GROUP BY t;
          CREATE MATERIALIZED VIEW with_seven AS SELECT id, xs FROM bags WHERE 7 = ANY(xs);
@@ -273,34 +293,10 @@ async fn array_columns_round_trip_everywhere() {
     );
 
     // COPY out in text and CSV, and back in.
-    for format in ["", " WITH (FORMAT csv)"] {
-        let out = c
-            .copy_out(&format!(
-                "COPY (SELECT * FROM bags ORDER BY id) TO STDOUT{format}"
-            ))
-            .await
-            .unwrap();
-        pin_mut!(out);
-        let mut data = Vec::new();
-        while let Some(chunk) = out.next().await {
-            data.extend_from_slice(&chunk.unwrap());
-        }
-        let sink = c
-            .copy_in(&format!("COPY copied FROM STDIN{format}"))
-            .await
-            .unwrap();
-        pin_mut!(sink);
-        sink.send(bytes::Bytes::from(data)).await.unwrap();
-        assert_eq!(sink.finish().await.unwrap(), 3);
-        assert_eq!(
-            text_rows(&c, "SELECT id, xs, tags FROM copied ORDER BY id").await,
-            expected,
-            "COPY{format}"
-        );
-        c.batch_execute("DROP TABLE copied; CREATE TABLE copied (id INT, xs INT[], tags TEXT[])")
-            .await
-            .unwrap();
-    }
+    copy_round_trip(&c, "bags", "id INT, xs INT[], tags TEXT[]", &expected).await;
+    c.batch_execute("CREATE TABLE copied (id INT, xs INT[], tags TEXT[])")
+        .await
+        .unwrap();
 
     // Binary COPY in, as tokio-postgres writes arrays, and binary results
     // and parameters.
