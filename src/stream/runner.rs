@@ -345,6 +345,7 @@ impl ViewManager {
             (ViewSource::Table(t), None) => t.partitions().iter().map(|p| p.start_offset()).collect(),
             (ViewSource::Table(t), Some(ts)) => t.partitions().iter().map(|p| p.offset_at_time(ts)).collect(),
             (ViewSource::View(_), None) => vec![0],
+            (ViewSource::Constant, _) => vec![0],
             (ViewSource::View(_), Some(_)) => {
                 return Err(SluiceError::Unsupported(
                     "a view over a view rebuilds from its source's rows only: use REBUILD or REBUILD FROM EARLIEST".into(),
@@ -707,6 +708,7 @@ impl ViewManager {
                 tokio::spawn(follow_changing_view(task, v).instrument(span))
             }
             ViewSource::View(v) => tokio::spawn(follow_view(task, v).instrument(span)),
+            ViewSource::Constant => tokio::spawn(follow_nothing(task).instrument(span)),
             ViewSource::Several(inputs) => tokio::spawn(
                 follow_inputs(task, inputs, self.store.transactions().clone(), start.clock)
                     .instrument(span),
@@ -1281,6 +1283,40 @@ async fn follow_view(mut task: ViewTask, upstream: Arc<View>) {
     }
 }
 
+/// The task of a view over no table: computes its rows once (unless a
+/// checkpoint kept them: its one offset is then 1), publishes them, then
+/// only answers checkpoint requests.
+async fn follow_nothing(mut task: ViewTask) {
+    let ctx = Arc::new(TaskContext::default());
+    if !task.start_operators(ctx.clone()).await {
+        return;
+    }
+    if task.consumed != [1] {
+        let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            task.compiled.compute_constant(ctx),
+        ))
+        .await
+        .map_err(|_| SluiceError::Internal("the view's pipeline panicked".into()))
+        .and_then(|r| r);
+        task.consumed = vec![1];
+        if !task.publish(result, None, Vec::new()) {
+            return;
+        }
+        // Kept at once: computed again, `now()` would differ.
+        if let Some(view) = task.view.upgrade() {
+            view.checkpoint_asked.store(true, Ordering::Release);
+        }
+    }
+    // Nothing ever changes: a channel whose sender stays here.
+    let (_never, mut changes) = watch::channel(());
+    loop {
+        task.checkpoint_if_due(ViewClockState::default());
+        if !task.wait(&mut changes).await {
+            return;
+        }
+    }
+}
+
 /// The view's task: apply each commit of the source table, then publish.
 async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: ViewClockState) {
     let mut commits = table.commits();
@@ -1548,7 +1584,7 @@ async fn follow_inputs(
                     return;
                 }
             },
-            ViewSource::Several(_) => {
+            ViewSource::Several(_) | ViewSource::Constant => {
                 task.publish(
                     Err(SluiceError::Internal("nested view inputs".into())),
                     None,

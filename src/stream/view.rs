@@ -392,6 +392,10 @@ pub enum ViewSource {
     /// are each input's in turn: a table's partitions, or one position in
     /// a view's rows.
     Several(Vec<ViewSource>),
+    /// No table at all (`SELECT 1`, `VALUES`): the rows are computed once.
+    /// The view has one offset, 1 once they are (so that FLUSH waits for
+    /// them and a checkpoint says they are kept).
+    Constant,
 }
 
 impl ViewSource {
@@ -404,6 +408,7 @@ impl ViewSource {
                 .map(|i| i.name())
                 .collect::<Vec<_>>()
                 .join(", "),
+            ViewSource::Constant => String::new(),
         }
     }
 
@@ -411,6 +416,7 @@ impl ViewSource {
     pub fn reads(&self, relation: &str) -> bool {
         match self {
             ViewSource::Several(inputs) => inputs.iter().any(|i| i.reads(relation)),
+            ViewSource::Constant => false,
             one => one.name() == relation,
         }
     }
@@ -429,6 +435,7 @@ impl ViewSource {
             ViewSource::Table(t) => t.partitions().len(),
             ViewSource::View(_) => 1,
             ViewSource::Several(inputs) => inputs.iter().map(|i| i.width()).sum(),
+            ViewSource::Constant => 1,
         }
     }
 
@@ -461,6 +468,7 @@ impl ViewSource {
                 ViewSource::View(v) if v.append_only => vec![v.published_rows()],
                 ViewSource::View(v) => vec![v.published_seq()],
                 ViewSource::Several(_) => vec![],
+                ViewSource::Constant => vec![1],
             })
             .collect()
     }

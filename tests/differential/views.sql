@@ -59,3 +59,6 @@ CREATE MATERIALIZED VIEW bag_lists AS SELECT id % 3 AS g, array_agg(id ORDER BY 
 CREATE MATERIALIZED VIEW kv_elements AS SELECT k, e FROM kv, LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(kv.doc -> 'b') = 'array' THEN kv.doc -> 'b' ELSE '[]'::jsonb END) AS e;
 CREATE MATERIALIZED VIEW kv_fields AS SELECT key, count(*) AS c FROM kv, jsonb_each_text(kv.doc) GROUP BY key;
 CREATE MATERIALIZED VIEW kv_keys AS SELECT k, jsonb_object_keys(doc) AS key FROM kv;
+CREATE MATERIALIZED VIEW constant_rows AS VALUES (1, 'a'), (2, NULL), (2, 'b');
+CREATE MATERIALIZED VIEW constant_squares AS SELECT g, g * g AS sq FROM generate_series(1, 5) g;
+CREATE MATERIALIZED VIEW constant_groups AS SELECT column2 AS k, count(*) AS n, sum(column1) AS s FROM (VALUES (1, 'a'), (2, 'b'), (3, 'a')) v GROUP BY 1;

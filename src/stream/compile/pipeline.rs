@@ -198,9 +198,12 @@ pub async fn compile(
     });
     relations.sort();
     relations.dedup();
-    if relations.is_empty() {
-        return Err(unsupported("a materialized view must read a table"));
-    }
+    // Table functions in FROM (`generate_series(1, 4)`) read no table.
+    relations.retain(|name| {
+        !(matches!(name.as_str(), "generate_series" | "range" | "unnest")
+            && store.table(name).is_none()
+            && views.view(name).is_none())
+    });
     let mut sources = Vec::with_capacity(relations.len());
     for name in &relations {
         sources.push(match (store.table(name), views.view(name)) {
@@ -210,6 +213,7 @@ pub async fn compile(
         });
     }
     let source = match sources.as_slice() {
+        [] => ViewSource::Constant,
         [one] => one.clone(),
         _ => ViewSource::Several(sources.clone()),
     };
@@ -249,7 +253,9 @@ pub async fn compile(
             ViewSource::Table(t) => {
                 datafusion::datasource::TableProvider::schema(&LogTableProvider::new(t.clone()))
             }
-            ViewSource::Several(_) => return Err(unsupported("nested sources")),
+            ViewSource::Several(_) | ViewSource::Constant => {
+                return Err(unsupported("nested sources"))
+            }
         };
         let slot: DeltaSlot = Default::default();
         ctx.register_table(
@@ -267,12 +273,15 @@ pub async fn compile(
         .await?;
     let plan = crate::query::postgres_plan(plan)?;
     let plan = state.optimize(&plan)?;
-    check_nodes(&plan)?;
+    check_nodes(&plan, matches!(source, ViewSource::Constant))?;
     let (plan, order) = view_order(plan, &state)?;
     let schema = nullable(plan.schema().as_arrow());
     let has_join = plan.exists(|n| Ok(matches!(n, LogicalPlan::Join(_))))?;
     if has_join {
-        check_volatile(&plan)?;
+        check_volatile(
+            &plan,
+            "a materialized view with joins cannot use it, since rows it takes back must compute as they did when added",
+        )?;
     }
     let times = sources
         .iter()
@@ -291,6 +300,7 @@ pub async fn compile(
             ViewSource::Table(t) => t.def().is_keyed(),
             ViewSource::View(v) => !v.append_only,
             ViewSource::Several(_) => true,
+            ViewSource::Constant => false,
         })
         .collect();
     let mut graph = JoinGraph::new(relations.clone(), slots)
@@ -382,26 +392,29 @@ pub async fn compile(
             Pipeline::Aggregate(Box::new(agg))
         }
     };
-    let mut explain = vec![format!(
-        "reads {}",
-        sources
-            .iter()
-            .map(|s| match s {
-                ViewSource::Table(t) if t.def().is_keyed() => {
-                    format!(
-                        "table {} (keyed: versions and deletes take rows back)",
-                        t.def().name
-                    )
-                }
-                ViewSource::Table(t) => format!("table {} (append-only)", t.def().name),
-                ViewSource::View(v) if v.append_only => {
-                    format!("materialized view {} (append-only)", v.def.name)
-                }
-                other => format!("materialized view {} (rows change in place)", other.name()),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    )];
+    let mut explain = vec![match sources.is_empty() {
+        true => "reads no table: its rows are computed once".to_string(),
+        false => format!(
+            "reads {}",
+            sources
+                .iter()
+                .map(|s| match s {
+                    ViewSource::Table(t) if t.def().is_keyed() => {
+                        format!(
+                            "table {} (keyed: versions and deletes take rows back)",
+                            t.def().name
+                        )
+                    }
+                    ViewSource::Table(t) => format!("table {} (append-only)", t.def().name),
+                    ViewSource::View(v) if v.append_only => {
+                        format!("materialized view {} (append-only)", v.def.name)
+                    }
+                    other => format!("materialized view {} (rows change in place)", other.name()),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }];
     explain.push(match &pipeline {
         Pipeline::Aggregate(agg) => format!(
             "aggregate: {}{}",
@@ -488,7 +501,9 @@ fn view_order(
 }
 
 /// Refuses plan nodes the incremental pipeline cannot maintain.
-fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
+/// `constant`: the view reads no table, so its literal rows (`VALUES`,
+/// `SELECT 1`) are computed once, not with each delta.
+fn check_nodes(plan: &LogicalPlan, constant: bool) -> Result<(), SluiceError> {
     let mut bad = None;
     plan.apply(|node| {
         // A subquery left in an expression would run over one delta of
@@ -520,6 +535,7 @@ fn check_nodes(plan: &LogicalPlan) -> Result<(), SluiceError> {
             | LogicalPlan::Join(_)
             | LogicalPlan::Union(_)
             | LogicalPlan::TableScan(_) => {}
+            LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) if constant => {}
             LogicalPlan::Aggregate(a) => {
                 for e in &a.aggr_expr {
                     let name = match e {
@@ -653,6 +669,15 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         self.apply_input(0, delta, Vec::new(), ctx, watermark_us)
             .await
+    }
+
+    /// A view over no table: its rows, computed once (its pipeline over
+    /// no input rows).
+    pub async fn compute_constant(
+        &mut self,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> Result<(), SluiceError> {
+        self.run_insert(ctx, None).await
     }
 
     /// Runs the pipeline over the rows in its slots, as inserted rows.
