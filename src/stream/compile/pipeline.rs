@@ -362,10 +362,14 @@ pub async fn compile(
         _ => None,
     };
     if emit.emit_on_window_close && closing.is_none() {
-        return Err(unsupported(match graph.is_empty() && sources.len() == 1 {
-            true => "EMIT ON WINDOW CLOSE needs GROUP BY window_end or window_start over TUMBLE or HOP of the \
+        return Err(unsupported(match (graph.is_empty(), sources.len()) {
+            (true, 1) => "EMIT ON WINDOW CLOSE needs GROUP BY window_end or window_start over TUMBLE or HOP of the \
                      table's WATERMARK column with constant INTERVAL sizes",
-            false => "EMIT ON WINDOW CLOSE is not supported for materialized views with joins or over several tables yet",
+            (false, 1) => "EMIT ON WINDOW CLOSE is not supported over window functions or a GROUP BY under the view's \
+                     last step yet: leave out EMIT ON WINDOW CLOSE (the view then emits on update), or group by \
+                     window_start or window_end of a TUMBLE or HOP directly",
+            _ => "EMIT ON WINDOW CLOSE is not supported for materialized views with joins or over several tables yet: \
+                  leave it out (the view then emits on update)",
         }));
     }
     // A keyed table's new versions and tombstones, or a source view's rows
