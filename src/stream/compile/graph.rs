@@ -1696,7 +1696,7 @@ fn not_immutable(
 
 /// Refuses volatile functions (`random()`) anywhere in a view with joins:
 /// a row taken back must compute to the row that was added.
-pub fn check_volatile(plan: &LogicalPlan, why: &str) -> Result<(), SluiceError> {
+pub fn check_volatile(plan: &LogicalPlan) -> Result<(), SluiceError> {
     let mut found = None;
     plan.apply(|n| {
         for e in n.expressions() {
@@ -1711,7 +1711,7 @@ pub fn check_volatile(plan: &LogicalPlan, why: &str) -> Result<(), SluiceError> 
     })?;
     match found {
         Some(f) => Err(SluiceError::Unsupported(format!(
-            "{f}() gives a different answer each time it runs; {why}"
+            "{f}() gives a different answer each time it runs; a materialized view with joins cannot use it, since rows it takes back must compute as they did when added"
         ))),
         None => Ok(()),
     }
