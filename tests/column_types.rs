@@ -100,6 +100,22 @@ async fn copy_round_trip(
     }
 }
 
+/// Waits (up to 30 s) until every partition of `table` has a segment in
+/// the object store.
+async fn wait_for_remote_segments(c: &tokio_postgres::Client, table: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar(
+        c,
+        &format!("SELECT CAST(MIN(remote_segments) >= 1 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = '{table}'"),
+    )
+    .await
+        == 0
+    {
+        assert!(Instant::now() < deadline, "segments of {table} did not move");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn interval_and_time_columns_round_trip_everywhere() {
     let dir = tempfile::tempdir().unwrap();
@@ -207,17 +223,7 @@ async fn interval_and_time_columns_round_trip_everywhere() {
         .await
         .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while scalar(
-        &c,
-        "SELECT CAST(MIN(remote_segments) >= 1 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'spans'",
-    )
-    .await
-        == 0
-    {
-        assert!(Instant::now() < deadline, "segments did not move");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_remote_segments(&c, "spans").await;
     c.batch_execute("FLUSH").await.unwrap();
     let before = text_rows(&c, "SELECT * FROM span_totals").await;
     assert_eq!(
@@ -359,17 +365,7 @@ async fn array_columns_round_trip_everywhere() {
         .await
         .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while scalar(
-        &c,
-        "SELECT CAST(MIN(remote_segments) >= 1 AS BIGINT) FROM sluice_catalog.partitions WHERE table_name = 'bags'",
-    )
-    .await
-        == 0
-    {
-        assert!(Instant::now() < deadline, "segments did not move");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_remote_segments(&c, "bags").await;
     c.batch_execute("FLUSH").await.unwrap();
     let counts = text_rows(&c, "SELECT * FROM tag_counts ORDER BY t").await;
     assert_eq!(
