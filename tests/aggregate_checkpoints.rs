@@ -62,7 +62,7 @@ async fn a_lone_count_distinct_equals_its_batch_query_across_checkpoints() {
         .connect()
         .await
         .batch_execute(
-            "CREATE TABLE ev (user_id TEXT, tokens BIGINT) WITH (partitions = 3, partition_key = 'user_id');
+            "CREATE TABLE ev (user_id TEXT, tokens BIGINT) APPEND ONLY WITH (partitions = 3, partition_key = 'user_id');
              CREATE TABLE kv (k INT PRIMARY KEY, user_id TEXT, tokens BIGINT);
              CREATE MATERIALIZED VIEW per_user AS SELECT user_id, COUNT(DISTINCT tokens) AS n FROM ev GROUP BY user_id;
              CREATE MATERIALIZED VIEW users AS SELECT COUNT(DISTINCT user_id) AS n FROM ev;
@@ -162,14 +162,16 @@ const COLUMNS: [(&str, &str, bool); 14] = [
     ("c_json", "JSONB", false),
 ];
 
-fn create_table() -> String {
+/// `t`, append-only or (by default) taking UPDATE and DELETE.
+fn create_table(append_only: bool) -> String {
     let cols: Vec<String> = COLUMNS
         .iter()
         .map(|(name, ty, _)| format!("{name} {ty}"))
         .collect();
     format!(
-        "CREATE TABLE t (g INT, {}) WITH (partitions = 3)",
-        cols.join(", ")
+        "CREATE TABLE t (g INT, {}){} WITH (partitions = 3)",
+        cols.join(", "),
+        if append_only { " APPEND ONLY" } else { "" }
     )
 }
 
@@ -226,8 +228,8 @@ fn insert(rng: &mut rand::rngs::StdRng, rows: usize) -> String {
     format!("INSERT INTO t VALUES {}", values.join(", "))
 }
 
-async fn create_views(c: &tokio_postgres::Client) {
-    c.batch_execute(&create_table()).await.unwrap();
+async fn create_views(c: &tokio_postgres::Client, append_only: bool) {
+    c.batch_execute(&create_table(append_only)).await.unwrap();
     for (name, _, numeric) in COLUMNS {
         let sql = format!(
             "CREATE MATERIALIZED VIEW v_{name} AS {}",
@@ -253,11 +255,21 @@ async fn every_aggregate_over_every_type_equals_its_batch_query() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     let c = server.connect().await;
-    create_views(&c).await;
+    // Rows are updated and deleted too: every aggregate takes them back.
+    create_views(&c, false).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(2026);
     for round in 0..6 {
         let rows = rng.random_range(1..40);
         c.batch_execute(&insert(&mut rng, rows)).await.unwrap();
+        if round > 0 {
+            let g: i32 = rng.random_range(0..5);
+            c.batch_execute(&format!(
+                "DELETE FROM t WHERE g = {g}; UPDATE t SET g = g + 1, c_int = c_int - 1 WHERE g % 3 = {};",
+                g % 3
+            ))
+            .await
+            .unwrap();
+        }
         c.batch_execute("FLUSH").await.unwrap();
         assert_views_equal_batch(&c, &format!("after FLUSH {round}")).await;
     }
@@ -306,7 +318,7 @@ async fn checkpoints_every_10ms_during_a_load() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "10"]);
     let c = server.connect().await;
-    create_views(&c).await;
+    create_views(&c, true).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(10);
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut statements = 0;

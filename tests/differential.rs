@@ -415,6 +415,25 @@ async fn random_steps(oracle: &mut Oracle, differences: &mut Vec<Difference>) ->
                 ),
             });
         }
+        // Tables without a primary key take UPDATE and DELETE too.
+        for _ in 0..rng.random_range(0..4) {
+            let id = rng.random_range(1..next_id);
+            sql.push_str(&match rng.random_range(0..4) {
+                0 => format!("\nDELETE FROM ev WHERE id = {id};"),
+                1 => format!(
+                    "\nUPDATE ev SET n = n + {}, k = 'c' WHERE id % {} = {};",
+                    rng.random_range(-9..9),
+                    rng.random_range(3..9),
+                    id % 3
+                ),
+                2 => format!("\nDELETE FROM n1 WHERE k = {};", id % 5),
+                _ => format!(
+                    "\nUPDATE n2 SET k = {}, b = b || 'u' WHERE k = {};",
+                    rng.random_range(0..5),
+                    id % 5
+                ),
+            });
+        }
         oracle.setup(&sql, "").await;
         let killed = rng.random_bool(0.4);
         if killed {

@@ -139,7 +139,7 @@ async fn an_aggregate_view_sunk_to_a_topic_across_kills_ends_with_the_views_rows
     let c = server.connect().await;
     // HAVING makes groups leave and come back: tombstones and upserts.
     c.batch_execute(&format!(
-        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) WITH (partitions = 2);
+        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) APPEND ONLY WITH (partitions = 2);
          CREATE MATERIALIZED VIEW per_tenant AS
              SELECT tenant, count(*) AS n, sum(amount) AS total FROM ev
              GROUP BY tenant HAVING sum(amount) % 3 <> 0;
@@ -212,7 +212,7 @@ async fn a_table_sunk_to_a_topic_sends_each_row_once_and_sinks_are_checked() {
     let mut server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(
-        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) WITH (partitions = 2);
+        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) APPEND ONLY WITH (partitions = 2);
          CREATE TABLE plans (tenant TEXT PRIMARY KEY, price BIGINT);
          CREATE MATERIALIZED VIEW per_tenant AS
              SELECT tenant, count(*) AS n, sum(amount) AS total FROM ev GROUP BY tenant;",
@@ -417,7 +417,7 @@ async fn a_table_sunk_to_a_real_broker_is_exactly_once_across_kills() {
     let mut server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(&format!(
-        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) WITH (partitions = 2);
+        "CREATE TABLE ev (id BIGINT, tenant TEXT, amount BIGINT) APPEND ONLY WITH (partitions = 2);
          CREATE SINK out FROM ev INTO kafka WITH (topic = '{topic}', bootstrap_servers = '{bootstrap}');"
     ))
     .await
@@ -461,7 +461,7 @@ async fn every_column_type_goes_out_through_a_sink_and_back_through_a_source() {
                    n NUMERIC(10,3), t TEXT, v VARCHAR(5), y BYTEA, dt DATE, ts TIMESTAMP, \
                    tz TIMESTAMPTZ, j JSONB";
     c.batch_execute(&format!(
-        "CREATE TABLE every ({columns});
+        "CREATE TABLE every ({columns}) APPEND ONLY;
          INSERT INTO every VALUES
              (true, 1, 2, 3, 1.1, 2.25, 12.345, 'x \"q\"\n', 'abc', '\\x00ff', '2026-01-02',
               '2026-01-02 03:04:05.123456', '2026-01-02 03:04:05+02', '{{\"k\": [1, {{\"z\": null}}]}}'),

@@ -196,6 +196,12 @@ pub struct TableOptions {
     /// compacted log where a record upserts its key).
     #[serde(default)]
     pub primary_key: Vec<String>,
+    /// A table without a primary key whose rows UPDATE and DELETE may
+    /// change (not `APPEND ONLY`): each row is keyed by where it was
+    /// written, its partition and offset ([`ROW_COLUMN`]). Tables from
+    /// before there was a choice were append-only, hence the default.
+    #[serde(default)]
+    pub keyed_by_row: bool,
     /// How long compaction keeps a tombstone after it was written, in
     /// seconds (keyed tables).
     #[serde(default)]
@@ -295,6 +301,22 @@ pub const DEFAULT_DELETE_RETENTION_SECS: u64 = 86_400;
 /// no value). Not visible to queries; `changelog(t)` shows it as `_op`.
 pub const DELETED_COLUMN: &str = "_deleted";
 
+/// The stored column of a table keyed by row: the row's position,
+/// `partition << 48 | offset`. An inserted row's is where it was written
+/// (filled in as it is written); a tombstone's is the row it deletes.
+pub const ROW_COLUMN: &str = "_row";
+
+/// The position a table keyed by row gives the record at `offset` of
+/// `partition` (see [`ROW_COLUMN`]).
+pub fn row_position(partition: u32, offset: u64) -> i64 {
+    ((partition as i64) << 48) | (offset as i64 & ((1 << 48) - 1))
+}
+
+/// The partition a position of [`row_position`] names.
+pub fn row_partition(position: i64) -> usize {
+    (position >> 48) as usize
+}
+
 /// `changelog(t)`'s column saying what a record does: 'upsert' or 'delete'.
 pub const OP_COLUMN: &str = "_op";
 
@@ -308,6 +330,7 @@ impl Default for TableOptions {
             watermark: None,
             watermark_idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
             primary_key: Vec::new(),
+            keyed_by_row: false,
             delete_retention_secs: None,
             source: None,
             dead_letters_of: None,
@@ -372,9 +395,20 @@ impl TableDef {
             .map(|t| format!("the dead letters of table \"{t}\""))
     }
 
-    /// A keyed table (PRIMARY KEY): a compacted log.
+    /// A keyed table (PRIMARY KEY, or keyed by row): a compacted log
+    /// where a record upserts or deletes its key.
     pub fn is_keyed(&self) -> bool {
+        self.has_primary_key() || self.options.keyed_by_row
+    }
+
+    /// A table with a PRIMARY KEY (an INSERT of a live key replaces it).
+    pub fn has_primary_key(&self) -> bool {
         !self.options.primary_key.is_empty()
+    }
+
+    /// Neither keyed nor keyed by row: nothing but erasure removes a row.
+    pub fn is_append_only(&self) -> bool {
+        !self.is_keyed()
     }
 
     /// Indices of the primary key's columns.
@@ -388,7 +422,8 @@ impl TableDef {
 
     /// Schema of the records in the log: the user columns, and for a keyed
     /// table the tombstone flag (its value columns are nullable, since a
-    /// tombstone has only the key).
+    /// tombstone has only the key), then for a table keyed by row each
+    /// record's position ([`ROW_COLUMN`]).
     pub fn stored_schema(&self) -> SchemaRef {
         let keyed = self.is_keyed();
         let mut fields: Vec<Field> = self
@@ -405,6 +440,9 @@ impl TableDef {
             .collect();
         if keyed {
             fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+        }
+        if self.options.keyed_by_row {
+            fields.push(Field::new(ROW_COLUMN, DataType::Int64, true));
         }
         Arc::new(Schema::new(fields))
     }

@@ -143,6 +143,14 @@ pub(crate) fn create_table(
     if let Some((column, expr)) = &clauses.watermark {
         options.watermark = Some(watermark(column, expr, &columns)?);
     }
+    // Without a primary key, a table is mutable as in PostgreSQL unless it
+    // says APPEND ONLY, or only ever receives rows: a Kafka topic feeds
+    // it, or a watermark orders its rows (a row changed behind the
+    // watermark would change windows already closed).
+    options.keyed_by_row = options.primary_key.is_empty()
+        && !clauses.append_only
+        && options.watermark.is_none()
+        && options.source.is_none();
     if let Some(source) = &options.source {
         check_source_table(source, &columns, &options)?;
         // The topic's partition count is known only once the broker is

@@ -222,13 +222,28 @@ impl Engine {
         match change {
             RowChange::Update { table } => {
                 let log = keyed_table(&self.store, table, "UPDATE")?;
+                let def = log.def();
                 let mut row = 1;
                 let mut batches = Vec::new();
-                for b in found {
-                    batches.push(conform_batch(&log.def(), &b, row)?);
+                let mut tombstones = Vec::new();
+                for b in found.iter().filter(|b| b.num_rows() > 0) {
+                    if def.options.keyed_by_row {
+                        tombstones.push(crate::log::keyed::row_tombstones(
+                            &def,
+                            &old_rows(&def, b)?,
+                        )?);
+                    }
+                    batches.push(conform_batch(&def, b, row)?);
                     row += b.num_rows() as u64;
                 }
-                let n = self.write(session, &log, batches, false).await?;
+                let updated = row - 1;
+                // One statement: the old rows' tombstones, then the new rows.
+                tombstones.extend(batches);
+                let n = self.write(session, &log, tombstones, false).await?;
+                let n = match def.options.keyed_by_row {
+                    true => updated,
+                    false => n,
+                };
                 Ok(Outcome::Done {
                     tag: "UPDATE",
                     rows: Some(n),
@@ -236,10 +251,14 @@ impl Engine {
             }
             RowChange::Delete { table } => {
                 let log = keyed_table(&self.store, table, "DELETE")?;
+                let def = log.def();
                 let tombstones: Vec<RecordBatch> = found
                     .iter()
                     .filter(|b| b.num_rows() > 0)
-                    .map(|b| crate::log::keyed::tombstones(&log.def(), b))
+                    .map(|b| match def.options.keyed_by_row {
+                        true => crate::log::keyed::row_tombstones(&def, b),
+                        false => crate::log::keyed::tombstones(&def, b),
+                    })
                     .collect::<Result<_, _>>()?;
                 let n = self.write(session, &log, tombstones, false).await?;
                 Ok(Outcome::Done {
@@ -282,6 +301,38 @@ impl Engine {
             Some(staged) => stage_statement(&staged, log, batches, on_conflict_do_nothing).await?,
         })
     }
+}
+
+/// An UPDATE's found rows of a table keyed by row, as the old rows: their
+/// old values under the columns' names, with `_partition` and `_offset`.
+fn old_rows(
+    def: &sluice_catalog::TableDef,
+    found: &RecordBatch,
+) -> Result<RecordBatch, SluiceError> {
+    let mut fields = Vec::with_capacity(def.columns.len() + 2);
+    let mut columns = Vec::with_capacity(def.columns.len() + 2);
+    let names = def
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (super::planner::old_value_name(i), c.name.clone()))
+        .chain(
+            sluice_catalog::HIDDEN_COLUMNS[..2]
+                .iter()
+                .map(|h| (h.to_string(), h.to_string())),
+        );
+    for (found_as, name) in names {
+        let i = found.schema().index_of(&found_as).map_err(|_| {
+            SluiceError::Internal(format!("an UPDATE's rows have no column \"{found_as}\""))
+        })?;
+        let field = found.schema().field(i).clone().with_name(name);
+        fields.push(field);
+        columns.push(found.column(i).clone());
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// `ON CONFLICT ... DO UPDATE SET ...` is what an INSERT into a keyed
@@ -349,9 +400,9 @@ pub(crate) fn check_on_conflict(
     do_nothing: bool,
     update: Option<&sluice_sql::ConflictUpdate>,
 ) -> Result<(), SluiceError> {
-    if (do_nothing || update.is_some()) && !def.is_keyed() {
+    if (do_nothing || update.is_some()) && !def.has_primary_key() {
         return Err(SluiceError::Unsupported(format!(
-            "ON CONFLICT needs a keyed table (with a PRIMARY KEY); \"{}\" is append-only",
+            "ON CONFLICT needs a table with a PRIMARY KEY to conflict on; \"{}\" has none",
             def.name
         )));
     }

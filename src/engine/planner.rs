@@ -607,10 +607,30 @@ pub(super) fn keyed_table(
         .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
     if !log.def().is_keyed() {
         return Err(SluiceError::Unsupported(format!(
-            "{what} needs a keyed table (with a PRIMARY KEY); \"{table}\" is append-only"
+            "{what} cannot change rows of \"{table}\": it is append-only ({}); tables created without APPEND ONLY, a WATERMARK or a source take UPDATE and DELETE",
+            append_only_because(&log.def())
         )));
     }
     Ok(log)
+}
+
+/// Why a table without a key is append-only, in the words of its DDL.
+fn append_only_because(def: &sluice_catalog::TableDef) -> &'static str {
+    if def.options.source.is_some() {
+        "a Kafka topic feeds it"
+    } else if def.options.dead_letters_of.is_some() {
+        "it holds a source's dead letters"
+    } else if def.options.watermark.is_some() {
+        "its WATERMARK orders its rows"
+    } else {
+        "created APPEND ONLY, or before tables without a key could change"
+    }
+}
+
+/// The names an UPDATE of a table keyed by row gives the rows' old values
+/// (the new ones take the columns' own names).
+pub(super) fn old_value_name(i: usize) -> String {
+    format!("sluice old value {i}")
 }
 
 /// The query that gives an UPDATE's new versions: every column of the
@@ -635,7 +655,7 @@ pub(super) fn update_query(
             )));
         }
     }
-    let items: Vec<String> = def
+    let mut items: Vec<String> = def
         .columns
         .iter()
         .map(
@@ -645,6 +665,17 @@ pub(super) fn update_query(
             },
         )
         .collect();
+    if def.options.keyed_by_row {
+        // The old row, to delete, and where it is: an update of a row is
+        // its deletion and the new row's insertion.
+        items.extend(
+            def.columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("\"{table}\".\"{}\" AS \"{}\"", c.name, old_value_name(i))),
+        );
+        items.extend(hidden_position_columns(table));
+    }
     Ok(format!(
         "SELECT {} FROM \"{table}\"{}",
         items.join(", "),
@@ -659,18 +690,35 @@ pub(super) fn delete_query(
     selection: Option<&str>,
 ) -> Result<String, SluiceError> {
     let log = keyed_table(store, table, "DELETE")?;
-    let keys: Vec<String> = log
-        .def()
-        .options
-        .primary_key
-        .iter()
-        .map(|k| format!("\"{k}\""))
-        .collect();
+    let def = log.def();
+    let keys: Vec<String> = match def.options.keyed_by_row {
+        // The whole row, which its tombstone keeps, and where it is.
+        true => def
+            .columns
+            .iter()
+            .map(|c| format!("\"{}\"", c.name))
+            .chain(hidden_position_columns(table))
+            .collect(),
+        false => def
+            .options
+            .primary_key
+            .iter()
+            .map(|k| format!("\"{k}\""))
+            .collect(),
+    };
     Ok(format!(
         "SELECT {} FROM \"{table}\"{}",
         keys.join(", "),
         selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
     ))
+}
+
+/// A row's partition and offset, by which a table keyed by row knows it.
+fn hidden_position_columns(table: &str) -> [String; 2] {
+    [
+        format!("\"{table}\".\"{}\"", sluice_catalog::HIDDEN_COLUMNS[0]),
+        format!("\"{table}\".\"{}\"", sluice_catalog::HIDDEN_COLUMNS[1]),
+    ]
 }
 
 /// The parameters' types in order, as fields: a `$n::type` cast keeps the

@@ -225,7 +225,7 @@ impl Engine {
                 .store
                 .tables()
                 .iter()
-                .any(|t| t.def().is_keyed() && format!("{}_pkey", t.name()) == name)
+                .any(|t| t.def().has_primary_key() && format!("{}_pkey", t.name()) == name)
     }
 
     async fn create_index(
@@ -333,7 +333,7 @@ impl Engine {
                     .store
                     .tables()
                     .into_iter()
-                    .find(|t| t.def().is_keyed() && format!("{}_pkey", t.name()) == name)
+                    .find(|t| t.def().has_primary_key() && format!("{}_pkey", t.name()) == name)
                 {
                     return Err(SluiceError::DependentObjects {
                         kind: "index",

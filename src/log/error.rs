@@ -31,6 +31,10 @@ pub enum LogError {
     TransactionTooLarge { limit: u64 },
     #[error("could not serialize access due to concurrent update of table \"{table}\": another transaction committed a row with a key this REPEATABLE READ transaction writes after its snapshot; retry the transaction")]
     SerializationFailure { table: String },
+    #[error("could not serialize access due to concurrent update of table \"{table}\": a row this statement updates or deletes was updated or deleted by another statement after it was read; retry the statement")]
+    RowChangedConcurrently { table: String },
+    #[error("UPDATE and DELETE of a row this transaction inserted into \"{table}\" (a table without a primary key) are not supported: its position is given at COMMIT; COMMIT the insert first, or give the table a PRIMARY KEY")]
+    UncommittedRowChange { table: String },
     #[error("reading a row of table \"{table}\" by its key: {reason}")]
     KeyLookup { table: String, reason: &'static str },
     #[error("cannot write to table \"{table}\": its rows come from {by}")]
@@ -52,8 +56,11 @@ impl LogError {
             LogError::Io { .. } | LogError::Remote { .. } => "58030",
             LogError::Store(s) => s.sqlstate(),
             LogError::TransactionTooLarge { .. } => "54000",
-            LogError::SerializationFailure { .. } => "40001",
+            LogError::SerializationFailure { .. } | LogError::RowChangedConcurrently { .. } => {
+                "40001"
+            }
             LogError::WrittenBySource { .. } => "42809",
+            LogError::UncommittedRowChange { .. } => "0A000",
             LogError::UndefinedColumn { .. } => "42703",
             _ => "XX000",
         }

@@ -21,6 +21,15 @@ pub struct KeyCodec {
 
 impl KeyCodec {
     pub fn new(def: &TableDef) -> Result<KeyCodec, LogError> {
+        if def.options.keyed_by_row {
+            // The position column, after the tombstone flag.
+            return Ok(KeyCodec {
+                indices: vec![def.columns.len() + 1],
+                converter: RowConverter::new(vec![SortField::new(
+                    arrow::datatypes::DataType::Int64,
+                )])?,
+            });
+        }
         let indices = def.primary_key_indices();
         let fields = indices
             .iter()
@@ -30,6 +39,18 @@ impl KeyCodec {
             indices,
             converter: RowConverter::new(fields)?,
         })
+    }
+
+    /// For a table keyed by row: whether the stored record at `i` is a row
+    /// not yet written (no position yet), which no other record names.
+    pub fn is_unwritten(&self, batch: &RecordBatch, i: usize) -> bool {
+        self.indices.len() == 1
+            && batch
+                .schema()
+                .field(self.indices[0])
+                .name()
+                .eq(sluice_catalog::ROW_COLUMN)
+            && batch.column(self.indices[0]).is_null(i)
     }
 
     /// The key of one row given as its key columns' values, in the
@@ -110,6 +131,9 @@ pub async fn latest_records(
     part: &PartitionLog,
     end: u64,
 ) -> Result<LatestRecords, LogError> {
+    if def.options.keyed_by_row {
+        return latest_rows(def, part, end).await;
+    }
     let mut frames = Vec::new();
     let mut latest: HashMap<Box<[u8]>, (usize, usize, bool)> = HashMap::new();
     let mut holes = 0u64;
@@ -148,6 +172,71 @@ pub async fn latest_records(
     })
 }
 
+/// [`latest_records`] of a table keyed by row, without a map of every
+/// key: a row has at most two records, itself and a later tombstone, so
+/// only the tombstones are held while the rows are read.
+async fn latest_rows(
+    def: &TableDef,
+    part: &PartitionLog,
+    end: u64,
+) -> Result<LatestRecords, LogError> {
+    let at = def.columns.len() + 1;
+    let mut frames = Vec::new();
+    let mut tombstones: HashMap<i64, (usize, usize)> = HashMap::new();
+    let mut holes = 0u64;
+    for meta in part.frames_in_range(0, end) {
+        let batch = part.read_frame(&meta).await?;
+        let n = (end.saturating_sub(meta.header.base_offset) as usize).min(batch.num_rows());
+        let batch = batch.slice(0, n);
+        let deleted = deleted_flags(def, &batch);
+        let positions = positions(&batch, at)?;
+        let f = frames.len();
+        for i in 0..n {
+            match record_kind(deleted, i) {
+                None => holes += 1,
+                Some(true) => {
+                    tombstones.insert(positions.value(i), (f, i));
+                }
+                Some(false) => {}
+            }
+        }
+        frames.push((meta, batch));
+    }
+    let mut live = Vec::new();
+    for (f, (_, batch)) in frames.iter().enumerate() {
+        let deleted = deleted_flags(def, batch);
+        let positions = positions(batch, at)?;
+        for i in 0..batch.num_rows() {
+            if record_kind(deleted, i) == Some(false)
+                && !tombstones.contains_key(&positions.value(i))
+            {
+                live.push((f, i));
+            }
+        }
+    }
+    let mut tombstones_at: Vec<(usize, usize)> = tombstones.into_values().collect();
+    tombstones_at.sort_unstable();
+    Ok(LatestRecords {
+        frames,
+        live,
+        tombstones_at,
+        holes,
+    })
+}
+
+/// The position column of a stored batch of a table keyed by row.
+fn positions(batch: &RecordBatch, at: usize) -> Result<&arrow::array::Int64Array, LogError> {
+    batch
+        .columns()
+        .get(at)
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
+        .ok_or_else(|| {
+            LogError::Arrow(arrow::error::ArrowError::SchemaError(
+                "a record of a table keyed by row has no position".into(),
+            ))
+        })
+}
+
 /// Keys in their comparable form.
 pub type KeySet = std::collections::HashSet<Box<[u8]>>;
 
@@ -160,11 +249,16 @@ pub fn staged_latest(
     staged: &[RecordBatch],
 ) -> Result<(KeySet, Option<RecordBatch>), LogError> {
     let mut latest: HashMap<Box<[u8]>, (usize, usize, bool)> = HashMap::new();
+    // Rows of a table keyed by row that are not written yet: each its
+    // own key, live.
+    let mut unwritten = Vec::new();
     for (b, batch) in staged.iter().enumerate() {
         let keys = codec.keys(batch)?;
         let deleted = deleted_flags(def, batch);
         for (i, key) in keys.iter().enumerate() {
-            if let Some(tomb) = record_kind(deleted, i) {
+            if codec.is_unwritten(batch, i) {
+                unwritten.push((b, i));
+            } else if let Some(tomb) = record_kind(deleted, i) {
                 latest.insert(Box::from(key.as_ref()), (b, i, tomb));
             }
         }
@@ -173,6 +267,7 @@ pub fn staged_latest(
         .values()
         .filter(|(_, _, tomb)| !tomb)
         .map(|&(b, i, _)| (b, i))
+        .chain(unwritten)
         .collect();
     live.sort_unstable();
     let rows = match live.is_empty() {
@@ -186,7 +281,9 @@ pub fn staged_latest(
 }
 
 /// Which keys of a keyed table are live, kept up to date by every append
-/// once built (for `INSERT ... ON CONFLICT DO NOTHING`).
+/// once built (for `INSERT ... ON CONFLICT DO NOTHING`). Of a table keyed
+/// by row, only the deleted rows (a row is live until deleted): for
+/// finding a statement that deletes a row another one deleted first.
 #[derive(Default)]
 pub struct KeyIndex {
     live: HashMap<Box<[u8]>, bool>,
@@ -202,6 +299,13 @@ impl KeyIndex {
         for part in parts {
             let end = part.end_offset();
             let latest = latest_records(def, codec, part, end).await?;
+            if def.options.keyed_by_row {
+                for &(f, i) in &latest.tombstones_at {
+                    let keys = codec.keys(&latest.frames[f].1)?;
+                    index.live.insert(Box::from(keys.row(i).as_ref()), false);
+                }
+                continue;
+            }
             for (key, _) in latest.live_keys(codec)? {
                 index.live.insert(key, true);
             }
@@ -228,11 +332,40 @@ impl KeyIndex {
         let keys = codec.keys(batch)?;
         let deleted = deleted_flags(def, batch);
         for (i, key) in keys.iter().enumerate() {
-            if let Some(tomb) = record_kind(deleted, i) {
-                self.live.insert(Box::from(key.as_ref()), !tomb);
+            match record_kind(deleted, i) {
+                Some(false) if def.options.keyed_by_row => {}
+                Some(tomb) => {
+                    self.live.insert(Box::from(key.as_ref()), !tomb);
+                }
+                None => {}
             }
         }
         Ok(())
+    }
+
+    /// For a table keyed by row: whether `records` delete a row that is
+    /// deleted already (or twice among them), which means another
+    /// statement changed it after this one read it.
+    pub fn deletes_a_deleted_row(
+        &self,
+        def: &TableDef,
+        codec: &KeyCodec,
+        records: &[RecordBatch],
+    ) -> Result<bool, LogError> {
+        let mut seen = std::collections::HashSet::new();
+        for batch in records {
+            let keys = codec.keys(batch)?;
+            let deleted = deleted_flags(def, batch);
+            for (i, key) in keys.iter().enumerate() {
+                if record_kind(deleted, i) == Some(true)
+                    && (self.live.get(key.as_ref()) == Some(&false)
+                        || !seen.insert(Box::<[u8]>::from(key.as_ref())))
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -421,7 +554,93 @@ pub fn as_stored(def: &TableDef, batch: &RecordBatch) -> Result<RecordBatch, Log
     }
     let mut columns = batch.columns().to_vec();
     columns.push(Arc::new(BooleanArray::from(vec![false; batch.num_rows()])));
+    if def.options.keyed_by_row {
+        // New rows: their positions are filled in as they are written.
+        columns.push(arrow::array::new_null_array(
+            &arrow::datatypes::DataType::Int64,
+            batch.num_rows(),
+        ));
+    }
     Ok(RecordBatch::try_new(def.stored_schema(), columns)?)
+}
+
+/// For a table keyed by row: tombstones of the rows in `rows` (the table's
+/// columns, then the rows' `_partition` and `_offset`), each keeping the
+/// deleted row's values, so a change stream says what was deleted.
+pub fn row_tombstones(def: &TableDef, rows: &RecordBatch) -> Result<RecordBatch, LogError> {
+    let n = rows.num_rows();
+    let schema = def.stored_schema();
+    let missing = |name: &str| {
+        LogError::Arrow(arrow::error::ArrowError::SchemaError(format!(
+            "the rows to delete have no column {name}"
+        )))
+    };
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(def.columns.len() + 2);
+    for (c, field) in def.columns.iter().zip(schema.fields()) {
+        let a = rows
+            .column_by_name(&c.name)
+            .ok_or_else(|| missing(&c.name))?;
+        columns.push(compute::cast(a, field.data_type())?);
+    }
+    let partition = rows
+        .column_by_name(sluice_catalog::HIDDEN_COLUMNS[0])
+        .and_then(|a| a.as_any().downcast_ref::<arrow::array::Int32Array>())
+        .ok_or_else(|| missing(sluice_catalog::HIDDEN_COLUMNS[0]))?;
+    let offset = rows
+        .column_by_name(sluice_catalog::HIDDEN_COLUMNS[1])
+        .and_then(|a| a.as_any().downcast_ref::<arrow::array::Int64Array>())
+        .ok_or_else(|| missing(sluice_catalog::HIDDEN_COLUMNS[1]))?;
+    if partition.null_count() > 0 || offset.null_count() > 0 {
+        return Err(LogError::UncommittedRowChange {
+            table: def.name.clone(),
+        });
+    }
+    let positions: arrow::array::Int64Array = partition
+        .values()
+        .iter()
+        .zip(offset.values())
+        .map(|(&p, &o)| Some(sluice_catalog::row_position(p as u32, o as u64)))
+        .collect();
+    columns.push(Arc::new(BooleanArray::from(vec![true; n])));
+    columns.push(Arc::new(positions));
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// For a table keyed by row: the stored batch written at `base` of
+/// `partition`, with each new row's position filled in (a tombstone keeps
+/// the position of the row it deletes).
+/// `at`: the position column, for a table keyed by row.
+pub fn with_row_positions(
+    at: Option<usize>,
+    partition: usize,
+    base: u64,
+    batch: &RecordBatch,
+) -> Result<RecordBatch, LogError> {
+    let Some(at) = at.filter(|&at| at < batch.num_columns() && batch.column(at).null_count() > 0)
+    else {
+        return Ok(batch.clone());
+    };
+    let given = batch
+        .column(at)
+        .as_any()
+        .downcast_ref::<arrow::array::Int64Array>()
+        .ok_or_else(|| {
+            LogError::Arrow(arrow::error::ArrowError::SchemaError(
+                "a row position is not a bigint".into(),
+            ))
+        })?;
+    let filled: arrow::array::Int64Array = (0..batch.num_rows())
+        .map(|i| match given.is_null(i) {
+            true => Some(sluice_catalog::row_position(
+                partition as u32,
+                base + i as u64,
+            )),
+            false => Some(given.value(i)),
+        })
+        .collect();
+    let mut columns = batch.columns().to_vec();
+    columns[at] = Arc::new(filled);
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 /// Tombstones for the keys in `keys` (a batch of the table's columns, or

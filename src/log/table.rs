@@ -17,7 +17,9 @@ use tracing::{error, info_span, warn};
 
 use super::commit::CommitLog;
 use super::error::LogError;
-use super::keyed::{as_stored, latest_records, KeyCodec, KeyIndex, LatestLocations};
+use super::keyed::{
+    as_stored, latest_records, with_row_positions, KeyCodec, KeyIndex, LatestLocations,
+};
 use super::partition::{PartitionLog, PartitionWriter};
 use super::watermark::{TableWatermark, WatermarkTracker};
 use super::LogConfig;
@@ -327,6 +329,7 @@ impl TableLog {
             receiver,
             poisoned: poisoned.clone(),
             event_time_index: def.event_time_index(),
+            row_positions: def.options.keyed_by_row.then_some(def.columns.len() + 1),
             locations: locations.clone(),
         };
         std::thread::Builder::new()
@@ -428,7 +431,42 @@ impl TableLog {
         let records = self
             .statement_records(&mut index, batches, on_conflict_do_nothing, &[])
             .await?;
+        self.check_rows_not_deleted(&mut index, &records).await?;
         self.commit_records(Some(&mut index), &records).await
+    }
+
+    /// For a table keyed by row: fails when `records` delete a row that
+    /// another statement deleted (or updated) since this one read it, so
+    /// that two concurrent UPDATEs of a row do not leave two new rows.
+    /// The caller holds the key lock, as every write to the table does.
+    async fn check_rows_not_deleted(
+        &self,
+        index: &mut Option<KeyIndex>,
+        records: &[RecordBatch],
+    ) -> Result<(), LogError> {
+        let def = self.def();
+        let Some(keyed) = self.keyed.as_ref().filter(|_| def.options.keyed_by_row) else {
+            return Ok(());
+        };
+        let deletes = records
+            .iter()
+            .any(|b| super::keyed::deleted_flags(&def, b).is_some_and(|d| d.true_count() > 0));
+        if !deletes {
+            return Ok(());
+        }
+        if index.is_none() {
+            *index = Some(KeyIndex::build(&def, keyed.codec(), &self.partitions).await?);
+        }
+        match index
+            .as_ref()
+            .map(|i| i.deletes_a_deleted_row(&def, keyed.codec(), records))
+            .transpose()?
+        {
+            Some(true) => Err(LogError::RowChangedConcurrently {
+                table: def.name.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Routes records, commits them as one statement, and notes them in
@@ -529,6 +567,7 @@ impl TableLog {
         };
         let mut index = keyed.index.lock().await;
         self.check_unchanged_since(since, &records).await?;
+        self.check_rows_not_deleted(&mut index, &records).await?;
         self.commit_records(Some(&mut index), &records).await
     }
 
@@ -582,8 +621,9 @@ impl TableLog {
         }
         let keys = match &self.keyed {
             Some(keyed) => {
-                let index = keyed.index.clone().lock_owned().await;
+                let mut index = keyed.index.clone().lock_owned().await;
                 self.check_unchanged_since(since, &records).await?;
+                self.check_rows_not_deleted(&mut index, &records).await?;
                 Some((index, records.clone()))
             }
             None => None,
@@ -889,13 +929,21 @@ impl TableLog {
     /// Splits a batch by partition: `hash(key) % partitions`, or round-robin
     /// when the table has no partition key.
     fn route(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>, LogError> {
-        let batch = &as_stored(&self.def(), batch)?;
+        let def = self.def();
+        let batch = &as_stored(&def, batch)?;
         let n = self.partitions.len();
         if n == 1 {
             return Ok(vec![(0, batch.clone())]);
         }
         let rows = batch.num_rows();
-        let assignment: Vec<usize> = match self.def().partition_key_index() {
+        // A tombstone of a table keyed by row goes where its row is.
+        let positions = batch
+            .columns()
+            .get(def.columns.len() + 1)
+            .filter(|_| def.options.keyed_by_row)
+            .and_then(|c| c.as_any().downcast_ref::<arrow::array::Int64Array>())
+            .filter(|c| c.null_count() < c.len());
+        let mut assignment: Vec<usize> = match def.partition_key_index() {
             Some(k) => {
                 let keys = compute::cast(batch.column(k), &DataType::Utf8)?;
                 let keys = keys
@@ -919,6 +967,13 @@ impl TableLog {
                     .collect()
             }
         };
+        if let Some(positions) = positions {
+            for (row, p) in assignment.iter_mut().enumerate() {
+                if positions.is_valid(row) {
+                    *p = sluice_catalog::row_partition(positions.value(row)).min(n - 1);
+                }
+            }
+        }
         let mut indices: Vec<Vec<u32>> = vec![Vec::new(); n];
         for (row, p) in assignment.into_iter().enumerate() {
             indices[p].push(row as u32);
@@ -1003,6 +1058,9 @@ struct TableWriter {
     committed: tokio::sync::watch::Sender<Vec<u64>>,
     /// A keyed table's key locations, noted as each commit is published.
     locations: Option<Arc<LatestLocations>>,
+    /// A table keyed by row: its stored position column, which the writer
+    /// fills in for new rows as it learns their offsets.
+    row_positions: Option<usize>,
 }
 
 impl TableWriter {
@@ -1093,15 +1151,16 @@ impl TableWriter {
     /// A transaction's part: write and fsync its frames, report the new
     /// ends, then wait for the outcome.
     fn prepare(&mut self, req: PrepareRequest) {
-        let (ends, frame_bytes, carried, bases) = match self.write_prepared(&req.parts, req.carry) {
-            Ok(written) => written,
-            Err(e) => {
-                error!(error = %e, "writing a transaction's records failed");
-                self.undo_group();
-                let _ = req.prepared.send(Err(copy_error(&e)));
-                return;
-            }
-        };
+        let (ends, frame_bytes, carried, bases, written) =
+            match self.write_prepared(&req.parts, req.carry) {
+                Ok(written) => written,
+                Err(e) => {
+                    error!(error = %e, "writing a transaction's records failed");
+                    self.undo_group();
+                    let _ = req.prepared.send(Err(copy_error(&e)));
+                    return;
+                }
+            };
         if req.prepared.send(Ok((ends.clone(), carried))).is_err() || req.decision.recv().is_err() {
             self.undo_group();
             return;
@@ -1113,7 +1172,8 @@ impl TableWriter {
             .parts
             .iter()
             .zip(&bases)
-            .map(|((p, batch), base)| (*p, *base, batch))
+            .zip(&written)
+            .map(|(((p, _), base), batch)| (*p, *base, batch))
             .collect();
         self.publish_ends(ends, &frames);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -1133,7 +1193,7 @@ impl TableWriter {
         &mut self,
         parts: &[(usize, RecordBatch)],
         carry: bool,
-    ) -> Result<(Vec<u64>, usize, CarriedFrames, Vec<u64>), LogError> {
+    ) -> Result<PreparedFrames, LogError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(LogError::Poisoned(self.name.clone()));
         }
@@ -1144,10 +1204,14 @@ impl TableWriter {
         let mut frame_bytes = 0;
         let mut frames = Vec::new();
         let mut bases = Vec::with_capacity(parts.len());
+        let mut written = Vec::with_capacity(parts.len());
         for (p, batch) in parts {
             let range = event_range(batch, self.event_time_index);
-            bases.push(self.writers[*p].next_offset());
-            let bytes = self.writers[*p].write_frame(batch, now, range)?;
+            let base = self.writers[*p].next_offset();
+            bases.push(base);
+            let batch = with_row_positions(self.row_positions, *p, base, batch)?;
+            let bytes = self.writers[*p].write_frame(&batch, now, range)?;
+            written.push(batch);
             frame_bytes += bytes.len();
             frames.push((*p, bytes));
         }
@@ -1158,7 +1222,7 @@ impl TableWriter {
             frames.clear();
         }
         let ends = self.writers.iter().map(|w| w.next_offset()).collect();
-        Ok((ends, frame_bytes, frames, bases))
+        Ok((ends, frame_bytes, frames, bases, written))
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
@@ -1178,15 +1242,22 @@ impl TableWriter {
             .iter()
             .flat_map(|r| r.parts.iter().cloned())
             .collect::<Vec<_>>();
-        let coalesced = coalesce(parts, self.writers.len())?;
-        let mut written = Vec::with_capacity(coalesced.len());
-        for (p, batch) in &coalesced {
+        let mut coalesced = coalesce(parts, self.writers.len())?;
+        let mut bases = Vec::with_capacity(coalesced.len());
+        for (p, batch) in &mut coalesced {
             let range = event_range(batch, self.event_time_index);
-            written.push((*p, self.writers[*p].next_offset(), batch));
+            let base = self.writers[*p].next_offset();
+            *batch = with_row_positions(self.row_positions, *p, base, batch)?;
+            bases.push(base);
             let bytes = self.writers[*p].write_frame(batch, now, range)?;
             frame_bytes += bytes.len();
             frames.push((*p, bytes));
         }
+        let written: Vec<(usize, u64, &RecordBatch)> = coalesced
+            .iter()
+            .zip(bases)
+            .map(|((p, batch), base)| (*p, base, batch))
+            .collect();
         let close = group.iter().any(|r| r.upkeep == Upkeep::CloseSegments);
         if close {
             for w in &mut self.writers {
@@ -1225,6 +1296,11 @@ impl TableWriter {
         Ok(())
     }
 }
+
+/// What a transaction's frames were written as: the partitions' ends, the
+/// frames' bytes, the frames carried, and each frame's base offset and
+/// records (as written: a table keyed by row has their positions).
+type PreparedFrames = (Vec<u64>, usize, CarriedFrames, Vec<u64>, Vec<RecordBatch>);
 
 /// Groups whose frames take more bytes than this are made durable in their
 /// partitions rather than carried by the commit record (bulk COPY is not

@@ -8,7 +8,7 @@ pub enum SinkError {
     Connector(#[from] SourceError),
     #[error("column \"{column}\" of option \"key\" does not exist in \"{relation}\"")]
     UndefinedColumn { column: String, relation: String },
-    #[error("\"{0}\" changes rows in place: a sink of it needs key = '...' naming the columns that identify a row, so that a change becomes an upsert and a delete a tombstone")]
+    #[error("\"{0}\" changes rows in place: a sink of it needs key = '...' naming the columns that identify a row, so that a change becomes an upsert and a delete a tombstone (a table whose rows never change can be created APPEND ONLY instead)")]
     NeedsKey(String),
     #[error("Kafka: {0}")]
     Kafka(String),

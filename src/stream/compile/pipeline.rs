@@ -400,9 +400,15 @@ pub async fn compile(
             sources
                 .iter()
                 .map(|s| match s {
-                    ViewSource::Table(t) if t.def().is_keyed() => {
+                    ViewSource::Table(t) if t.def().has_primary_key() => {
                         format!(
                             "table {} (keyed: versions and deletes take rows back)",
+                            t.def().name
+                        )
+                    }
+                    ViewSource::Table(t) if t.def().is_keyed() => {
+                        format!(
+                            "table {} (rows change: UPDATE and DELETE take rows back)",
                             t.def().name
                         )
                     }

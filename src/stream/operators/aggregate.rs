@@ -46,7 +46,7 @@ use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::operator::{canonical_key, nullable, unsupported};
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::retract::RetractableMinMax;
+use super::retract::{RetractableDistinct, RetractableMinMax};
 use super::retract_collect::{CollectKind, RetractableCollect};
 use super::vectorized_groups::{GroupColumns, VectorizedGroups};
 use crate::error::SluiceError;
@@ -240,7 +240,10 @@ impl AggregatePipeline {
             for a in &pipeline.aggs {
                 let name = a.fun().name().to_lowercase();
                 let supported = match a.is_distinct() {
-                    true => matches!(name.as_str(), "count" | "min" | "max"),
+                    true => {
+                        matches!(name.as_str(), "count" | "min" | "max")
+                            || a.expressions().len() == 1
+                    }
                     false => {
                         matches!(
                             name.as_str(),
@@ -259,7 +262,7 @@ impl AggregatePipeline {
                 };
                 if !supported {
                     return Err(unsupported(format!(
-                        "{} is not supported here: this view takes rows back (it reads a keyed table, or has an outer, semi or anti join), which COUNT, COUNT(DISTINCT), SUM, AVG, MIN, MAX, stddev, variance, bool_and, bool_or, string_agg, array_agg, first_value and last_value (without DISTINCT) can",
+                        "{} is not supported here: this view takes rows back (it reads a table with a key or one UPDATE and DELETE change, or has an outer, semi or anti join), which COUNT, SUM, AVG, MIN, MAX, stddev, variance, bool_and, bool_or, string_agg, array_agg, first_value and last_value can, and DISTINCT over one argument",
                         a.name()
                     )));
                 }
@@ -299,6 +302,21 @@ impl AggregatePipeline {
                     .transpose()?
                     .ok_or_else(|| unsupported("COUNT(DISTINCT) of no column"))?;
                 Ok(Box::new(RetractableMinMax::count_distinct(input)?))
+            }
+            _ if a.is_distinct() => {
+                let input = a
+                    .expressions()
+                    .first()
+                    .map(|e| e.data_type(self.input.schema().as_ref()))
+                    .transpose()?
+                    .ok_or_else(|| unsupported("an aggregate of DISTINCT values of no column"))?;
+                let aggregate = self
+                    .aggs
+                    .iter()
+                    .find(|x| std::ptr::eq(x.as_ref(), a))
+                    .cloned()
+                    .ok_or_else(|| SluiceError::Internal("an aggregate not of its view".into()))?;
+                Ok(Box::new(RetractableDistinct::new(aggregate, input)?))
             }
             name => match CollectKind::of(name) {
                 Some(kind) => {

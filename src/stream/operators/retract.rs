@@ -1,8 +1,10 @@
 //! What views over keyed tables need to take rows back: an accumulator for
 //! MIN and MAX that can forget any value (DataFusion's sliding ones only
-//! forget in arrival order), and the previous version of each key.
+//! forget in arrival order), and the previous version of each key (of a
+//! table keyed by row, none: its tombstones hold the rows they delete).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
 use arrow::datatypes::{DataType, Int64Type};
@@ -133,6 +135,70 @@ impl Accumulator for RetractableMinMax {
     }
 }
 
+/// Any other one-argument aggregate over DISTINCT values (`SUM(DISTINCT
+/// x)`, `AVG(DISTINCT x)`, `array_agg(DISTINCT x)`, ...) where rows are
+/// taken back: the values' multiset (as for COUNT(DISTINCT)), and at each
+/// evaluation the aggregate itself over the distinct values that remain,
+/// so the answer is the batch query's to the bit.
+pub struct RetractableDistinct {
+    values: RetractableMinMax,
+    aggregate: Arc<datafusion::physical_expr::aggregate::AggregateFunctionExpr>,
+}
+
+impl std::fmt::Debug for RetractableDistinct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RetractableDistinct({})", self.aggregate.name())
+    }
+}
+
+impl RetractableDistinct {
+    pub fn new(
+        aggregate: Arc<datafusion::physical_expr::aggregate::AggregateFunctionExpr>,
+        input: DataType,
+    ) -> Result<RetractableDistinct> {
+        Ok(RetractableDistinct {
+            values: RetractableMinMax::count_distinct(input)?,
+            aggregate,
+        })
+    }
+}
+
+impl Accumulator for RetractableDistinct {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.values.update_batch(values)
+    }
+
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.values.retract_batch(values)
+    }
+
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let mut fresh = self.aggregate.create_accumulator()?;
+        if !self.values.values.is_empty() {
+            let distinct =
+                ScalarValue::iter_to_array(self.values.values.values().map(|(v, _)| v.clone()))?;
+            fresh.update_batch(&[distinct])?;
+        }
+        fresh.evaluate()
+    }
+
+    fn size(&self) -> usize {
+        self.values.size()
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        self.values.state()
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.values.merge_batch(states)
+    }
+}
+
 /// The version of each key of a keyed table that a view has applied, as
 /// row bytes of the view's source rows, so that the next version or a
 /// tombstone can take it back.
@@ -190,6 +256,10 @@ pub struct KeyedVersions {
     def: sluice_catalog::TableDef,
     codec: crate::log::keyed::KeyCodec,
     versions: PreviousVersions,
+    /// A table keyed by row, read without `_ingested_at`: a tombstone
+    /// holds the deleted row's values, so the row it takes back is the
+    /// tombstone itself at the row's position, and no version is held.
+    positional: bool,
 }
 
 impl KeyedVersions {
@@ -205,7 +275,14 @@ impl KeyedVersions {
         let def = table.def().clone();
         let codec = KeyCodec::new(&def)?;
         let mut versions = PreviousVersions::new(schema)?;
+        let positional = def.options.keyed_by_row
+            && schema
+                .column_with_name(sluice_catalog::HIDDEN_COLUMNS[2])
+                .is_none_or(|(i, _)| !projection.contains(&i));
         for (k, part) in table.partitions().iter().enumerate() {
+            if positional {
+                break;
+            }
             let end = consumed.get(k).copied().unwrap_or(0);
             if end == 0 {
                 continue;
@@ -232,7 +309,65 @@ impl KeyedVersions {
             def: sluice_catalog::TableDef::clone(&def),
             codec,
             versions,
+            positional,
         })
+    }
+
+    /// [`KeyedVersions::split`] of a table keyed by row, positionally:
+    /// each tombstone, with the position of the row it deletes, is the row
+    /// taken back.
+    fn split_positional(
+        &mut self,
+        raw: &arrow::record_batch::RecordBatch,
+        rows: &arrow::record_batch::RecordBatch,
+        skip: usize,
+        gone: &mut Vec<Box<[u8]>>,
+    ) -> std::result::Result<arrow::record_batch::RecordBatch, crate::error::SluiceError> {
+        use crate::log::keyed::{deleted_flags, record_kind};
+        let deleted = deleted_flags(&self.def, raw);
+        let mut keep = Vec::new();
+        let mut tombs = Vec::new();
+        for i in skip..rows.num_rows() {
+            match record_kind(deleted, i) {
+                Some(false) => keep.push(i as u32),
+                Some(true) => tombs.push(i as u32),
+                None => {}
+            }
+        }
+        if !tombs.is_empty() {
+            let tombs = arrow::array::UInt32Array::from(tombs);
+            let taken = arrow::compute::take_record_batch(rows, &tombs)?;
+            let positions = arrow::compute::take(
+                raw.column(self.def.columns.len() + 1).as_ref(),
+                &tombs,
+                None,
+            )?;
+            let positions = positions
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .ok_or_else(|| {
+                    crate::error::SluiceError::Internal("a row position is not a bigint".into())
+                })?;
+            let mut columns = taken.columns().to_vec();
+            let schema = taken.schema();
+            if let Ok(p) = schema.index_of(sluice_catalog::HIDDEN_COLUMNS[0]) {
+                columns[p] = Arc::new(arrow::array::Int32Array::from_iter_values(
+                    positions.values().iter().map(|&v| (v >> 48) as i32),
+                ));
+            }
+            if let Ok(o) = schema.index_of(sluice_catalog::HIDDEN_COLUMNS[1]) {
+                columns[o] = Arc::new(arrow::array::Int64Array::from_iter_values(
+                    positions.values().iter().map(|&v| v & ((1 << 48) - 1)),
+                ));
+            }
+            let taken = arrow::record_batch::RecordBatch::try_new(schema, columns)?;
+            let encoded = self.versions.encode(&taken)?;
+            gone.extend(encoded.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
+        }
+        Ok(arrow::compute::take_record_batch(
+            rows,
+            &arrow::array::UInt32Array::from(keep),
+        )?)
     }
 
     /// For the records of a frame from row `skip` on: the rows they add
@@ -246,6 +381,9 @@ impl KeyedVersions {
         gone: &mut Vec<Box<[u8]>>,
     ) -> std::result::Result<arrow::record_batch::RecordBatch, crate::error::SluiceError> {
         use crate::log::keyed::{deleted_flags, record_kind};
+        if self.positional {
+            return self.split_positional(raw, rows, skip, gone);
+        }
         // Only the rows from `skip` on are encoded; indices below are shifted.
         let tail = rows.slice(
             skip.min(rows.num_rows()),
