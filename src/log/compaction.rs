@@ -141,6 +141,8 @@ async fn compact_partition(
         }
         let mut rows: Vec<(FrameHeader, RecordBatch)> = Vec::new();
         let mut removed = 0u64;
+        // Tombstones whose values go (tables keyed by row).
+        let mut emptied = 0u64;
         for (f, (meta, batch)) in latest.frames.iter().enumerate() {
             if !matches!(&meta.location, FrameLocation::Remote(r) if Arc::ptr_eq(r, segment)) {
                 continue;
@@ -152,9 +154,19 @@ async fn compact_partition(
             removed += (0..batch.num_rows())
                 .filter(|&i| hole.value(i) && deleted.is_valid(i))
                 .count() as u64;
-            rows.push((meta.header, punch_holes(batch, &hole)?));
+            let mut batch = punch_holes(batch, &hole)?;
+            if def.options.keyed_by_row {
+                // A kept tombstone of a table keyed by row keeps only the
+                // position of the row it deleted: the row's values go with
+                // the row (views have taken it back: compaction runs below
+                // what they have read).
+                let (stripped, n) = strip_tombstone_values(&batch, def.columns.len())?;
+                emptied += n;
+                batch = stripped;
+            }
+            rows.push((meta.header, batch));
         }
-        if removed == 0 || rows.is_empty() {
+        if removed + emptied == 0 || rows.is_empty() {
             continue;
         }
         let (base, generation) =
@@ -211,6 +223,34 @@ fn punch_holes(batch: &RecordBatch, hole: &BooleanArray) -> Result<RecordBatch, 
         )),
         columns,
     )?)
+}
+
+/// The batch with the first `values` columns NULL in tombstones, and how
+/// many tombstones had a value to lose.
+fn strip_tombstone_values(
+    batch: &RecordBatch,
+    values: usize,
+) -> Result<(RecordBatch, u64), LogError> {
+    let deleted = batch
+        .column(values)
+        .as_any()
+        .downcast_ref::<BooleanArray>()
+        .cloned()
+        .unwrap_or_else(|| BooleanArray::from(vec![false; batch.num_rows()]));
+    let tombstone: BooleanArray = (0..batch.num_rows())
+        .map(|i| Some(deleted.is_valid(i) && deleted.value(i)))
+        .collect();
+    let n = (0..batch.num_rows())
+        .filter(|&i| tombstone.value(i) && batch.columns()[..values].iter().any(|c| c.is_valid(i)))
+        .count() as u64;
+    if n == 0 {
+        return Ok((batch.clone(), 0));
+    }
+    let mut columns = batch.columns().to_vec();
+    for c in columns.iter_mut().take(values) {
+        *c = arrow::compute::nullif(c, &tombstone)?;
+    }
+    Ok((RecordBatch::try_new(batch.schema(), columns)?, n))
 }
 
 /// Starts the task that compacts keyed tables every `interval` when they

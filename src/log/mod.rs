@@ -25,7 +25,9 @@ mod watermark;
 pub use compaction::{below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon};
 pub use dir_lock::{DataDirLock, DirLockError, LOCK_FILE};
 pub use error::LogError;
-pub use partition::{CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionStats};
+pub use partition::{
+    CompactionStats, EventTimeProgress, FrameLocation, FrameMeta, PartitionLog, PartitionStats,
+};
 pub use record_file::RecordFile;
 pub use remote::RemoteSegment;
 pub use store::LogStore;

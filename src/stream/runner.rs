@@ -1413,7 +1413,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                             let base = meta.header.base_offset + skip as u64;
                             chunk_rows += rows.num_rows() as u64;
                             if let Some(v) = versions.as_mut() {
-                                delta.push(v.split(&raw, &full, skip, &mut gone)?);
+                                delta.push(v.split(&raw, &full, skip, &mut gone).await?);
                                 continue;
                             }
                             delta.push(match (&closing, watermark) {
@@ -1838,7 +1838,7 @@ async fn apply_tables_news(
                 let skip = consumed[*k].saturating_sub(meta.header.base_offset) as usize;
                 read += full.num_rows().saturating_sub(skip) as u64;
                 let rows = match versions.as_mut() {
-                    Some(v) => v.split(&raw, &full, skip, &mut gone)?,
+                    Some(v) => v.split(&raw, &full, skip, &mut gone).await?,
                     None => full.slice(
                         skip.min(full.num_rows()),
                         full.num_rows().saturating_sub(skip),

@@ -260,6 +260,8 @@ pub struct KeyedVersions {
     /// holds the deleted row's values, so the row it takes back is the
     /// tombstone itself at the row's position, and no version is held.
     positional: bool,
+    /// The table's partitions, where a tombstone's row is looked up.
+    partitions: Vec<Arc<crate::log::PartitionLog>>,
 }
 
 impl KeyedVersions {
@@ -310,13 +312,17 @@ impl KeyedVersions {
             codec,
             versions,
             positional,
+            partitions: table.partitions().to_vec(),
         })
     }
 
     /// [`KeyedVersions::split`] of a table keyed by row, positionally:
     /// each tombstone, with the position of the row it deletes, is the row
     /// taken back.
-    fn split_positional(
+    /// A tombstone whose row compaction has removed takes nothing back:
+    /// compaction removes a row only below what every view has read, so a
+    /// view reading the tombstone now read a hole where the row was.
+    async fn split_positional(
         &mut self,
         raw: &arrow::record_batch::RecordBatch,
         rows: &arrow::record_batch::RecordBatch,
@@ -325,12 +331,46 @@ impl KeyedVersions {
     ) -> std::result::Result<arrow::record_batch::RecordBatch, crate::error::SluiceError> {
         use crate::log::keyed::{deleted_flags, record_kind};
         let deleted = deleted_flags(&self.def, raw);
+        let position_of = raw
+            .column(self.def.columns.len() + 1)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .ok_or_else(|| {
+                crate::error::SluiceError::Internal("a row position is not a bigint".into())
+            })?;
         let mut keep = Vec::new();
         let mut tombs = Vec::new();
+        let mut frames: HashMap<(usize, u64), arrow::record_batch::RecordBatch> = HashMap::new();
         for i in skip..rows.num_rows() {
             match record_kind(deleted, i) {
                 Some(false) => keep.push(i as u32),
-                Some(true) => tombs.push(i as u32),
+                Some(true) => {
+                    let position = position_of.value(i);
+                    let p = sluice_catalog::row_partition(position);
+                    let offset = (position & ((1 << 48) - 1)) as u64;
+                    let Some(part) = self.partitions.get(p) else {
+                        continue;
+                    };
+                    let Some(meta) = part.frames_in_range(offset, offset + 1).into_iter().next()
+                    else {
+                        continue;
+                    };
+                    let base = meta.header.base_offset;
+                    let frame = match frames.get(&(p, base)) {
+                        Some(f) => f.clone(),
+                        None => {
+                            let f = part.read_frame(&meta).await?;
+                            frames.insert((p, base), f.clone());
+                            f
+                        }
+                    };
+                    let at = offset.saturating_sub(base) as usize;
+                    let present = at < frame.num_rows()
+                        && record_kind(deleted_flags(&self.def, &frame), at) == Some(false);
+                    if present {
+                        tombs.push(i as u32);
+                    }
+                }
                 None => {}
             }
         }
@@ -373,7 +413,7 @@ impl KeyedVersions {
     /// For the records of a frame from row `skip` on: the rows they add
     /// (upserts), and the earlier versions they take back (of upserted and
     /// deleted keys). Holes compaction left are skipped.
-    pub fn split(
+    pub async fn split(
         &mut self,
         raw: &arrow::record_batch::RecordBatch,
         rows: &arrow::record_batch::RecordBatch,
@@ -382,7 +422,7 @@ impl KeyedVersions {
     ) -> std::result::Result<arrow::record_batch::RecordBatch, crate::error::SluiceError> {
         use crate::log::keyed::{deleted_flags, record_kind};
         if self.positional {
-            return self.split_positional(raw, rows, skip, gone);
+            return self.split_positional(raw, rows, skip, gone).await;
         }
         // Only the rows from `skip` on are encoded; indices below are shifted.
         let tail = rows.slice(
