@@ -7,7 +7,9 @@
 # (events per second of one run over all rows), and PostgreSQL's REFRESH
 # MATERIALIZED VIEW of the same query (what a PostgreSQL user runs to see a
 # change: its refreshes per second are the updates per second it can show).
-# The updates are single-row INSERTs (a commit each), then one FLUSH.
+# The updates are single-row INSERTs (a commit each), then one FLUSH; the
+# last row is an aggregate over a table that takes UPDATE and DELETE, whose
+# updates are single-row UPDATEs and DELETEs.
 #
 #   bash benches/view_operators.sh [rows] [updates]   (default 200000 200)
 set -euo pipefail
@@ -75,4 +77,44 @@ for i, (name, query) in enumerate(VIEWS.items()):
     refresh = time.time() - t
     p.execute(f"DROP MATERIALIZED VIEW bench_{i}")
     print(f"| {name} | {backfill:,.0f} | {steady:,.0f} | {duck:,.0f} | {rows / refresh:,.0f} ({1 / refresh:,.1f} refreshes/s) |", flush=True)
+
+# A table without a primary key that takes UPDATE and DELETE (Sluice's
+# default; `usage` above is APPEND ONLY): the same rows, an aggregate over
+# it, and single-row UPDATEs and DELETEs as the steady changes (each finds
+# its row by event_id with a scan, in Sluice and PostgreSQL alike).
+s.execute("CREATE TABLE usage_rows (event_id TEXT, tenant TEXT, tokens BIGINT, event_time TIMESTAMP) WITH (partitions = 4, partition_key = 'tenant')")
+c0 = cpu()
+s.execute("INSERT INTO usage_rows SELECT * FROM usage")
+copied = rows / max(cpu() - c0, 0.01)
+query = "SELECT tenant, count(*) AS n, sum(tokens) AS total, max(tokens) AS biggest FROM usage_rows GROUP BY tenant"
+c0 = cpu()
+s.execute(f"CREATE MATERIALIZED VIEW bench_rows AS {query}")
+s.execute("FLUSH")
+backfill = rows / max(cpu() - c0, 0.01)
+ids = [r[0] for r in s.execute(f"SELECT event_id FROM usage_rows ORDER BY event_id LIMIT {updates}").fetchall()]
+c0, t0 = cpu(), time.time()
+for n, event_id in enumerate(ids):
+    if n % 2:
+        s.execute("DELETE FROM usage_rows WHERE event_id = %s", (event_id,))
+    else:
+        s.execute("UPDATE usage_rows SET tokens = tokens + 1 WHERE event_id = %s", (event_id,))
+s.execute("FLUSH")
+steady = len(ids) / max(cpu() - c0, 0.01)
+statements = len(ids) / (time.time() - t0)
+p.execute("CREATE TABLE usage_rows AS SELECT * FROM usage")
+p.execute(f"CREATE MATERIALIZED VIEW bench_rows AS {query}")
+t = time.time()
+for n, event_id in enumerate(ids):
+    if n % 2:
+        p.execute("DELETE FROM usage_rows WHERE event_id = %s", (event_id,))
+    else:
+        p.execute("UPDATE usage_rows SET tokens = tokens + 1 WHERE event_id = %s", (event_id,))
+pg_statements = len(ids) / (time.time() - t)
+t = time.time()
+p.execute("REFRESH MATERIALIZED VIEW bench_rows")
+refresh = time.time() - t
+t = time.time()
+d.execute(query.replace("usage_rows", "usage")).fetchall()
+duck = rows / (time.time() - t)
+print(f"| aggregate over a table that takes UPDATE and DELETE ({len(ids)} single-row UPDATEs/DELETEs: Sluice {statements:,.0f} statements/s, PostgreSQL {pg_statements:,.0f}/s; INSERT ... SELECT into it {copied:,.0f} rows/CPU-s) | {backfill:,.0f} | {steady:,.0f} | {duck:,.0f} | {rows / refresh:,.0f} ({1 / refresh:,.1f} refreshes/s) |", flush=True)
 PY

@@ -660,6 +660,11 @@ pub(super) fn update_query(
         .iter()
         .map(
             |c| match assignments.iter().rev().find(|(name, _)| name == &c.name) {
+                // A bare parameter takes its column's type, as PostgreSQL
+                // infers it (drivers send `SET col = $1`).
+                Some((_, expr)) if is_parameter(expr) => {
+                    format!("CAST({expr} AS {}) AS \"{}\"", c.ty.pg_name(), c.name)
+                }
                 Some((_, expr)) => format!("({expr}) AS \"{}\"", c.name),
                 None => format!("\"{}\"", c.name),
             },
@@ -711,6 +716,12 @@ pub(super) fn delete_query(
         keys.join(", "),
         selection.map(|s| format!(" WHERE {s}")).unwrap_or_default()
     ))
+}
+
+/// `$n`, alone.
+fn is_parameter(expr: &str) -> bool {
+    let e = expr.trim();
+    e.len() > 1 && e.starts_with('$') && e[1..].bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A row's partition and offset, by which a table keyed by row knows it.

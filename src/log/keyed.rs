@@ -2,7 +2,7 @@
 //! and a tombstone (a key with `_deleted` set) deletes it. The latest
 //! record of a key decides; every version of a key is in one partition.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
@@ -489,6 +489,84 @@ impl LatestLocations {
             }
         }
         publish()
+    }
+}
+
+/// For a table keyed by row: which rows its tombstones delete, per
+/// partition (the row's offset, and the tombstone's), so a scan streams
+/// the table's frames and leaves those rows out rather than holding
+/// every record to find each key's latest. Built from the log by the
+/// first scan (under the key lock, so no write commits meanwhile), then
+/// kept by the writer, which notes a commit's tombstones before it
+/// publishes the commit's ends.
+#[derive(Default)]
+pub struct RowTombstones {
+    by_partition: parking_lot::RwLock<Option<Vec<HashMap<u64, u64>>>>,
+}
+
+impl RowTombstones {
+    pub fn is_built(&self) -> bool {
+        self.by_partition.read().is_some()
+    }
+
+    pub fn install(&self, by_partition: Vec<HashMap<u64, u64>>) {
+        *self.by_partition.write() = Some(by_partition);
+    }
+
+    /// The offsets of partition `partition`'s rows deleted by tombstones
+    /// below `end`; None when not built.
+    pub fn deleted_below(&self, partition: usize, end: u64) -> Option<HashSet<u64>> {
+        let guard = self.by_partition.read();
+        let map = guard.as_ref()?.get(partition)?;
+        Some(
+            map.iter()
+                .filter(|(_, &tombstone)| tombstone < end)
+                .map(|(&row, _)| row)
+                .collect(),
+        )
+    }
+
+    /// Notes the tombstones among frames becoming visible (partition,
+    /// base offset, stored records; `columns`: the table's column count).
+    pub fn note(&self, columns: usize, frames: &[(usize, u64, &RecordBatch)]) {
+        let mut guard = self.by_partition.write();
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        for (p, base, batch) in frames {
+            note_tombstones(map, columns, *p, *base, batch);
+        }
+    }
+}
+
+/// Adds the tombstones of one stored frame of a table keyed by row to
+/// `map` (row offset -> tombstone offset, per partition).
+pub fn note_tombstones(
+    map: &mut [HashMap<u64, u64>],
+    columns: usize,
+    partition: usize,
+    base: u64,
+    batch: &RecordBatch,
+) {
+    let deleted = batch
+        .columns()
+        .get(columns)
+        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
+    let Ok(positions) = positions(batch, columns + 1) else {
+        return;
+    };
+    for i in 0..batch.num_rows() {
+        if record_kind(deleted, i) == Some(true) && positions.is_valid(i) {
+            let position = positions.value(i);
+            let row_partition = sluice_catalog::row_partition(position);
+            let row = (position & ((1 << 48) - 1)) as u64;
+            // A tombstone is written to its row's partition.
+            if row_partition == partition {
+                if let Some(m) = map.get_mut(partition) {
+                    m.insert(row, base + i as u64);
+                }
+            }
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use super::commit::CommitLog;
 use super::error::LogError;
 use super::keyed::{
     as_stored, latest_records, with_row_positions, KeyCodec, KeyIndex, LatestLocations,
+    RowTombstones,
 };
 use super::partition::{PartitionLog, PartitionWriter};
 use super::watermark::{TableWatermark, WatermarkTracker};
@@ -192,6 +193,9 @@ pub struct TableLog {
     recovered_positions: Vec<i64>,
     /// Its secondary indexes (`CREATE INDEX`).
     indexes: parking_lot::RwLock<Vec<Arc<super::column_index::ColumnIndex>>>,
+    /// A table keyed by row: the rows its tombstones delete, once a scan
+    /// needed them (kept by the writer).
+    row_tombstones: Option<Arc<RowTombstones>>,
 }
 
 struct KeyedWrites {
@@ -317,9 +321,15 @@ impl TableLog {
             true => Some(Arc::new(LatestLocations::new(&def)?)),
             false => None,
         };
+        let row_tombstones = def
+            .options
+            .keyed_by_row
+            .then(|| Arc::new(RowTombstones::default()));
         let poisoned = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(WriteCounters::default());
         let writer = TableWriter {
+            row_tombstones: row_tombstones.clone(),
+            columns: def.columns.len(),
             committed: committed_tx,
             counters: counters.clone(),
             name: def.name.clone(),
@@ -365,6 +375,7 @@ impl TableLog {
             tiering: tokio::sync::Mutex::new(()),
             recovered_positions,
             indexes: parking_lot::RwLock::new(Vec::new()),
+            row_tombstones,
         })
     }
 
@@ -678,6 +689,49 @@ impl TableLog {
             }
         }
         Ok(())
+    }
+
+    /// For a table keyed by row: per partition, the offsets of the rows
+    /// that tombstones committed below `ends` delete (built from the log
+    /// by the first call, then kept by the writer). None for other tables.
+    pub async fn deleted_rows(
+        &self,
+        ends: &[u64],
+    ) -> Result<Option<Vec<std::collections::HashSet<u64>>>, LogError> {
+        let (Some(tombstones), Some(keyed)) = (&self.row_tombstones, &self.keyed) else {
+            return Ok(None);
+        };
+        if !tombstones.is_built() {
+            // No write commits while the key lock is held, so what is read
+            // stays right until installed.
+            let _writes = keyed.index.lock().await;
+            if !tombstones.is_built() {
+                let columns = self.def().columns.len();
+                let mut map = vec![HashMap::new(); self.partitions.len()];
+                for (p, part) in self.partitions.iter().enumerate() {
+                    for meta in part.frames_in_range(0, part.end_offset()) {
+                        let batch = part.read_frame(&meta).await?;
+                        super::keyed::note_tombstones(
+                            &mut map,
+                            columns,
+                            p,
+                            meta.header.base_offset,
+                            &batch,
+                        );
+                    }
+                }
+                tombstones.install(map);
+            }
+        }
+        Ok(Some(
+            (0..self.partitions.len())
+                .map(|p| {
+                    tombstones
+                        .deleted_below(p, ends.get(p).copied().unwrap_or(0))
+                        .unwrap_or_default()
+                })
+                .collect(),
+        ))
     }
 
     /// Of the records at `candidates` (offsets per partition, in order),
@@ -1061,12 +1115,20 @@ struct TableWriter {
     /// A table keyed by row: its stored position column, which the writer
     /// fills in for new rows as it learns their offsets.
     row_positions: Option<usize>,
+    /// A table keyed by row: the rows its tombstones delete, noted as
+    /// each commit is published.
+    row_tombstones: Option<Arc<RowTombstones>>,
+    /// The table's column count (the stored columns follow).
+    columns: usize,
 }
 
 impl TableWriter {
     /// Publishes the commit's ends, first noting its frames (partition,
     /// base offset, records) in the key locations of a keyed table.
     fn publish_ends(&self, ends: Vec<u64>, frames: &[(usize, u64, &RecordBatch)]) {
+        if let Some(t) = &self.row_tombstones {
+            t.note(self.columns, frames);
+        }
         match &self.locations {
             Some(l) => l.note_then(frames, || self.committed.send_replace(ends)),
             None => self.committed.send_replace(ends),

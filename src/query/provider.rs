@@ -502,7 +502,17 @@ impl TableProvider for LogTableProvider {
             ScanMode::Changelog => None,
             _ => self.index_places(filters, &ends).await?,
         };
-        if self.mode == ScanMode::Latest {
+        // A table keyed by row streams its frames, leaving out deleted
+        // rows, tombstones and holes (its transaction's own writes aside).
+        let deleted_rows = match self.mode == ScanMode::Latest && staged.is_empty() {
+            true => self
+                .table
+                .deleted_rows(&ends)
+                .await
+                .map_err(crate::error::into_datafusion)?,
+            false => None,
+        };
+        if self.mode == ScanMode::Latest && deleted_rows.is_none() {
             indexed = match indexed {
                 Some(places) if staged.is_empty() => self
                     .table
@@ -560,6 +570,9 @@ impl TableProvider for LogTableProvider {
                 data_columns: self.table.def().columns.len(),
                 changelog: self.mode == ScanMode::Changelog,
                 keep,
+                deleted: deleted_rows
+                    .as_ref()
+                    .map(|d| Arc::new(d.get(k).cloned().unwrap_or_default())),
             }));
         }
         if !staged.is_empty() {
@@ -580,6 +593,7 @@ impl TableProvider for LogTableProvider {
                 data_columns: self.table.def().columns.len(),
                 changelog: false,
                 keep: None,
+                deleted: None,
             }));
         }
         streaming_scan(projected, streams, limit)
@@ -625,6 +639,9 @@ struct FrameStream {
     changelog: bool,
     /// Only the records at these offsets (in order), which an index found.
     keep: Option<Arc<Vec<u64>>>,
+    /// A table keyed by row: the offsets of deleted rows, left out with
+    /// tombstones and holes.
+    deleted: Option<Arc<std::collections::HashSet<u64>>>,
 }
 
 impl fmt::Debug for FrameStream {
@@ -654,11 +671,13 @@ impl PartitionStream for FrameStream {
         let out_schema = schema.clone();
         let changelog = self.changelog;
         let keep = self.keep.clone();
+        let deleted = self.deleted.clone();
         let s = stream::iter(frames).then(move |meta| {
             let part = table.partitions()[partition].clone();
             let projection = projection.clone();
             let out_schema = out_schema.clone();
             let keep = keep.clone();
+            let deleted = deleted.clone();
             async move {
                 let batch = part
                     .read_frame(&meta)
@@ -679,7 +698,7 @@ impl PartitionStream for FrameStream {
                         })
                         .map_err(DataFusionError::from);
                 }
-                let rows = project_frame(
+                let mut rows = project_frame(
                     &batch,
                     &meta,
                     partition as i32,
@@ -687,10 +706,33 @@ impl PartitionStream for FrameStream {
                     data_columns,
                     &out_schema,
                 )?;
-                match keep {
-                    Some(keep) => kept_rows(&rows, meta.header.base_offset, &keep),
-                    None => Ok(rows),
+                if let Some(keep) = keep {
+                    // Index places of a table keyed by row may be rows
+                    // since deleted: only live ones are kept.
+                    let keep: Vec<u64> = match &deleted {
+                        Some(deleted) => {
+                            let live = live_offsets(
+                                &batch,
+                                data_columns,
+                                meta.header.base_offset,
+                                deleted,
+                            );
+                            keep.iter().copied().filter(|o| live.contains(o)).collect()
+                        }
+                        None => keep.to_vec(),
+                    };
+                    return kept_rows(&rows, meta.header.base_offset, &keep);
                 }
+                if let Some(deleted) = deleted {
+                    rows = live_rows(
+                        &batch,
+                        &rows,
+                        data_columns,
+                        meta.header.base_offset,
+                        &deleted,
+                    )?;
+                }
+                Ok(rows)
             }
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
@@ -698,6 +740,50 @@ impl PartitionStream for FrameStream {
 }
 
 use futures::StreamExt;
+
+/// The offsets of a stored frame's live rows (see [`live_rows`]).
+fn live_offsets(
+    batch: &RecordBatch,
+    data_columns: usize,
+    base: u64,
+    deleted: &std::collections::HashSet<u64>,
+) -> std::collections::HashSet<u64> {
+    let flags = batch
+        .columns()
+        .get(data_columns)
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::BooleanArray>());
+    (0..batch.num_rows())
+        .map(|i| base + i as u64)
+        .filter(|o| {
+            crate::log::keyed::record_kind(flags, (o - base) as usize) == Some(false)
+                && !deleted.contains(o)
+        })
+        .collect()
+}
+
+/// Of a frame of a table keyed by row (`batch` stored, `rows` projected),
+/// the rows that are live: not a tombstone, not a hole, not deleted.
+fn live_rows(
+    batch: &RecordBatch,
+    rows: &RecordBatch,
+    data_columns: usize,
+    base: u64,
+    deleted: &std::collections::HashSet<u64>,
+) -> Result<RecordBatch> {
+    let flags = batch
+        .columns()
+        .get(data_columns)
+        .and_then(|c| c.as_any().downcast_ref::<arrow::array::BooleanArray>());
+    let live: arrow::array::BooleanArray = (0..rows.num_rows())
+        .map(|i| {
+            Some(
+                crate::log::keyed::record_kind(flags, i) == Some(false)
+                    && !deleted.contains(&(base + i as u64)),
+            )
+        })
+        .collect();
+    Ok(arrow::compute::filter_record_batch(rows, &live)?)
+}
 
 /// A keyed table's records in `changelog(t)` form: the table's columns,
 /// `_op` ('upsert' or 'delete'), then the hidden columns.
