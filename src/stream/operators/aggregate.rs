@@ -294,22 +294,11 @@ impl AggregatePipeline {
                 name == "max",
                 a.field().data_type().clone(),
             )?)),
-            "count" if a.is_distinct() => {
-                let input = a
-                    .expressions()
-                    .first()
-                    .map(|e| e.data_type(self.input.schema().as_ref()))
-                    .transpose()?
-                    .ok_or_else(|| unsupported("COUNT(DISTINCT) of no column"))?;
-                Ok(Box::new(RetractableMinMax::count_distinct(input)?))
-            }
+            "count" if a.is_distinct() => Ok(Box::new(RetractableMinMax::count_distinct(
+                self.argument_type(a)?,
+            )?)),
             _ if a.is_distinct() => {
-                let input = a
-                    .expressions()
-                    .first()
-                    .map(|e| e.data_type(self.input.schema().as_ref()))
-                    .transpose()?
-                    .ok_or_else(|| unsupported("an aggregate of DISTINCT values of no column"))?;
+                let input = self.argument_type(a)?;
                 let aggregate = self
                     .aggs
                     .iter()
@@ -341,6 +330,15 @@ impl AggregatePipeline {
                 None => Ok(a.create_sliding_accumulator()?),
             },
         }
+    }
+
+    /// The type of an aggregate's first argument, over this input.
+    fn argument_type(&self, a: &AggregateFunctionExpr) -> Result<DataType, SluiceError> {
+        a.expressions()
+            .first()
+            .map(|e| e.data_type(self.input.schema().as_ref()))
+            .transpose()?
+            .ok_or_else(|| unsupported(format!("{} of no column", a.name())))
     }
 
     fn group_for(&mut self, key: OwnedRow) -> Result<usize, SluiceError> {

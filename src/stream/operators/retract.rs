@@ -319,6 +319,7 @@ impl KeyedVersions {
     /// [`KeyedVersions::split`] of a table keyed by row, positionally:
     /// each tombstone, with the position of the row it deletes, is the row
     /// taken back.
+    ///
     /// A tombstone whose row compaction has removed takes nothing back:
     /// compaction removes a row only below what every view has read, so a
     /// view reading the tombstone now read a hole where the row was.
