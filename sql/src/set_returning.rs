@@ -380,6 +380,9 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         JoinConstraint::On(Expr::Value(v)) => v.value == Value::Boolean(true),
         _ => false,
     };
+    // `LEFT JOIN LATERAL ... ON true` also keeps the rows the function
+    // gives nothing for, with NULLs.
+    let mut keeps_empty = false;
     let (left, function) = match select.from.as_slice() {
         [l, f] if l.joins.is_empty() && f.joins.is_empty() => (&l.relation, &f.relation),
         [l] if l.joins.len() == 1
@@ -388,6 +391,14 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
                     on_true(c)
                 }
                 JoinOperator::CrossApply => true,
+                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => {
+                    keeps_empty = true;
+                    on_true(c)
+                }
+                JoinOperator::OuterApply => {
+                    keeps_empty = true;
+                    true
+                }
                 _ => false,
             } =>
         {
@@ -459,6 +470,7 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
     // Each column the function returns: its name in PostgreSQL and the
     // select-list expression giving it (rewritten into `unnest` of a
     // list by the visitor, which goes on into the new subquery).
+    let arguments = args.clone();
     let columns: Vec<(&str, Expr)> = match (name.as_str(), args.len()) {
         (
             "jsonb_array_elements"
@@ -541,7 +553,32 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         .zip(&names)
         .map(|((_, e), n)| format!("{e} AS {n}"))
         .collect();
-    let sql = format!("SELECT {qualifier}.*, {} FROM {left}", items.join(", "));
+    let mut sql = format!("SELECT {qualifier}.*, {} FROM {left}", items.join(", "));
+    if keeps_empty {
+        // The rows whose call gives no element: the list it unnests is
+        // empty or NULL.
+        let list = match (name.as_str(), arguments.as_slice()) {
+            ("unnest", [a]) => a.clone(),
+            (
+                "jsonb_array_elements"
+                | "json_array_elements"
+                | "jsonb_array_elements_text"
+                | "json_array_elements_text",
+                [a],
+            ) => call("jsonb_array_elements_text_list", vec![a.clone()]),
+            (
+                "jsonb_object_keys" | "json_object_keys" | "jsonb_each" | "json_each"
+                | "jsonb_each_text" | "json_each_text",
+                [a],
+            ) => call("jsonb_object_keys_list", vec![a.clone()]),
+            _ => return,
+        };
+        let nulls: Vec<String> = names.iter().map(|n| format!("NULL AS {n}")).collect();
+        sql = format!(
+            "{sql} UNION ALL SELECT {qualifier}.*, {} FROM {left} WHERE coalesce(cardinality({list}), 0) = 0",
+            nulls.join(", ")
+        );
+    }
     let dialect = sqlparser::dialect::PostgreSqlDialect {};
     let Ok(Some(Statement::Query(subquery))) =
         sqlparser::parser::Parser::parse_sql(&dialect, &sql).map(|mut s| s.pop())
@@ -619,10 +656,15 @@ mod tests {
             rewritten("SELECT key, value FROM t JOIN LATERAL jsonb_each_text(t.j) ON true"),
             "SELECT key, value FROM (SELECT t.*, unnest(jsonb_object_keys_list(t.j)) AS key, unnest(jsonb_each_text_values_list(t.j)) AS value FROM t) AS t"
         );
+        // LEFT JOIN LATERAL keeps the rows without elements.
+        assert_eq!(
+            rewritten("SELECT a.id, u FROM a LEFT JOIN LATERAL unnest(a.x) u ON true"),
+            "SELECT a.id, u FROM (SELECT a.*, unnest(a.x) AS u FROM a UNION ALL SELECT a.*, NULL AS u FROM a WHERE coalesce(cardinality(a.x), 0) = 0) AS a"
+        );
         // Not a lateral call of one relation: left alone.
         assert_eq!(
-            rewritten("SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON true"),
-            "SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON true"
+            rewritten("SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON a.id > 1"),
+            "SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON a.id > 1"
         );
     }
 

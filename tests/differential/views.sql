@@ -59,6 +59,8 @@ CREATE MATERIALIZED VIEW bag_any AS SELECT id, xs, tags FROM bags WHERE 2 = ANY(
 CREATE MATERIALIZED VIEW bag_sizes AS SELECT id, cardinality(xs) AS n, xs[1] AS first, xs[2] AS second FROM bags;
 CREATE MATERIALIZED VIEW bag_lists AS SELECT id % 3 AS g, array_agg(id ORDER BY id) AS ids FROM bags GROUP BY 1;
 CREATE MATERIALIZED VIEW kv_elements AS SELECT k, e FROM kv, LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(kv.doc -> 'b') = 'array' THEN kv.doc -> 'b' ELSE '[]'::jsonb END) AS e;
+CREATE MATERIALIZED VIEW bag_elements_left AS SELECT b.id, u.x FROM bags b LEFT JOIN LATERAL unnest(b.xs) AS u(x) ON true;
+CREATE MATERIALIZED VIEW kv_elements_left AS SELECT k, e FROM kv LEFT JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(kv.doc -> 'b') = 'array' THEN kv.doc -> 'b' ELSE '[]'::jsonb END) AS e ON true;
 CREATE MATERIALIZED VIEW kv_fields AS SELECT key, count(*) AS c FROM kv, jsonb_each_text(kv.doc) GROUP BY key;
 CREATE MATERIALIZED VIEW kv_keys AS SELECT k, jsonb_object_keys(doc) AS key FROM kv;
 CREATE MATERIALIZED VIEW constant_rows AS VALUES (1, 'a'), (2, NULL), (2, 'b');
