@@ -31,7 +31,10 @@
 //!   text cast to an interval, which the server reads as PostgreSQL
 //!   reads interval text;
 //! - `ARRAY(subquery)` is the array of the subquery's rows (see
-//!   `crate::array_subquery`).
+//!   `crate::array_subquery`);
+//! - `array_agg(DISTINCT x)`, `string_agg(DISTINCT x, d)` and the JSON
+//!   aggregates' DISTINCT forms order their values by `x`, as PostgreSQL's
+//!   sorted DISTINCT gives them.
 
 use std::ops::ControlFlow;
 
@@ -261,7 +264,8 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
         }
         Expr::Function(f) => json_aggregate(f)
             .or_else(|| renamed_aggregate(f))
-            .or_else(|| named_make_interval(f)),
+            .or_else(|| named_make_interval(f))
+            .or_else(|| distinct_in_order(f)),
         Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if too_large_for_numeric(n)) => {
             let Value::Number(n, _) = &v.value else {
                 return None;
@@ -475,11 +479,13 @@ fn json_aggregate(f: &Function) -> Option<Expr> {
     let array_agg = |arg: FunctionArg| {
         let mut inner = f.clone();
         inner.name = ObjectName::from(vec![Ident::new("array_agg")]);
-        inner.args = FunctionArguments::List(FunctionArgumentList {
+        let mut args = FunctionArgumentList {
             duplicate_treatment: list.duplicate_treatment,
             args: vec![arg],
             clauses: list.clauses.clone(),
-        });
+        };
+        order_distinct(&mut args);
+        inner.args = FunctionArguments::List(args);
         Expr::Function(inner)
     };
     match (name.as_str(), list.args.as_slice()) {
@@ -492,6 +498,53 @@ fn json_aggregate(f: &Function) -> Option<Expr> {
         )),
         _ => None,
     }
+}
+
+/// `array_agg(DISTINCT x)` and `string_agg(DISTINCT x, d)` as
+/// `... ORDER BY x`: PostgreSQL sorts a DISTINCT aggregate's input, so its
+/// values come out in order (NULL last); DataFusion's come in hash order.
+fn distinct_in_order(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    if f.over.is_some() || !matches!(name.as_str(), "array_agg" | "string_agg") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let mut ordered = list.clone();
+    if !order_distinct(&mut ordered) {
+        return None;
+    }
+    let mut f = f.clone();
+    f.args = FunctionArguments::List(ordered);
+    Some(Expr::Function(f))
+}
+
+/// Adds `ORDER BY` the first argument to a DISTINCT argument list that has
+/// none; whether it did.
+fn order_distinct(list: &mut FunctionArgumentList) -> bool {
+    use sqlparser::ast::{DuplicateTreatment, FunctionArgumentClause, OrderByExpr, OrderByOptions};
+    let ordered = list
+        .clauses
+        .iter()
+        .any(|c| matches!(c, FunctionArgumentClause::OrderBy(_)));
+    let first = match list.args.first() {
+        Some(FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e))) => e.clone(),
+        _ => return false,
+    };
+    if list.duplicate_treatment != Some(DuplicateTreatment::Distinct) || ordered {
+        return false;
+    }
+    list.clauses
+        .push(FunctionArgumentClause::OrderBy(vec![OrderByExpr {
+            expr: first,
+            options: OrderByOptions {
+                asc: None,
+                nulls_first: None,
+            },
+            with_fill: None,
+        }]));
+    true
 }
 
 fn binary(l: Expr, op: BinaryOperator, r: Expr) -> Expr {
@@ -550,6 +603,22 @@ mod tests {
         let mut s = parse_one(sql);
         rewrite_postgres_syntax(&mut s);
         s.to_string()
+    }
+
+    #[test]
+    fn distinct_aggregates_give_their_values_in_order() {
+        assert_eq!(
+            rewritten("SELECT array_agg(DISTINCT n), string_agg(DISTINCT s, ',') FROM t"),
+            "SELECT array_agg(DISTINCT n ORDER BY n), string_agg(DISTINCT s, ',' ORDER BY s) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT array_agg(DISTINCT n ORDER BY n DESC), array_agg(n) FROM t"),
+            "SELECT array_agg(DISTINCT n ORDER BY n DESC), array_agg(n) FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT jsonb_agg(DISTINCT a) FROM t"),
+            "SELECT jsonb_agg_of(array_agg(DISTINCT a ORDER BY a)) FROM t"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS c, sum(n) AS s, min(x) A
 CREATE MATERIALIZED VIEW per_minute AS SELECT date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01') AS w, count(*) AS c, max(n) AS m FROM ev GROUP BY 1;
 CREATE MATERIALIZED VIEW arithmetic AS SELECT id, x * 2 AS x2, x / 4 AS q, n % 7 AS m, -x AS neg, round(x, 1) AS r FROM ev WHERE n > 0;
 CREATE MATERIALIZED VIEW distinct_n AS SELECT k, count(DISTINCT n) AS d FROM ev GROUP BY k;
+CREATE MATERIALIZED VIEW distinct_aggregates AS SELECT k, sum(DISTINCT n)::bigint AS sd, avg(DISTINCT n)::numeric(20,6) AS ad, string_agg(DISTINCT id::text, ',') AS ids, array_agg(DISTINCT n) AS ns FROM ev GROUP BY k;
 CREATE MATERIALIZED VIEW busy AS SELECT k, count(*) AS c FROM ev GROUP BY k HAVING count(*) > 1;
 CREATE MATERIALIZED VIEW formatted AS SELECT id, upper(k) AS u, to_char(ts, 'YYYY-MM-DD HH24:MI') AS d, date_trunc('hour', ts) AS h FROM ev;
 CREATE MATERIALIZED VIEW late_week AS SELECT id, ts - TIMESTAMP '2026-01-01' AS since FROM ev WHERE (ts - TIMESTAMP '2026-01-01') > INTERVAL '7 days';

@@ -239,30 +239,32 @@ impl AggregatePipeline {
         if retracting {
             for a in &pipeline.aggs {
                 let name = a.fun().name().to_lowercase();
-                let supported = match a.is_distinct() {
-                    true => {
-                        matches!(name.as_str(), "count" | "min" | "max")
-                            || a.expressions().len() == 1
-                    }
-                    false => {
-                        matches!(
-                            name.as_str(),
-                            "count"
-                                | "sum"
-                                | "avg"
-                                | "mean"
-                                | "min"
-                                | "max"
-                                | "stddev"
-                                | "stddev_pop"
-                                | "var"
-                                | "var_pop"
-                        ) || CollectKind::of(&name).is_some()
-                    }
-                };
+                let supported =
+                    match a.is_distinct() {
+                        true => matches!(name.as_str(), "count" | "min" | "max")
+                            || a.expressions().iter().skip(1).all(|e| {
+                                e.downcast_ref::<datafusion::physical_expr::expressions::Literal>()
+                                    .is_some()
+                            }),
+                        false => {
+                            matches!(
+                                name.as_str(),
+                                "count"
+                                    | "sum"
+                                    | "avg"
+                                    | "mean"
+                                    | "min"
+                                    | "max"
+                                    | "stddev"
+                                    | "stddev_pop"
+                                    | "var"
+                                    | "var_pop"
+                            ) || CollectKind::of(&name).is_some()
+                        }
+                    };
                 if !supported {
                     return Err(unsupported(format!(
-                        "{} is not supported here: this view takes rows back (it reads a table with a key or one UPDATE and DELETE change, or has an outer, semi or anti join), which COUNT, SUM, AVG, MIN, MAX, stddev, variance, bool_and, bool_or, string_agg, array_agg, first_value and last_value can, and DISTINCT over one argument",
+                        "{} is not supported here: this view takes rows back (it reads a table with a key or one UPDATE and DELETE change, or has an outer, semi or anti join), which COUNT, SUM, AVG, MIN, MAX, stddev, variance, bool_and, bool_or, string_agg, array_agg, first_value and last_value can, and DISTINCT over one column (other arguments constant)",
                         a.name()
                     )));
                 }

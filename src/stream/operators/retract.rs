@@ -24,6 +24,8 @@ pub struct RetractableMinMax {
     converter: RowConverter,
     /// Values by their order-preserving bytes, with how often each occurs.
     values: BTreeMap<Vec<u8>, (ScalarValue, i64)>,
+    /// NULL counts as a value too (for [`RetractableDistinct`]).
+    keep_nulls: bool,
 }
 
 impl RetractableMinMax {
@@ -34,6 +36,7 @@ impl RetractableMinMax {
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
             data_type,
             values: BTreeMap::new(),
+            keep_nulls: false,
         })
     }
 
@@ -50,7 +53,7 @@ impl RetractableMinMax {
             .converter
             .convert_columns(std::slice::from_ref(array))?;
         for i in 0..array.len() {
-            if array.is_null(i) {
+            if array.is_null(i) && !self.keep_nulls {
                 continue;
             }
             let n = sign * counts.map_or(1, |c| c.value(i));
@@ -135,8 +138,9 @@ impl Accumulator for RetractableMinMax {
     }
 }
 
-/// Any other one-argument aggregate over DISTINCT values (`SUM(DISTINCT
-/// x)`, `AVG(DISTINCT x)`, `array_agg(DISTINCT x)`, ...) where rows are
+/// Any other aggregate over DISTINCT values of one column (`SUM(DISTINCT
+/// x)`, `AVG(DISTINCT x)`, `array_agg(DISTINCT x)`, `string_agg(DISTINCT
+/// x, ',')` with a constant delimiter, ...) where rows are
 /// taken back: the values' multiset (as for COUNT(DISTINCT)), and at each
 /// evaluation the aggregate itself over the distinct values that remain,
 /// so the answer is the batch query's to the bit.
@@ -157,7 +161,10 @@ impl RetractableDistinct {
         input: DataType,
     ) -> Result<RetractableDistinct> {
         Ok(RetractableDistinct {
-            values: RetractableMinMax::count_distinct(input)?,
+            values: RetractableMinMax {
+                keep_nulls: true,
+                ..RetractableMinMax::count_distinct(input)?
+            },
             aggregate,
         })
     }
@@ -178,10 +185,31 @@ impl Accumulator for RetractableDistinct {
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let mut fresh = self.aggregate.create_accumulator()?;
-        if !self.values.values.is_empty() {
+        let n = self.values.values.len();
+        if n > 0 {
             let distinct =
                 ScalarValue::iter_to_array(self.values.values.values().map(|(v, _)| v.clone()))?;
-            fresh.update_batch(&[distinct])?;
+            // The arguments, then the ORDER BY values: the DISTINCT column,
+            // or a constant (string_agg's delimiter); PostgreSQL allows no
+            // other ORDER BY with DISTINCT.
+            let column = |e: &Arc<dyn datafusion::physical_expr::PhysicalExpr>, first: bool| match e
+                .downcast_ref::<datafusion::physical_expr::expressions::Literal>()
+            {
+                Some(literal) => literal.value().to_array_of_size(n),
+                None if first => Ok(distinct.clone()),
+                None => Err(datafusion::error::DataFusionError::NotImplemented(format!(
+                    "{} over DISTINCT values with another argument that is not a constant",
+                    self.aggregate.name()
+                ))),
+            };
+            let mut arguments = vec![distinct.clone()];
+            for e in self.aggregate.expressions().iter().skip(1) {
+                arguments.push(column(e, false)?);
+            }
+            for o in self.aggregate.order_bys() {
+                arguments.push(column(&o.expr, true)?);
+            }
+            fresh.update_batch(&arguments)?;
         }
         fresh.evaluate()
     }

@@ -27,3 +27,5 @@ SELECT DISTINCT ON (flag) flag, id FROM t ORDER BY flag, id;
 SELECT json_agg(id ORDER BY id), jsonb_agg(n ORDER BY id) FROM t;
 SELECT json_object_agg(a, k ORDER BY a) FROM n1 WHERE a IS NOT NULL;
 SELECT first_value(id) OVER (ORDER BY id) FROM t ORDER BY id LIMIT 1;
+SELECT flag, array_agg(DISTINCT n), string_agg(DISTINCT s, ',') FROM t GROUP BY flag;
+SELECT array_agg(DISTINCT k), jsonb_agg(DISTINCT a) FROM n1;
