@@ -156,7 +156,10 @@ async fn view_statements_and_refusals() {
         ("CREATE MATERIALIZED VIEW v AS SELECT a.tenant FROM usage a FULL JOIN usage b ON a.tenant = b.tenant AND a.tokens < b.tokens", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT tenant FROM usage ORDER BY tokens", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT tenant, percentile_cont(0.5) WITHIN GROUP (ORDER BY tokens) FROM usage GROUP BY tenant", "0A000"),
-        ("CREATE MATERIALIZED VIEW v AS SELECT SUM(DISTINCT tokens) FROM totals", "0A000"),
+        // SUM(DISTINCT) over rows that change in place works now; an
+        // aggregate of DISTINCT values with a second argument that is not
+        // a constant is refused.
+        ("CREATE MATERIALIZED VIEW v AS SELECT string_agg(DISTINCT tenant, tenant) FROM totals", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT tenant, COUNT(*) FROM usage GROUP BY tenant EMIT ON WINDOW CLOSE", "0A000"),
         ("CREATE MATERIALIZED VIEW v AS SELECT * FROM HOP(usage, event_time, INTERVAL '2 minutes', INTERVAL '1 minute')", "22023"),
         ("DROP TABLE usage", "2BP01"),
