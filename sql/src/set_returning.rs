@@ -301,10 +301,7 @@ fn generate_series_relation(factor: &mut sqlparser::ast::TableFactor) {
         "SELECT {value} AS {column} FROM generate_series({}) AS {SERIES_ALIAS}",
         args_text.join(", ")
     );
-    let dialect = sqlparser::dialect::PostgreSqlDialect {};
-    let Ok(Some(Statement::Query(query))) =
-        sqlparser::parser::Parser::parse_sql(&dialect, &sql).map(|mut s| s.pop())
-    else {
+    let Some(query) = parse_query(&sql) else {
         return;
     };
     let alias = alias.clone().or_else(|| {
@@ -579,10 +576,7 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
             nulls.join(", ")
         );
     }
-    let dialect = sqlparser::dialect::PostgreSqlDialect {};
-    let Ok(Some(Statement::Query(subquery))) =
-        sqlparser::parser::Parser::parse_sql(&dialect, &sql).map(|mut s| s.pop())
-    else {
+    let Some(subquery) = parse_query(&sql) else {
         return;
     };
     let function_alias = alias.as_ref().map(|a| a.name.value.clone());
@@ -610,6 +604,18 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
             }
             ControlFlow::<()>::Continue(())
         });
+    }
+}
+
+/// A query this module wrote as text, parsed; None if it does not parse.
+fn parse_query(sql: &str) -> Option<Box<sqlparser::ast::Query>> {
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    match sqlparser::parser::Parser::parse_sql(&dialect, sql)
+        .ok()?
+        .pop()?
+    {
+        Statement::Query(q) => Some(q),
+        _ => None,
     }
 }
 

@@ -72,9 +72,14 @@ impl KeyCodec {
 
 /// The tombstone flags of stored records (the column after the table's).
 pub fn deleted_flags<'a>(def: &TableDef, batch: &'a RecordBatch) -> Option<&'a BooleanArray> {
+    deleted_flags_at(batch, def.columns.len())
+}
+
+/// [`deleted_flags`] of a table of `columns` columns.
+pub fn deleted_flags_at(batch: &RecordBatch, columns: usize) -> Option<&BooleanArray> {
     batch
         .columns()
-        .get(def.columns.len())
+        .get(columns)
         .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
 }
 
@@ -281,9 +286,7 @@ pub fn staged_latest(
 }
 
 /// Which keys of a keyed table are live, kept up to date by every append
-/// once built (for `INSERT ... ON CONFLICT DO NOTHING`). Of a table keyed
-/// by row, only the deleted rows (a row is live until deleted): for
-/// finding a statement that deletes a row another one deleted first.
+/// once built (for `INSERT ... ON CONFLICT DO NOTHING`).
 #[derive(Default)]
 pub struct KeyIndex {
     live: HashMap<Box<[u8]>, bool>,
@@ -299,13 +302,6 @@ impl KeyIndex {
         for part in parts {
             let end = part.end_offset();
             let latest = latest_records(def, codec, part, end).await?;
-            if def.options.keyed_by_row {
-                for &(f, i) in &latest.tombstones_at {
-                    let keys = codec.keys(&latest.frames[f].1)?;
-                    index.live.insert(Box::from(keys.row(i).as_ref()), false);
-                }
-                continue;
-            }
             for (key, _) in latest.live_keys(codec)? {
                 index.live.insert(key, true);
             }
@@ -332,40 +328,11 @@ impl KeyIndex {
         let keys = codec.keys(batch)?;
         let deleted = deleted_flags(def, batch);
         for (i, key) in keys.iter().enumerate() {
-            match record_kind(deleted, i) {
-                Some(false) if def.options.keyed_by_row => {}
-                Some(tomb) => {
-                    self.live.insert(Box::from(key.as_ref()), !tomb);
-                }
-                None => {}
+            if let Some(tomb) = record_kind(deleted, i) {
+                self.live.insert(Box::from(key.as_ref()), !tomb);
             }
         }
         Ok(())
-    }
-
-    /// For a table keyed by row: whether `records` delete a row that is
-    /// deleted already (or twice among them), which means another
-    /// statement changed it after this one read it.
-    pub fn deletes_a_deleted_row(
-        &self,
-        def: &TableDef,
-        codec: &KeyCodec,
-        records: &[RecordBatch],
-    ) -> Result<bool, LogError> {
-        let mut seen = std::collections::HashSet::new();
-        for batch in records {
-            let keys = codec.keys(batch)?;
-            let deleted = deleted_flags(def, batch);
-            for (i, key) in keys.iter().enumerate() {
-                if record_kind(deleted, i) == Some(true)
-                    && (self.live.get(key.as_ref()) == Some(&false)
-                        || !seen.insert(Box::<[u8]>::from(key.as_ref())))
-                {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
     }
 }
 
@@ -467,10 +434,7 @@ impl LatestLocations {
         if let Some(map) = guard.as_mut() {
             let noted: Result<(), LogError> = frames.iter().try_for_each(|(p, base, batch)| {
                 let keys = self.codec.keys(batch)?;
-                let deleted = batch
-                    .columns()
-                    .get(self.columns)
-                    .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
+                let deleted = deleted_flags_at(batch, self.columns);
                 for (i, key) in keys.iter().enumerate() {
                     match record_kind(deleted, i) {
                         Some(false) => {
@@ -526,6 +490,37 @@ impl RowTombstones {
         )
     }
 
+    /// Whether `records` (stored, not yet written; `columns`: the table's
+    /// column count) delete a row already deleted, or one row twice: then
+    /// another statement changed the row after this one read it. Built.
+    pub fn deletes_a_deleted_row(&self, columns: usize, records: &[RecordBatch]) -> bool {
+        let guard = self.by_partition.read();
+        let Some(map) = guard.as_ref() else {
+            return false;
+        };
+        let mut seen = HashSet::new();
+        for batch in records {
+            let deleted = deleted_flags_at(batch, columns);
+            let Ok(positions) = positions(batch, columns + 1) else {
+                continue;
+            };
+            for i in 0..batch.num_rows() {
+                if record_kind(deleted, i) != Some(true) || !positions.is_valid(i) {
+                    continue;
+                }
+                let position = positions.value(i);
+                let partition = sluice_catalog::row_partition(position);
+                let row = (position & ((1 << 48) - 1)) as u64;
+                if map.get(partition).is_some_and(|m| m.contains_key(&row))
+                    || !seen.insert(position)
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// Notes the tombstones among frames becoming visible (partition,
     /// base offset, stored records; `columns`: the table's column count).
     pub fn note(&self, columns: usize, frames: &[(usize, u64, &RecordBatch)]) {
@@ -548,10 +543,7 @@ pub fn note_tombstones(
     base: u64,
     batch: &RecordBatch,
 ) {
-    let deleted = batch
-        .columns()
-        .get(columns)
-        .and_then(|c| c.as_any().downcast_ref::<BooleanArray>());
+    let deleted = deleted_flags_at(batch, columns);
     let Ok(positions) = positions(batch, columns + 1) else {
         return;
     };

@@ -449,14 +449,15 @@ impl TableLog {
     /// For a table keyed by row: fails when `records` delete a row that
     /// another statement deleted (or updated) since this one read it, so
     /// that two concurrent UPDATEs of a row do not leave two new rows.
-    /// The caller holds the key lock, as every write to the table does.
+    /// The caller holds the key lock, as every write to the table does
+    /// (`_writes` is its guard's contents, asked for to say so).
     async fn check_rows_not_deleted(
         &self,
-        index: &mut Option<KeyIndex>,
+        _writes: &mut Option<KeyIndex>,
         records: &[RecordBatch],
     ) -> Result<(), LogError> {
         let def = self.def();
-        let Some(keyed) = self.keyed.as_ref().filter(|_| def.options.keyed_by_row) else {
+        let Some(tombstones) = &self.row_tombstones else {
             return Ok(());
         };
         let deletes = records
@@ -465,19 +466,13 @@ impl TableLog {
         if !deletes {
             return Ok(());
         }
-        if index.is_none() {
-            *index = Some(KeyIndex::build(&def, keyed.codec(), &self.partitions).await?);
-        }
-        match index
-            .as_ref()
-            .map(|i| i.deletes_a_deleted_row(&def, keyed.codec(), records))
-            .transpose()?
-        {
-            Some(true) => Err(LogError::RowChangedConcurrently {
+        self.build_row_tombstones(tombstones).await?;
+        if tombstones.deletes_a_deleted_row(def.columns.len(), records) {
+            return Err(LogError::RowChangedConcurrently {
                 table: def.name.clone(),
-            }),
-            _ => Ok(()),
+            });
         }
+        Ok(())
     }
 
     /// Routes records, commits them as one statement, and notes them in
@@ -702,26 +697,8 @@ impl TableLog {
             return Ok(None);
         };
         if !tombstones.is_built() {
-            // No write commits while the key lock is held, so what is read
-            // stays right until installed.
             let _writes = keyed.index.lock().await;
-            if !tombstones.is_built() {
-                let columns = self.def().columns.len();
-                let mut map = vec![HashMap::new(); self.partitions.len()];
-                for (p, part) in self.partitions.iter().enumerate() {
-                    for meta in part.frames_in_range(0, part.end_offset()) {
-                        let batch = part.read_frame(&meta).await?;
-                        super::keyed::note_tombstones(
-                            &mut map,
-                            columns,
-                            p,
-                            meta.header.base_offset,
-                            &batch,
-                        );
-                    }
-                }
-                tombstones.install(map);
-            }
+            self.build_row_tombstones(tombstones).await?;
         }
         Ok(Some(
             (0..self.partitions.len())
@@ -732,6 +709,31 @@ impl TableLog {
                 })
                 .collect(),
         ))
+    }
+
+    /// Reads which rows the tombstones delete from the log, unless built.
+    /// The caller holds the key lock: no write commits meanwhile, so what
+    /// is read stays right until installed.
+    async fn build_row_tombstones(&self, tombstones: &RowTombstones) -> Result<(), LogError> {
+        if tombstones.is_built() {
+            return Ok(());
+        }
+        let columns = self.def().columns.len();
+        let mut map = vec![HashMap::new(); self.partitions.len()];
+        for (p, part) in self.partitions.iter().enumerate() {
+            for meta in part.frames_in_range(0, part.end_offset()) {
+                let batch = part.read_frame(&meta).await?;
+                super::keyed::note_tombstones(
+                    &mut map,
+                    columns,
+                    p,
+                    meta.header.base_offset,
+                    &batch,
+                );
+            }
+        }
+        tombstones.install(map);
+        Ok(())
     }
 
     /// Of the records at `candidates` (offsets per partition, in order),

@@ -748,10 +748,7 @@ fn live_offsets(
     base: u64,
     deleted: &std::collections::HashSet<u64>,
 ) -> std::collections::HashSet<u64> {
-    let flags = batch
-        .columns()
-        .get(data_columns)
-        .and_then(|c| c.as_any().downcast_ref::<arrow::array::BooleanArray>());
+    let flags = crate::log::keyed::deleted_flags_at(batch, data_columns);
     (0..batch.num_rows())
         .map(|i| base + i as u64)
         .filter(|o| {
@@ -770,10 +767,7 @@ fn live_rows(
     base: u64,
     deleted: &std::collections::HashSet<u64>,
 ) -> Result<RecordBatch> {
-    let flags = batch
-        .columns()
-        .get(data_columns)
-        .and_then(|c| c.as_any().downcast_ref::<arrow::array::BooleanArray>());
+    let flags = crate::log::keyed::deleted_flags_at(batch, data_columns);
     let live: arrow::array::BooleanArray = (0..rows.num_rows())
         .map(|i| {
             Some(
