@@ -1075,8 +1075,11 @@ fn split_late(
     base_offset: u64,
     late: &mut Vec<LateRow>,
 ) -> Result<RecordBatch, SluiceError> {
+    let Some(time_index) = closing.time_index else {
+        return Ok(batch);
+    };
     let column = arrow::compute::cast(
-        batch.column(closing.time_index),
+        batch.column(time_index),
         &DataType::Timestamp(TimeUnit::Microsecond, None),
     )?;
     let Some(times) = column.as_any().downcast_ref::<TimestampMicrosecondArray>() else {
@@ -1417,8 +1420,10 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                                 continue;
                             }
                             delta.push(match (&closing, watermark) {
-                                (Some(c), Some(w)) => split_late(rows, c, w, *k, base, &mut late)?,
-                                (None, Some(w)) if !bands.is_empty() => {
+                                (Some(c), Some(w)) if c.time_index.is_some() => {
+                                    split_late(rows, c, w, *k, base, &mut late)?
+                                }
+                                (_, Some(w)) if !bands.is_empty() => {
                                     let at = BandPosition {
                                         input: 0,
                                         partition: *k,

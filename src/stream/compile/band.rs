@@ -179,6 +179,11 @@ fn duration_us(e: &Expr) -> Option<i64> {
     let Expr::Literal(v, _) = e else {
         return None;
     };
+    scalar_duration_us(v)
+}
+
+/// A constant INTERVAL (of no months) or duration, in microseconds.
+pub fn scalar_duration_us(v: &ScalarValue) -> Option<i64> {
     const DAY_US: i64 = 86_400_000_000;
     match v {
         ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
@@ -277,6 +282,112 @@ pub fn trace_expr(e: &Expr, input: &LogicalPlan) -> Option<TracedColumn> {
             let start = trace_expr(left, input).filter(|t| !t.end && t.stage.is_none())?;
             let size = start.window_us?;
             (duration_us(right) == Some(size)).then_some(TracedColumn { end: true, ..start })
+        }
+        _ => None,
+    }
+}
+
+/// How the sources' watermarks bound a time column's values still to
+/// come: none is below the least of `horizon`'s terms, each a source's
+/// watermark plus an offset (a join's time column is bounded by its own
+/// side's watermark and by the other side's less the band, since a new row
+/// there may still pair with an older one). With `window`, the value is
+/// the start (or, when `.1`, the end) of a TUMBLE window of that size over
+/// such a time; `horizon` is then the time's. The view's allowed lateness
+/// comes off every term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeReach {
+    pub horizon: Vec<(usize, i64)>,
+    pub window: Option<(i64, bool)>,
+}
+
+impl TimeReach {
+    /// The horizon, given each source's watermark; `None` while a source
+    /// it needs has none.
+    pub fn at(horizon: &[(usize, i64)], watermarks: &[Option<i64>]) -> Option<i64> {
+        horizon
+            .iter()
+            .map(|(s, offset)| {
+                Some(
+                    watermarks
+                        .get(*s)
+                        .copied()
+                        .flatten()?
+                        .saturating_add(*offset),
+                )
+            })
+            .try_fold(i64::MAX, |least, w| Some(least.min(w?)))
+    }
+}
+
+/// The [`TimeReach`] of output column `index` of `plan`: a source's
+/// WATERMARK column (`marked(source, column)` gives the source's index),
+/// passed on through filters, renames and projections, binned by
+/// `date_bin` as a TUMBLE, or an interval join's time column
+/// ([`StageOutput::reach`](super::graph::StageOutput)).
+pub fn time_reach(
+    plan: &LogicalPlan,
+    index: usize,
+    marked: &dyn Fn(&str, &str) -> Option<usize>,
+) -> Option<TimeReach> {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let field = scan.projected_schema.fields().get(index)?;
+            let source = marked(scan.table_name.table(), field.name())?;
+            Some(TimeReach {
+                horizon: vec![(source, 0)],
+                window: None,
+            })
+        }
+        LogicalPlan::Projection(p) => expr_reach(p.expr.get(index)?, &p.input, marked),
+        LogicalPlan::SubqueryAlias(a) => time_reach(&a.input, index, marked),
+        LogicalPlan::Filter(f) => time_reach(&f.input, index, marked),
+        LogicalPlan::Extension(e) => e
+            .node
+            .as_any()
+            .downcast_ref::<super::graph::StageOutput>()?
+            .reach(index),
+        _ => None,
+    }
+}
+
+/// [`time_reach`] of an expression over the rows of `input`.
+pub fn expr_reach(
+    e: &Expr,
+    input: &LogicalPlan,
+    marked: &dyn Fn(&str, &str) -> Option<usize>,
+) -> Option<TimeReach> {
+    let e = e.clone().unalias_nested().data;
+    match &e {
+        Expr::Column(c) => time_reach(input, input.schema().index_of_column(c).ok()?, marked),
+        Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
+            let (stride, column) = match f.args.as_slice() {
+                [stride, column] => (stride, column),
+                [stride, column, origin] if is_epoch(origin) => (stride, column),
+                _ => return None,
+            };
+            let size = duration_us(stride).filter(|s| *s > 0)?;
+            let inner = expr_reach(column, input, marked).filter(|r| r.window.is_none())?;
+            Some(TimeReach {
+                window: Some((size, false)),
+                ..inner
+            })
+        }
+        Expr::Cast(c)
+            if c.expr.get_type(input.schema()).ok().as_ref() == Some(c.field.data_type()) =>
+        {
+            expr_reach(&c.expr, input, marked)
+        }
+        e if matches!(sum_terms(e), Some((_, Operator::Plus, _))) => {
+            let (left, _, right) = sum_terms(e)?;
+            let start = expr_reach(left, input, marked)?;
+            let (size, false) = start.window? else {
+                return None;
+            };
+            (duration_us(right) == Some(size)).then_some(TimeReach {
+                window: Some((size, true)),
+                ..start
+            })
         }
         _ => None,
     }

@@ -33,7 +33,9 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use sluice_catalog::StatePartId;
 
-use super::band::{find_band, source_column, trace_expr, TracedColumn};
+use super::band::{
+    find_band, scalar_duration_us, source_column, time_reach, trace_expr, TimeReach, TracedColumn,
+};
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 use crate::stream::operators::aggregate::AggregatePipeline;
@@ -43,7 +45,7 @@ use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
 use crate::stream::operators::join::{JoinOperator, JoinSide};
 use crate::stream::operators::operator::nullable;
 use crate::stream::operators::operator::{Delta, Operator, OperatorStats, StatePart};
-use crate::stream::operators::over_window::OverWindowOperator;
+use crate::stream::operators::over_window::{CloseOnWatermark, OverWindowOperator};
 use crate::stream::operators::top_n::{TopNOperator, TopNSpec};
 
 /// The `source` of [`JoinGraph::propagate`] when only watermarks move.
@@ -59,12 +61,20 @@ pub struct StageOutput {
     /// Per output column, what it is traced back to a source (an
     /// aggregate's `window_end` key; see [`TracedColumn::stage`]).
     traced: Vec<Option<TracedColumn>>,
+    /// Per output column, how the watermarks bound its values to come
+    /// (an interval join's time columns).
+    reach: Vec<Option<TimeReach>>,
 }
 
 impl StageOutput {
     /// What output column `index` is, traced back to a source.
     pub fn traced(&self, index: usize) -> Option<TracedColumn> {
         self.traced.get(index).cloned().flatten()
+    }
+
+    /// How the watermarks bound output column `index`'s values to come.
+    pub fn reach(&self, index: usize) -> Option<TimeReach> {
+        self.reach.get(index).cloned().flatten()
     }
 }
 
@@ -126,6 +136,7 @@ impl UserDefinedLogicalNodeCore for StageOutput {
             schema: self.schema.clone(),
             slot: self.slot.clone(),
             traced: self.traced.clone(),
+            reach: self.reach.clone(),
         })
     }
 }
@@ -253,6 +264,12 @@ pub struct JoinGraph {
     /// row) have not gone up yet: the view did not start from a
     /// checkpoint, and nothing has run through the graph.
     unstarted: bool,
+    /// The view says `EMIT ON WINDOW CLOSE`: an over-window emits its rows
+    /// once final.
+    emit_on_close: bool,
+    /// The stage that emits rows only once the watermark makes them final
+    /// (an over-window under `EMIT ON WINDOW CLOSE`).
+    closing_stage: Option<usize>,
 }
 
 /// An aggregate below a join or another aggregate, lifted as a stage.
@@ -280,7 +297,21 @@ impl JoinGraph {
             lifted_stages: Vec::new(),
             capture_whole_next: false,
             unstarted: true,
+            emit_on_close: false,
+            closing_stage: None,
         }
+    }
+
+    /// The view says `EMIT ON WINDOW CLOSE`.
+    pub fn with_emit_on_close(mut self, emit_on_close: bool) -> JoinGraph {
+        self.emit_on_close = emit_on_close;
+        self
+    }
+
+    /// Whether the graph's last stage emits rows only once final (see
+    /// `closing_stage`): the view's rows are then appended for good.
+    pub fn last_stage_closes(&self) -> bool {
+        self.closing_stage.is_some() && self.closing_stage == self.stages.len().checked_sub(1)
     }
 
     /// Whether the operators' rows before any input are still to be sent
@@ -523,7 +554,52 @@ impl JoinGraph {
                     self.bands
                         .push((time.source, time.column.clone(), late_window));
                 }
-                return Ok(self.push_stage(
+                // Its time columns' values to come: a new row of one side
+                // may pair with the other side's rows as far back as the
+                // band reaches.
+                let mut reach = vec![None; join.schema.fields().len()];
+                if window.is_none() {
+                    let width = left.schema().fields().len();
+                    let plain = |r: Option<TimeReach>| r.filter(|r| r.window.is_none());
+                    let left_reach = plain(self.reach_of(&left, left_time.index));
+                    let right_reach = plain(self.reach_of(&right, right_time.index));
+                    if let (Some(l), Some(r)) = (left_reach, right_reach) {
+                        let shifted = |h: &[(usize, i64)], by: i64| {
+                            h.iter()
+                                .map(|(s, o)| (*s, o.saturating_add(by)))
+                                .collect::<Vec<_>>()
+                        };
+                        let joined = |own: &[(usize, i64)], other: Vec<(usize, i64)>| TimeReach {
+                            horizon: own.iter().copied().chain(other).collect(),
+                            window: None,
+                        };
+                        // right.t - left.t lies in [lo, hi]. A column of a
+                        // side bounded as its time is (the time itself, or
+                        // a TUMBLE window of it: one WATERMARK column per
+                        // source) is bounded so after the join too.
+                        let sides = [
+                            (&left, 0, &l.horizon, shifted(&r.horizon, -band.1)),
+                            (&right, width, &r.horizon, shifted(&l.horizon, band.0)),
+                        ];
+                        for (plan, at, own, other) in sides {
+                            for i in 0..plan.schema().fields().len() {
+                                let Some(column) = self.reach_of(plan, i) else {
+                                    continue;
+                                };
+                                if column.horizon != *own {
+                                    continue;
+                                }
+                                if let Some(slot) = reach.get_mut(at + i) {
+                                    *slot = Some(TimeReach {
+                                        window: column.window,
+                                        ..joined(own, other.clone())
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+                return Ok(self.push_stage_reaching(
                     Box::new(operator),
                     match window {
                         Some(_) => "window join",
@@ -533,6 +609,7 @@ impl JoinGraph {
                     false,
                     join.schema.clone(),
                     Vec::new(),
+                    reach,
                 ));
             }
             let operator = JoinOperator::new(
@@ -1016,7 +1093,30 @@ impl JoinGraph {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (stage_input, input_schema, _) = self.side(&input, &[], state).await?;
+        let (mut stage_input, input_schema, _) = self.side(&input, &[], state).await?;
+        let closing = match self.emit_on_close {
+            true => {
+                let functions: Vec<_> = window
+                    .window_expr
+                    .iter()
+                    .filter_map(|e| match e.clone().unalias_nested().data {
+                        Expr::WindowFunction(f) => Some(*f),
+                        _ => None,
+                    })
+                    .collect();
+                let (rule, source, column) =
+                    self.close_on_watermark(&input, &order_by, &functions)?;
+                if self.input_retracts(&stage_input) {
+                    return refuse(
+                        "EMIT ON WINDOW CLOSE over window functions needs an input that only grows (an append-only table with a WATERMARK); leave out EMIT ON WINDOW CLOSE".into(),
+                    );
+                }
+                stage_input.watermark = Some(source);
+                self.bands.push((source, column, None));
+                Some(rule)
+            }
+            false => None,
+        };
         let description = format!(
             "{} over {}",
             window
@@ -1037,7 +1137,11 @@ impl JoinGraph {
                 ),
             }
         );
-        let operator = OverWindowOperator::new(
+        let description = match closing {
+            Some(_) => format!("{description}; a row is emitted once the watermark makes it final"),
+            None => description,
+        };
+        let mut operator = OverWindowOperator::new(
             input_schema,
             partition,
             order,
@@ -1045,14 +1149,124 @@ impl JoinGraph {
             nullable(window.schema.as_arrow()),
             description,
         )?;
+        if let Some(rule) = closing {
+            operator = operator.closing_on_watermark(rule);
+            self.closing_stage = Some(self.stages.len());
+        }
         Ok(self.push_stage(
             Box::new(operator),
             "over-window",
             vec![stage_input],
-            true,
+            closing.is_none(),
             window.schema.clone(),
             Vec::new(),
         ))
+    }
+
+    /// When an over-window under `EMIT ON WINDOW CLOSE` may emit a row:
+    /// its ORDER BY must start with a source's WATERMARK column,
+    /// ascending, and its functions read a bounded way past the row.
+    /// Returns the rule, the source and its column.
+    fn close_on_watermark(
+        &self,
+        input: &LogicalPlan,
+        order_by: &[datafusion::logical_expr::SortExpr],
+        functions: &[datafusion::logical_expr::expr::WindowFunction],
+    ) -> Result<(CloseOnWatermark, usize, String), SluiceError> {
+        let refuse = |why: &str| {
+            Err(SluiceError::Unsupported(format!(
+                "EMIT ON WINDOW CLOSE over window functions {why}; leave out EMIT ON WINDOW CLOSE (the view then emits on update)"
+            )))
+        };
+        let first = match order_by.first() {
+            Some(s) if s.asc => &s.expr,
+            _ => return refuse("needs ORDER BY the table's WATERMARK column first, ascending"),
+        };
+        let traced = match first {
+            Expr::Column(c) => input
+                .schema()
+                .index_of_column(c)
+                .ok()
+                .and_then(|i| Some((i, source_column(input, i)?))),
+            _ => None,
+        };
+        let marked = traced.and_then(|(i, t)| {
+            let s = self.source_names.iter().position(|n| *n == t.source)?;
+            let watermarked = self.source_times.get(s).cloned().flatten() == Some(t.column.clone());
+            (watermarked && t.window_us.is_none() && t.stage.is_none()).then_some((i, s, t.column))
+        });
+        let Some((time_index, source, column)) = marked else {
+            return refuse("needs ORDER BY the table's WATERMARK column first, ascending");
+        };
+        let mut rule = CloseOnWatermark {
+            time_index,
+            rows_after: 0,
+            time_after_us: 0,
+            lateness_us: self.lateness_us,
+        };
+        use datafusion::logical_expr::{WindowFrameBound, WindowFrameUnits};
+        for f in functions {
+            let name = f.fun.name().to_ascii_lowercase();
+            match name.as_str() {
+                "ntile" | "percent_rank" | "cume_dist" => {
+                    return refuse(&format!(
+                        "cannot emit {name}(), which reads its partition's every row"
+                    ))
+                }
+                "row_number" | "rank" | "dense_rank" | "lag" => continue,
+                "lead" => {
+                    let n = match f.params.args.get(1) {
+                        None => Some(1),
+                        Some(Expr::Literal(v, _)) => v
+                            .clone()
+                            .cast_to(&arrow::datatypes::DataType::Int64)
+                            .ok()
+                            .and_then(|v| match v {
+                                datafusion::common::ScalarValue::Int64(n) => n,
+                                _ => None,
+                            }),
+                        Some(_) => None,
+                    };
+                    let Some(n) = n else {
+                        return refuse("needs lead()'s offset to be a constant");
+                    };
+                    rule.rows_after = rule.rows_after.max(n.max(0) as u64);
+                    continue;
+                }
+                _ => {}
+            }
+            let frame = &f.params.window_frame;
+            match (&frame.end_bound, &frame.units) {
+                (WindowFrameBound::Preceding(_) | WindowFrameBound::CurrentRow, _) => {}
+                (WindowFrameBound::Following(v), _) if v.is_null() => {
+                    return refuse("cannot emit a frame that ends at UNBOUNDED FOLLOWING")
+                }
+                (WindowFrameBound::Following(v), WindowFrameUnits::Rows) => {
+                    let n = v
+                        .clone()
+                        .cast_to(&arrow::datatypes::DataType::UInt64)
+                        .ok()
+                        .and_then(|v| match v {
+                            datafusion::common::ScalarValue::UInt64(n) => n,
+                            _ => None,
+                        });
+                    let Some(n) = n else {
+                        return refuse("needs a constant ROWS ... FOLLOWING");
+                    };
+                    rule.rows_after = rule.rows_after.max(n);
+                }
+                (WindowFrameBound::Following(v), WindowFrameUnits::Range) => {
+                    let Some(us) = scalar_duration_us(v) else {
+                        return refuse("needs RANGE ... FOLLOWING to be a constant INTERVAL");
+                    };
+                    rule.time_after_us = rule.time_after_us.max(us);
+                }
+                (WindowFrameBound::Following(_), WindowFrameUnits::Groups) => {
+                    return refuse("cannot emit a GROUPS frame that ends after the current row")
+                }
+            }
+        }
+        Ok((rule, source, column))
     }
 
     /// `ORDER BY .. LIMIT N`: a Top-N stage of one group.
@@ -1211,6 +1425,22 @@ impl JoinGraph {
         schema: DFSchemaRef,
         traced: Vec<Option<TracedColumn>>,
     ) -> LogicalPlan {
+        self.push_stage_reaching(operator, kind, inputs, retracts, schema, traced, Vec::new())
+    }
+
+    /// [`JoinGraph::push_stage`], with how the watermarks bound each
+    /// output column's values to come.
+    #[allow(clippy::too_many_arguments)]
+    fn push_stage_reaching(
+        &mut self,
+        operator: Box<dyn Operator>,
+        kind: &'static str,
+        inputs: Vec<StageInput>,
+        retracts: bool,
+        schema: DFSchemaRef,
+        traced: Vec<Option<TracedColumn>>,
+        reach: Vec<Option<TimeReach>>,
+    ) -> LogicalPlan {
         let id = self.stages.len();
         self.lifted_stages.push(id);
         let slot = DeltaSlot::default();
@@ -1228,8 +1458,38 @@ impl JoinGraph {
                 schema,
                 slot,
                 traced,
+                reach,
             }),
         })
+    }
+
+    /// The source index of `source`'s WATERMARK column `column`, when it
+    /// has one there.
+    pub fn marked(&self, source: &str, column: &str) -> Option<usize> {
+        let s = self.source_names.iter().position(|n| n == source)?;
+        (self.source_times.get(s).cloned().flatten().as_deref() == Some(column)).then_some(s)
+    }
+
+    /// [`time_reach`] of an output column of a plan over this graph's
+    /// stages.
+    pub fn reach_of(&self, plan: &LogicalPlan, index: usize) -> Option<TimeReach> {
+        time_reach(plan, index, &|s, c| self.marked(s, c))
+    }
+
+    /// What the horizon of `reach` is, as `EXPLAIN` shows it.
+    pub fn show_horizon(&self, horizon: &[(usize, i64)]) -> String {
+        horizon
+            .iter()
+            .map(|(s, offset)| {
+                let name = self.source_names.get(*s).map(String::as_str).unwrap_or("?");
+                match offset {
+                    0 => format!("the watermark of {name}"),
+                    o if *o < 0 => format!("the watermark of {name} less {}", show_duration(-o)),
+                    o => format!("the watermark of {name} plus {}", show_duration(*o)),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     async fn side(

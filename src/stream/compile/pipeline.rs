@@ -36,6 +36,7 @@ use crate::stream::operators::operator::{nullable, unsupported, Delta, Operator}
 use crate::stream::operators::rows::RowsOperator;
 use crate::stream::view::{ViewLookup, ViewSource};
 
+use super::band::{expr_reach, TimeReach};
 use super::graph::{check_volatile, JoinGraph, ViewQueryPlanner, NO_SOURCE};
 use crate::stream::operators::delta::{DeltaSlot, DeltaTable};
 
@@ -73,6 +74,10 @@ pub struct CompiledView {
     closed: Vec<RecordBatch>,
     /// The source takes rows back (a keyed table).
     pub retracting: bool,
+    /// When the windows' time comes through interval joins: the sources'
+    /// watermarks (plus offsets) whose least closes them (see
+    /// [`TimeReach`]).
+    close_horizon: Option<Vec<(usize, i64)>>,
     /// The view's ORDER BY: its rows are published in this order, so that
     /// a read that asks for no other order gets them so.
     order: Option<ViewOrder>,
@@ -109,8 +114,11 @@ impl ViewOrder {
 /// and its state dropped, and rows arriving for it later are late.
 #[derive(Debug, Clone, Copy)]
 pub struct WindowClosing {
-    /// Index of the window's time column in the source rows.
-    pub time_index: usize,
+    /// Index of the window's time column in the source rows; `None` when
+    /// the window's time comes through joins (see
+    /// [`CompiledView::close_horizon`]), whose band columns say which
+    /// source rows are late.
+    pub time_index: Option<usize>,
     pub size_us: i64,
     /// Windows start every `slide_us` (the size, for TUMBLE).
     pub slide_us: i64,
@@ -303,7 +311,8 @@ pub async fn compile(
     let mut graph = JoinGraph::new(relations.clone(), slots)
         .with_source_times(times, emit.allowed_lateness_us)
         .with_retracting_sources(retracting_sources.clone())
-        .with_ties(with_ties);
+        .with_ties(with_ties)
+        .with_emit_on_close(emit.emit_on_window_close);
     // A GROUP BY with more above it than HAVING and a projection (a
     // filter or expression over its rows in an outer query, a join, a
     // union) is a stage of the graph like an aggregate below a join, its
@@ -344,7 +353,7 @@ pub async fn compile(
             ) {
                 (Some(group_index), Some(size_us), Some(slide_us), Some(time_index)) => {
                     Some(WindowClosing {
-                        time_index,
+                        time_index: Some(time_index),
                         size_us,
                         slide_us,
                         lateness_us: emit.allowed_lateness_us,
@@ -358,15 +367,45 @@ pub async fn compile(
         }
         _ => None,
     };
-    if emit.emit_on_window_close && closing.is_none() {
+    // A windowed aggregate over interval joins: its windows close as the
+    // least of the watermarks that bound the window's time through the
+    // joins (only for EMIT ON WINDOW CLOSE; emitted on update, its groups
+    // stay).
+    let mut close_horizon = None;
+    let closing = match (closing, aggregate) {
+        (None, Some((agg, _))) if emit.emit_on_window_close && !graph.is_empty() => {
+            let found = agg.group_expr.iter().enumerate().find_map(|(i, e)| {
+                let reach = expr_reach(e, &agg.input, &|s, c| graph.marked(s, c))?;
+                let (size_us, end) = reach.window?;
+                Some((i, size_us, end, reach.horizon))
+            });
+            found.map(|(group_index, size_us, end, horizon)| {
+                close_horizon = Some(horizon);
+                WindowClosing {
+                    time_index: None,
+                    size_us,
+                    slide_us: size_us,
+                    lateness_us: emit.allowed_lateness_us,
+                    emit_on_close: true,
+                    group_index,
+                    key_before_end_us: if end { 0 } else { size_us },
+                }
+            })
+        }
+        (closing, _) => closing,
+    };
+    // Window functions under EMIT ON WINDOW CLOSE: the over-window stage
+    // emits each row once final, and the rows above only append.
+    let graph_closes = aggregate.is_none() && graph.last_stage_closes();
+    if emit.emit_on_window_close && closing.is_none() && !graph_closes {
         return Err(unsupported(match (graph.is_empty(), sources.len()) {
             (true, 1) => "EMIT ON WINDOW CLOSE needs GROUP BY window_end or window_start over TUMBLE or HOP of the \
                      table's WATERMARK column with constant INTERVAL sizes",
-            (false, 1) => "EMIT ON WINDOW CLOSE is not supported over window functions or a GROUP BY under the view's \
-                     last step yet: leave out EMIT ON WINDOW CLOSE (the view then emits on update), or group by \
-                     window_start or window_end of a TUMBLE or HOP directly",
-            _ => "EMIT ON WINDOW CLOSE is not supported for materialized views with joins or over several tables yet: \
-                  leave it out (the view then emits on update)",
+            _ => "EMIT ON WINDOW CLOSE needs the view's last step to be GROUP BY the window_start or window_end of a \
+                  TUMBLE whose time is a WATERMARK column, passed through interval joins (a time band like \
+                  b.ts BETWEEN a.ts AND a.ts + INTERVAL '1 minute'), or window functions ordered by that column \
+                  first: a join without a time band can pair a new row with any old one, so nothing it gives \
+                  is ever final; leave out EMIT ON WINDOW CLOSE (the view then emits on update)",
         }));
     }
     // A keyed table's new versions and tombstones, or a source view's rows
@@ -427,11 +466,15 @@ pub async fn compile(
             "aggregate: {}{}",
             agg.stats().description,
             match (closing, retracting) {
+                (Some(c), _) if c.emit_on_close && c.time_index.is_none() => format!(
+                    "; windows are emitted when the least of {} (less the allowed lateness) passes their end",
+                    close_horizon.as_deref().map(|h| graph.show_horizon(h)).unwrap_or_default()
+                ),
                 (Some(c), _) if c.emit_on_close =>
-                    "; windows are emitted when the watermark closes them",
-                (Some(_), _) => "; windows are dropped when the watermark closes them",
-                (None, true) => "; groups are kept until their rows are taken back",
-                (None, false) => "; groups are kept for the view's life",
+                    "; windows are emitted when the watermark closes them".into(),
+                (Some(_), _) => "; windows are dropped when the watermark closes them".into(),
+                (None, true) => "; groups are kept until their rows are taken back".into(),
+                (None, false) => "; groups are kept for the view's life".into(),
             }
         ),
         Pipeline::Rows { .. } if retracting => {
@@ -456,6 +499,7 @@ pub async fn compile(
         closing,
         closed: Vec::new(),
         retracting,
+        close_horizon,
         order,
     })
 }
@@ -709,7 +753,7 @@ impl CompiledView {
             Pipeline::Aggregate(agg) => {
                 let out = collect(agg.input.clone(), ctx).await?;
                 for b in &out {
-                    match (closing, watermark_us) {
+                    match (closing.filter(|c| c.time_index.is_some()), watermark_us) {
                         (Some(c), Some(w)) => {
                             let open = agg.rows_of_open_windows(
                                 b,
@@ -818,7 +862,21 @@ impl CompiledView {
             ctx,
             None,
         )
-        .await
+        .await?;
+        // Windows whose time came through the joins close after what the
+        // joins emitted at these watermarks has reached them.
+        let horizon = self
+            .close_horizon
+            .as_deref()
+            .and_then(|h| TimeReach::at(h, watermarks));
+        match (horizon, &mut self.pipeline) {
+            (Some(w), Pipeline::Aggregate(agg)) => {
+                let closed = agg.advance_watermark(0, w)?;
+                self.closed.extend(closed.insert);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The view's allowed lateness, for its interval joins.
@@ -912,10 +970,13 @@ impl CompiledView {
 
     /// Closes the windows the watermark has passed (see [`WindowClosing`]).
     pub fn close_windows(&mut self, watermark_us: i64) -> Result<(), SluiceError> {
-        let (Some(closing), Pipeline::Aggregate(agg)) = (&self.closing, &mut self.pipeline) else {
+        // Windows whose time comes through joins close by the horizon
+        // (see `advance_source_watermarks`), not by one table's watermark.
+        let (Some(_), None, Pipeline::Aggregate(agg)) =
+            (&self.closing, &self.close_horizon, &mut self.pipeline)
+        else {
             return Ok(());
         };
-        let _ = closing;
         let closed = agg.advance_watermark(0, watermark_us)?;
         self.closed.extend(closed.insert);
         Ok(())

@@ -16,13 +16,30 @@
 //!
 //! Checkpoint: every held row with its count, whole each time.
 //!
-//! Watermark: nothing; partitions stay while they have rows.
+//! Watermark: nothing for a view that emits on update; partitions stay
+//! while they have rows.
+//!
+//! Under `EMIT ON WINDOW CLOSE` ([`CloseOnWatermark`]) the ORDER BY's first
+//! key is the source's WATERMARK column, ascending, and the input only
+//! grows; rows behind the watermark (less the allowed lateness) are late
+//! and dropped before they reach the operator. A row is then final once
+//! its time is behind that horizon and so are the rows its functions read
+//! after it (`lead(x, n)`, `ROWS ... n FOLLOWING`: the next n rows of its
+//! partition; `RANGE ... FOLLOWING`: that much time after it): nothing can
+//! arrive before it in its partition any more. A delta only adds rows to
+//! the state; a watermark computes the partitions whose first unemitted
+//! row may have become final and emits the rows that did, once and for
+//! good. The checkpoint then has a second part: how many rows of each
+//! partition have been emitted.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{
+    Array, ArrayRef, BinaryArray, RecordBatch, TimestampMicrosecondArray, UInt64Array,
+};
 use arrow::compute::{self, SortOptions};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_expr::PhysicalExpr;
@@ -40,6 +57,77 @@ pub struct OverWindowOperator {
     description: String,
     rows_in: u64,
     rows_out: u64,
+    closing: Option<Closing>,
+}
+
+/// When an over-window under `EMIT ON WINDOW CLOSE` may emit a row (see
+/// the module's header).
+#[derive(Debug, Clone, Copy)]
+pub struct CloseOnWatermark {
+    /// The ORDER BY's first key (the source's WATERMARK column) in the
+    /// input.
+    pub time_index: usize,
+    /// How many rows after a row its functions read.
+    pub rows_after: u64,
+    /// How far after a row's time its functions read.
+    pub time_after_us: i64,
+    pub lateness_us: i64,
+}
+
+/// What an over-window under `EMIT ON WINDOW CLOSE` keeps beside its rows.
+struct Closing {
+    rule: CloseOnWatermark,
+    /// Rows (copies counted) emitted of each partition, from its first.
+    emitted: HashMap<Bytes, u64>,
+    /// Partitions with rows not emitted yet, by the time of the first of
+    /// them (`i64::MAX` for a NULL time, which never closes).
+    due: BTreeSet<(i64, Bytes)>,
+    /// The key of each partition in `due`.
+    first_pending: HashMap<Bytes, i64>,
+}
+
+impl Closing {
+    fn note_pending(&mut self, group: &Bytes, time_us: i64) {
+        match self.first_pending.get(group) {
+            Some(&t) if t <= time_us => {}
+            Some(&t) => {
+                self.due.remove(&(t, group.clone()));
+                self.due.insert((time_us, group.clone()));
+                self.first_pending.insert(group.clone(), time_us);
+            }
+            None => {
+                self.due.insert((time_us, group.clone()));
+                self.first_pending.insert(group.clone(), time_us);
+            }
+        }
+    }
+
+    fn settle(&mut self, group: &Bytes, next_pending: Option<i64>) {
+        if let Some(t) = self.first_pending.remove(group) {
+            self.due.remove(&(t, group.clone()));
+        }
+        if let Some(t) = next_pending {
+            self.due.insert((t, group.clone()));
+            self.first_pending.insert(group.clone(), t);
+        }
+    }
+}
+
+/// A time column's values in microseconds (`i64::MAX` for NULL).
+fn times_us(column: &ArrayRef) -> Result<Vec<i64>, SluiceError> {
+    let cast = compute::cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+    let times = cast
+        .as_any()
+        .downcast_ref::<TimestampMicrosecondArray>()
+        .ok_or_else(|| {
+            SluiceError::Internal("an over-window's time column is no timestamp".into())
+        })?;
+    Ok((0..times.len())
+        .map(|i| match times.is_valid(i) {
+            true => times.value(i),
+            false => i64::MAX,
+        })
+        .collect())
 }
 
 impl OverWindowOperator {
@@ -75,7 +163,143 @@ impl OverWindowOperator {
             description,
             rows_in: 0,
             rows_out: 0,
+            closing: None,
         })
+    }
+
+    /// Emits each row once, when it is final (`EMIT ON WINDOW CLOSE`).
+    pub fn closing_on_watermark(mut self, rule: CloseOnWatermark) -> OverWindowOperator {
+        self.closing = Some(Closing {
+            rule,
+            emitted: HashMap::new(),
+            due: BTreeSet::new(),
+            first_pending: HashMap::new(),
+        });
+        self
+    }
+
+    /// Adds a delta's rows without emitting (`EMIT ON WINDOW CLOSE`): its
+    /// input only grows.
+    fn hold(&mut self, delta: &Delta) -> Result<Delta, SluiceError> {
+        let Some(closing) = self.closing.as_mut() else {
+            return Ok(Delta::default());
+        };
+        if delta.retract.iter().any(|b| b.num_rows() > 0) {
+            return Err(SluiceError::Internal(
+                "an over-window that emits on window close took a row back".into(),
+            ));
+        }
+        for b in delta.insert.iter().filter(|b| b.num_rows() > 0) {
+            self.rows_in += b.num_rows() as u64;
+            let times = times_us(b.column(closing.rule.time_index))?;
+            for (k, t) in self.groups.keyed(b)?.into_iter().zip(times) {
+                closing.note_pending(&k.group, t);
+                self.groups.add(k, 1);
+            }
+        }
+        Ok(Delta::default())
+    }
+
+    /// The rows that became final at `watermark_us`.
+    fn close(&mut self, watermark_us: i64) -> Result<Delta, SluiceError> {
+        let Some(closing) = self.closing.as_mut() else {
+            return Ok(Delta::default());
+        };
+        let rule = closing.rule;
+        let horizon = watermark_us.saturating_sub(rule.lateness_us);
+        let due: Vec<Bytes> = closing
+            .due
+            .iter()
+            .take_while(|(t, _)| t.saturating_add(rule.time_after_us) < horizon)
+            .map(|(_, g)| g.clone())
+            .collect();
+        let mut came = Vec::new();
+        for group in due {
+            let (rows, batch) = evaluate_partition(
+                &self.groups,
+                &group,
+                &self.functions,
+                &self.input,
+                &self.output,
+                &self.output_rows,
+            )?;
+            let times = match &batch {
+                Some(b) => times_us(b.column(rule.time_index))?,
+                None => Vec::new(),
+            };
+            let closed = times.iter().take_while(|t| **t < horizon).count() as u64;
+            let finals = times
+                .iter()
+                .enumerate()
+                .take_while(|(i, t)| {
+                    (*i as u64).saturating_add(rule.rows_after) < closed
+                        && t.saturating_add(rule.time_after_us) < horizon
+                })
+                .count() as u64;
+            let emitted = closing.emitted.entry(group.clone()).or_default();
+            if finals > *emitted {
+                came.extend(rows[*emitted as usize..finals as usize].iter().cloned());
+                *emitted = finals;
+            }
+            let next = times.get(*emitted as usize).copied();
+            closing.settle(&group, next);
+        }
+        self.rows_out += came.len() as u64;
+        let mut out = Delta::default();
+        if !came.is_empty() {
+            out.insert.push(self.rows(&came)?);
+        }
+        Ok(out)
+    }
+
+    /// The rows emitted of each partition, for a checkpoint.
+    fn emitted_part(closing: &Closing) -> Result<RecordBatch, SluiceError> {
+        let (groups, counts): (Vec<&[u8]>, Vec<u64>) = closing
+            .emitted
+            .iter()
+            .map(|(g, n)| (g.as_ref(), *n))
+            .unzip();
+        let schema = Schema::new(vec![
+            Field::new("partition", DataType::Binary, false),
+            Field::new("emitted", DataType::UInt64, false),
+        ]);
+        Ok(RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(BinaryArray::from(groups)),
+                Arc::new(UInt64Array::from(counts)),
+            ],
+        )?)
+    }
+
+    /// After a restore: which partitions have rows not emitted yet.
+    fn find_pending(&mut self) -> Result<(), SluiceError> {
+        let Some(closing) = self.closing.as_mut() else {
+            return Ok(());
+        };
+        closing.due.clear();
+        closing.first_pending.clear();
+        let mut pending = Vec::new();
+        for (group, ranked) in self.groups.iter() {
+            let emitted = closing.emitted.get(group).copied().unwrap_or(0);
+            let mut seen = 0u64;
+            for ((_, row), copies) in ranked {
+                seen += copies;
+                if seen > emitted {
+                    pending.push((group.clone(), row.clone()));
+                    break;
+                }
+            }
+        }
+        for (group, row) in pending {
+            let columns = self.groups.columns([&row])?;
+            let t = times_us(&columns[closing.rule.time_index])?
+                .first()
+                .copied()
+                .unwrap_or(i64::MAX);
+            closing.note_pending(&group, t);
+        }
+        Ok(())
     }
 
     fn rows(&self, rows: &[(Bytes, u64)]) -> Result<RecordBatch, SluiceError> {
@@ -97,8 +321,20 @@ fn evaluate(
     output: &SchemaRef,
     output_rows: &RowConverter,
 ) -> Result<OutputRows, SluiceError> {
+    Ok(evaluate_partition(groups, group, functions, input, output, output_rows)?.0)
+}
+
+/// [`evaluate`], with the partition's input rows in order.
+fn evaluate_partition(
+    groups: &RankedGroups,
+    group: &[u8],
+    functions: &[Arc<dyn WindowExpr>],
+    input: &SchemaRef,
+    output: &SchemaRef,
+    output_rows: &RowConverter,
+) -> Result<(OutputRows, Option<RecordBatch>), SluiceError> {
     let Some(ranked) = groups.group(group) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let rows = ranked
         .iter()
@@ -114,7 +350,10 @@ fn evaluate(
         columns.push(compute::cast(&values, field.data_type())?);
     }
     let rows = output_rows.convert_columns(&columns)?;
-    Ok(rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect())
+    Ok((
+        rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect(),
+        Some(batch),
+    ))
 }
 
 impl Operator for OverWindowOperator {
@@ -123,6 +362,9 @@ impl Operator for OverWindowOperator {
             return Err(SluiceError::Internal(format!(
                 "an over-window has no input {input}"
             )));
+        }
+        if self.closing.is_some() {
+            return self.hold(delta);
         }
         let functions = &self.functions;
         let (input_schema, output) = (&self.input, &self.output);
@@ -138,12 +380,46 @@ impl Operator for OverWindowOperator {
         changed.delta(|rows| self.rows(rows))
     }
 
+    fn advance_watermark(
+        &mut self,
+        _input: usize,
+        watermark_us: i64,
+    ) -> Result<Delta, SluiceError> {
+        self.close(watermark_us)
+    }
+
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
-        self.groups.state_parts()
+        let mut parts = self.groups.state_parts()?;
+        if let Some(closing) = &self.closing {
+            parts.push(vec![Self::emitted_part(closing)?]);
+        }
+        Ok(parts)
     }
 
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        self.groups.restore_part(part, rows, "over-window")
+        match (part, self.closing.as_mut()) {
+            (1, Some(closing)) => {
+                for b in rows {
+                    let (Some(groups), Some(counts)) = (
+                        b.column_by_name("partition")
+                            .and_then(|c| c.as_any().downcast_ref::<BinaryArray>()),
+                        b.column_by_name("emitted")
+                            .and_then(|c| c.as_any().downcast_ref::<UInt64Array>()),
+                    ) else {
+                        return Err(SluiceError::Internal(
+                            "the checkpoint's over-window state has unexpected columns".into(),
+                        ));
+                    };
+                    for i in 0..b.num_rows() {
+                        closing
+                            .emitted
+                            .insert(Box::from(groups.value(i)), counts.value(i));
+                    }
+                }
+            }
+            _ => self.groups.restore_part(part, rows, "over-window")?,
+        }
+        self.find_pending()
     }
 
     fn stats(&self) -> OperatorStats {

@@ -122,6 +122,11 @@ impl RankedGroups {
         self.groups.get(group)
     }
 
+    /// Every group with its rows, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Ranked)> {
+        self.groups.iter()
+    }
+
     /// Each row of `batch` with its group, order and whole bytes.
     pub fn keyed(&self, batch: &RecordBatch) -> Result<Vec<Keyed>, SluiceError> {
         let n = batch.num_rows();
