@@ -43,6 +43,8 @@ CREATE MATERIALIZED VIEW ranked AS SELECT id, k, n, rank() OVER (PARTITION BY k 
 CREATE MATERIALIZED VIEW running AS SELECT id, k, sum(id) OVER (PARTITION BY k ORDER BY id) AS running, count(*) OVER (PARTITION BY k ORDER BY id) AS c FROM ev;
 CREATE MATERIALIZED VIEW neighbours AS SELECT id, lag(n) OVER (PARTITION BY k ORDER BY id) AS prev, lead(id, 2, 0) OVER (PARTITION BY k ORDER BY id) AS after2 FROM ev;
 CREATE MATERIALIZED VIEW numbered_keyed AS SELECT k, grp, v, row_number() OVER (PARTITION BY grp ORDER BY v, k) AS rn, lag(v) OVER (PARTITION BY grp ORDER BY v, k) AS prev FROM kv;
+-- Bounded frames and numbering: a change recomputes only the rows it reaches.
+CREATE MATERIALIZED VIEW near_rows AS SELECT id, k, sum(id) OVER (PARTITION BY k ORDER BY n, id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS near, row_number() OVER (PARTITION BY k ORDER BY n, id) AS rn, dense_rank() OVER (PARTITION BY k ORDER BY n, id) AS dr, lag(id, 3) OVER (PARTITION BY k ORDER BY n, id) AS back3 FROM ev;
 CREATE MATERIALIZED VIEW numbered_all AS SELECT id, row_number() OVER (ORDER BY x, id) AS rn FROM ev;
 CREATE MATERIALIZED VIEW span_rows AS SELECT id, d, t, d * 2 AS twice, t + INTERVAL '90 minutes' AS later, -d AS negated FROM spans WHERE id % 2 = 0;
 CREATE MATERIALIZED VIEW span_totals AS SELECT id % 3 AS g, sum(d) AS total, min(d) AS shortest, max(t) AS latest, count(t) AS times FROM spans GROUP BY id % 3;

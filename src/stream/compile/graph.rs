@@ -45,7 +45,7 @@ use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
 use crate::stream::operators::join::{JoinOperator, JoinSide};
 use crate::stream::operators::operator::nullable;
 use crate::stream::operators::operator::{Delta, Operator, OperatorStats, StatePart};
-use crate::stream::operators::over_window::{CloseOnWatermark, OverWindowOperator};
+use crate::stream::operators::over_window::{CloseOnWatermark, OverWindowOperator, WindowReach};
 use crate::stream::operators::top_n::{TopNOperator, TopNSpec};
 
 /// The `source` of [`JoinGraph::propagate`] when only watermarks move.
@@ -1094,18 +1094,18 @@ impl JoinGraph {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let (mut stage_input, input_schema, _) = self.side(&input, &[], state).await?;
+        let logical: Vec<_> = window
+            .window_expr
+            .iter()
+            .filter_map(|e| match e.clone().unalias_nested().data {
+                Expr::WindowFunction(f) => Some(*f),
+                _ => None,
+            })
+            .collect();
         let closing = match self.emit_on_close {
             true => {
-                let functions: Vec<_> = window
-                    .window_expr
-                    .iter()
-                    .filter_map(|e| match e.clone().unalias_nested().data {
-                        Expr::WindowFunction(f) => Some(*f),
-                        _ => None,
-                    })
-                    .collect();
                 let (rule, source, column) =
-                    self.close_on_watermark(&input, &order_by, &functions)?;
+                    self.close_on_watermark(&input, &order_by, &logical)?;
                 if self.input_retracts(&stage_input) {
                     return refuse(
                         "EMIT ON WINDOW CLOSE over window functions needs an input that only grows (an append-only table with a WATERMARK); leave out EMIT ON WINDOW CLOSE".into(),
@@ -1149,9 +1149,12 @@ impl JoinGraph {
             nullable(window.schema.as_arrow()),
             description,
         )?;
-        if let Some(rule) = closing {
-            operator = operator.closing_on_watermark(rule);
-            self.closing_stage = Some(self.stages.len());
+        match closing {
+            Some(rule) => {
+                operator = operator.closing_on_watermark(rule);
+                self.closing_stage = Some(self.stages.len());
+            }
+            None => operator = operator.with_reach(window_reach(&logical)),
         }
         Ok(self.push_stage(
             Box::new(operator),
@@ -1215,22 +1218,10 @@ impl JoinGraph {
                 }
                 "row_number" | "rank" | "dense_rank" | "lag" => continue,
                 "lead" => {
-                    let n = match f.params.args.get(1) {
-                        None => Some(1),
-                        Some(Expr::Literal(v, _)) => v
-                            .clone()
-                            .cast_to(&arrow::datatypes::DataType::Int64)
-                            .ok()
-                            .and_then(|v| match v {
-                                datafusion::common::ScalarValue::Int64(n) => n,
-                                _ => None,
-                            }),
-                        Some(_) => None,
-                    };
-                    let Some(n) = n else {
+                    let Some(n) = offset_argument(f) else {
                         return refuse("needs lead()'s offset to be a constant");
                     };
-                    rule.rows_after = rule.rows_after.max(n.max(0) as u64);
+                    rule.rows_after = rule.rows_after.max(n);
                     continue;
                 }
                 _ => {}
@@ -1242,15 +1233,7 @@ impl JoinGraph {
                     return refuse("cannot emit a frame that ends at UNBOUNDED FOLLOWING")
                 }
                 (WindowFrameBound::Following(v), WindowFrameUnits::Rows) => {
-                    let n = v
-                        .clone()
-                        .cast_to(&arrow::datatypes::DataType::UInt64)
-                        .ok()
-                        .and_then(|v| match v {
-                            datafusion::common::ScalarValue::UInt64(n) => n,
-                            _ => None,
-                        });
-                    let Some(n) = n else {
+                    let Some(n) = row_count(v) else {
                         return refuse("needs a constant ROWS ... FOLLOWING");
                     };
                     rule.rows_after = rule.rows_after.max(n);
@@ -1802,6 +1785,85 @@ fn numbered_parts(stages: Vec<Vec<StatePart>>) -> Vec<OperatorPart> {
         }
     }
     out
+}
+
+/// `lag`'s or `lead`'s offset (1 when not given), when a constant; a
+/// negative offset reads the other way, which counts as 0 here.
+fn offset_argument(f: &datafusion::logical_expr::expr::WindowFunction) -> Option<u64> {
+    match f.params.args.get(1) {
+        None => Some(1),
+        Some(Expr::Literal(v, _)) => match v.clone().cast_to(&arrow::datatypes::DataType::Int64) {
+            Ok(datafusion::common::ScalarValue::Int64(Some(n))) => Some(n.max(0) as u64),
+            _ => None,
+        },
+        Some(_) => None,
+    }
+}
+
+/// A ROWS frame bound's count of rows.
+fn row_count(v: &datafusion::common::ScalarValue) -> Option<u64> {
+    match v.clone().cast_to(&arrow::datatypes::DataType::UInt64) {
+        Ok(datafusion::common::ScalarValue::UInt64(n)) => n,
+        _ => None,
+    }
+}
+
+/// How far window functions read around a row (see [`WindowReach`]):
+/// `lag` and `lead` their offsets, aggregates and value functions their
+/// ROWS frames; a RANGE or GROUPS offset or an unbounded start reaches the
+/// whole prefix, and an unbounded end or a function of the whole
+/// partition (`ntile`, `percent_rank`, `cume_dist`) everything.
+fn window_reach(functions: &[datafusion::logical_expr::expr::WindowFunction]) -> WindowReach {
+    use datafusion::logical_expr::{WindowFrameBound, WindowFrameUnits};
+    let mut reach = WindowReach {
+        behind: Some(0),
+        ahead: Some(0),
+        numbering: Vec::new(),
+    };
+    let widen = |mine: &mut Option<u64>, theirs: Option<u64>| {
+        *mine = match (*mine, theirs) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        }
+    };
+    for (i, f) in functions.iter().enumerate() {
+        let name = f.fun.name().to_ascii_lowercase();
+        // IGNORE NULLS reads past any number of NULLs.
+        let ignores_nulls = f.params.null_treatment
+            == Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls);
+        let (behind, ahead) = match name.as_str() {
+            _ if ignores_nulls => (None, None),
+            "row_number" | "rank" => {
+                reach.numbering.push((i, false));
+                (Some(0), Some(0))
+            }
+            "dense_rank" => {
+                reach.numbering.push((i, true));
+                (Some(0), Some(0))
+            }
+            "lag" => (offset_argument(f), Some(0)),
+            "lead" => (Some(0), offset_argument(f)),
+            "ntile" | "percent_rank" | "cume_dist" => (None, None),
+            _ => {
+                let frame = &f.params.window_frame;
+                let rows = frame.units == WindowFrameUnits::Rows;
+                let behind = match &frame.start_bound {
+                    WindowFrameBound::Preceding(v) if rows && !v.is_null() => row_count(v),
+                    WindowFrameBound::Preceding(_) => None,
+                    _ => Some(0),
+                };
+                let ahead = match &frame.end_bound {
+                    WindowFrameBound::Following(v) if rows && !v.is_null() => row_count(v),
+                    WindowFrameBound::Following(_) => None,
+                    _ => Some(0),
+                };
+                (behind, ahead)
+            }
+        };
+        widen(&mut reach.behind, behind);
+        widen(&mut reach.ahead, ahead);
+    }
+    reach
 }
 
 /// Where each of `wanted` stands in `among`, each in its own place; None

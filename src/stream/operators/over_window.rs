@@ -6,9 +6,18 @@
 //! Deltas: the partitions a delta touches are computed again, before and
 //! after it, with DataFusion's window functions over the partition's rows
 //! in order; rows whose values changed are taken back and sent again, the
-//! others stay. Other partitions are not touched. A partition is computed
-//! whole, so a change costs the size of its partition (no PARTITION BY is
-//! one partition: every change costs the whole input).
+//! others stay. Other partitions are not touched. Within a partition only
+//! the rows a change can reach are computed ([`WindowReach`]): from the
+//! first changed row, back by how far the functions read ahead (`lead`,
+//! `n FOLLOWING`) and then by how far they read behind (`lag`, `n
+//! PRECEDING`, as context), to the start of that row's peers; `row_number`,
+//! `rank` and `dense_rank` there count on from the rows before. A row
+//! appended at the end of its partition's order (events in time order)
+//! thus costs a few rows, not the partition. Functions that read the
+//! partition's whole prefix (a running `sum`, `first_value` from `UNBOUNDED
+//! PRECEDING`) or all of it (`ntile`, `percent_rank`, `cume_dist`, frames to
+//! `UNBOUNDED FOLLOWING`) compute the partition whole (no PARTITION BY is
+//! one partition: every change then costs the whole input).
 //!
 //! State: every row of every partition ([`RankedGroups`]: by PARTITION BY
 //! values, in ORDER BY order, ties by the whole row, so that `row_number()`
@@ -45,11 +54,26 @@ use datafusion::physical_expr::window::WindowExpr;
 use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
-use super::ranked_groups::{Bytes, OutputRows, RankedGroups};
+use super::ranked_groups::{minus, Bytes, OutputRows, Ranked, RankedGroups};
 use crate::error::SluiceError;
+
+/// How far an over-window's functions read around a row, which bounds what
+/// a change can alter (see the module's header).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowReach {
+    /// Rows before a row its values read; `None`: the partition's whole
+    /// prefix.
+    pub behind: Option<u64>,
+    /// Rows after a row its values read; `None`: the whole partition.
+    pub ahead: Option<u64>,
+    /// Functions (by index) that number rows from the partition's first:
+    /// `row_number` and `rank` (true: `dense_rank`).
+    pub numbering: Vec<(usize, bool)>,
+}
 
 pub struct OverWindowOperator {
     groups: RankedGroups,
+    reach: WindowReach,
     functions: Vec<Arc<dyn WindowExpr>>,
     input: SchemaRef,
     output: SchemaRef,
@@ -156,6 +180,7 @@ impl OverWindowOperator {
             .collect();
         Ok(OverWindowOperator {
             groups: RankedGroups::new(input.clone(), partition_by, order_by)?,
+            reach: WindowReach::default(),
             functions,
             input,
             output_rows: RowConverter::new(output_fields)?,
@@ -165,6 +190,144 @@ impl OverWindowOperator {
             rows_out: 0,
             closing: None,
         })
+    }
+
+    /// How far the functions read: what a change recomputes.
+    pub fn with_reach(mut self, reach: WindowReach) -> OverWindowOperator {
+        self.reach = reach;
+        self
+    }
+
+    /// Applies a delta (emit on update): the touched partitions' rows a
+    /// change can reach, computed before and after it.
+    fn update(&mut self, delta: &Delta) -> Result<Delta, SluiceError> {
+        let (mut inserted, mut retracted) = (Vec::new(), Vec::new());
+        for (batches, into) in [
+            (&delta.insert, &mut inserted),
+            (&delta.retract, &mut retracted),
+        ] {
+            for b in batches.iter().filter(|b| b.num_rows() > 0) {
+                self.rows_in += b.num_rows() as u64;
+                into.extend(self.groups.keyed(b)?);
+            }
+        }
+        // Each touched partition's first changed row.
+        let mut first: HashMap<Bytes, (Bytes, Bytes)> = HashMap::new();
+        for k in inserted.iter().chain(&retracted) {
+            let key = (k.order.clone(), k.row.clone());
+            match first.get_mut(&k.group) {
+                Some(f) if *f <= key => {}
+                Some(f) => *f = key,
+                None => {
+                    first.insert(k.group.clone(), key);
+                }
+            }
+        }
+        let mut before = Vec::with_capacity(first.len());
+        for (group, key) in first {
+            let from = self.change_start(&group, &key);
+            let old = self.evaluate_from(&group, from)?;
+            before.push((group, from, old));
+        }
+        // Inserts first: a delta may take back a row it also inserts.
+        for k in inserted {
+            self.groups.add(k, 1);
+        }
+        for k in retracted {
+            self.groups.take(k, "over-window")?;
+        }
+        let mut out = Delta::default();
+        for (group, from, old) in before {
+            let new = self.evaluate_from(&group, from)?;
+            let (gone, came) = (minus(&old, &new), minus(&new, &old));
+            self.rows_out += came.len() as u64;
+            if !gone.is_empty() {
+                out.retract.push(self.rows(&gone)?);
+            }
+            if !came.is_empty() {
+                out.insert.push(self.rows(&came)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The first row (by position, copies counted) a change at `key`
+    /// may alter or needs as context, at the start of its peers: the rows
+    /// before it are the same before and after the change, and so is
+    /// where its peers start (the changed row's own peers start where the
+    /// rows of smaller ORDER BY values end, in either state).
+    fn change_start(&self, group: &[u8], key: &(Bytes, Bytes)) -> u64 {
+        let (Some(ranked), Some(behind), Some(ahead)) = (
+            self.groups.group(group),
+            self.reach.behind,
+            self.reach.ahead,
+        ) else {
+            return 0;
+        };
+        let smaller = (key.0.clone(), Bytes::default());
+        let peers_of_change: u64 = ranked.range(..smaller).map(|(_, c)| *c).sum();
+        let target = peers_of_change.saturating_sub(ahead).saturating_sub(behind);
+        if target == peers_of_change {
+            return target;
+        }
+        // A row before the changed one's peers: its own peers start there.
+        let (mut at, mut peers_start, mut last) = (0u64, 0u64, None);
+        for ((order, _), copies) in ranked.iter() {
+            if last != Some(order) {
+                peers_start = at;
+                last = Some(order);
+            }
+            if at + copies > target {
+                return peers_start;
+            }
+            at += copies;
+        }
+        peers_start
+    }
+
+    /// The output rows of a partition's rows from position `from` (a
+    /// peer group's start) on, each copy once: the functions computed over
+    /// those rows, numbering functions counting on from the rows before.
+    fn evaluate_from(&self, group: &[u8], from: u64) -> Result<OutputRows, SluiceError> {
+        let Some(ranked) = self.groups.group(group) else {
+            return Ok(Vec::new());
+        };
+        if from == 0 {
+            return evaluate(
+                &self.groups,
+                group,
+                &self.functions,
+                &self.input,
+                &self.output,
+                &self.output_rows,
+            );
+        }
+        let (skipped, dense_before) = rows_before(ranked, from);
+        let rows =
+            skipped.flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
+        let columns = self.groups.columns(rows)?;
+        if columns.first().is_none_or(|c| c.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
+        let mut columns = batch.columns().to_vec();
+        for (i, (f, field)) in self
+            .functions
+            .iter()
+            .zip(&self.output.fields()[self.input.fields().len()..])
+            .enumerate()
+        {
+            let mut values = f.evaluate(&batch)?;
+            if let Some((_, dense)) = self.reach.numbering.iter().find(|(n, _)| *n == i) {
+                let offset = if *dense { dense_before } else { from };
+                let counted = compute::cast(&values, &DataType::Int64)?;
+                let offset = arrow::array::Int64Array::new_scalar(offset as i64);
+                values = arrow::compute::kernels::numeric::add(&counted, &offset)?;
+            }
+            columns.push(compute::cast(&values, field.data_type())?);
+        }
+        let rows = self.output_rows.convert_columns(&columns)?;
+        Ok(rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect())
     }
 
     /// Emits each row once, when it is final (`EMIT ON WINDOW CLOSE`).
@@ -324,6 +487,25 @@ fn evaluate(
     Ok(evaluate_partition(groups, group, functions, input, output, output_rows)?.0)
 }
 
+/// The rows of a partition from position `from` (a key's first copy) on,
+/// and how many distinct ORDER BY values come before it.
+fn rows_before(ranked: &Ranked, from: u64) -> (impl Iterator<Item = (&(Bytes, Bytes), &u64)>, u64) {
+    let (mut at, mut distinct, mut last) = (0u64, 0u64, None);
+    let mut rest = ranked.iter().peekable();
+    while let Some(((order, _), copies)) = rest.peek() {
+        if at >= from {
+            break;
+        }
+        if last != Some(order) {
+            distinct += 1;
+            last = Some(order);
+        }
+        at += **copies;
+        rest.next();
+    }
+    (rest, distinct)
+}
+
 /// [`evaluate`], with the partition's input rows in order.
 fn evaluate_partition(
     groups: &RankedGroups,
@@ -366,18 +548,7 @@ impl Operator for OverWindowOperator {
         if self.closing.is_some() {
             return self.hold(delta);
         }
-        let functions = &self.functions;
-        let (input_schema, output) = (&self.input, &self.output);
-        let output_rows = &self.output_rows;
-        let changed = self.groups.apply_delta(
-            delta,
-            "over-window",
-            |groups, g| evaluate(groups, g, functions, input_schema, output, output_rows),
-            |_, _| {},
-        )?;
-        self.rows_in += changed.rows_in;
-        self.rows_out += changed.came.len() as u64;
-        changed.delta(|rows| self.rows(rows))
+        self.update(delta)
     }
 
     fn advance_watermark(

@@ -362,8 +362,9 @@ impl RankedGroups {
 }
 
 /// What is in `a` and not in `b`, copies counted.
-fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> OutputRows {
-    let mut left: HashMap<&(Bytes, u64), usize> = HashMap::new();
+pub fn minus(a: &[(Bytes, u64)], b: &[(Bytes, u64)]) -> OutputRows {
+    let mut left: HashMap<&(Bytes, u64), usize, ahash::RandomState> =
+        HashMap::with_capacity_and_hasher(b.len(), ahash::RandomState::default());
     for r in b {
         *left.entry(r).or_default() += 1;
     }
