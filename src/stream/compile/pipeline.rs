@@ -418,9 +418,20 @@ pub async fn compile(
         ));
     }
     let pipeline = match aggregate {
+        // An ORDER BY keeps the rows as a sorted arrangement.
         None => Pipeline::Rows {
             plan: state.create_physical_plan(&plan).await?,
-            rows: RowsOperator::new(schema.clone()),
+            rows: match &order {
+                Some(o) => RowsOperator::ordered(
+                    schema.clone(),
+                    o.keys
+                        .iter()
+                        .cloned()
+                        .zip(o.options.iter().copied())
+                        .collect(),
+                )?,
+                None => RowsOperator::new(schema.clone()),
+            },
         },
         Some((aggregate, projection)) => {
             let mut agg =
@@ -992,8 +1003,12 @@ impl CompiledView {
     /// order if it has one.
     pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
         let rows = self.unordered_snapshot()?;
+        // Ordered rows come in order; an aggregate's groups are sorted.
+        let arranged = matches!(&self.pipeline, Pipeline::Rows { rows, .. } if rows.is_ordered());
         match &self.order {
-            Some(order) if !rows.is_empty() => Ok(vec![order.sort(&self.schema, &rows)?]),
+            Some(order) if !rows.is_empty() && !arranged => {
+                Ok(vec![order.sort(&self.schema, &rows)?])
+            }
             _ => Ok(rows),
         }
     }
@@ -1005,7 +1020,7 @@ impl CompiledView {
         let emit_open = !self.closing.is_some_and(|c| c.emit_on_close);
         match &mut self.pipeline {
             Pipeline::Rows { rows, .. } => {
-                for b in rows.batches() {
+                for b in rows.rows()? {
                     out.push(RecordBatch::try_new(
                         self.schema.clone(),
                         b.columns().to_vec(),

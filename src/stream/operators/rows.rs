@@ -10,20 +10,33 @@
 //! [`Operator::snapshot`] gives all of them, rewritten each epoch.
 //!
 //! Watermark: nothing; rows stay as long as their input rows do.
+//!
+//! A view whose query ends in `ORDER BY` keeps its rows as a sorted
+//! arrangement instead ([`RowsOperator::ordered`]): each row by its ORDER
+//! BY values' arrow-row bytes (then its own bytes), with its count, so that
+//! a row arrives or leaves in its place and a read gets the rows in the
+//! view's order without sorting them. Its checkpoint is every row, in
+//! order, each epoch.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::compute;
+use arrow::compute::{self, SortOptions};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
 
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
+use super::ranked_groups::RankedGroups;
 use crate::error::SluiceError;
 
 pub struct RowsOperator {
     schema: SchemaRef,
     rows: Vec<RecordBatch>,
+    /// The rows in the view's ORDER BY order, when it has one (then
+    /// `rows` stays empty).
+    sorted: Option<Box<RankedGroups>>,
     rows_in: u64,
 }
 
@@ -32,19 +45,71 @@ impl RowsOperator {
         RowsOperator {
             schema,
             rows: Vec::new(),
+            sorted: None,
             rows_in: 0,
         }
     }
 
-    /// The rows held, oldest first (as the query produced them).
+    /// Rows kept in the order of `order_by` (over the view's columns).
+    pub fn ordered(
+        schema: SchemaRef,
+        order_by: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    ) -> Result<RowsOperator, SluiceError> {
+        Ok(RowsOperator {
+            sorted: Some(Box::new(RankedGroups::new(
+                schema.clone(),
+                Vec::new(),
+                order_by,
+            )?)),
+            ..RowsOperator::new(schema)
+        })
+    }
+
+    /// Whether the rows are kept in the view's order.
+    pub fn is_ordered(&self) -> bool {
+        self.sorted.is_some()
+    }
+
+    /// The rows held, oldest first (as the query produced them); none for
+    /// ordered rows (see [`RowsOperator::rows`]).
     pub fn batches(&self) -> &[RecordBatch] {
         &self.rows
+    }
+
+    /// Every row held: in the view's order for ordered rows (one batch),
+    /// else as [`RowsOperator::batches`].
+    pub fn rows(&self) -> Result<Vec<RecordBatch>, SluiceError> {
+        let Some(sorted) = &self.sorted else {
+            return Ok(self.rows.clone());
+        };
+        if sorted.held() == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sorted.iter().flat_map(|(_, ranked)| {
+            ranked
+                .iter()
+                .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize))
+        });
+        let columns = sorted.columns(rows)?;
+        Ok(vec![RecordBatch::try_new(self.schema.clone(), columns)?])
     }
 
     /// Appends rows without counting them as input (a restore).
     pub fn extend(&mut self, rows: impl IntoIterator<Item = RecordBatch>) {
         self.rows
             .extend(rows.into_iter().filter(|b| b.num_rows() > 0));
+    }
+
+    /// Adds rows to the arrangement (ordered rows).
+    fn arrange(&mut self, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        if let Some(sorted) = self.sorted.as_mut() {
+            for b in rows.iter().filter(|b| b.num_rows() > 0) {
+                for k in sorted.keyed(b)? {
+                    sorted.add(k, 1);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -53,6 +118,17 @@ impl Operator for RowsOperator {
         for b in delta.insert.iter().chain(&delta.retract) {
             self.rows_in += b.num_rows() as u64;
         }
+        if self.sorted.is_some() {
+            self.arrange(&delta.insert)?;
+            if let Some(sorted) = self.sorted.as_mut() {
+                for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
+                    for k in sorted.keyed(b)? {
+                        sorted.take(k, "view's ordered rows")?;
+                    }
+                }
+            }
+            return Ok(Delta::default());
+        }
         self.extend(delta.insert.iter().cloned());
         remove_rows(&self.schema, &mut self.rows, &delta.retract)?;
         // The view's last stage: readers take its rows, nothing follows.
@@ -60,25 +136,36 @@ impl Operator for RowsOperator {
     }
 
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
-        Ok(vec![self.rows.clone()])
+        Ok(vec![self.rows()?])
     }
 
     fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        self.extend(rows.iter().cloned());
+        match self.sorted.is_some() {
+            true => self.arrange(rows)?,
+            false => self.extend(rows.iter().cloned()),
+        }
         Ok(())
     }
 
     fn stats(&self) -> OperatorStats {
-        let held: u64 = self.rows.iter().map(|b| b.num_rows() as u64).sum();
+        let (held, bytes) = match &self.sorted {
+            Some(sorted) => (sorted.held(), sorted.state_bytes()),
+            None => (
+                self.rows.iter().map(|b| b.num_rows() as u64).sum(),
+                self.rows
+                    .iter()
+                    .map(|b| b.get_array_memory_size() as u64)
+                    .sum(),
+            ),
+        };
         OperatorStats {
             kind: "rows",
-            description: "the view's rows".into(),
+            description: match self.sorted {
+                Some(_) => "the view's rows, kept in its ORDER BY order".into(),
+                None => "the view's rows".into(),
+            },
             state_rows: held,
-            state_bytes: self
-                .rows
-                .iter()
-                .map(|b| b.get_array_memory_size() as u64)
-                .sum(),
+            state_bytes: bytes,
             input_rows: self.rows_in,
             output_rows: held,
         }
