@@ -1117,8 +1117,17 @@ impl JoinGraph {
             }
             false => None,
         };
+        let reach = window_reach(&logical);
+        let recomputes = match (reach.behind, reach.ahead, partition_by.is_empty()) {
+            (Some(_), Some(_), true) => "a change recomputes the rows from its peers on",
+            (Some(_), Some(_), false) => {
+                "a change recomputes its partition's rows from its peers on"
+            }
+            (_, _, true) => "every change recomputes all rows",
+            (_, _, false) => "a change recomputes its partition",
+        };
         let description = format!(
-            "{} over {}",
+            "{} over {} ({recomputes})",
             window
                 .window_expr
                 .iter()
@@ -1126,9 +1135,9 @@ impl JoinGraph {
                 .collect::<Vec<_>>()
                 .join(", "),
             match partition_by.is_empty() {
-                true => "one partition (every change recomputes all rows)".to_string(),
+                true => "one partition".to_string(),
                 false => format!(
-                    "partitions by {} (a change recomputes its partition)",
+                    "partitions by {}",
                     partition_by
                         .iter()
                         .map(|e| e.to_string())
@@ -1154,7 +1163,7 @@ impl JoinGraph {
                 operator = operator.closing_on_watermark(rule);
                 self.closing_stage = Some(self.stages.len());
             }
-            None => operator = operator.with_reach(window_reach(&logical)),
+            None => operator = operator.with_reach(reach),
         }
         Ok(self.push_stage(
             Box::new(operator),

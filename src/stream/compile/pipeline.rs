@@ -430,6 +430,7 @@ pub async fn compile(
                         .zip(o.options.iter().copied())
                         .collect(),
                 )?,
+                None if retracting => RowsOperator::taking_back(schema.clone())?,
                 None => RowsOperator::new(schema.clone()),
             },
         },

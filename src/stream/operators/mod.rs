@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod delta;
 pub mod dynamic_filter;
 pub mod group_table;
+pub mod indexed_rows;
 pub mod interval_join;
 pub mod join;
 pub mod operator;

@@ -1,9 +1,10 @@
 //! The rows operator: the last stage of a view without an aggregate,
 //! which holds the view's rows.
 //!
-//! State: the view's rows as batches. Inserted rows are appended; a
-//! retracted row removes one equal row (rows compare by their arrow-row
-//! bytes).
+//! State: the view's rows as batches. Inserted rows are appended. When the
+//! input takes rows back ([`RowsOperator::taking_back`]) the rows are
+//! indexed by their arrow-row bytes ([`IndexedRows`]), and a retracted row
+//! removes one equal row.
 //!
 //! Checkpoint: when no input ever takes rows back, rows are appended for
 //! good and the checkpoint writes each once (`FileKind::Rows`); otherwise
@@ -18,15 +19,14 @@
 //! view's order without sorting them. Its checkpoint is every row, in
 //! order, each epoch.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::compute::{self, SortOptions};
+use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
-use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
+use super::indexed_rows::IndexedRows;
 use super::operator::{Delta, Operator, OperatorStats, StatePart};
 use super::ranked_groups::RankedGroups;
 use crate::error::SluiceError;
@@ -37,6 +37,9 @@ pub struct RowsOperator {
     /// The rows in the view's ORDER BY order, when it has one (then
     /// `rows` stays empty).
     sorted: Option<Box<RankedGroups>>,
+    /// The rows, indexed, when the input takes rows back and the view has
+    /// no ORDER BY (then `rows` stays empty).
+    indexed: Option<Box<IndexedRows>>,
     rows_in: u64,
 }
 
@@ -46,8 +49,17 @@ impl RowsOperator {
             schema,
             rows: Vec::new(),
             sorted: None,
+            indexed: None,
             rows_in: 0,
         }
+    }
+
+    /// Rows of an input that takes rows back.
+    pub fn taking_back(schema: SchemaRef) -> Result<RowsOperator, SluiceError> {
+        Ok(RowsOperator {
+            indexed: Some(Box::new(IndexedRows::new(schema.clone())?)),
+            ..RowsOperator::new(schema)
+        })
     }
 
     /// Rows kept in the order of `order_by` (over the view's columns).
@@ -78,7 +90,10 @@ impl RowsOperator {
 
     /// Every row held: in the view's order for ordered rows (one batch),
     /// else as [`RowsOperator::batches`].
-    pub fn rows(&self) -> Result<Vec<RecordBatch>, SluiceError> {
+    pub fn rows(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        if let Some(indexed) = self.indexed.as_mut() {
+            return indexed.batches();
+        }
         let Some(sorted) = &self.sorted else {
             return Ok(self.rows.clone());
         };
@@ -100,8 +115,13 @@ impl RowsOperator {
             .extend(rows.into_iter().filter(|b| b.num_rows() > 0));
     }
 
-    /// Adds rows to the arrangement (ordered rows).
+    /// Adds rows to the arrangement or the index.
     fn arrange(&mut self, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        if let Some(indexed) = self.indexed.as_mut() {
+            for b in rows {
+                indexed.add(b)?;
+            }
+        }
         if let Some(sorted) = self.sorted.as_mut() {
             for b in rows.iter().filter(|b| b.num_rows() > 0) {
                 for k in sorted.keyed(b)? {
@@ -118,8 +138,13 @@ impl Operator for RowsOperator {
         for b in delta.insert.iter().chain(&delta.retract) {
             self.rows_in += b.num_rows() as u64;
         }
-        if self.sorted.is_some() {
+        if self.sorted.is_some() || self.indexed.is_some() {
             self.arrange(&delta.insert)?;
+            if let Some(indexed) = self.indexed.as_mut() {
+                for b in &delta.retract {
+                    indexed.take(b)?;
+                }
+            }
             if let Some(sorted) = self.sorted.as_mut() {
                 for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
                     for k in sorted.keyed(b)? {
@@ -129,8 +154,12 @@ impl Operator for RowsOperator {
             }
             return Ok(Delta::default());
         }
+        if delta.retract.iter().any(|b| b.num_rows() > 0) {
+            return Err(SluiceError::Internal(
+                "rows kept for good were taken back".into(),
+            ));
+        }
         self.extend(delta.insert.iter().cloned());
-        remove_rows(&self.schema, &mut self.rows, &delta.retract)?;
         // The view's last stage: readers take its rows, nothing follows.
         Ok(Delta::default())
     }
@@ -140,7 +169,7 @@ impl Operator for RowsOperator {
     }
 
     fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        match self.sorted.is_some() {
+        match self.sorted.is_some() || self.indexed.is_some() {
             true => self.arrange(rows)?,
             false => self.extend(rows.iter().cloned()),
         }
@@ -148,9 +177,10 @@ impl Operator for RowsOperator {
     }
 
     fn stats(&self) -> OperatorStats {
-        let (held, bytes) = match &self.sorted {
-            Some(sorted) => (sorted.held(), sorted.state_bytes()),
-            None => (
+        let (held, bytes) = match (&self.sorted, &self.indexed) {
+            (Some(sorted), _) => (sorted.held(), sorted.state_bytes()),
+            (None, Some(indexed)) => (indexed.len() as u64, indexed.memory_bytes()),
+            (None, None) => (
                 self.rows.iter().map(|b| b.num_rows() as u64).sum(),
                 self.rows
                     .iter()
@@ -170,48 +200,4 @@ impl Operator for RowsOperator {
             output_rows: held,
         }
     }
-}
-
-/// Removes one row equal to each row of `gone` from `rows`.
-fn remove_rows(
-    schema: &SchemaRef,
-    rows: &mut Vec<RecordBatch>,
-    gone: &[RecordBatch],
-) -> Result<(), SluiceError> {
-    let fields = schema
-        .fields()
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let mut pending: HashMap<Vec<u8>, usize> = HashMap::new();
-    for b in gone {
-        let encoded = converter.convert_columns(b.columns())?;
-        for r in encoded.iter() {
-            *pending.entry(r.as_ref().to_vec()).or_insert(0) += 1;
-        }
-    }
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let mut kept = Vec::with_capacity(rows.len());
-    for b in rows.drain(..) {
-        let encoded = converter.convert_columns(b.columns())?;
-        let keep: arrow::array::BooleanArray = encoded
-            .iter()
-            .map(|r| match pending.get_mut(r.as_ref()) {
-                Some(n) if *n > 0 => {
-                    *n -= 1;
-                    Some(false)
-                }
-                _ => Some(true),
-            })
-            .collect();
-        let b = compute::filter_record_batch(&b, &keep)?;
-        if b.num_rows() > 0 {
-            kept.push(b);
-        }
-    }
-    *rows = kept;
-    Ok(())
 }
