@@ -60,6 +60,13 @@ impl VisitorMut for PostgresSyntax {
         if let Some(e) = rewrite(expr) {
             *expr = e;
         }
+        if let Expr::Function(f) = expr {
+            if let Some(sqlparser::ast::WindowType::WindowSpec(spec)) = &mut f.over {
+                if let Some(frame) = &mut spec.window_frame {
+                    frame_offsets_as_text(frame);
+                }
+            }
+        }
         ControlFlow::Continue(())
     }
 
@@ -353,6 +360,39 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// A RANGE frame's `INTERVAL '1 minute' PRECEDING` (or `'1 minute'::interval`),
+/// which the rewrite above made a cast, back to the interval literal
+/// DataFusion takes there (a frame offset is a number or an interval
+/// literal to it, not a cast).
+fn frame_offsets_as_text(frame: &mut sqlparser::ast::WindowFrame) {
+    use sqlparser::ast::WindowFrameBound;
+    let bounds = std::iter::once(&mut frame.start_bound).chain(frame.end_bound.as_mut());
+    for bound in bounds {
+        let (WindowFrameBound::Preceding(Some(offset)) | WindowFrameBound::Following(Some(offset))) =
+            bound
+        else {
+            continue;
+        };
+        if let Expr::Cast {
+            expr: inner,
+            data_type: sqlparser::ast::DataType::Interval { .. },
+            ..
+        } = offset.as_ref()
+        {
+            if matches!(inner.as_ref(), Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_)))
+            {
+                **offset = Expr::Interval(sqlparser::ast::Interval {
+                    value: inner.clone(),
+                    leading_field: None,
+                    leading_precision: None,
+                    last_field: None,
+                    fractional_seconds_precision: None,
+                });
+            }
+        }
     }
 }
 

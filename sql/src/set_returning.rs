@@ -367,7 +367,7 @@ fn name_unnest_column(factor: &mut sqlparser::ast::TableFactor) {
 /// lateral call gives, under the relation's own name. References
 /// qualified by the function's alias read that subquery.
 fn lateral_functions(query: &mut sqlparser::ast::Query) {
-    use sqlparser::ast::{JoinConstraint, JoinOperator, SetExpr, TableFactor, TableWithJoins};
+    use sqlparser::ast::{JoinConstraint, JoinOperator, SetExpr, TableFactor};
     let SetExpr::Select(select) = query.body.as_mut() else {
         return;
     };
@@ -379,30 +379,60 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
     };
     // `LEFT JOIN LATERAL ... ON true` also keeps the rows the function
     // gives nothing for, with NULLs.
-    let mut keeps_empty = false;
-    let (left, function) = match select.from.as_slice() {
-        [l, f] if l.joins.is_empty() && f.joins.is_empty() => (&l.relation, &f.relation),
-        [l] if l.joins.len() == 1
-            && match &l.joins[0].join_operator {
-                JoinOperator::CrossJoin(c) | JoinOperator::Inner(c) | JoinOperator::Join(c) => {
-                    on_true(c)
-                }
-                JoinOperator::CrossApply => true,
-                JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => {
-                    keeps_empty = true;
-                    on_true(c)
-                }
-                JoinOperator::OuterApply => {
-                    keeps_empty = true;
-                    true
-                }
-                _ => false,
-            } =>
-        {
-            (&l.relation, &l.joins[0].relation)
+    let lateral_join = |op: &JoinOperator| match op {
+        JoinOperator::CrossJoin(c) | JoinOperator::Inner(c) | JoinOperator::Join(c) => {
+            on_true(c).then_some(false)
         }
-        _ => return,
+        JoinOperator::CrossApply => Some(false),
+        JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => on_true(c).then_some(true),
+        JoinOperator::OuterApply => Some(true),
+        _ => None,
     };
+    // Where the function is: an item of FROM after the others, or the
+    // last join of the last item.
+    let Some(last) = select.from.len().checked_sub(1) else {
+        return;
+    };
+    let (function_join, keeps_empty) = match select.from[last].joins.last() {
+        None if last > 0 => (None, false),
+        Some(j) => match lateral_join(&j.join_operator) {
+            Some(keeps) => (Some(select.from[last].joins.len() - 1), keeps),
+            None => return,
+        },
+        None => return,
+    };
+    let function = match function_join {
+        Some(j) => select.from[last].joins[j].relation.clone(),
+        None => select.from[last].relation.clone(),
+    };
+    // The relations before it, each with where it is. Over several, they
+    // must be joined by inner joins (the call then reads one of them,
+    // named in its arguments: unnesting that relation before the joins
+    // gives the same rows; an outer join could NULL it).
+    let mut relations: Vec<(usize, Option<usize>)> = Vec::new();
+    for (i, item) in select.from.iter().enumerate() {
+        if i == last && function_join.is_none() {
+            break;
+        }
+        relations.push((i, None));
+        for (j, join) in item.joins.iter().enumerate() {
+            if i == last && Some(j) == function_join {
+                break;
+            }
+            if !matches!(
+                join.join_operator,
+                JoinOperator::CrossJoin(_) | JoinOperator::Inner(_) | JoinOperator::Join(_)
+            ) {
+                return;
+            }
+            relations.push((i, Some(j)));
+        }
+    }
+    let factor = |select: &sqlparser::ast::Select, (i, j): (usize, Option<usize>)| match j {
+        Some(j) => select.from[i].joins[j].relation.clone(),
+        None => select.from[i].relation.clone(),
+    };
+    let function = &function;
     let (name, args, alias) = match function {
         TableFactor::Table {
             name,
@@ -513,7 +543,7 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         ("generate_series", 2 | 3) => vec![("generate_series", call("generate_series", args))],
         _ => return,
     };
-    let qualifier = match left {
+    let qualifier_of = |left: &TableFactor| match left {
         TableFactor::Table {
             name,
             alias,
@@ -530,7 +560,40 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         } => Some(alias.name.clone()),
         _ => None,
     };
-    let Some(qualifier) = qualifier else {
+    // The relation the call reads: the only one, or the one its
+    // arguments name.
+    let position = match relations.as_slice() {
+        [one] => *one,
+        _ => {
+            let mut named = Vec::new();
+            for a in &arguments {
+                let _ = sqlparser::ast::visit_expressions(a, |e| {
+                    match e {
+                        Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                            named.push(Some(parts[0].value.clone()))
+                        }
+                        Expr::Identifier(_) => named.push(None),
+                        _ => {}
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            }
+            named.dedup();
+            let [Some(name)] = named.as_slice() else {
+                return;
+            };
+            let found: Vec<_> = relations
+                .iter()
+                .filter(|r| qualifier_of(&factor(select, **r)).is_some_and(|q| q.value == *name))
+                .collect();
+            match found.as_slice() {
+                [one] => **one,
+                _ => return,
+            }
+        }
+    };
+    let left = factor(select, position);
+    let Some(qualifier) = qualifier_of(&left) else {
         return;
     };
     // A one-column function takes its alias as the column's name.
@@ -580,20 +643,29 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         return;
     };
     let function_alias = alias.as_ref().map(|a| a.name.value.clone());
-    select.from = vec![TableWithJoins {
-        relation: TableFactor::Derived {
-            lateral: false,
-            subquery,
-            alias: Some(sqlparser::ast::TableAlias {
-                explicit: true,
-                name: qualifier.clone(),
-                columns: vec![],
-                at: None,
-            }),
-            sample: None,
-        },
-        joins: vec![],
-    }];
+    let derived = TableFactor::Derived {
+        lateral: false,
+        subquery,
+        alias: Some(sqlparser::ast::TableAlias {
+            explicit: true,
+            name: qualifier.clone(),
+            columns: vec![],
+            at: None,
+        }),
+        sample: None,
+    };
+    match position {
+        (i, Some(j)) => select.from[i].joins[j].relation = derived,
+        (i, None) => select.from[i].relation = derived,
+    }
+    match function_join {
+        Some(j) => {
+            select.from[last].joins.remove(j);
+        }
+        None => {
+            select.from.remove(last);
+        }
+    }
     // `e.value` reads the subquery now.
     if let Some(function_alias) = function_alias {
         let _ = sqlparser::ast::visit_expressions_mut(query, |e| {
@@ -671,6 +743,28 @@ mod tests {
         assert_eq!(
             rewritten("SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON a.id > 1"),
             "SELECT * FROM a LEFT JOIN LATERAL unnest(a.x) u ON a.id > 1"
+        );
+        // After inner joins: the relation its arguments name is unnested
+        // in place.
+        assert_eq!(
+            rewritten("SELECT a.id, b.name, x FROM a JOIN b ON a.id = b.id, LATERAL unnest(b.xs) AS x"),
+            "SELECT a.id, b.name, x FROM a JOIN (SELECT b.*, unnest(b.xs) AS x FROM b) AS b ON a.id = b.id"
+        );
+        assert_eq!(
+            rewritten(
+                "SELECT * FROM a, b CROSS JOIN LATERAL unnest(a.xs) AS u(x) WHERE a.id = b.id"
+            ),
+            "SELECT * FROM (SELECT a.*, unnest(a.xs) AS x FROM a) AS a, b WHERE a.id = b.id"
+        );
+        // After an outer join (its relation may be NULL there), or with
+        // arguments that name no relation: left alone.
+        assert_eq!(
+            rewritten("SELECT * FROM a LEFT JOIN b ON a.id = b.id, LATERAL unnest(b.xs) AS x"),
+            "SELECT * FROM a LEFT JOIN b ON a.id = b.id, LATERAL unnest(b.xs) AS x"
+        );
+        assert_eq!(
+            rewritten("SELECT * FROM a JOIN b ON a.id = b.id, LATERAL unnest(xs) AS x"),
+            "SELECT * FROM a JOIN b ON a.id = b.id, LATERAL unnest(xs) AS x"
         );
     }
 

@@ -57,6 +57,7 @@ CREATE MATERIALIZED VIEW span_extremes AS SELECT id % 2 AS g, max(d) AS longest,
 CREATE MATERIALIZED VIEW span_order AS SELECT id, d FROM spans ORDER BY d DESC NULLS LAST, id LIMIT 6;
 CREATE MATERIALIZED VIEW span_ranks AS SELECT id, d, rank() OVER (ORDER BY d NULLS FIRST) AS r, lag(id) OVER (ORDER BY d, id) AS before FROM spans;
 CREATE MATERIALIZED VIEW bag_elements AS SELECT id, x FROM bags, unnest(bags.xs) AS x;
+CREATE MATERIALIZED VIEW bag_joined_elements AS SELECT b.id, n1.a, x FROM bags b JOIN n1 ON n1.k = b.id, LATERAL unnest(b.xs) AS x;
 CREATE MATERIALIZED VIEW bag_tag_counts AS SELECT tag, count(*) AS c FROM bags, unnest(bags.tags) AS tag GROUP BY tag;
 CREATE MATERIALIZED VIEW bag_any AS SELECT id, xs, tags FROM bags WHERE 2 = ANY(xs) OR 'a' = ANY(tags);
 CREATE MATERIALIZED VIEW bag_sizes AS SELECT id, cardinality(xs) AS n, xs[1] AS first, xs[2] AS second FROM bags;
