@@ -99,9 +99,53 @@ impl IndexedRows {
             shown: Some(batch.clone()),
         });
         if self.batches.len() > MAX_BATCHES {
-            self.compact()?;
+            // The newer, smaller batches go into one; all of them only
+            // when they outgrow the first (so each row is moved a few
+            // times over its life, not once per MAX_BATCHES changes).
+            let first = self.batches[0].rows.num_rows() - self.batches[0].gone_count;
+            match self.live - first < first {
+                true => self.merge_from(1)?,
+                false => self.compact()?,
+            }
         }
         Ok(())
+    }
+
+    /// Puts the live rows of the batches from `start` on into one.
+    fn merge_from(&mut self, start: usize) -> Result<(), SluiceError> {
+        let tail = self.batches.split_off(start);
+        let mut live = Vec::with_capacity(tail.len());
+        for (offset, mut held) in tail.into_iter().enumerate() {
+            let id = (start + offset) as u32;
+            let encoded = self.converter.convert_columns(held.rows.columns())?;
+            let gone = held.gone.as_deref().unwrap_or_default();
+            for (i, row) in encoded.iter().enumerate() {
+                if gone.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
+                if let Some(copies) = self.index.get_mut(row.as_ref()) {
+                    copies.retain(|p| *p != (id, i as u32));
+                    if copies.is_empty() {
+                        self.index.remove(row.as_ref());
+                    }
+                }
+            }
+            self.live -= held.rows.num_rows() - held.gone_count;
+            self.gone -= held.gone_count;
+            live.push(match held.shown.take() {
+                Some(s) => s,
+                None => {
+                    let keep: BooleanArray = gone.iter().map(|g| Some(!g)).collect();
+                    compute::filter_record_batch(&held.rows, &keep)?
+                }
+            });
+        }
+        let live: Vec<RecordBatch> = live.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let one = compute::concat_batches(&self.schema, &live)?;
+        self.add(&one)
     }
 
     /// Takes one copy of each row of `batch` back (a row not held takes
@@ -223,5 +267,26 @@ mod tests {
         assert!(rows.batches.len() <= MAX_BATCHES);
         assert_eq!(held(&mut rows), vec![1, 2, 2, 4]);
         assert_eq!(rows.len(), 4);
+        // A large first batch: the newer ones merge among themselves, and
+        // every row is still found.
+        let many: Vec<i64> = (1000..3000).collect();
+        rows.add(&batch(&many)).unwrap();
+        rows.compact().unwrap();
+        for i in 0..150 {
+            rows.add(&batch(&[i + 5000, i + 5000])).unwrap();
+        }
+        assert!(rows.batches.len() <= MAX_BATCHES);
+        assert_eq!(rows.batches[0].rows.num_rows(), 2004);
+        let gone: Vec<i64> = (0..150).map(|i| i + 5000).chain(1000..1500).collect();
+        rows.take(&batch(&gone)).unwrap();
+        assert_eq!(rows.len(), 4 + 2000 + 300 - 650);
+        let expected: Vec<i64> = [1, 2, 2, 4]
+            .into_iter()
+            .chain(1500..3000)
+            .chain((0..150).map(|i| i + 5000))
+            .collect();
+        let mut expected = expected;
+        expected.sort();
+        assert_eq!(held(&mut rows), expected);
     }
 }
