@@ -248,6 +248,18 @@ pub fn source_column(plan: &LogicalPlan, index: usize) -> Option<TracedColumn> {
     }
 }
 
+/// The window size and the time of `date_bin(size, time)`, a TUMBLE's
+/// `window_start`. PostgreSQL's date_bin always takes an origin; from the
+/// epoch it is the two-argument form.
+fn date_bin_window(args: &[Expr]) -> Option<(i64, &Expr)> {
+    let (stride, column) = match args {
+        [stride, column] => (stride, column),
+        [stride, column, origin] if is_epoch(origin) => (stride, column),
+        _ => return None,
+    };
+    Some((duration_us(stride).filter(|s| *s > 0)?, column))
+}
+
 /// What expression `e` over the rows of `input` is, traced as
 /// [`source_column`] traces a column: a column, `date_bin(size, column)`,
 /// or `date_bin(size, column) + size`.
@@ -256,14 +268,7 @@ pub fn trace_expr(e: &Expr, input: &LogicalPlan) -> Option<TracedColumn> {
     match &e {
         Expr::Column(c) => source_column(input, input.schema().index_of_column(c).ok()?),
         Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
-            // PostgreSQL's date_bin always takes an origin; from the epoch
-            // it is the two-argument form.
-            let (stride, column) = match f.args.as_slice() {
-                [stride, column] => (stride, column),
-                [stride, column, origin] if is_epoch(origin) => (stride, column),
-                _ => return None,
-            };
-            let size = duration_us(stride).filter(|s| *s > 0)?;
+            let (size, column) = date_bin_window(&f.args)?;
             let inner =
                 trace_expr(column, input).filter(|t| t.window_us.is_none() && t.stage.is_none())?;
             Some(TracedColumn {
@@ -361,12 +366,7 @@ pub fn expr_reach(
     match &e {
         Expr::Column(c) => time_reach(input, input.schema().index_of_column(c).ok()?, marked),
         Expr::ScalarFunction(f) if f.func.name() == "date_bin" => {
-            let (stride, column) = match f.args.as_slice() {
-                [stride, column] => (stride, column),
-                [stride, column, origin] if is_epoch(origin) => (stride, column),
-                _ => return None,
-            };
-            let size = duration_us(stride).filter(|s| *s > 0)?;
+            let (size, column) = date_bin_window(&f.args)?;
             let inner = expr_reach(column, input, marked).filter(|r| r.window.is_none())?;
             Some(TimeReach {
                 window: Some((size, false)),

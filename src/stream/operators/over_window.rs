@@ -226,7 +226,7 @@ impl OverWindowOperator {
         let mut before = Vec::with_capacity(first.len());
         for (group, key) in first {
             let from = self.change_start(&group, &key);
-            let old = self.evaluate_from(&group, from)?;
+            let (old, _) = self.evaluate_from(&group, from)?;
             before.push((group, from, old));
         }
         // Inserts first: a delta may take back a row it also inserts.
@@ -238,7 +238,7 @@ impl OverWindowOperator {
         }
         let mut out = Delta::default();
         for (group, from, old) in before {
-            let new = self.evaluate_from(&group, from)?;
+            let (new, _) = self.evaluate_from(&group, from)?;
             let (gone, came) = (minus(&old, &new), minus(&new, &old));
             self.rows_out += came.len() as u64;
             if !gone.is_empty() {
@@ -286,28 +286,22 @@ impl OverWindowOperator {
     }
 
     /// The output rows of a partition's rows from position `from` (a
-    /// peer group's start) on, each copy once: the functions computed over
-    /// those rows, numbering functions counting on from the rows before.
-    fn evaluate_from(&self, group: &[u8], from: u64) -> Result<OutputRows, SluiceError> {
+    /// peer group's start; 0 for all) on, each copy once, with those input
+    /// rows: the functions computed over them, numbering functions counting
+    /// on from the rows before.
+    fn evaluate_from(
+        &self,
+        group: &[u8],
+        from: u64,
+    ) -> Result<(OutputRows, Option<RecordBatch>), SluiceError> {
         let Some(ranked) = self.groups.group(group) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
-        if from == 0 {
-            return evaluate(
-                &self.groups,
-                group,
-                &self.functions,
-                &self.input,
-                &self.output,
-                &self.output_rows,
-            );
-        }
-        let (skipped, dense_before) = rows_before(ranked, from);
-        let rows =
-            skipped.flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
+        let (rest, dense_before) = rows_before(ranked, from);
+        let rows = rest.flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
         let columns = self.groups.columns(rows)?;
         if columns.first().is_none_or(|c| c.is_empty()) {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
         let batch = RecordBatch::try_new(self.input.clone(), columns)?;
         let mut columns = batch.columns().to_vec();
@@ -318,7 +312,8 @@ impl OverWindowOperator {
             .enumerate()
         {
             let mut values = f.evaluate(&batch)?;
-            if let Some((_, dense)) = self.reach.numbering.iter().find(|(n, _)| *n == i) {
+            let numbering = self.reach.numbering.iter().find(|(n, _)| *n == i);
+            if let (Some((_, dense)), true) = (numbering, from > 0) {
                 let offset = if *dense { dense_before } else { from };
                 let counted = compute::cast(&values, &DataType::Int64)?;
                 let offset = arrow::array::Int64Array::new_scalar(offset as i64);
@@ -327,7 +322,10 @@ impl OverWindowOperator {
             columns.push(compute::cast(&values, field.data_type())?);
         }
         let rows = self.output_rows.convert_columns(&columns)?;
-        Ok(rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect())
+        Ok((
+            rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect(),
+            Some(batch),
+        ))
     }
 
     /// Emits each row once, when it is final (`EMIT ON WINDOW CLOSE`).
@@ -365,9 +363,26 @@ impl OverWindowOperator {
 
     /// The rows that became final at `watermark_us`.
     fn close(&mut self, watermark_us: i64) -> Result<Delta, SluiceError> {
-        let Some(closing) = self.closing.as_mut() else {
+        let Some(mut closing) = self.closing.take() else {
             return Ok(Delta::default());
         };
+        let came = self.final_rows(&mut closing, watermark_us);
+        self.closing = Some(closing);
+        let came = came?;
+        self.rows_out += came.len() as u64;
+        let mut out = Delta::default();
+        if !came.is_empty() {
+            out.insert.push(self.rows(&came)?);
+        }
+        Ok(out)
+    }
+
+    /// The rows not emitted yet that are final at `watermark_us`.
+    fn final_rows(
+        &self,
+        closing: &mut Closing,
+        watermark_us: i64,
+    ) -> Result<OutputRows, SluiceError> {
         let rule = closing.rule;
         let horizon = watermark_us.saturating_sub(rule.lateness_us);
         let due: Vec<Bytes> = closing
@@ -378,14 +393,7 @@ impl OverWindowOperator {
             .collect();
         let mut came = Vec::new();
         for group in due {
-            let (rows, batch) = evaluate_partition(
-                &self.groups,
-                &group,
-                &self.functions,
-                &self.input,
-                &self.output,
-                &self.output_rows,
-            )?;
+            let (rows, batch) = self.evaluate_from(&group, 0)?;
             let times = match &batch {
                 Some(b) => times_us(b.column(rule.time_index))?,
                 None => Vec::new(),
@@ -407,12 +415,7 @@ impl OverWindowOperator {
             let next = times.get(*emitted as usize).copied();
             closing.settle(&group, next);
         }
-        self.rows_out += came.len() as u64;
-        let mut out = Delta::default();
-        if !came.is_empty() {
-            out.insert.push(self.rows(&came)?);
-        }
-        Ok(out)
+        Ok(came)
     }
 
     /// The rows emitted of each partition, for a checkpoint.
@@ -474,19 +477,6 @@ impl OverWindowOperator {
     }
 }
 
-/// A partition's output rows (as bytes, each copy once), its window
-/// functions computed over its rows in order.
-fn evaluate(
-    groups: &RankedGroups,
-    group: &[u8],
-    functions: &[Arc<dyn WindowExpr>],
-    input: &SchemaRef,
-    output: &SchemaRef,
-    output_rows: &RowConverter,
-) -> Result<OutputRows, SluiceError> {
-    Ok(evaluate_partition(groups, group, functions, input, output, output_rows)?.0)
-}
-
 /// The rows of a partition from position `from` (a key's first copy) on,
 /// and how many distinct ORDER BY values come before it.
 fn rows_before(ranked: &Ranked, from: u64) -> (impl Iterator<Item = (&(Bytes, Bytes), &u64)>, u64) {
@@ -504,38 +494,6 @@ fn rows_before(ranked: &Ranked, from: u64) -> (impl Iterator<Item = (&(Bytes, By
         rest.next();
     }
     (rest, distinct)
-}
-
-/// [`evaluate`], with the partition's input rows in order.
-fn evaluate_partition(
-    groups: &RankedGroups,
-    group: &[u8],
-    functions: &[Arc<dyn WindowExpr>],
-    input: &SchemaRef,
-    output: &SchemaRef,
-    output_rows: &RowConverter,
-) -> Result<(OutputRows, Option<RecordBatch>), SluiceError> {
-    let Some(ranked) = groups.group(group) else {
-        return Ok((Vec::new(), None));
-    };
-    let rows = ranked
-        .iter()
-        .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize));
-    let columns = groups.columns(rows)?;
-    let batch = RecordBatch::try_new(input.clone(), columns)?;
-    let mut columns = batch.columns().to_vec();
-    for (f, field) in functions
-        .iter()
-        .zip(&output.fields()[input.fields().len()..])
-    {
-        let values = f.evaluate(&batch)?;
-        columns.push(compute::cast(&values, field.data_type())?);
-    }
-    let rows = output_rows.convert_columns(&columns)?;
-    Ok((
-        rows.iter().map(|r| (Box::from(r.as_ref()), 0)).collect(),
-        Some(batch),
-    ))
 }
 
 impl Operator for OverWindowOperator {
