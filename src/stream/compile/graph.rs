@@ -1119,6 +1119,9 @@ impl JoinGraph {
         };
         let reach = window_reach(&logical);
         let recomputes = match (reach.behind, reach.ahead, partition_by.is_empty()) {
+            _ if closing.is_some() => {
+                "a watermark computes a partition's rows from its first not emitted"
+            }
             (Some(_), Some(_), true) => "a change recomputes the rows from its peers on",
             (Some(_), Some(_), false) => {
                 "a change recomputes its partition's rows from its peers on"
@@ -1158,12 +1161,10 @@ impl JoinGraph {
             nullable(window.schema.as_arrow()),
             description,
         )?;
-        match closing {
-            Some(rule) => {
-                operator = operator.closing_on_watermark(rule);
-                self.closing_stage = Some(self.stages.len());
-            }
-            None => operator = operator.with_reach(reach),
+        operator = operator.with_reach(reach);
+        if let Some(rule) = closing {
+            operator = operator.closing_on_watermark(rule);
+            self.closing_stage = Some(self.stages.len());
         }
         Ok(self.push_stage(
             Box::new(operator),

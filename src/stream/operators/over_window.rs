@@ -37,8 +37,9 @@
 //! partition; `RANGE ... FOLLOWING`: that much time after it): nothing can
 //! arrive before it in its partition any more. A delta only adds rows to
 //! the state; a watermark computes the partitions whose first unemitted
-//! row may have become final and emits the rows that did, once and for
-//! good. The checkpoint then has a second part: how many rows of each
+//! row may have become final, from that row (less the rows the functions
+//! read behind it, as for a change), and emits the rows that did, once
+//! and for good. The checkpoint then has a second part: how many rows of each
 //! partition have been emitted.
 
 use std::collections::{BTreeSet, HashMap};
@@ -271,18 +272,7 @@ impl OverWindowOperator {
             return target;
         }
         // A row before the changed one's peers: its own peers start there.
-        let (mut at, mut peers_start, mut last) = (0u64, 0u64, None);
-        for ((order, _), copies) in ranked.iter() {
-            if last != Some(order) {
-                peers_start = at;
-                last = Some(order);
-            }
-            if at + copies > target {
-                return peers_start;
-            }
-            at += copies;
-        }
-        peers_start
+        peers_start_at(ranked, target)
     }
 
     /// The output rows of a partition's rows from position `from` (a
@@ -393,26 +383,37 @@ impl OverWindowOperator {
             .collect();
         let mut came = Vec::new();
         for group in due {
-            let (rows, batch) = self.evaluate_from(&group, 0)?;
+            // The rows emitted are final: computing starts at the first
+            // row not emitted, less the rows the functions read behind it.
+            let emitted = closing.emitted.entry(group.clone()).or_default();
+            let from = match (self.groups.group(&group), self.reach.behind) {
+                (Some(ranked), Some(behind)) => {
+                    peers_start_at(ranked, emitted.saturating_sub(behind))
+                }
+                _ => 0,
+            };
+            let (rows, batch) = self.evaluate_from(&group, from)?;
             let times = match &batch {
                 Some(b) => times_us(b.column(rule.time_index))?,
                 None => Vec::new(),
             };
-            let closed = times.iter().take_while(|t| **t < horizon).count() as u64;
-            let finals = times
-                .iter()
-                .enumerate()
-                .take_while(|(i, t)| {
-                    (*i as u64).saturating_add(rule.rows_after) < closed
-                        && t.saturating_add(rule.time_after_us) < horizon
-                })
-                .count() as u64;
-            let emitted = closing.emitted.entry(group.clone()).or_default();
+            // Times ascend: the closed rows are a prefix (from the first).
+            let closed = from + times.iter().take_while(|t| **t < horizon).count() as u64;
+            let finals = from
+                + times
+                    .iter()
+                    .enumerate()
+                    .take_while(|(i, t)| {
+                        (from + *i as u64).saturating_add(rule.rows_after) < closed
+                            && t.saturating_add(rule.time_after_us) < horizon
+                    })
+                    .count() as u64;
             if finals > *emitted {
-                came.extend(rows[*emitted as usize..finals as usize].iter().cloned());
+                let (start, end) = ((*emitted - from) as usize, (finals - from) as usize);
+                came.extend(rows[start..end].iter().cloned());
                 *emitted = finals;
             }
-            let next = times.get(*emitted as usize).copied();
+            let next = times.get((*emitted - from) as usize).copied();
             closing.settle(&group, next);
         }
         Ok(came)
@@ -475,6 +476,23 @@ impl OverWindowOperator {
             .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
         Ok(RecordBatch::try_new(self.output.clone(), columns)?)
     }
+}
+
+/// Where the peers of the row at position `target` (copies counted)
+/// start.
+fn peers_start_at(ranked: &Ranked, target: u64) -> u64 {
+    let (mut at, mut peers_start, mut last) = (0u64, 0u64, None);
+    for ((order, _), copies) in ranked.iter() {
+        if last != Some(order) {
+            peers_start = at;
+            last = Some(order);
+        }
+        if at + copies > target {
+            return peers_start;
+        }
+        at += copies;
+    }
+    peers_start
 }
 
 /// The rows of a partition from position `from` (a key's first copy) on,
