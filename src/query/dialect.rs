@@ -75,6 +75,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let datafusion = |name: &str| ctx.udf(name).ok();
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
+    functions.extend(super::pg_hash::functions());
     functions.extend(super::sized_functions::sized_functions(
         &datafusion,
         ctx.runtime_env().memory_pool.clone(),

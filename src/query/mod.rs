@@ -16,6 +16,7 @@ mod hop_windows;
 pub mod index_bounds;
 mod pg_casts;
 pub(crate) mod pg_functions;
+mod pg_hash;
 mod pg_json;
 mod pg_number_functions;
 mod pg_numeric;

@@ -33,3 +33,5 @@ SELECT E'a\tb', 'a\tb', E'\\', U&'\0041';
 SELECT lpad(s, n, 'x'), rpad(s, n), repeat(s, n) FROM (VALUES ('ab', -1), ('ab', 0), ('ab', 3)) t(s, n);
 SELECT length(lpad('a', 2147483647, 'x'));
 SELECT repeat('ab', 2000000000);
+SELECT s, hashtext(s) FROM (VALUES (''), ('a'), (NULL), ('twelve bytes'), ('thirteen bytes'), ('ünïcødé'), (repeat('x', 100))) t(s);
+SELECT abs(hashtext('user_' || g)) % 10 AS bucket, count(*) FROM generate_series(1, 1000) g GROUP BY 1 ORDER BY 1;
