@@ -1191,9 +1191,15 @@ impl JoinGraph {
                 "EMIT ON WINDOW CLOSE over window functions {why}; leave out EMIT ON WINDOW CLOSE (the view then emits on update)"
             )))
         };
+        // NULLS FIRST would put a row that is never final (its time is
+        // NULL) before the others of its partition.
         let first = match order_by.first() {
-            Some(s) if s.asc => &s.expr,
-            _ => return refuse("needs ORDER BY the table's WATERMARK column first, ascending"),
+            Some(s) if s.asc && !s.nulls_first => &s.expr,
+            _ => {
+                return refuse(
+                    "needs ORDER BY the table's WATERMARK column first, ascending (NULLS LAST)",
+                )
+            }
         };
         let traced = match first {
             Expr::Column(c) => input
@@ -1204,9 +1210,8 @@ impl JoinGraph {
             _ => None,
         };
         let marked = traced.and_then(|(i, t)| {
-            let s = self.source_names.iter().position(|n| *n == t.source)?;
-            let watermarked = self.source_times.get(s).cloned().flatten() == Some(t.column.clone());
-            (watermarked && t.window_us.is_none() && t.stage.is_none()).then_some((i, s, t.column))
+            let s = self.marked(&t.source, &t.column)?;
+            (t.window_us.is_none() && t.stage.is_none()).then_some((i, s, t.column))
         });
         let Some((time_index, source, column)) = marked else {
             return refuse("needs ORDER BY the table's WATERMARK column first, ascending");
@@ -1220,7 +1225,15 @@ impl JoinGraph {
         use datafusion::logical_expr::{WindowFrameBound, WindowFrameUnits};
         for f in functions {
             let name = f.fun.name().to_ascii_lowercase();
+            let ignores_nulls = f.params.null_treatment
+                == Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls);
             match name.as_str() {
+                // Past NULLs, it reads any number of rows ahead.
+                "lead" if ignores_nulls => {
+                    return refuse(
+                        "cannot emit lead() IGNORE NULLS, which reads any number of rows ahead",
+                    )
+                }
                 "ntile" | "percent_rank" | "cume_dist" => {
                     return refuse(&format!(
                         "cannot emit {name}(), which reads its partition's every row"
