@@ -599,7 +599,7 @@ impl JoinGraph {
                         }
                     }
                 }
-                return Ok(self.push_stage_reaching(
+                return Ok(self.push_stage(
                     Box::new(operator),
                     match window {
                         Some(_) => "window join",
@@ -626,6 +626,7 @@ impl JoinGraph {
                 vec![left_input, right_input],
                 join.join_type != JoinType::Inner,
                 join.schema.clone(),
+                Vec::new(),
                 Vec::new(),
             ))
         })
@@ -839,6 +840,7 @@ impl JoinGraph {
             true,
             aggregate.schema.clone(),
             traced,
+            Vec::new(),
         ))
     }
 
@@ -1018,6 +1020,7 @@ impl JoinGraph {
             true,
             rows.schema().clone(),
             Vec::new(),
+            Vec::new(),
         );
         let projection = datafusion::logical_expr::Projection::try_new(
             projection.expr.clone(),
@@ -1172,6 +1175,7 @@ impl JoinGraph {
             vec![stage_input],
             closing.is_none(),
             window.schema.clone(),
+            Vec::new(),
             Vec::new(),
         ))
     }
@@ -1406,6 +1410,7 @@ impl JoinGraph {
             true,
             schema,
             Vec::new(),
+            Vec::new(),
         ))
     }
 
@@ -1422,22 +1427,10 @@ impl JoinGraph {
             })
     }
 
-    fn push_stage(
-        &mut self,
-        operator: Box<dyn Operator>,
-        kind: &'static str,
-        inputs: Vec<StageInput>,
-        retracts: bool,
-        schema: DFSchemaRef,
-        traced: Vec<Option<TracedColumn>>,
-    ) -> LogicalPlan {
-        self.push_stage_reaching(operator, kind, inputs, retracts, schema, traced, Vec::new())
-    }
-
-    /// [`JoinGraph::push_stage`], with how the watermarks bound each
-    /// output column's values to come.
+    /// Adds a stage; `traced` and `reach` describe its output columns
+    /// (what each is traced back to, how the watermarks bound it).
     #[allow(clippy::too_many_arguments)]
-    fn push_stage_reaching(
+    fn push_stage(
         &mut self,
         operator: Box<dyn Operator>,
         kind: &'static str,

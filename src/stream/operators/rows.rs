@@ -33,23 +33,25 @@ use crate::error::SluiceError;
 
 pub struct RowsOperator {
     schema: SchemaRef,
-    rows: Vec<RecordBatch>,
-    /// The rows in the view's ORDER BY order, when it has one (then
-    /// `rows` stays empty).
-    sorted: Option<Box<RankedGroups>>,
-    /// The rows, indexed, when the input takes rows back and the view has
-    /// no ORDER BY (then `rows` stays empty).
-    indexed: Option<Box<IndexedRows>>,
+    held: HeldRows,
     rows_in: u64,
+}
+
+/// How the rows are held.
+enum HeldRows {
+    /// Appended for good, as the query produced them.
+    Appended(Vec<RecordBatch>),
+    /// In the view's ORDER BY order.
+    Sorted(Box<RankedGroups>),
+    /// Indexed by their bytes: the input takes rows back.
+    Indexed(Box<IndexedRows>),
 }
 
 impl RowsOperator {
     pub fn new(schema: SchemaRef) -> RowsOperator {
         RowsOperator {
             schema,
-            rows: Vec::new(),
-            sorted: None,
-            indexed: None,
+            held: HeldRows::Appended(Vec::new()),
             rows_in: 0,
         }
     }
@@ -57,7 +59,7 @@ impl RowsOperator {
     /// Rows of an input that takes rows back.
     pub fn taking_back(schema: SchemaRef) -> Result<RowsOperator, SluiceError> {
         Ok(RowsOperator {
-            indexed: Some(Box::new(IndexedRows::new(schema.clone())?)),
+            held: HeldRows::Indexed(Box::new(IndexedRows::new(schema.clone())?)),
             ..RowsOperator::new(schema)
         })
     }
@@ -67,69 +69,92 @@ impl RowsOperator {
         schema: SchemaRef,
         order_by: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
     ) -> Result<RowsOperator, SluiceError> {
+        let sorted = RankedGroups::new(schema.clone(), Vec::new(), order_by)?;
         Ok(RowsOperator {
-            sorted: Some(Box::new(RankedGroups::new(
-                schema.clone(),
-                Vec::new(),
-                order_by,
-            )?)),
+            held: HeldRows::Sorted(Box::new(sorted)),
             ..RowsOperator::new(schema)
         })
     }
 
     /// Whether the rows are kept in the view's order.
     pub fn is_ordered(&self) -> bool {
-        self.sorted.is_some()
+        matches!(self.held, HeldRows::Sorted(_))
     }
 
-    /// The rows held, oldest first (as the query produced them); none for
-    /// ordered rows (see [`RowsOperator::rows`]).
+    /// The rows appended for good, oldest first (as the query produced
+    /// them); none for sorted or indexed rows (see [`RowsOperator::rows`]).
     pub fn batches(&self) -> &[RecordBatch] {
-        &self.rows
+        match &self.held {
+            HeldRows::Appended(rows) => rows,
+            _ => &[],
+        }
     }
 
-    /// Every row held: in the view's order for ordered rows (one batch),
-    /// else as [`RowsOperator::batches`].
+    /// Every row held: in the view's order for sorted rows (one batch).
     pub fn rows(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
-        if let Some(indexed) = self.indexed.as_mut() {
-            return indexed.batches();
-        }
-        let Some(sorted) = &self.sorted else {
-            return Ok(self.rows.clone());
-        };
-        if sorted.held() == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sorted.iter().flat_map(|(_, ranked)| {
-            ranked
-                .iter()
-                .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize))
-        });
-        let columns = sorted.columns(rows)?;
-        Ok(vec![RecordBatch::try_new(self.schema.clone(), columns)?])
-    }
-
-    /// Appends rows without counting them as input (a restore).
-    pub fn extend(&mut self, rows: impl IntoIterator<Item = RecordBatch>) {
-        self.rows
-            .extend(rows.into_iter().filter(|b| b.num_rows() > 0));
-    }
-
-    /// Adds rows to the arrangement or the index.
-    fn arrange(&mut self, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        if let Some(indexed) = self.indexed.as_mut() {
-            for b in rows {
-                indexed.add(b)?;
+        match &mut self.held {
+            HeldRows::Appended(rows) => Ok(rows.clone()),
+            HeldRows::Indexed(indexed) => indexed.batches(),
+            HeldRows::Sorted(sorted) if sorted.held() == 0 => Ok(Vec::new()),
+            HeldRows::Sorted(sorted) => {
+                let rows = sorted.iter().flat_map(|(_, ranked)| {
+                    ranked
+                        .iter()
+                        .flat_map(|((_, row), copies)| std::iter::repeat_n(row, *copies as usize))
+                });
+                let columns = sorted.columns(rows)?;
+                Ok(vec![RecordBatch::try_new(self.schema.clone(), columns)?])
             }
         }
-        if let Some(sorted) = self.sorted.as_mut() {
-            for b in rows.iter().filter(|b| b.num_rows() > 0) {
-                for k in sorted.keyed(b)? {
-                    sorted.add(k, 1);
+    }
+
+    /// Appends rows appended for good, without counting them as input (a
+    /// restore).
+    pub fn extend(&mut self, rows: impl IntoIterator<Item = RecordBatch>) {
+        if let HeldRows::Appended(held) = &mut self.held {
+            held.extend(rows.into_iter().filter(|b| b.num_rows() > 0));
+        }
+    }
+
+    /// Adds rows (without counting them as input).
+    fn add(&mut self, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        let rows = rows.iter().filter(|b| b.num_rows() > 0);
+        match &mut self.held {
+            HeldRows::Appended(held) => held.extend(rows.cloned()),
+            HeldRows::Indexed(indexed) => {
+                for b in rows {
+                    indexed.add(b)?;
+                }
+            }
+            HeldRows::Sorted(sorted) => {
+                for b in rows {
+                    for k in sorted.keyed(b)? {
+                        sorted.add(k, 1);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Takes rows back.
+    fn take(&mut self, rows: &[RecordBatch]) -> Result<(), SluiceError> {
+        let mut rows = rows.iter().filter(|b| b.num_rows() > 0).peekable();
+        match &mut self.held {
+            HeldRows::Appended(_) if rows.peek().is_some() => Err(SluiceError::Internal(
+                "rows kept for good were taken back".into(),
+            )),
+            HeldRows::Appended(_) => Ok(()),
+            HeldRows::Indexed(indexed) => rows.try_for_each(|b| indexed.take(b)),
+            HeldRows::Sorted(sorted) => {
+                for b in rows {
+                    for k in sorted.keyed(b)? {
+                        sorted.take(k, "view's ordered rows")?;
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -138,28 +163,9 @@ impl Operator for RowsOperator {
         for b in delta.insert.iter().chain(&delta.retract) {
             self.rows_in += b.num_rows() as u64;
         }
-        if self.sorted.is_some() || self.indexed.is_some() {
-            self.arrange(&delta.insert)?;
-            if let Some(indexed) = self.indexed.as_mut() {
-                for b in &delta.retract {
-                    indexed.take(b)?;
-                }
-            }
-            if let Some(sorted) = self.sorted.as_mut() {
-                for b in delta.retract.iter().filter(|b| b.num_rows() > 0) {
-                    for k in sorted.keyed(b)? {
-                        sorted.take(k, "view's ordered rows")?;
-                    }
-                }
-            }
-            return Ok(Delta::default());
-        }
-        if delta.retract.iter().any(|b| b.num_rows() > 0) {
-            return Err(SluiceError::Internal(
-                "rows kept for good were taken back".into(),
-            ));
-        }
-        self.extend(delta.insert.iter().cloned());
+        // Inserts first: a delta may take back a row it also inserts.
+        self.add(&delta.insert)?;
+        self.take(&delta.retract)?;
         // The view's last stage: readers take its rows, nothing follows.
         Ok(Delta::default())
     }
@@ -169,30 +175,23 @@ impl Operator for RowsOperator {
     }
 
     fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {
-        match self.sorted.is_some() || self.indexed.is_some() {
-            true => self.arrange(rows)?,
-            false => self.extend(rows.iter().cloned()),
-        }
-        Ok(())
+        self.add(rows)
     }
 
     fn stats(&self) -> OperatorStats {
-        let (held, bytes) = match (&self.sorted, &self.indexed) {
-            (Some(sorted), _) => (sorted.held(), sorted.state_bytes()),
-            (None, Some(indexed)) => (indexed.len() as u64, indexed.memory_bytes()),
-            (None, None) => (
-                self.rows.iter().map(|b| b.num_rows() as u64).sum(),
-                self.rows
-                    .iter()
-                    .map(|b| b.get_array_memory_size() as u64)
-                    .sum(),
+        let (held, bytes) = match &self.held {
+            HeldRows::Sorted(sorted) => (sorted.held(), sorted.state_bytes()),
+            HeldRows::Indexed(indexed) => (indexed.len() as u64, indexed.memory_bytes()),
+            HeldRows::Appended(rows) => (
+                rows.iter().map(|b| b.num_rows() as u64).sum(),
+                rows.iter().map(|b| b.get_array_memory_size() as u64).sum(),
             ),
         };
         OperatorStats {
             kind: "rows",
-            description: match self.sorted {
-                Some(_) => "the view's rows, kept in its ORDER BY order".into(),
-                None => "the view's rows".into(),
+            description: match self.held {
+                HeldRows::Sorted(_) => "the view's rows, kept in its ORDER BY order".into(),
+                _ => "the view's rows".into(),
             },
             state_rows: held,
             state_bytes: bytes,
