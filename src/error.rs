@@ -97,6 +97,16 @@ pub enum SluiceError {
     CheckpointPending { view: String, reason: String },
     #[error("{0}")]
     ObjectInUse(String),
+    /// What the statement needs is not there (55000): a view's rows at a
+    /// cut retention took.
+    #[error("{0}")]
+    ObjectNotReady(String),
+    /// A definition calls a function whose value its inputs do not fix.
+    #[error("function {function}() is not fixed by its inputs (it gives another value at another time, in another session, or at random); {object} cannot use it, since computing it again from the same log must give the same rows")]
+    NotFixed {
+        function: String,
+        object: &'static str,
+    },
     #[error("\"{0}\" is not a {1}")]
     WrongObjectType(String, &'static str),
     /// A function or operator refused its input, as PostgreSQL words it.
@@ -154,6 +164,8 @@ impl SluiceError {
             SluiceError::DependentObjects { .. } => "2BP01",
             SluiceError::WrongObjectType(..) => "42809",
             SluiceError::ObjectInUse(_) => "55006",
+            SluiceError::ObjectNotReady(_) => "55000",
+            SluiceError::NotFixed { .. } => "42P17",
             SluiceError::CheckpointPending { .. } => "58030",
             SluiceError::Evaluation { sqlstate, .. } => sqlstate,
             SluiceError::Canceled(_) => "57014",
@@ -217,6 +229,8 @@ pub(crate) fn catalog_sqlstate(e: &CatalogError) -> &'static str {
         CatalogError::Io { .. } => "58030",
         CatalogError::DuplicateSubscription(_) => "42710",
         CatalogError::UndefinedSubscription(_) => "42704",
+        CatalogError::DuplicateCut(_) => "42710",
+        CatalogError::UndefinedCut(_) => "42704",
         CatalogError::DuplicateRole(_) => "42710",
         CatalogError::UndefinedRole(_) => "42704",
     }

@@ -244,6 +244,18 @@ const FROM_ROWS: &[FromRows] = &[
         labels: &["table"],
     },
     FromRows {
+        name: "sluice_retention_pinned_bytes",
+        help: "Bytes of each table's segments that retention keeps because a cut needs them (per cut)",
+        sql: "SELECT cut_name, table_name, bytes_pinned FROM sluice_catalog.cuts",
+        labels: &["cut", "table"],
+    },
+    FromRows {
+        name: "sluice_retention_pinned_segments",
+        help: "Times retention kept a segment of each table because a cut needed it, since start-up",
+        sql: "SELECT table_name, SUM(pinned_segments) FROM sluice_catalog.partitions GROUP BY table_name",
+        labels: &["table"],
+    },
+    FromRows {
         name: "sluice_compaction_runs",
         help: "Compaction passes over each keyed table since start-up (all partitions)",
         sql: "SELECT table_name, SUM(compactions) FROM sluice_catalog.partitions WHERE compactions IS NOT NULL GROUP BY table_name",

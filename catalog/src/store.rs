@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
+use crate::types::{CutDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -23,6 +23,10 @@ pub enum CatalogError {
     DuplicateSubscription(String),
     #[error("subscription \"{0}\" does not exist")]
     UndefinedSubscription(String),
+    #[error("cut \"{0}\" already exists")]
+    DuplicateCut(String),
+    #[error("cut \"{0}\" does not exist")]
+    UndefinedCut(String),
     #[error("role \"{0}\" already exists")]
     DuplicateRole(String),
     #[error("role \"{0}\" does not exist")]
@@ -48,6 +52,8 @@ struct CatalogDocument {
     query_views: Vec<QueryViewDef>,
     #[serde(default)]
     indexes: Vec<IndexDef>,
+    #[serde(default)]
+    cuts: Vec<CutDef>,
 }
 
 impl CatalogDocument {
@@ -94,6 +100,7 @@ impl Catalog {
                 subscriptions: vec![],
                 query_views: vec![],
                 indexes: vec![],
+                cuts: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -276,6 +283,30 @@ impl Catalog {
         self.update(|doc| {
             remove_named(&mut doc.subscriptions, name, |s| &s.name)
                 .map_err(|_| CatalogError::UndefinedSubscription(name.to_string()))
+        })
+    }
+
+    pub fn cuts(&self) -> &[CutDef] {
+        &self.doc.cuts
+    }
+
+    /// Adds a cut, assigning its id, and persists the catalog. Cuts have
+    /// their own namespace.
+    pub fn create_cut(&mut self, mut cut: CutDef) -> Result<CutDef, CatalogError> {
+        if self.doc.cuts.iter().any(|c| c.name == cut.name) {
+            return Err(CatalogError::DuplicateCut(cut.name));
+        }
+        self.update(|doc| {
+            cut.id = doc.take_id();
+            doc.cuts.push(cut.clone());
+            Ok(cut)
+        })
+    }
+
+    pub fn drop_cut(&mut self, name: &str) -> Result<CutDef, CatalogError> {
+        self.update(|doc| {
+            remove_named(&mut doc.cuts, name, |c| &c.name)
+                .map_err(|_| CatalogError::UndefinedCut(name.to_string()))
         })
     }
 

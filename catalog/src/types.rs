@@ -540,6 +540,35 @@ pub struct ViewDef {
     pub start_offsets: Option<Vec<u64>>,
 }
 
+/// A cut (`CREATE CUT`): one offset per partition of the tables it
+/// covers, taken at one commit. Reads `AS OF CUT` see exactly the rows
+/// below it; retention keeps what it needs while it exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutDef {
+    pub id: u64,
+    pub name: String,
+    pub created_at_us: i64,
+    /// `FOR ALL TABLES` (every table there was when it was taken).
+    pub all_tables: bool,
+    /// The role that took it (and may drop it).
+    #[serde(default)]
+    pub owner: String,
+    pub tables: Vec<CutTable>,
+}
+
+/// One table of a cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutTable {
+    /// The table's id: a table dropped and created again under the same
+    /// name is not covered.
+    pub table_id: u64,
+    /// Per partition, the first offset retention still held when the cut
+    /// was taken: what a read at the cut returns starts there.
+    pub starts: Vec<u64>,
+    /// Per partition, the next offset after the cut.
+    pub ends: Vec<u64>,
+}
+
 /// Where a subscription (consumer group) starts reading when it is
 /// created or reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

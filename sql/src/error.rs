@@ -20,6 +20,11 @@ pub enum SqlError {
     /// A privilege the object does not have (USAGE on a table).
     #[error("{0}")]
     InvalidGrant(String),
+    #[error("{0}")]
+    UndefinedObject(String),
+    /// A TABLESAMPLE argument out of range.
+    #[error("{0}")]
+    InvalidTablesample(String),
 }
 
 impl SqlError {
@@ -35,6 +40,8 @@ impl SqlError {
             SqlError::TooDeep(_) => "54001",
             SqlError::TooLarge(_) => "54000",
             SqlError::InvalidGrant(_) => "0LP01",
+            SqlError::UndefinedObject(_) => "42704",
+            SqlError::InvalidTablesample(_) => "2202H",
         }
     }
 }

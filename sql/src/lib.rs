@@ -13,12 +13,14 @@ mod ctes;
 mod ctid;
 mod ddl;
 mod depth;
+mod determinism;
 mod driver_queries;
 mod error;
 mod hidden;
 mod key_literals;
 mod parse;
 mod postgres_syntax;
+mod reads;
 mod regproc;
 mod relations;
 mod result_names;
@@ -34,6 +36,7 @@ pub use ctes::inline_ctes;
 pub use ctid::{rewrite_ctid_ranges, ROWS_PER_BLOCK as CTID_ROWS_PER_BLOCK};
 pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
+pub use determinism::unfixed_function;
 pub use driver_queries::driver_query;
 pub use error::SqlError;
 pub use hidden::{hide_system_columns, RelationColumns};
@@ -44,6 +47,7 @@ pub use parse::{
     TransactionModes, TransactionOp,
 };
 pub use postgres_syntax::rewrite_postgres_syntax;
+pub use reads::{AsOf, ReadAt, Sample, SampleMethod, READ_MARK};
 pub use regproc::{
     regproc_literals_in_text, rewrite_regproc_literals, rewrite_regproc_zero,
     REGTYPE_NAMES_FUNCTION, REGTYPE_NAME_FUNCTION,

@@ -156,6 +156,17 @@ pub enum Statement {
         name: String,
         from: StartAt,
     },
+    /// `CREATE CUT name [FOR t1, t2 | FOR ALL TABLES]` (all tables when
+    /// `tables` is none).
+    CreateCut {
+        name: String,
+        tables: Option<Vec<String>>,
+    },
+    /// `DROP CUT [IF EXISTS] name [, ...]`
+    DropCut {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// `CREATE ROLE name [WITH] options` (and `CREATE USER`, which adds
     /// LOGIN).
     CreateRole {
@@ -515,6 +526,7 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
     let sql = between_symmetric(&sql).unwrap_or(sql);
+    let sql = crate::reads::mark_reads(&sql)?.unwrap_or(sql);
     let mut statements = Parser::new(&PostgreSqlDialect {})
         .with_recursion_limit(crate::depth::PARSER_RECURSION_LIMIT)
         .try_with_sql(&sql)

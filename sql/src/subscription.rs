@@ -1,5 +1,6 @@
 //! Statements of subscriptions (consumer groups), their cursors, sinks
-//! (a consumer group that writes to Kafka), and view rebuilds. None of them is PostgreSQL syntax that `sqlparser` knows, so
+//! (a consumer group that writes to Kafka), view rebuilds and cuts (named
+//! positions in the log). None of them is PostgreSQL syntax that `sqlparser` knows, so
 //! they are read here from the token stream.
 
 use sqlparser::dialect::PostgreSqlDialect;
@@ -124,6 +125,29 @@ pub(crate) fn parse_subscription_statement(sql: &str) -> Result<Option<Statement
             Some(p.ident("cursor name")?)
         };
         Statement::CloseCursor { name }
+    } else if p.keywords(&["create", "cut"]) {
+        let name = p.ident("cut name")?;
+        let tables = if p.keyword("for") {
+            if p.keywords(&["all", "tables"]) {
+                None
+            } else {
+                let mut tables = vec![p.ident("table name")?];
+                while p.punct(&Token::Comma) {
+                    tables.push(p.ident("table name")?);
+                }
+                Some(tables)
+            }
+        } else {
+            None
+        };
+        Statement::CreateCut { name, tables }
+    } else if p.keywords(&["drop", "cut"]) {
+        let if_exists = p.keywords(&["if", "exists"]);
+        let mut names = vec![p.ident("cut name")?];
+        while p.punct(&Token::Comma) {
+            names.push(p.ident("cut name")?);
+        }
+        Statement::DropCut { names, if_exists }
     } else if p.keywords(&["alter", "materialized", "view"]) {
         let name = p.ident("view name")?;
         p.expect(&["rebuild"])?;
@@ -511,6 +535,31 @@ impl Tokens {
 mod tests {
     use super::*;
     use crate::parse::parse_sql;
+
+    #[test]
+    fn cut_statements() {
+        match parse_sql("CREATE CUT c1 FOR requests, public.labels").unwrap() {
+            Statement::CreateCut { name, tables } => {
+                assert_eq!(name, "c1");
+                assert_eq!(tables, Some(vec!["requests".into(), "labels".into()]));
+            }
+            other => panic!("{other:?}"),
+        }
+        for sql in ["CREATE CUT c1", "create cut c1 for all tables;"] {
+            assert!(matches!(
+                parse_sql(sql).unwrap(),
+                Statement::CreateCut { tables: None, .. }
+            ));
+        }
+        match parse_sql("DROP CUT IF EXISTS c1, c2").unwrap() {
+            Statement::DropCut { names, if_exists } => {
+                assert_eq!(names, ["c1", "c2"]);
+                assert!(if_exists);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_sql("CREATE CUT c1 FOR").is_err());
+    }
 
     #[test]
     fn subscription_statements() {

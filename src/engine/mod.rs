@@ -16,6 +16,7 @@
 
 mod connectors;
 mod copy;
+mod cuts;
 mod dml;
 mod export;
 mod planner;
@@ -54,8 +55,8 @@ use crate::error::SluiceError;
 use crate::ingest::{conform_batch, BoundParam, CopyParser, PreparedInsert, RowStager};
 use crate::log::transaction::stage_statement;
 use crate::log::{
-    attach_remote_segments, below_snapshots, spawn_compaction, spawn_tiering, LogConfig, LogStore,
-    TableLog,
+    attach_remote_segments, below_cuts, below_snapshots, spawn_compaction, spawn_tiering,
+    LogConfig, LogStore, TableLog,
 };
 use crate::query::cancel::{cancellable, parse_timeout, ConnectionRegistry, StatementWatch};
 use crate::query::session_config;
@@ -201,7 +202,10 @@ impl Engine {
             store.clone(),
             objects.clone(),
             config.compaction_interval,
-            below_snapshots(views.compaction_horizon(), store.transactions().clone()),
+            below_cuts(
+                below_snapshots(views.compaction_horizon(), store.transactions().clone()),
+                store.clone(),
+            ),
         );
         let subs = SubscriptionManager::open(store.clone(), views.clone())?;
         // Every table and consumer group now holds in its own files what
@@ -436,6 +440,7 @@ impl Engine {
             | S::Fetch(_)
             | S::CloseCursor { .. }) => self.subscription_statement(session, s).await,
             s @ (S::CreateSink(_) | S::DropSink { .. }) => self.sink_statement(session, s).await,
+            s @ (S::CreateCut { .. } | S::DropCut { .. }) => self.cut_statement(session, s).await,
             s @ (S::CreateRole { .. } | S::AlterRole { .. } | S::DropRole { .. } | S::Grant(_)) => {
                 self.role_statement(session, s).await
             }

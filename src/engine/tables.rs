@@ -94,7 +94,7 @@ impl Engine {
                 // the object store, where compaction rewrites them.
                 log.close_active_segments().await?;
                 self.views.erase_from(&table).await?;
-                crate::log::tier_table(&log, &self.objects).await?;
+                crate::log::tier_table(&log, &self.objects, &self.store.cut_pins(&log)).await?;
                 let horizon = crate::log::below_snapshots(
                     self.views.compaction_horizon(),
                     self.store.transactions().clone(),

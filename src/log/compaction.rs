@@ -70,6 +70,19 @@ pub fn below_snapshots(horizon: Horizon, transactions: Arc<TransactionCoordinato
     })
 }
 
+/// `horizon`, lowered to the ends of the cuts over a table, so that a read
+/// at each cut still finds the versions of keys it saw. (`VACUUM`, an
+/// erasure, does not stop at cuts: erasure wins over a cut.)
+pub fn below_cuts(horizon: Horizon, store: Arc<LogStore>) -> Horizon {
+    Arc::new(move |table: &TableLog| {
+        horizon(table)
+            .into_iter()
+            .zip(store.cut_floor(table))
+            .map(|(h, c)| h.min(c))
+            .collect()
+    })
+}
+
 /// Compacts every partition of a keyed table, one at a time, below
 /// `horizon` (per partition).
 pub async fn compact_table(

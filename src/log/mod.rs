@@ -9,6 +9,7 @@
 pub mod column_index;
 mod commit;
 mod compaction;
+pub mod cut;
 mod dir_lock;
 mod error;
 mod frame;
@@ -22,7 +23,9 @@ mod tiering;
 pub mod transaction;
 mod watermark;
 
-pub use compaction::{below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon};
+pub use compaction::{
+    below_cuts, below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon,
+};
 pub use dir_lock::{DataDirLock, DirLockError, LOCK_FILE};
 pub use error::LogError;
 pub use partition::{

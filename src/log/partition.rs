@@ -84,6 +84,8 @@ pub struct PartitionStats {
     /// Reads that asked for offsets retention had already deleted.
     pub reads_below_start: u64,
     pub deleted_segments: u64,
+    /// Times retention kept a segment because a cut needs it.
+    pub pinned_segments: u64,
     pub unreadable_segments: u64,
 }
 
@@ -95,6 +97,8 @@ pub struct PartitionLog {
     frames_read: AtomicU64,
     reads_below_start: AtomicU64,
     deleted_segments: AtomicU64,
+    /// Times retention kept a segment because a cut needs it.
+    pinned_segments: AtomicU64,
     /// Objects of this partition found unreadable at start-up.
     unreadable: parking_lot::Mutex<Vec<String>>,
     /// What compaction did and found (keyed tables).
@@ -264,6 +268,7 @@ impl PartitionLog {
             frames_read: AtomicU64::new(0),
             reads_below_start: AtomicU64::new(0),
             deleted_segments: AtomicU64::new(0),
+            pinned_segments: AtomicU64::new(0),
             compaction: parking_lot::Mutex::new(CompactionStats::default()),
             unreadable: parking_lot::Mutex::new(Vec::new()),
         };
@@ -291,6 +296,7 @@ impl PartitionLog {
             remote_bytes: v.remote.iter().map(|r| r.bytes).sum(),
             reads_below_start: self.reads_below_start.load(Ordering::Relaxed),
             deleted_segments: self.deleted_segments.load(Ordering::Relaxed),
+            pinned_segments: self.pinned_segments.load(Ordering::Relaxed),
             unreadable_segments: self.unreadable.lock().len() as u64,
         }
     }
@@ -335,6 +341,26 @@ impl PartitionLog {
             .get(i)
             .map(|f| f.header.base_offset)
             .unwrap_or(v.end_offset)
+    }
+
+    /// The offsets of the frame (one commit's rows of this partition) that
+    /// holds `offset`, unless `offset` starts a frame or is the end.
+    pub fn frame_around(&self, offset: u64) -> Option<(u64, u64)> {
+        let v = self.visible.read();
+        let i = v.frames.partition_point(|f| f.end_offset() <= offset);
+        v.frames
+            .get(i)
+            .filter(|f| f.header.base_offset < offset)
+            .map(|f| (f.header.base_offset, f.end_offset()))
+    }
+
+    /// When the first retained record was committed.
+    pub fn first_ingested_us(&self) -> Option<i64> {
+        self.visible
+            .read()
+            .frames
+            .first()
+            .map(|f| f.header.ingested_at_us)
     }
 
     /// Counts a read that asked for offsets below the start; returns the
@@ -508,11 +534,14 @@ impl PartitionLog {
     /// Removes the oldest segments in the object store that retention no
     /// longer keeps: those whose newest row was ingested before
     /// `min_ingested_us`, and then the oldest while the partition holds
-    /// more than `max_bytes`. Returns them for deletion from the store.
+    /// more than `max_bytes`, except from the first that starts below
+    /// `pinned_below` (a cut needs it) on. Returns them for deletion from
+    /// the store.
     pub fn expire(
         &self,
         min_ingested_us: Option<i64>,
         max_bytes: Option<u64>,
+        pinned_below: u64,
     ) -> Vec<Arc<RemoteSegment>> {
         let mut v = self.visible.write();
         let mut total: u64 = v.bytes + v.remote.iter().map(|r| r.bytes).sum::<u64>();
@@ -521,6 +550,10 @@ impl PartitionLog {
             let too_old = min_ingested_us.is_some_and(|m| r.max_ingested_us < m);
             let too_big = max_bytes.is_some_and(|m| total > m);
             if !(too_old || too_big) {
+                break;
+            }
+            if r.base_offset < pinned_below {
+                self.pinned_segments.fetch_add(1, Ordering::Relaxed);
                 break;
             }
             total = total.saturating_sub(r.bytes);
@@ -535,6 +568,27 @@ impl PartitionLog {
         self.deleted_segments
             .fetch_add(gone.len() as u64, Ordering::Relaxed);
         gone
+    }
+
+    /// Bytes of the partition's segments (in the object store and local)
+    /// holding offsets below `end`.
+    pub fn bytes_below(&self, end: u64) -> u64 {
+        let v = self.visible.read();
+        let remote: u64 = v
+            .remote
+            .iter()
+            .filter(|r| r.base_offset < end)
+            .map(|r| r.bytes)
+            .sum();
+        let local: u64 = v
+            .frames
+            .iter()
+            .filter(|f| {
+                f.header.base_offset < end && matches!(f.location, FrameLocation::Local { .. })
+            })
+            .map(|f| HEADER_LEN as u64 + f.header.payload_len as u64)
+            .sum();
+        remote + local
     }
 
     /// Makes a committed group of frames visible to readers.

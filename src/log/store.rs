@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use sluice_catalog::{
-    Catalog, CatalogError, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
+    Catalog, CatalogError, CutDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
 };
 use tracing::{info, warn};
 
@@ -240,6 +240,60 @@ impl LogStore {
 
     pub fn drop_subscription_def(&self, name: &str) -> Result<SubscriptionDef, LogError> {
         Ok(self.catalog.lock().drop_subscription(name)?)
+    }
+
+    pub fn cut_defs(&self) -> Vec<CutDef> {
+        self.catalog.lock().cuts().to_vec()
+    }
+
+    pub fn cut_def(&self, name: &str) -> Option<CutDef> {
+        self.catalog
+            .lock()
+            .cuts()
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+    }
+
+    /// Records a cut durably, assigning its id.
+    pub fn create_cut_def(&self, def: CutDef) -> Result<CutDef, LogError> {
+        Ok(self.catalog.lock().create_cut(def)?)
+    }
+
+    pub fn drop_cut_def(&self, name: &str) -> Result<CutDef, LogError> {
+        Ok(self.catalog.lock().drop_cut(name)?)
+    }
+
+    /// Per partition of `table`, the offset below which the cuts over it
+    /// need every retained row: retention deletes no segment that starts
+    /// below it.
+    pub fn cut_pins(&self, table: &TableLog) -> Vec<u64> {
+        let mut pins = vec![0u64; table.partitions().len()];
+        for cut in self.catalog.lock().cuts() {
+            for t in cut.tables.iter().filter(|t| t.table_id == table.def().id) {
+                for (pin, (start, end)) in pins.iter_mut().zip(t.starts.iter().zip(&t.ends)) {
+                    if end > start {
+                        *pin = (*pin).max(*end);
+                    }
+                }
+            }
+        }
+        pins
+    }
+
+    /// Per partition of `table`, the least end of a cut over it (u64::MAX
+    /// without one): compaction keeps the versions a read at each cut
+    /// sees by working below it only.
+    pub fn cut_floor(&self, table: &TableLog) -> Vec<u64> {
+        let mut floor = vec![u64::MAX; table.partitions().len()];
+        for cut in self.catalog.lock().cuts() {
+            for t in cut.tables.iter().filter(|t| t.table_id == table.def().id) {
+                for (f, end) in floor.iter_mut().zip(&t.ends) {
+                    *f = (*f).min(*end);
+                }
+            }
+        }
+        floor
     }
 
     pub fn data_dir(&self) -> &Path {

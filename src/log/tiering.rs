@@ -97,7 +97,8 @@ pub fn spawn_tiering(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: D
             loop {
                 tokio::time::sleep(interval).await;
                 for table in log.tables() {
-                    if let Err(e) = tier_table(&table, &objects).await {
+                    let pins = log.cut_pins(&table);
+                    if let Err(e) = tier_table(&table, &objects, &pins).await {
                         warn!(table = %table.def().name, error = %e, "moving segments to the object store failed; will retry");
                     }
                 }
@@ -108,8 +109,13 @@ pub fn spawn_tiering(log: Arc<LogStore>, objects: Arc<DurableStore>, interval: D
 }
 
 /// Moves a table's closed local segments to the object store and applies
-/// retention.
-pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result<(), LogError> {
+/// retention, which keeps every segment starting below `pins` (per
+/// partition: what cuts need, see [`LogStore::cut_pins`]).
+pub async fn tier_table(
+    table: &TableLog,
+    objects: &Arc<DurableStore>,
+    pins: &[u64],
+) -> Result<(), LogError> {
     let _moving = table.tiering_lock().lock().await;
     for (k, part) in table.partitions().iter().enumerate() {
         for (segment, frames) in part.closed_local_segments() {
@@ -146,7 +152,8 @@ pub async fn tier_table(table: &TableLog, objects: &Arc<DurableStore>) -> Result
         let min_ingested = options
             .retention_secs
             .map(|s| now_us().saturating_sub((s as i64).saturating_mul(1_000_000)));
-        for gone in part.expire(min_ingested, options.retention_bytes) {
+        let pinned = pins.get(k).copied().unwrap_or(0);
+        for gone in part.expire(min_ingested, options.retention_bytes, pinned) {
             info!(table = %table.def().name, partition = k, key = %gone.key,
                   offsets = ?(gone.base_offset..gone.end_offset), "retention deleted a segment");
             objects.delete(&gone.key).await?;

@@ -76,6 +76,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
     functions.extend(super::pg_hash::functions());
+    functions.extend(super::stable_hash::functions());
     functions.extend(super::sized_functions::sized_functions(
         &datafusion,
         ctx.runtime_env().memory_pool.clone(),
@@ -85,6 +86,10 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     functions.extend(super::pg_time_bins::functions());
     for f in functions {
         ctx.register_udf(f);
+    }
+    // PostgreSQL's name for a random (version 4) UUID.
+    if let Some(uuid) = datafusion("uuid") {
+        ctx.register_udf(uuid.as_ref().clone().with_aliases(["gen_random_uuid"]));
     }
     if let Some(f) = super::sized_functions::sized_string_agg(ctx.udaf("string_agg").ok()) {
         ctx.register_udaf(f);

@@ -31,6 +31,9 @@ pub struct LogTableProvider {
     mode: ScanMode,
     /// Inserts leave out rows whose key is live (keyed tables).
     on_conflict_do_nothing: bool,
+    /// Read at these ends (per partition) rather than the latest commit
+    /// (`AS OF`): the rows below them, nothing a transaction staged.
+    at: Option<Vec<u64>>,
 }
 
 /// Suffix of the name under which `INSERT ... ON CONFLICT DO NOTHING` into
@@ -93,7 +96,14 @@ impl LogTableProvider {
             table,
             mode,
             on_conflict_do_nothing: false,
+            at: None,
         }
+    }
+
+    /// The table as it was when `ends` (per partition) were its ends.
+    pub fn at(mut self, ends: Vec<u64>) -> Self {
+        self.at = Some(ends);
+        self
     }
 
     /// The keyed table whose latest records a scan of this reads (not
@@ -115,6 +125,7 @@ impl LogTableProvider {
             table,
             mode: ScanMode::Changelog,
             on_conflict_do_nothing: false,
+            at: None,
         }
     }
 
@@ -485,6 +496,7 @@ impl TableProvider for LogTableProvider {
         let projected = Arc::new(self.schema.project(&projection)?);
         // Inside a transaction, its own records not yet committed.
         let staged: Vec<RecordBatch> = match self.mode {
+            _ if self.at.is_some() => vec![],
             ScanMode::Changelog => vec![],
             _ => state
                 .config()
@@ -493,9 +505,10 @@ impl TableProvider for LogTableProvider {
                 .unwrap_or_default(),
         };
         // A REPEATABLE READ transaction reads what its snapshot holds.
-        let ends = match state.config().get_extension::<Snapshot>() {
-            Some(snapshot) => snapshot.ends(&self.table),
-            None => self.table.commits().borrow().clone(),
+        let ends = match (&self.at, state.config().get_extension::<Snapshot>()) {
+            (Some(at), _) => at.clone(),
+            (None, Some(snapshot)) => snapshot.ends(&self.table),
+            (None, None) => self.table.commits().borrow().clone(),
         };
         // An index narrows the records to read; the filters still run.
         let mut indexed = match self.mode {
@@ -564,6 +577,7 @@ impl TableProvider for LogTableProvider {
             streams.push(Arc::new(FrameStream {
                 table: self.table.clone(),
                 partition: k,
+                end,
                 frames,
                 projection: projection.clone(),
                 schema: projected.clone(),
@@ -587,6 +601,7 @@ impl TableProvider for LogTableProvider {
             streams.push(Arc::new(FrameStream {
                 table: self.table.clone(),
                 partition: 0,
+                end: 0,
                 frames: vec![],
                 projection: projection.clone(),
                 schema: projected.clone(),
@@ -631,6 +646,9 @@ impl TableProvider for LogTableProvider {
 struct FrameStream {
     table: Arc<TableLog>,
     partition: usize,
+    /// Rows at and after this offset are left out (a read `AS OF`
+    /// offsets inside a frame).
+    end: u64,
     frames: Vec<FrameMeta>,
     projection: Vec<usize>,
     schema: SchemaRef,
@@ -672,6 +690,7 @@ impl PartitionStream for FrameStream {
         let changelog = self.changelog;
         let keep = self.keep.clone();
         let deleted = self.deleted.clone();
+        let end = self.end;
         let s = stream::iter(frames).then(move |meta| {
             let part = table.partitions()[partition].clone();
             let projection = projection.clone();
@@ -679,10 +698,14 @@ impl PartitionStream for FrameStream {
             let keep = keep.clone();
             let deleted = deleted.clone();
             async move {
-                let batch = part
+                let mut batch = part
                     .read_frame(&meta)
                     .await
                     .map_err(crate::error::into_datafusion)?;
+                if meta.end_offset() > end {
+                    let n = end.saturating_sub(meta.header.base_offset) as usize;
+                    batch = batch.slice(0, n.min(batch.num_rows()));
+                }
                 if changelog {
                     // The row count is given: a projection of no columns
                     // (count(*)) still has rows.

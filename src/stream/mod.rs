@@ -38,6 +38,9 @@ pub fn relation_columns(
     views: &dyn ViewLookup,
     name: &str,
 ) -> Option<sluice_sql::RelationColumns> {
+    // A relation read at a cut or as a sample has its own columns.
+    let read = sluice_sql::ReadAt::from_name(name).map(|(relation, _)| relation);
+    let name = read.as_deref().unwrap_or(name);
     if let Some(t) = store.table(name) {
         let hidden: Vec<String> = t
             .def()

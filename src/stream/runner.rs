@@ -40,6 +40,10 @@ use super::view::{
     LATE_ROWS_KEPT,
 };
 
+/// Ids of the views computed at a cut, counted down from the top so that
+/// they meet no catalog id.
+static AT_CUT_IDS: AtomicU64 = AtomicU64::new(0);
+
 /// Frames read from the log per pipeline run.
 const FRAMES_PER_DELTA: usize = 16;
 
@@ -223,6 +227,7 @@ impl ViewManager {
                 sluice_catalog::CatalogError::DuplicateTable(name.to_string()),
             ));
         }
+        self.refuse_unfixed(query)?;
         let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
         let def = self.store.create_view_def(ViewDef {
             id: 0,
@@ -289,6 +294,7 @@ impl ViewManager {
         query: &ast::Query,
         emit: EmitOptions,
     ) -> Result<Vec<String>, SluiceError> {
+        self.refuse_unfixed(query)?;
         let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
         Ok(compiled.explain)
     }
@@ -404,7 +410,7 @@ impl ViewManager {
             start_offsets: Some(start_offsets.clone()),
             ..old.def.clone()
         };
-        let new = self.start_view(def, compiled, None, "rebuild")?;
+        let new = self.start_view(def, compiled, None, "rebuild", None)?;
         self.rebuilding.write().insert(name.clone(), new.clone());
         info!(view = %name, ?start_offsets, "rebuilding view");
         let caught_up = async {
@@ -429,6 +435,120 @@ impl ViewManager {
         self.checkpoints.forget(replaced.id);
         info!(view = %name, "rebuilt view replaced the old one");
         Ok(())
+    }
+
+    /// The rows of view `name` as of `ends_of` each table it reads (per
+    /// partition): the view computed again from where it started up to
+    /// exactly those offsets, by a task of its own that nobody else sees
+    /// and that never checkpoints. Its clock moves commit by commit as the
+    /// view's did, so it makes the same decisions (late rows, closed
+    /// windows). Fails where the log no longer holds rows the view read
+    /// below those offsets, or the view started after them.
+    pub async fn rows_at(
+        &self,
+        name: &str,
+        at: &str,
+        ends_of: impl Fn(&TableLog) -> Result<Vec<u64>, SluiceError>,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        let view = self
+            .view(name)
+            .ok_or_else(|| SluiceError::UndefinedTable(name.to_string()))?;
+        if matches!(view.source, ViewSource::Constant) {
+            // Computed once, from no table: the same at every cut.
+            return Ok(view.snapshot());
+        }
+        let starts = view
+            .def
+            .start_offsets
+            .clone()
+            .filter(|o| o.len() == view.source.offsets())
+            .unwrap_or_else(|| vec![0; view.source.offsets()]);
+        let mut until = Vec::with_capacity(starts.len());
+        for input in view.source.inputs() {
+            let ViewSource::Table(table) = &input else {
+                return Err(SluiceError::Unsupported(format!(
+                    "materialized view \"{name}\" reads materialized view \"{}\"; a view over a view cannot be read {at} yet",
+                    input.name()
+                )));
+            };
+            let ends = ends_of(table)?;
+            for (k, (part, end)) in table.partitions().iter().zip(&ends).enumerate() {
+                // The view moved one commit at a time; its clock knows no
+                // place inside one.
+                if let Some((from, to)) = part.frame_around(*end) {
+                    return Err(SluiceError::Evaluation {
+                        sqlstate: "22023",
+                        message: format!(
+                            "offset {end} of partition {k} of \"{}\" is inside a commit (offsets {from} to {to}); materialized view \"{name}\" is computed at the end of a commit: use {from} or {to}",
+                            table.name()
+                        ),
+                    });
+                }
+                let start = starts[until.len() + k];
+                if start > *end {
+                    return Err(SluiceError::ObjectNotReady(format!(
+                        "materialized view \"{name}\" was rebuilt from offset {start} of partition {k} of \"{}\", after {at}: it has no state there",
+                        table.name()
+                    )));
+                }
+                if *end > start && part.start_offset() > start {
+                    return Err(SluiceError::ObjectNotReady(format!(
+                        "materialized view \"{name}\" holds rows of partition {k} of \"{}\" from offset {start} on, and retention has deleted those below {}: it cannot be computed {at}",
+                        table.name(),
+                        part.start_offset()
+                    )));
+                }
+            }
+            until.extend(ends);
+        }
+        let query = parse_query(&view.def.query)?;
+        let emit = EmitOptions {
+            emit_on_window_close: view.def.emit_on_window_close,
+            allowed_lateness_us: view.def.allowed_lateness_us,
+        };
+        let compiled = compile(&query, &self.store, self, self.config.clone(), emit).await?;
+        if compiled.source.offsets() != until.len() {
+            return Err(SluiceError::Internal(format!(
+                "materialized view \"{name}\" reads other tables than it did"
+            )));
+        }
+        let def = ViewDef {
+            id: u64::MAX - AT_CUT_IDS.fetch_add(1, Ordering::Relaxed),
+            start_offsets: Some(starts),
+            ..view.def.clone()
+        };
+        let replay = self.start_view(def, compiled, None, "at a cut", Some(until.clone()))?;
+        replay.wait_for(&until).await?;
+        Ok(replay.snapshot())
+    }
+
+    /// Refuses a view over tables whose query calls a function its inputs
+    /// do not fix (`now()`, `random()`, `current_user`): the view computed
+    /// again from the same log (a restart without checkpoint, REBUILD, a
+    /// read at a cut) must give the same rows. A view over no table is
+    /// computed once and kept as it came out, so it may.
+    fn refuse_unfixed(&self, query: &ast::Query) -> Result<(), SluiceError> {
+        let Some(function) = sluice_sql::unfixed_function(query) else {
+            return Ok(());
+        };
+        let mut reads = false;
+        let _ = ast::visit_relations(query, |name| {
+            let relation = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(sluice_sql::ident_name)
+                .unwrap_or_default();
+            reads |= self.store.table(&relation).is_some() || self.view(&relation).is_some();
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        match reads {
+            true => Err(SluiceError::NotFixed {
+                function,
+                object: "a materialized view",
+            }),
+            false => Ok(()),
+        }
     }
 
     /// Names of the views that read `relation` (a table or a view).
@@ -545,18 +665,21 @@ impl ViewManager {
         } else {
             "backfill"
         };
-        let view = self.start_view(def, compiled, restored, kind)?;
+        let view = self.start_view(def, compiled, restored, kind, None)?;
         self.views.write().insert(view.def.name.clone(), view);
         Ok(())
     }
 
     /// Builds a view and starts its task, without making it visible.
+    /// With `until`, the task reads its sources up to those offsets only
+    /// and never checkpoints (a view computed at a cut).
     fn start_view(
         &self,
         def: ViewDef,
         mut compiled: CompiledView,
         restored: Option<RestoredCheckpoint>,
         kind: &'static str,
+        until: Option<Vec<u64>>,
     ) -> Result<Arc<View>, SluiceError> {
         let partitions = compiled.source.offsets();
         let first = def
@@ -698,6 +821,7 @@ impl ViewManager {
             applied_rows,
             tracker,
             publish_cost: Duration::ZERO,
+            until,
         };
         let span = info_span!("view", name = %view.def.name);
         let handle = match task.compiled.source.clone() {
@@ -747,6 +871,8 @@ struct ViewTask {
     /// How long the last publish took, with the copies of shared columns
     /// the changes since the one before made (see [`ViewTask::wait`]).
     publish_cost: Duration,
+    /// A view computed at a cut: the source offsets it stops at.
+    until: Option<Vec<u64>>,
 }
 
 /// A view whose publish costs more than this reads its input only after a
@@ -804,6 +930,9 @@ impl ViewTask {
     /// Starts a checkpoint epoch when one is due (see
     /// [`ViewCheckpointer::due`]).
     fn checkpoint_if_due(&mut self, clock: ViewClockState) {
+        if self.until.is_some() {
+            return;
+        }
         let Some(view) = self.view.upgrade() else {
             return;
         };
@@ -885,6 +1014,16 @@ impl ViewTask {
             view.changelog.write().push(c.clone());
         }
         Ok(changes)
+    }
+
+    /// `ends` (the sources' committed ends), no further than the view reads.
+    fn bounded(&self, mut ends: Vec<u64>) -> Vec<u64> {
+        if let Some(until) = &self.until {
+            for (e, u) in ends.iter_mut().zip(until) {
+                *e = (*e).min(*u);
+            }
+        }
+        ends
     }
 
     /// Waits for the source to move, a FLUSH, or the next checkpoint time.
@@ -1362,7 +1501,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
     }
     let mut first = true;
     loop {
-        let ends = commits.borrow_and_update().clone();
+        let ends = task.bounded(commits.borrow_and_update().clone());
         let behind = ends.iter().zip(&task.consumed).any(|(e, c)| e > c);
         if behind || first {
             let started = std::time::Instant::now();
@@ -1642,7 +1781,7 @@ async fn follow_inputs(
             for w in watches.iter_mut() {
                 w.borrow_and_update();
             }
-            readers.iter().flat_map(|r| r.ends()).collect()
+            task.bounded(readers.iter().flat_map(|r| r.ends()).collect())
         };
         let behind = ends.iter().zip(&task.consumed).any(|(e, c)| e > c);
         if behind || first {

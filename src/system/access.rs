@@ -6,9 +6,11 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{LogicalPlan, TableSource, WriteOp};
 
+use super::view_at_cut::ViewAtCut;
 use super::view_table::ViewTable;
 use crate::auth::ObjectKind;
 use crate::query::provider::LogTableProvider;
+use crate::query::sample::SampledTable;
 
 /// The relations a plan touches.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -21,9 +23,21 @@ pub struct PlanAccess {
 }
 
 fn relation_of(source: &std::sync::Arc<dyn TableSource>) -> Option<(ObjectKind, String)> {
-    let provider = source_as_provider(source).ok()?;
+    provider_relation(&source_as_provider(source).ok()?)
+}
+
+fn provider_relation(
+    provider: &std::sync::Arc<dyn datafusion::datasource::TableProvider>,
+) -> Option<(ObjectKind, String)> {
     if let Some(t) = provider.downcast_ref::<LogTableProvider>() {
         return Some((ObjectKind::Table, t.table_name().to_string()));
+    }
+    // A sample reads the relation it samples.
+    if let Some(s) = provider.downcast_ref::<SampledTable>() {
+        return provider_relation(s.inner());
+    }
+    if let Some(v) = provider.downcast_ref::<ViewAtCut>() {
+        return Some((ObjectKind::View, v.name().to_string()));
     }
     provider
         .downcast_ref::<ViewTable>()

@@ -16,6 +16,7 @@ mod pg_routines;
 mod point_read;
 mod query_views;
 mod sluice_catalog;
+mod view_at_cut;
 mod view_table;
 
 pub use access::{plan_access, replaced_tables, PlanAccess};

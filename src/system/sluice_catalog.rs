@@ -44,6 +44,100 @@ impl fmt::Debug for PublicSchema {
     }
 }
 
+impl PublicSchema {
+    /// `relation` read at a cut or through a sample (see
+    /// `sluice_sql::ReadAt`).
+    async fn read_at(
+        &self,
+        relation: &str,
+        read: &sluice_sql::ReadAt,
+    ) -> Result<Arc<dyn TableProvider>> {
+        use crate::error::{into_datafusion, SluiceError};
+        let table = self.store.table(relation);
+        let base: Arc<dyn TableProvider> = match (&table, &read.as_of) {
+            (Some(t), None) => Arc::new(LogTableProvider::new(t.clone())),
+            (Some(t), Some(as_of)) => {
+                let ends =
+                    crate::log::cut::ends_at(&self.store, t, as_of).map_err(into_datafusion)?;
+                Arc::new(LogTableProvider::new(t.clone()).at(ends))
+            }
+            (None, as_of) => match (self.views.view(relation), as_of) {
+                (Some(v), Some(as_of)) => Arc::new(super::view_at_cut::ViewAtCut::new(
+                    self.views.clone(),
+                    self.store.clone(),
+                    relation,
+                    v.schema.clone(),
+                    as_of.clone(),
+                )),
+                (None, Some(_)) if self.store.query_view(relation).is_some() => {
+                    return Err(into_datafusion(SluiceError::Unsupported(format!(
+                        "AS OF reads tables and materialized views; \"{relation}\" is a view: read its tables AS OF instead"
+                    ))))
+                }
+                _ => match self.table(relation).await? {
+                    Some(p) => p,
+                    None => {
+                        return Err(into_datafusion(SluiceError::UndefinedTable(
+                            relation.to_string(),
+                        )))
+                    }
+                },
+            },
+        };
+        let Some(sample) = &read.sample else {
+            return Ok(base);
+        };
+        let schema = base.schema();
+        let index = |c: &str| {
+            schema
+                .index_of(c)
+                .map_err(|_| into_datafusion(SluiceError::UndefinedColumn(c.to_string())))
+        };
+        let (keys, seed) = match sample.method {
+            sluice_sql::SampleMethod::Hash => {
+                let by: Vec<String> = match (&sample.by, &table) {
+                    (by, _) if !by.is_empty() => by.clone(),
+                    (_, Some(t)) if t.def().has_primary_key() => t
+                        .def()
+                        .primary_key_indices()
+                        .iter()
+                        .map(|&i| t.def().columns[i].name.clone())
+                        .collect(),
+                    _ => {
+                        return Err(into_datafusion(SluiceError::Unsupported(format!(
+                            "TABLESAMPLE HASH of \"{relation}\" needs the columns to hash: BY (column), or a table with a PRIMARY KEY"
+                        ))))
+                    }
+                };
+                let keys = by.iter().map(|c| index(c)).collect::<Result<Vec<_>>>()?;
+                (keys, sample.seed.unwrap_or(0) as u64)
+            }
+            sluice_sql::SampleMethod::Bernoulli => {
+                let keys = match &table {
+                    Some(_) => vec![index("_partition")?, index("_offset")?],
+                    None => (0..schema.fields().len()).collect(),
+                };
+                let seed = match sample.seed {
+                    Some(s) => s as u64,
+                    None => {
+                        use std::hash::{BuildHasher, Hasher};
+                        std::collections::hash_map::RandomState::new()
+                            .build_hasher()
+                            .finish()
+                    }
+                };
+                (keys, seed)
+            }
+        };
+        Ok(Arc::new(crate::query::sample::SampledTable::new(
+            base,
+            keys,
+            seed,
+            sample.percent,
+        )))
+    }
+}
+
 #[async_trait]
 impl SchemaProvider for PublicSchema {
     fn table_names(&self) -> Vec<String> {
@@ -56,6 +150,9 @@ impl SchemaProvider for PublicSchema {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         if let Some(t) = self.store.table(name) {
             return Ok(Some(Arc::new(LogTableProvider::new(t))));
+        }
+        if let Some((relation, read)) = sluice_sql::ReadAt::from_name(name) {
+            return self.read_at(&relation, &read).await.map(Some);
         }
         if let Some(t) = name
             .strip_suffix(crate::query::provider::ON_CONFLICT_DO_NOTHING)
@@ -123,8 +220,9 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 13] = [
+const SYSTEM_TABLES: [&str; 14] = [
     "checkpoints",
+    "cuts",
     "indexes",
     "lag",
     "late_rows",
@@ -163,6 +261,10 @@ impl SchemaProvider for SystemSchema {
             ),
             "partitions" => (
                 SystemTable::of_store(store, partitions_schema(), partitions_batch),
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "cuts" => (
+                SystemTable::of_store(store, cuts_schema(), cuts_batch),
                 Visibility::Object("table_name", ObjectKind::Table),
             ),
             "watermarks" => (
@@ -421,6 +523,8 @@ fn partitions_schema() -> SchemaRef {
         i64f("deleted_segments"),
         i64f("reads_below_start"),
         i64f("unreadable_segments"),
+        // Times retention kept a segment because a cut needs it.
+        i64f("pinned_segments"),
         // Keyed tables (NULL for append-only ones).
         Field::new("dirty_ratio", DataType::Float64, true),
         Field::new("compactions", DataType::Int64, true),
@@ -433,7 +537,7 @@ fn partitions_schema() -> SchemaRef {
 fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut names = vec![];
     let mut parts = vec![];
-    let mut cols: [Vec<i64>; 12] = Default::default();
+    let mut cols: [Vec<i64>; 13] = Default::default();
     let mut dirty = vec![];
     let mut runs = vec![];
     let mut removed = vec![];
@@ -467,6 +571,7 @@ fn partitions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch>
                 s.deleted_segments,
                 s.reads_below_start,
                 s.unreadable_segments,
+                s.pinned_segments,
             ];
             for (c, v) in cols.iter_mut().zip(values) {
                 c.push(v as i64);
@@ -538,6 +643,77 @@ fn tables_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
                 .iter()
                 .map(|t| t.counters().bytes.load(Ordering::Relaxed) as i64),
         )),
+    ];
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn cuts_schema() -> SchemaRef {
+    let i64f = |n: &str| Field::new(n, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("cut_name", DataType::Utf8, false),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new(
+            "created_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            false,
+        ),
+        Field::new("owner", DataType::Utf8, false),
+        // As `AS OF OFFSETS (...)` takes them: `0 => 8800, 1 => 9040`.
+        Field::new("offsets", DataType::Utf8, false),
+        i64f("rows"),
+        i64f("bytes_pinned"),
+    ]))
+}
+
+/// One row per table of each cut (of a table that still exists): where
+/// the cut is, how many rows a read at it returns, and the bytes of
+/// segments it keeps from retention.
+fn cuts_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut cuts = vec![];
+    let mut tables = vec![];
+    let mut created = vec![];
+    let mut owners = vec![];
+    let mut offsets = vec![];
+    let mut rows = vec![];
+    let mut pinned = vec![];
+    let all = store.tables();
+    for cut in store.cut_defs() {
+        for covered in &cut.tables {
+            let Some(t) = all.iter().find(|t| t.def().id == covered.table_id) else {
+                continue;
+            };
+            cuts.push(cut.name.clone());
+            tables.push(t.name());
+            created.push(cut.created_at_us);
+            owners.push(cut.owner.clone());
+            offsets.push(
+                covered
+                    .ends
+                    .iter()
+                    .enumerate()
+                    .map(|(k, e)| format!("{k} => {e}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+            rows.push(
+                covered
+                    .starts
+                    .iter()
+                    .zip(&covered.ends)
+                    .map(|(s, e)| e.saturating_sub(*s) as i64)
+                    .sum::<i64>(),
+            );
+            pinned.push(crate::log::cut::pinned_bytes(t, covered) as i64);
+        }
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(cuts)),
+        Arc::new(StringArray::from(tables)),
+        Arc::new(TimestampMicrosecondArray::from(created).with_timezone("+00:00")),
+        Arc::new(StringArray::from(owners)),
+        Arc::new(StringArray::from(offsets)),
+        Arc::new(Int64Array::from(rows)),
+        Arc::new(Int64Array::from(pinned)),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }

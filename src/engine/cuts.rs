@@ -1,0 +1,82 @@
+//! Cuts: `CREATE CUT` (one offset per partition of some tables, taken at
+//! one commit, which reads `AS OF CUT` return the rows below) and `DROP
+//! CUT`. See `crate::log::cut`.
+
+use super::*;
+
+impl Engine {
+    /// Runs a statement of this family (see the module header).
+    pub(super) async fn cut_statement(
+        &self,
+        session: &Session,
+        stmt: Statement,
+    ) -> Result<Outcome, SluiceError> {
+        let role = session.role();
+        match stmt {
+            Statement::CreateCut { name, tables } => {
+                if self.store.cut_def(&name).is_some() {
+                    return Err(sluice_catalog::CatalogError::DuplicateCut(name).into());
+                }
+                let all_tables = tables.is_none();
+                let tables = match tables {
+                    None => self.store.tables(),
+                    Some(names) => names
+                        .iter()
+                        .map(|n| {
+                            self.store.table(n).ok_or_else(|| {
+                                if self.views.view(n).is_some() {
+                                    SluiceError::WrongObjectType(n.clone(), "table")
+                                } else {
+                                    SluiceError::UndefinedTable(n.clone())
+                                }
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                };
+                // A cut keeps rows from retention: it takes the right to
+                // read every table it covers.
+                if !self.roles.is_superuser(&role) {
+                    for t in &tables {
+                        self.roles.check(
+                            &role,
+                            ObjectKind::Table,
+                            &t.name(),
+                            sluice_sql::Privilege::Select,
+                        )?;
+                    }
+                }
+                crate::log::cut::take_cut(&self.store, &name, &tables, all_tables, &role.name)
+                    .await?;
+                Ok(Outcome::done("CREATE CUT"))
+            }
+            Statement::DropCut { names, if_exists } => {
+                // All named cuts are checked before any is dropped.
+                let mut found = Vec::new();
+                for name in &names {
+                    match self.store.cut_def(name) {
+                        Some(cut) => {
+                            if cut.owner != role.name && !self.roles.is_superuser(&role) {
+                                return Err(crate::auth::AuthError::PermissionDenied(format!(
+                                    "must be owner of cut {name}"
+                                ))
+                                .into());
+                            }
+                            found.push(name.clone());
+                        }
+                        None if if_exists => {}
+                        None => {
+                            return Err(
+                                sluice_catalog::CatalogError::UndefinedCut(name.clone()).into()
+                            )
+                        }
+                    }
+                }
+                for name in found {
+                    self.store.drop_cut_def(&name)?;
+                }
+                Ok(Outcome::done("DROP CUT"))
+            }
+            _ => Err(SluiceError::Internal("not a cut statement".into())),
+        }
+    }
+}
