@@ -229,6 +229,8 @@ pub(crate) fn catalog_sqlstate(e: &CatalogError) -> &'static str {
         CatalogError::Io { .. } => "58030",
         CatalogError::DuplicateSubscription(_) => "42710",
         CatalogError::UndefinedSubscription(_) => "42704",
+        CatalogError::DuplicateDataset(_) => "42710",
+        CatalogError::UndefinedDataset(_) => "42704",
         CatalogError::DuplicateCut(_) => "42710",
         CatalogError::UndefinedCut(_) => "42704",
         CatalogError::DuplicateRole(_) => "42710",

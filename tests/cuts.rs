@@ -94,13 +94,7 @@ async fn check_at_cut(c: &tokio_postgres::Client, pg: &tokio_postgres::Client, w
 
 async fn rows_at_cut(c: &tokio_postgres::Client) -> (Vec<String>, Vec<String>) {
     (
-        sorted(
-            text_rows(
-                c,
-                "SELECT id, user_id, ts, tokens FROM req AS OF CUT c",
-            )
-            .await,
-        ),
+        sorted(text_rows(c, "SELECT id, user_id, ts, tokens FROM req AS OF CUT c").await),
         sorted(text_rows(c, "SELECT user_id, tier FROM users AS OF CUT c").await),
     )
 }
@@ -135,7 +129,9 @@ async fn reads_at_a_cut_equal_postgres_through_writes_retention_and_sigkill() {
     while scalar(&c, "SELECT count(*) FROM req").await < 600 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    c.batch_execute("CREATE CUT c FOR ALL TABLES").await.unwrap();
+    c.batch_execute("CREATE CUT c FOR ALL TABLES")
+        .await
+        .unwrap();
     for w in writers {
         w.await.unwrap();
     }
@@ -172,7 +168,11 @@ async fn reads_at_a_cut_equal_postgres_through_writes_retention_and_sigkill() {
         "the cut was taken mid-write: {} of {total}",
         req_rows.len()
     );
-    let n = scalar(&c, "SELECT rows FROM sluice_catalog.cuts WHERE table_name = 'req'").await;
+    let n = scalar(
+        &c,
+        "SELECT rows FROM sluice_catalog.cuts WHERE table_name = 'req'",
+    )
+    .await;
     assert_eq!(n as usize, req_rows.len());
 
     // PostgreSQL gets the rows at the cut.
@@ -228,7 +228,11 @@ async fn reads_at_a_cut_equal_postgres_through_writes_retention_and_sigkill() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(
-        scalar(&c, "SELECT bytes_pinned FROM sluice_catalog.cuts WHERE table_name = 'req'").await
+        scalar(
+            &c,
+            "SELECT bytes_pinned FROM sluice_catalog.cuts WHERE table_name = 'req'"
+        )
+        .await
             > 0
     );
     assert_eq!(rows_at_cut(&c).await, (req_rows.clone(), user_rows.clone()));

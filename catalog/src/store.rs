@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{CutDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef};
+use crate::types::{
+    CutDef, DatasetDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -23,6 +25,10 @@ pub enum CatalogError {
     DuplicateSubscription(String),
     #[error("subscription \"{0}\" does not exist")]
     UndefinedSubscription(String),
+    #[error("dataset \"{0}\" already exists")]
+    DuplicateDataset(String),
+    #[error("dataset \"{0}\" does not exist")]
+    UndefinedDataset(String),
     #[error("cut \"{0}\" already exists")]
     DuplicateCut(String),
     #[error("cut \"{0}\" does not exist")]
@@ -54,6 +60,8 @@ struct CatalogDocument {
     indexes: Vec<IndexDef>,
     #[serde(default)]
     cuts: Vec<CutDef>,
+    #[serde(default)]
+    datasets: Vec<DatasetDef>,
 }
 
 impl CatalogDocument {
@@ -101,6 +109,7 @@ impl Catalog {
                 query_views: vec![],
                 indexes: vec![],
                 cuts: vec![],
+                datasets: vec![],
             },
             Err(e) => return Err(io_err(&path)(e)),
         };
@@ -307,6 +316,47 @@ impl Catalog {
         self.update(|doc| {
             remove_named(&mut doc.cuts, name, |c| &c.name)
                 .map_err(|_| CatalogError::UndefinedCut(name.to_string()))
+        })
+    }
+
+    pub fn datasets(&self) -> &[DatasetDef] {
+        &self.doc.datasets
+    }
+
+    /// Adds a dataset (with its first version), assigning its id. Datasets
+    /// have their own namespace.
+    pub fn create_dataset(&mut self, mut d: DatasetDef) -> Result<DatasetDef, CatalogError> {
+        if self.doc.datasets.iter().any(|x| x.name == d.name) {
+            return Err(CatalogError::DuplicateDataset(d.name));
+        }
+        self.update(|doc| {
+            d.id = doc.take_id();
+            doc.datasets.push(d.clone());
+            Ok(d)
+        })
+    }
+
+    /// Replaces a dataset's definition (a new version).
+    pub fn replace_dataset(&mut self, d: DatasetDef) -> Result<(), CatalogError> {
+        self.update(|doc| {
+            let at = doc
+                .datasets
+                .iter()
+                .position(|x| x.name == d.name)
+                .ok_or_else(|| CatalogError::UndefinedDataset(d.name.clone()))?;
+            doc.datasets[at] = d;
+            Ok(())
+        })
+    }
+
+    /// Removes a dataset and the cuts its versions read at.
+    pub fn drop_dataset(&mut self, name: &str) -> Result<DatasetDef, CatalogError> {
+        self.update(|doc| {
+            let d = remove_named(&mut doc.datasets, name, |d| &d.name)
+                .map_err(|_| CatalogError::UndefinedDataset(name.to_string()))?;
+            doc.cuts
+                .retain(|c| !d.versions.iter().any(|v| v.cut == c.name));
+            Ok(d)
         })
     }
 

@@ -569,6 +569,43 @@ pub struct CutTable {
     pub ends: Vec<u64>,
 }
 
+/// A dataset (`CREATE DATASET`): a query's result at a cut of the log, in
+/// versions. A version keeps no rows: it keeps its cut (which pins what it
+/// needs), its row counts and its content hash, and is computed again
+/// from the log whenever it is written out or verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetDef {
+    pub id: u64,
+    pub name: String,
+    /// The query, as it reads (every relation at the version's cut).
+    pub query: String,
+    pub split: Option<DatasetSplit>,
+    pub owner: String,
+    pub versions: Vec<DatasetVersion>,
+}
+
+/// How a dataset's rows are split: parts and shares (adding up to 100),
+/// by `hash64(key, seed)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetSplit {
+    pub parts: Vec<(String, f64)>,
+    pub key: String,
+    pub seed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetVersion {
+    pub version: u32,
+    /// The cut it reads at (the dataset's own, `name@version`).
+    pub cut: String,
+    pub created_at_us: i64,
+    pub rows: u64,
+    /// Rows per split part, in the parts' order.
+    pub split_rows: Vec<(String, u64)>,
+    /// SHA-256 of the rows in their order (see the server's datasets).
+    pub content_hash: String,
+}
+
 /// Where a subscription (consumer group) starts reading when it is
 /// created or reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -167,6 +167,29 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `CREATE DATASET name AS query [AS OF CUT c] [WITH (split ...)]`
+    CreateDataset(Box<crate::datasets::CreateDataset>),
+    /// `REFRESH DATASET name [AS OF CUT c]`: a new version.
+    RefreshDataset {
+        name: String,
+        at_cut: Option<String>,
+    },
+    /// `COPY DATASET name [VERSION n] TO 'path' [WITH (FORMAT parquet)]`
+    CopyDataset {
+        name: String,
+        version: Option<u32>,
+        location: String,
+    },
+    /// `VERIFY DATASET name VERSION n`
+    VerifyDataset {
+        name: String,
+        version: u32,
+    },
+    /// `DROP DATASET [IF EXISTS] name [, ...]`
+    DropDataset {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// `CREATE ROLE name [WITH] options` (and `CREATE USER`, which adds
     /// LOGIN).
     CreateRole {
@@ -513,6 +536,9 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         _ => {}
     }
     if let Some(statement) = crate::relations::parse_relation_statement(sql)? {
+        return Ok(statement);
+    }
+    if let Some(statement) = crate::datasets::parse_dataset_statement(sql)? {
         return Ok(statement);
     }
     if let Some(statement) = parse_subscription_statement(sql)? {

@@ -27,8 +27,11 @@ fn encode_with(batches: &[RecordBatch], compression: Compression) -> Result<Byte
     let Some(first) = batches.first() else {
         return Ok(Bytes::new());
     };
+    // The writer's name, not its version: the same rows make the same
+    // bytes after an upgrade (a dataset written twice is one file).
     let props = WriterProperties::builder()
         .set_compression(compression)
+        .set_created_by("sluice".into())
         .build();
     // Sized up front: growing a buffer of a hundred megabytes by doubling
     // copies it several times over and touches twice the pages.

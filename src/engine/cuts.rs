@@ -53,6 +53,18 @@ impl Engine {
                 // All named cuts are checked before any is dropped.
                 let mut found = Vec::new();
                 for name in &names {
+                    if let Some(d) = self
+                        .store
+                        .dataset_defs()
+                        .into_iter()
+                        .find(|d| d.versions.iter().any(|v| &v.cut == name))
+                    {
+                        return Err(SluiceError::DependentObjects {
+                            kind: "cut",
+                            name: name.clone(),
+                            dependent: format!("dataset {}", d.name),
+                        });
+                    }
                     match self.store.cut_def(name) {
                         Some(cut) => {
                             if cut.owner != role.name && !self.roles.is_superuser(&role) {

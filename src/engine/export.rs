@@ -31,6 +31,12 @@ pub async fn to_location(
         .await
         .map_err(|e| SluiceError::Internal(e.to_string()))?
         .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+    put(location, data).await?;
+    Ok(rows as u64)
+}
+
+/// Writes `data` to a server path or an `s3://bucket/key` URL.
+pub async fn put(location: &str, data: bytes::Bytes) -> Result<(), SluiceError> {
     let (store, key) = match location.strip_prefix("s3://") {
         Some(rest) => {
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
@@ -63,11 +69,11 @@ pub async fn to_location(
         }
     };
     store.put(&key, data).await?;
-    Ok(rows as u64)
+    Ok(())
 }
 
 /// `batch` with its columns named as `columns` names them.
-fn named_as(batch: RecordBatch, columns: &Schema) -> Result<RecordBatch, SluiceError> {
+pub(super) fn named_as(batch: RecordBatch, columns: &Schema) -> Result<RecordBatch, SluiceError> {
     let fields: Vec<Field> = batch
         .schema()
         .fields()

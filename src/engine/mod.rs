@@ -17,6 +17,7 @@
 mod connectors;
 mod copy;
 mod cuts;
+mod datasets;
 mod dml;
 mod export;
 mod planner;
@@ -441,6 +442,11 @@ impl Engine {
             | S::CloseCursor { .. }) => self.subscription_statement(session, s).await,
             s @ (S::CreateSink(_) | S::DropSink { .. }) => self.sink_statement(session, s).await,
             s @ (S::CreateCut { .. } | S::DropCut { .. }) => self.cut_statement(session, s).await,
+            s @ (S::CreateDataset(_)
+            | S::RefreshDataset { .. }
+            | S::CopyDataset { .. }
+            | S::VerifyDataset { .. }
+            | S::DropDataset { .. }) => self.dataset_statement(session, s).await,
             s @ (S::CreateRole { .. } | S::AlterRole { .. } | S::DropRole { .. } | S::Grant(_)) => {
                 self.role_statement(session, s).await
             }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use sluice_catalog::{
-    Catalog, CatalogError, CutDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
+    Catalog, CatalogError, CutDef, DatasetDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef,
+    ViewDef,
 };
 use tracing::{info, warn};
 
@@ -262,6 +263,32 @@ impl LogStore {
 
     pub fn drop_cut_def(&self, name: &str) -> Result<CutDef, LogError> {
         Ok(self.catalog.lock().drop_cut(name)?)
+    }
+
+    pub fn dataset_defs(&self) -> Vec<DatasetDef> {
+        self.catalog.lock().datasets().to_vec()
+    }
+
+    pub fn dataset_def(&self, name: &str) -> Option<DatasetDef> {
+        self.catalog
+            .lock()
+            .datasets()
+            .iter()
+            .find(|d| d.name == name)
+            .cloned()
+    }
+
+    pub fn create_dataset_def(&self, def: DatasetDef) -> Result<DatasetDef, LogError> {
+        Ok(self.catalog.lock().create_dataset(def)?)
+    }
+
+    pub fn replace_dataset_def(&self, def: DatasetDef) -> Result<(), LogError> {
+        Ok(self.catalog.lock().replace_dataset(def)?)
+    }
+
+    /// Drops a dataset and the cuts of its versions.
+    pub fn drop_dataset_def(&self, name: &str) -> Result<DatasetDef, LogError> {
+        Ok(self.catalog.lock().drop_dataset(name)?)
     }
 
     /// Per partition of `table`, the offset below which the cuts over it

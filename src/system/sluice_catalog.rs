@@ -220,9 +220,11 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 14] = [
+const SYSTEM_TABLES: [&str; 16] = [
     "checkpoints",
     "cuts",
+    "dataset_versions",
+    "datasets",
     "indexes",
     "lag",
     "late_rows",
@@ -266,6 +268,14 @@ impl SchemaProvider for SystemSchema {
             "cuts" => (
                 SystemTable::of_store(store, cuts_schema(), cuts_batch),
                 Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "datasets" => (
+                SystemTable::of_store(store, datasets_schema(), datasets_batch),
+                Visibility::Sessions,
+            ),
+            "dataset_versions" => (
+                SystemTable::of_store(store, dataset_versions_schema(), dataset_versions_batch),
+                Visibility::Sessions,
             ),
             "watermarks" => (
                 SystemTable::of_store(store, watermarks_schema(), watermarks_batch),
@@ -714,6 +724,104 @@ fn cuts_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
         Arc::new(StringArray::from(offsets)),
         Arc::new(Int64Array::from(rows)),
         Arc::new(Int64Array::from(pinned)),
+    ];
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn datasets_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("dataset_name", DataType::Utf8, false),
+        Field::new("owner", DataType::Utf8, false),
+        Field::new("query", DataType::Utf8, false),
+        Field::new("split", DataType::Utf8, true),
+        Field::new("split_key", DataType::Utf8, true),
+        Field::new("seed", DataType::Int64, true),
+        Field::new("versions", DataType::Int64, false),
+    ]))
+}
+
+/// One row per dataset.
+fn datasets_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let defs = store.dataset_defs();
+    let split = |f: fn(&sluice_catalog::DatasetSplit) -> String| -> StringArray {
+        defs.iter().map(|d| d.split.as_ref().map(f)).collect()
+    };
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            defs.iter().map(|d| d.name.clone()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            defs.iter().map(|d| d.owner.clone()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            defs.iter().map(|d| d.query.clone()),
+        )),
+        Arc::new(split(|s| {
+            s.parts
+                .iter()
+                .map(|(n, p)| format!("{n} {p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })),
+        Arc::new(split(|s| s.key.clone())),
+        Arc::new(
+            defs.iter()
+                .map(|d| d.split.as_ref().map(|s| s.seed))
+                .collect::<Int64Array>(),
+        ),
+        Arc::new(Int64Array::from_iter_values(
+            defs.iter().map(|d| d.versions.len() as i64),
+        )),
+    ];
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn dataset_versions_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("dataset_name", DataType::Utf8, false),
+        Field::new("version", DataType::Int64, false),
+        Field::new("cut_name", DataType::Utf8, false),
+        Field::new(
+            "created_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            false,
+        ),
+        Field::new("rows", DataType::Int64, false),
+        // `train 80, validation 10, test 10` as rows: `train 812, ...`.
+        Field::new("split_rows", DataType::Utf8, true),
+        Field::new("content_hash", DataType::Utf8, false),
+    ]))
+}
+
+/// One row per version of each dataset.
+fn dataset_versions_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let (mut names, mut numbers, mut cuts, mut created, mut rows, mut splits, mut hashes) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for d in store.dataset_defs() {
+        for v in &d.versions {
+            names.push(d.name.clone());
+            numbers.push(v.version as i64);
+            cuts.push(v.cut.clone());
+            created.push(v.created_at_us);
+            rows.push(v.rows as i64);
+            splits.push((!v.split_rows.is_empty()).then(|| {
+                v.split_rows
+                    .iter()
+                    .map(|(n, r)| format!("{n} {r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }));
+            hashes.push(v.content_hash.clone());
+        }
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(names)),
+        Arc::new(Int64Array::from(numbers)),
+        Arc::new(StringArray::from(cuts)),
+        Arc::new(TimestampMicrosecondArray::from(created).with_timezone("+00:00")),
+        Arc::new(Int64Array::from(rows)),
+        Arc::new(StringArray::from(splits)),
+        Arc::new(StringArray::from(hashes)),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }

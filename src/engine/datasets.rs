@@ -1,0 +1,477 @@
+//! Datasets: `CREATE DATASET`, `REFRESH DATASET` (a new version),
+//! `COPY DATASET ... TO` (the rows as Parquet and a manifest beside them),
+//! `VERIFY DATASET` and `DROP DATASET`.
+//!
+//! A version is a query over a cut of the log (`name@version`, which pins
+//! what it reads) and keeps no rows: writing it out or verifying it
+//! computes it again, reading every table and materialized view the query
+//! names at that cut. The rows come out in one order whatever the plan
+//! did (by the split part, then by every column), a `split` column is
+//! added when the dataset is split (by `hash64(split_key, seed)`, so a
+//! key's rows are all in one part and stay there), and their content hash
+//! (SHA-256 of the column names and types and every value as text) is
+//! what a version records and `VERIFY` compares.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use sluice_catalog::{DatasetDef, DatasetSplit, DatasetVersion};
+
+use super::*;
+
+/// A version's rows, computed.
+struct Computed {
+    batch: RecordBatch,
+    split_rows: Vec<(String, u64)>,
+    content_hash: String,
+}
+
+impl Engine {
+    /// Runs a statement of this family (see the module header).
+    pub(super) async fn dataset_statement(
+        &self,
+        session: &Session,
+        stmt: Statement,
+    ) -> Result<Outcome, SluiceError> {
+        let role = session.role();
+        match stmt {
+            Statement::CreateDataset(d) => {
+                if self.store.dataset_def(&d.name).is_some() {
+                    return Err(sluice_catalog::CatalogError::DuplicateDataset(d.name).into());
+                }
+                if let Some(function) = sluice_sql::unfixed_function(&d.query) {
+                    return Err(SluiceError::NotFixed {
+                        function,
+                        object: "a dataset",
+                    });
+                }
+                let split = d.split.map(|s| DatasetSplit {
+                    parts: s.parts,
+                    key: s.key,
+                    seed: s.seed,
+                });
+                let mut def = DatasetDef {
+                    id: 0,
+                    name: d.name.clone(),
+                    query: d.query.to_string(),
+                    split,
+                    owner: role.name.clone(),
+                    versions: Vec::new(),
+                };
+                let version = self.new_version(session, &def, d.at_cut.as_deref()).await?;
+                def.versions.push(version.clone());
+                if let Err(e) = self.store.create_dataset_def(def) {
+                    let _ = self.store.drop_cut_def(&version.cut);
+                    return Err(e.into());
+                }
+                Ok(Outcome::done("CREATE DATASET"))
+            }
+            Statement::RefreshDataset { name, at_cut } => {
+                let mut def = self.owned_dataset(&role, &name)?;
+                let version = self.new_version(session, &def, at_cut.as_deref()).await?;
+                def.versions.push(version.clone());
+                if let Err(e) = self.store.replace_dataset_def(def) {
+                    let _ = self.store.drop_cut_def(&version.cut);
+                    return Err(e.into());
+                }
+                Ok(Outcome::done("REFRESH DATASET"))
+            }
+            Statement::CopyDataset {
+                name,
+                version,
+                location,
+            } => {
+                let def = self.dataset(&name)?;
+                let v = version_of(&def, version)?;
+                let computed = self.compute(session, &def, &v.cut).await?;
+                if computed.content_hash != v.content_hash {
+                    return Err(SluiceError::ObjectNotReady(format!(
+                        "dataset \"{name}\" version {} no longer computes to its content hash (the log under its cut changed: an erasure?); VERIFY DATASET {name} VERSION {} says more",
+                        v.version, v.version
+                    )));
+                }
+                let rows = computed.batch.num_rows() as u64;
+                let manifest = self.manifest(&def, &v, &computed)?;
+                let batches = vec![computed.batch];
+                let data = tokio::task::spawn_blocking(move || {
+                    crate::checkpoint::encode_parquet(&batches)
+                })
+                .await
+                .map_err(|e| SluiceError::Internal(e.to_string()))?
+                .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+                export::put(&location, data).await?;
+                export::put(&format!("{location}.manifest.json"), manifest.into()).await?;
+                Ok(Outcome::Done {
+                    tag: "COPY",
+                    rows: Some(rows),
+                })
+            }
+            Statement::VerifyDataset { name, version } => {
+                let def = self.dataset(&name)?;
+                let v = version_of(&def, Some(version))?;
+                let computed = self.compute(session, &def, &v.cut).await?;
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("dataset", DataType::Utf8, false),
+                    Field::new("version", DataType::Int64, false),
+                    Field::new("rows", DataType::Int64, false),
+                    Field::new("content_hash", DataType::Utf8, false),
+                    Field::new("computed_hash", DataType::Utf8, false),
+                    Field::new("verified", DataType::Boolean, false),
+                ]));
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(StringArray::from(vec![name])),
+                    Arc::new(arrow::array::Int64Array::from(vec![v.version as i64])),
+                    Arc::new(arrow::array::Int64Array::from(vec![
+                        computed.batch.num_rows() as i64,
+                    ])),
+                    Arc::new(StringArray::from(vec![v.content_hash.clone()])),
+                    Arc::new(StringArray::from(vec![computed.content_hash.clone()])),
+                    Arc::new(arrow::array::BooleanArray::from(vec![
+                        computed.content_hash == v.content_hash,
+                    ])),
+                ];
+                Ok(Outcome::Batches {
+                    batches: vec![RecordBatch::try_new(schema.clone(), columns)?],
+                    schema,
+                    tag: "VERIFY",
+                })
+            }
+            Statement::DropDataset { names, if_exists } => {
+                for name in &names {
+                    match self.store.dataset_def(name) {
+                        Some(_) => {
+                            self.owned_dataset(&role, name)?;
+                        }
+                        None if if_exists => {}
+                        None => {
+                            return Err(sluice_catalog::CatalogError::UndefinedDataset(
+                                name.clone(),
+                            )
+                            .into())
+                        }
+                    }
+                }
+                for name in &names {
+                    if self.store.dataset_def(name).is_some() {
+                        self.store.drop_dataset_def(name)?;
+                    }
+                }
+                Ok(Outcome::done("DROP DATASET"))
+            }
+            _ => Err(SluiceError::Internal("not a dataset statement".into())),
+        }
+    }
+
+    fn dataset(&self, name: &str) -> Result<DatasetDef, SluiceError> {
+        self.store
+            .dataset_def(name)
+            .ok_or_else(|| sluice_catalog::CatalogError::UndefinedDataset(name.to_string()).into())
+    }
+
+    /// The dataset, when `role` owns it (or is a superuser).
+    fn owned_dataset(&self, role: &SessionRole, name: &str) -> Result<DatasetDef, SluiceError> {
+        let def = self.dataset(name)?;
+        if def.owner != role.name && !self.roles.is_superuser(role) {
+            return Err(crate::auth::AuthError::PermissionDenied(format!(
+                "must be owner of dataset {name}"
+            ))
+            .into());
+        }
+        Ok(def)
+    }
+
+    /// The tables the query reads, directly or through materialized views.
+    fn dataset_tables(&self, query: &ast::Query) -> Vec<Arc<crate::log::TableLog>> {
+        let mut tables: Vec<Arc<crate::log::TableLog>> = Vec::new();
+        let mut add = |t: Arc<crate::log::TableLog>| {
+            if !tables.iter().any(|x| Arc::ptr_eq(x, &t)) {
+                tables.push(t);
+            }
+        };
+        for (_, name) in self.relations_named(query) {
+            if let Some(t) = self.store.table(&name) {
+                add(t);
+            } else if let Some(v) = self.views.view(&name) {
+                for input in v.source.inputs() {
+                    if let crate::stream::ViewSource::Table(t) = input {
+                        add(t);
+                    }
+                }
+            }
+        }
+        tables
+    }
+
+    /// Takes the next version's cut (of the tables the query reads, or a
+    /// copy of `at_cut`'s positions for them) and computes the version.
+    async fn new_version(
+        &self,
+        session: &Session,
+        def: &DatasetDef,
+        at_cut: Option<&str>,
+    ) -> Result<DatasetVersion, SluiceError> {
+        let role = session.role();
+        let query = parse_dataset_query(&def.query)?;
+        let number = def.versions.last().map_or(1, |v| v.version + 1);
+        let cut = format!("{}@{number}", def.name);
+        let tables = self.dataset_tables(&query);
+        match at_cut {
+            None => {
+                crate::log::cut::take_cut(&self.store, &cut, &tables, false, &role.name).await?;
+            }
+            Some(from) => {
+                let source = self
+                    .store
+                    .cut_def(from)
+                    .ok_or_else(|| crate::log::cut::CutError::UndefinedCut(from.to_string()))?;
+                let mut covered = Vec::new();
+                for t in &tables {
+                    let c = source
+                        .tables
+                        .iter()
+                        .find(|c| c.table_id == t.def().id)
+                        .ok_or_else(|| crate::log::cut::CutError::NotCovered {
+                            cut: from.to_string(),
+                            table: t.name(),
+                        })?;
+                    covered.push(c.clone());
+                }
+                self.store.create_cut_def(sluice_catalog::CutDef {
+                    id: 0,
+                    name: cut.clone(),
+                    created_at_us: crate::checkpoint::now_us(),
+                    all_tables: false,
+                    owner: role.name.clone(),
+                    tables: covered,
+                })?;
+            }
+        }
+        match self.compute(session, def, &cut).await {
+            Ok(c) => Ok(DatasetVersion {
+                version: number,
+                cut,
+                created_at_us: crate::checkpoint::now_us(),
+                rows: c.batch.num_rows() as u64,
+                split_rows: c.split_rows,
+                content_hash: c.content_hash,
+            }),
+            Err(e) => {
+                // Nothing of a version that could not be computed stays.
+                let _ = self.store.drop_cut_def(&cut);
+                Err(e)
+            }
+        }
+    }
+
+    /// The dataset's rows at `cut`, in their order, split, and hashed.
+    async fn compute(
+        &self,
+        session: &Session,
+        def: &DatasetDef,
+        cut: &str,
+    ) -> Result<Computed, SluiceError> {
+        let mut query = parse_dataset_query(&def.query)?;
+        sluice_sql::read_relations_at(&mut query, cut, |r| {
+            self.store.table(r).is_some() || self.views.view(r).is_some()
+        })?;
+        let (plan, columns) = self
+            .planner
+            .plan_shown(ast::Statement::Query(Box::new(query)), &session.role())
+            .await?;
+        let batches = self
+            .collect_plan(session, plan)
+            .await?
+            .into_iter()
+            .map(|b| export::named_as(b, &columns))
+            .collect::<Result<Vec<_>, _>>()?;
+        let schema: SchemaRef = match batches.first() {
+            Some(b) => b.schema(),
+            None => Arc::new(Schema::new(
+                columns
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            )),
+        };
+        let mut batch = arrow::compute::concat_batches(&schema, &batches)?;
+        let mut split_rows = Vec::new();
+        if let Some(split) = &def.split {
+            let key = batch.column_by_name(&split.key).ok_or_else(|| {
+                SluiceError::UndefinedColumn(format!(
+                    "{} (the split_key, among the dataset's columns)",
+                    split.key
+                ))
+            })?;
+            let hashes = crate::query::stable_hash::row_hashes(
+                std::slice::from_ref(key),
+                split.seed as u64,
+                batch.num_rows(),
+            )?;
+            let parts: Vec<&str> = hashes.iter().map(|h| part_of(split, *h)).collect();
+            split_rows = split
+                .parts
+                .iter()
+                .map(|(p, _)| (p.clone(), parts.iter().filter(|x| **x == p).count() as u64))
+                .collect();
+            let mut fields = schema.fields().to_vec();
+            fields.push(Arc::new(Field::new("split", DataType::Utf8, false)));
+            let mut cols = batch.columns().to_vec();
+            cols.push(Arc::new(StringArray::from(parts)));
+            batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+        }
+        let batch = in_order(batch, def.split.is_some())?;
+        let content_hash = content_hash(&batch)?;
+        Ok(Computed {
+            batch,
+            split_rows,
+            content_hash,
+        })
+    }
+
+    /// What `COPY DATASET` writes beside the rows.
+    fn manifest(
+        &self,
+        def: &DatasetDef,
+        v: &DatasetVersion,
+        computed: &Computed,
+    ) -> Result<String, SluiceError> {
+        let cut = self.store.cut_def(&v.cut);
+        let tables: Vec<serde_json::Value> = cut
+            .iter()
+            .flat_map(|c| &c.tables)
+            .map(|t| {
+                let name = self
+                    .store
+                    .tables()
+                    .iter()
+                    .find(|x| x.def().id == t.table_id)
+                    .map(|x| x.name());
+                serde_json::json!({"table": name, "starts": t.starts, "ends": t.ends})
+            })
+            .collect();
+        let manifest = serde_json::json!({
+            "dataset": def.name,
+            "version": v.version,
+            "query": def.query,
+            "cut": {"name": v.cut, "tables": tables},
+            "split": def.split.as_ref().map(|s| serde_json::json!({
+                "parts": s.parts, "key": s.key, "seed": s.seed,
+            })),
+            "erasure_ledger_position": 0,
+            "rows": computed.batch.num_rows(),
+            "rows_per_split": v.split_rows,
+            "content_hash": v.content_hash,
+            "content_hash_of": "SHA-256 of the column names and types, then each row's values as text, in the file's order",
+            "created_at_us": v.created_at_us,
+            "format": "parquet",
+        });
+        serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
+    }
+}
+
+fn parse_dataset_query(sql: &str) -> Result<ast::Query, SluiceError> {
+    match parse_sql(sql)? {
+        Statement::Query(q) => match *q {
+            ast::Statement::Query(q) => Ok(*q),
+            _ => Err(SluiceError::Internal(format!("not a query: {sql}"))),
+        },
+        _ => Err(SluiceError::Internal(format!("not a query: {sql}"))),
+    }
+}
+
+fn version_of(def: &DatasetDef, version: Option<u32>) -> Result<DatasetVersion, SluiceError> {
+    let found = match version {
+        Some(n) => def.versions.iter().find(|v| v.version == n),
+        None => def.versions.last(),
+    };
+    found.cloned().ok_or_else(|| SluiceError::Evaluation {
+        sqlstate: "22023",
+        message: format!(
+            "dataset \"{}\" has no version {} (it has {})",
+            def.name,
+            version.unwrap_or(0),
+            def.versions
+                .iter()
+                .map(|v| v.version.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// The part a row whose key hashes to `hash` is in: its place in a
+/// million, against the parts' shares in order.
+fn part_of(split: &DatasetSplit, hash: u64) -> &str {
+    let place = (hash % 1_000_000) as f64;
+    let mut upto = 0.0;
+    for (name, share) in &split.parts {
+        upto += share * 10_000.0;
+        if place < upto {
+            return name;
+        }
+    }
+    split.parts.last().map_or("", |(n, _)| n.as_str())
+}
+
+/// The rows in one order whatever the plan did: by every column (the
+/// split part first, when there is one), NULLs last.
+fn in_order(batch: RecordBatch, split_first: bool) -> Result<RecordBatch, SluiceError> {
+    if batch.num_rows() < 2 {
+        return Ok(batch);
+    }
+    let n = batch.num_columns();
+    let mut order: Vec<usize> = (0..n).collect();
+    if split_first {
+        order.rotate_right(1);
+    }
+    let converter = arrow::row::RowConverter::new(
+        order
+            .iter()
+            .map(|&i| arrow::row::SortField::new(batch.column(i).data_type().clone()))
+            .collect(),
+    )?;
+    let columns: Vec<ArrayRef> = order.iter().map(|&i| batch.column(i).clone()).collect();
+    let rows = converter.convert_columns(&columns)?;
+    let mut indices: Vec<u32> = (0..batch.num_rows() as u32).collect();
+    indices.sort_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
+    let indices = arrow::array::UInt32Array::from(indices);
+    let taken = batch
+        .columns()
+        .iter()
+        .map(|c| arrow::compute::take(c, &indices, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), taken)?)
+}
+
+/// SHA-256 of the column names and types, then every value as text (a
+/// NULL as a byte no text holds), each with its length.
+fn content_hash(batch: &RecordBatch) -> Result<String, SluiceError> {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut put = |bytes: &[u8]| {
+        ctx.update(&(bytes.len() as u64).to_le_bytes());
+        ctx.update(bytes);
+    };
+    for f in batch.schema().fields() {
+        put(f.name().as_bytes());
+        put(f.data_type().to_string().as_bytes());
+    }
+    let options = arrow::util::display::FormatOptions::default();
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    for row in 0..batch.num_rows() {
+        for (c, f) in batch.columns().iter().zip(&formatters) {
+            if c.is_null(row) {
+                put(&[0xff]);
+            } else {
+                put(f.value(row).to_string().as_bytes());
+            }
+        }
+    }
+    let digest = ctx.finish();
+    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
