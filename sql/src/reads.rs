@@ -266,6 +266,20 @@ fn mark_as_of(tokens: &mut Vec<Token>) -> Result<bool, SqlError> {
                 "AS OF follows a table or view name, not a subquery".into(),
             ));
         };
+        // What a statement writes is the table as it is now.
+        let mut before = prev_sig(tokens, name_at);
+        while let Some(b) = before.filter(|&b| matches!(tokens[b], Token::Period)) {
+            before = prev_sig(tokens, b).and_then(|w| prev_sig(tokens, w));
+        }
+        if before.is_some_and(|b| {
+            ["into", "update", "table"]
+                .iter()
+                .any(|k| is_word(&tokens[b], k))
+        }) {
+            return Err(SqlError::Unsupported(
+                "AS OF reads a table as it was; a statement writes it as it is now".into(),
+            ));
+        }
         let value_at = next_sig(tokens, kind + 1);
         let (as_of, end) = if is_word(&tokens[kind], "cut") {
             match tokens.get(value_at) {

@@ -625,6 +625,11 @@ impl TableProvider for LogTableProvider {
                 "changelog() is read-only; write to the table".into(),
             ));
         }
+        if self.at.is_some() {
+            return Err(DataFusionError::Plan(
+                "a table read AS OF a position is read-only; write to the table".into(),
+            ));
+        }
         if insert_op != InsertOp::Append {
             return Err(DataFusionError::NotImplemented(format!(
                 "{insert_op} is not supported on append-only tables"

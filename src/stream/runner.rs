@@ -227,7 +227,7 @@ impl ViewManager {
                 sluice_catalog::CatalogError::DuplicateTable(name.to_string()),
             ));
         }
-        self.refuse_unfixed(query)?;
+        self.refuse_unrepeatable(query)?;
         let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
         let def = self.store.create_view_def(ViewDef {
             id: 0,
@@ -294,7 +294,7 @@ impl ViewManager {
         query: &ast::Query,
         emit: EmitOptions,
     ) -> Result<Vec<String>, SluiceError> {
-        self.refuse_unfixed(query)?;
+        self.refuse_unrepeatable(query)?;
         let compiled = compile(query, &self.store, self, self.config.clone(), emit).await?;
         Ok(compiled.explain)
     }
@@ -522,12 +522,39 @@ impl ViewManager {
         Ok(replay.snapshot())
     }
 
-    /// Refuses a view over tables whose query calls a function its inputs
-    /// do not fix (`now()`, `random()`, `current_user`): the view computed
-    /// again from the same log (a restart without checkpoint, REBUILD, a
-    /// read at a cut) must give the same rows. A view over no table is
-    /// computed once and kept as it came out, so it may.
-    fn refuse_unfixed(&self, query: &ast::Query) -> Result<(), SluiceError> {
+    /// Refuses a view that reads a relation `AS OF` a position or through
+    /// `TABLESAMPLE`, and a view over tables whose query calls a function
+    /// its inputs do not fix (`now()`, `random()`, `current_user`): the
+    /// view computed again from the same log (a restart without checkpoint,
+    /// REBUILD, a read at a cut) must give the same rows. A view over no
+    /// table is computed once and kept as it came out, so it may.
+    fn refuse_unrepeatable(&self, query: &ast::Query) -> Result<(), SluiceError> {
+        // A view follows the log as it grows: it reads no cut, and
+        // samples by a filter it can compute incrementally.
+        let mut marked = None;
+        let _ = ast::visit_relations(query, |name| {
+            let written = name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(sluice_sql::ident_name)
+                .unwrap_or_default();
+            if let Some(read) = sluice_sql::ReadAt::from_name(&written) {
+                marked = Some(read);
+                return std::ops::ControlFlow::Break(());
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        if let Some((relation, read)) = marked {
+            return Err(SluiceError::Unsupported(match read.as_of {
+                Some(_) => format!(
+                    "a materialized view follows the log as it grows and cannot read \"{relation}\" AS OF a position; read the view AS OF instead"
+                ),
+                None => format!(
+                    "TABLESAMPLE of \"{relation}\" in a materialized view is not supported; filter by a hash instead: WHERE abs(hash64(key, seed)) % 100 < percent"
+                ),
+            }));
+        }
         let Some(function) = sluice_sql::unfixed_function(query) else {
             return Ok(());
         };
