@@ -11,9 +11,15 @@ use std::process::Command;
 
 use common::{python_has, run_client, sqlstate, text_rows, Server};
 
+/// VERIFY through the extended protocol (its row described when it is
+/// prepared) and the simple one.
 async fn verified(c: &tokio_postgres::Client, version: u32) -> bool {
-    let rows = text_rows(c, &format!("VERIFY DATASET evals VERSION {version}")).await;
-    rows[0].ends_with("|t")
+    let sql = format!("VERIFY DATASET evals VERSION {version}");
+    let simple = text_rows(c, &sql).await[0].ends_with("|t");
+    let rows = c.query(&sql, &[]).await.unwrap();
+    let extended: bool = rows[0].get("verified");
+    assert_eq!(simple, extended);
+    extended
 }
 
 async fn log_requests(c: &tokio_postgres::Client, from: i64, to: i64) {

@@ -113,14 +113,7 @@ impl Engine {
                 let def = self.dataset(&name)?;
                 let v = version_of(&def, Some(version))?;
                 let computed = self.compute(session, &def, &v.cut).await?;
-                let schema = Arc::new(Schema::new(vec![
-                    Field::new("dataset", DataType::Utf8, false),
-                    Field::new("version", DataType::Int64, false),
-                    Field::new("rows", DataType::Int64, false),
-                    Field::new("content_hash", DataType::Utf8, false),
-                    Field::new("computed_hash", DataType::Utf8, false),
-                    Field::new("verified", DataType::Boolean, false),
-                ]));
+                let schema = verify_schema();
                 let columns: Vec<ArrayRef> = vec![
                     Arc::new(StringArray::from(vec![name])),
                     Arc::new(arrow::array::Int64Array::from(vec![v.version as i64])),
@@ -371,6 +364,18 @@ impl Engine {
         });
         serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
     }
+}
+
+/// The row `VERIFY DATASET` answers with (known when it is prepared).
+pub(super) fn verify_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("dataset", DataType::Utf8, false),
+        Field::new("version", DataType::Int64, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("content_hash", DataType::Utf8, false),
+        Field::new("computed_hash", DataType::Utf8, false),
+        Field::new("verified", DataType::Boolean, false),
+    ]))
 }
 
 fn parse_dataset_query(sql: &str) -> Result<ast::Query, SluiceError> {

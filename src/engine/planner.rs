@@ -493,6 +493,10 @@ impl Planner {
                 sql: piece,
                 schema: plan_lines_schema(),
             }),
+            Statement::VerifyDataset { .. } => Ok(Prepared::Rows {
+                sql: piece,
+                schema: super::datasets::verify_schema(),
+            }),
             Statement::Update {
                 table,
                 assignments,
