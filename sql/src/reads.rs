@@ -232,8 +232,15 @@ fn quoted(name: String) -> Token {
     })
 }
 
-fn space() -> Token {
-    Token::Whitespace(Whitespace::Space)
+/// ` AS "relation"`: a relation read at a cut or sampled keeps its name.
+fn alias(relation: String) -> [Token; 4] {
+    let space = || Token::Whitespace(Whitespace::Space);
+    [
+        space(),
+        Token::make_keyword("AS"),
+        space(),
+        quoted(relation),
+    ]
 }
 
 fn mark_as_of(tokens: &mut Vec<Token>) -> Result<bool, SqlError> {
@@ -312,12 +319,7 @@ fn mark_as_of(tokens: &mut Vec<Token>) -> Result<bool, SqlError> {
         };
         let mut replacement = vec![quoted(name)];
         if !aliased {
-            replacement.extend([
-                space(),
-                Token::make_keyword("AS"),
-                space(),
-                quoted(relation),
-            ]);
+            replacement.extend(alias(relation));
         }
         let len = replacement.len();
         tokens.splice(name_at..end, replacement);
@@ -382,15 +384,7 @@ fn mark_samples(tokens: &mut Vec<Token>) -> Result<bool, SqlError> {
         let alias_follows = prev_sig(tokens, i) != Some(name_at);
         tokens.drain(i..end);
         if !alias_follows {
-            tokens.splice(
-                i..i,
-                [
-                    space(),
-                    Token::make_keyword("AS"),
-                    space(),
-                    quoted(relation),
-                ],
-            );
+            tokens.splice(i..i, alias(relation));
         }
         tokens[name_at] = quoted(name);
         i += 1;

@@ -67,12 +67,7 @@ impl Engine {
                     }
                     match self.store.cut_def(name) {
                         Some(cut) => {
-                            if cut.owner != role.name && !self.roles.is_superuser(&role) {
-                                return Err(crate::auth::AuthError::PermissionDenied(format!(
-                                    "must be owner of cut {name}"
-                                ))
-                                .into());
-                            }
+                            self.check_owns(&role, &cut.owner, "cut", name)?;
                             found.push(name.clone());
                         }
                         None if if_exists => {}
@@ -90,5 +85,23 @@ impl Engine {
             }
             _ => Err(SluiceError::Internal("not a cut statement".into())),
         }
+    }
+
+    /// 42501 unless `role` is `owner` (of the cut or dataset `name`) or a
+    /// superuser: cuts and datasets are not objects the grants know.
+    pub(super) fn check_owns(
+        &self,
+        role: &SessionRole,
+        owner: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<(), SluiceError> {
+        if owner == role.name || self.roles.is_superuser(role) {
+            return Ok(());
+        }
+        Err(
+            crate::auth::AuthError::PermissionDenied(format!("must be owner of {kind} {name}"))
+                .into(),
+        )
     }
 }

@@ -167,12 +167,7 @@ impl Engine {
     /// The dataset, when `role` owns it (or is a superuser).
     fn owned_dataset(&self, role: &SessionRole, name: &str) -> Result<DatasetDef, SluiceError> {
         let def = self.dataset(name)?;
-        if def.owner != role.name && !self.roles.is_superuser(role) {
-            return Err(crate::auth::AuthError::PermissionDenied(format!(
-                "must be owner of dataset {name}"
-            ))
-            .into());
-        }
+        self.check_owns(role, &def.owner, "dataset", name)?;
         Ok(def)
     }
 

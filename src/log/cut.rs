@@ -131,8 +131,8 @@ pub fn ends_at(store: &LogStore, table: &TableLog, as_of: &AsOf) -> Result<Vec<u
                     cut: c.clone(),
                     table: name.clone(),
                 })?;
-            for (k, p) in parts.iter().enumerate() {
-                let (start, end) = (covered.starts[k], covered.ends[k]);
+            let starts_ends = covered.starts.iter().zip(&covered.ends);
+            for (k, (p, (&start, &end))) in parts.iter().zip(starts_ends).enumerate() {
                 if end > start && p.start_offset() > start {
                     return Err(outside(k, p.start_offset()));
                 }

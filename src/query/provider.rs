@@ -225,7 +225,7 @@ impl LogTableProvider {
 }
 
 /// A scan that runs one stream per partition.
-fn streaming_scan(
+pub(crate) fn streaming_scan(
     schema: SchemaRef,
     streams: Vec<Arc<dyn PartitionStream>>,
     limit: Option<usize>,

@@ -25,7 +25,7 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 
@@ -134,14 +134,7 @@ impl TableProvider for SampledTable {
                 }) as Arc<dyn PartitionStream>
             })
             .collect::<Vec<_>>();
-        Ok(Arc::new(StreamingTableExec::try_new(
-            schema,
-            streams,
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        super::provider::streaming_scan(schema, streams, limit)
     }
 }
 

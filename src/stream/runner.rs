@@ -529,23 +529,17 @@ impl ViewManager {
     /// REBUILD, a read at a cut) must give the same rows. A view over no
     /// table is computed once and kept as it came out, so it may.
     fn refuse_unrepeatable(&self, query: &ast::Query) -> Result<(), SluiceError> {
+        let mut named = Vec::new();
+        let _ = ast::visit_relations(query, |name| {
+            if let Some(last) = name.0.last().and_then(|p| p.as_ident()) {
+                named.push(sluice_sql::ident_name(last));
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
         // A view follows the log as it grows: it reads no cut, and
         // samples by a filter it can compute incrementally.
-        let mut marked = None;
-        let _ = ast::visit_relations(query, |name| {
-            let written = name
-                .0
-                .last()
-                .and_then(|p| p.as_ident())
-                .map(sluice_sql::ident_name)
-                .unwrap_or_default();
-            if let Some(read) = sluice_sql::ReadAt::from_name(&written) {
-                marked = Some(read);
-                return std::ops::ControlFlow::Break(());
-            }
-            std::ops::ControlFlow::Continue(())
-        });
-        if let Some((relation, read)) = marked {
+        if let Some((relation, read)) = named.iter().find_map(|n| sluice_sql::ReadAt::from_name(n))
+        {
             return Err(SluiceError::Unsupported(match read.as_of {
                 Some(_) => format!(
                     "a materialized view follows the log as it grows and cannot read \"{relation}\" AS OF a position; read the view AS OF instead"
@@ -555,26 +549,15 @@ impl ViewManager {
                 ),
             }));
         }
-        let Some(function) = sluice_sql::unfixed_function(query) else {
-            return Ok(());
-        };
-        let mut reads = false;
-        let _ = ast::visit_relations(query, |name| {
-            let relation = name
-                .0
-                .last()
-                .and_then(|p| p.as_ident())
-                .map(sluice_sql::ident_name)
-                .unwrap_or_default();
-            reads |= self.store.table(&relation).is_some() || self.view(&relation).is_some();
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-        match reads {
-            true => Err(SluiceError::NotFixed {
+        let reads = named
+            .iter()
+            .any(|r| self.store.table(r).is_some() || self.view(r).is_some());
+        match sluice_sql::unfixed_function(query) {
+            Some(function) if reads => Err(SluiceError::NotFixed {
                 function,
                 object: "a materialized view",
             }),
-            false => Ok(()),
+            _ => Ok(()),
         }
     }
 

@@ -14,7 +14,7 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 use sluice_sql::AsOf;
@@ -88,14 +88,7 @@ impl TableProvider for ViewAtCut {
             projection,
             schema: schema.clone(),
         });
-        Ok(Arc::new(StreamingTableExec::try_new(
-            schema,
-            vec![stream],
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        crate::query::provider::streaming_scan(schema, vec![stream], limit)
     }
 }
 
