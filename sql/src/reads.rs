@@ -185,10 +185,7 @@ const NOT_ALIAS: &[&str] = &[
 /// The text with each `AS OF ...` and `TABLESAMPLE ...` folded into the
 /// relation's name (see the module header); None when there is none.
 pub(crate) fn mark_reads(sql: &str) -> Result<Option<String>, SqlError> {
-    let lower = sql.to_ascii_lowercase();
-    let words: Vec<&str> = lower.split_whitespace().collect();
-    let as_of = words.windows(2).any(|w| w == ["as", "of"]);
-    if !as_of && !lower.contains("tablesample") {
+    if !might_read_at(sql.as_bytes()) {
         return Ok(None);
     }
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
@@ -198,6 +195,28 @@ pub(crate) fn mark_reads(sql: &str) -> Result<Option<String>, SqlError> {
     let mut changed = mark_as_of(&mut tokens)?;
     changed |= mark_samples(&mut tokens)?;
     Ok(changed.then(|| tokens.iter().map(|t| t.to_string()).collect()))
+}
+
+/// Whether the text may hold `AS OF` or `TABLESAMPLE` (a scan without a
+/// copy: every statement passes here, bulk INSERTs too).
+fn might_read_at(sql: &[u8]) -> bool {
+    let word_at = |i: usize, w: &[u8]| {
+        sql.get(i..i + w.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(w))
+    };
+    (0..sql.len()).any(|i| {
+        if word_at(i, b"tablesample") {
+            return true;
+        }
+        if !word_at(i, b"as") || !sql.get(i + 2).is_some_and(u8::is_ascii_whitespace) {
+            return false;
+        }
+        let mut j = i + 2;
+        while sql.get(j).is_some_and(u8::is_ascii_whitespace) {
+            j += 1;
+        }
+        word_at(j, b"of") && sql.get(j + 2).is_none_or(|b| !b.is_ascii_alphanumeric())
+    })
 }
 
 /// Index of the next token that is not whitespace, from `i`.
@@ -549,6 +568,11 @@ mod tests {
         let m = format!("\"v{READ_MARK}timestamp=2026-12-01 00:00:00+00\" AS \"v\"");
         assert!(marked("SELECT * FROM v AS OF TIMESTAMP '2026-12-01 00:00:00+00'").contains(&m));
         assert_eq!(mark_reads("SELECT a AS of FROM t").unwrap(), None);
+        assert!(!might_read_at(b"SELECT a AS offset, b as official FROM t"));
+        assert!(might_read_at(b"SELECT * FROM t as\n  OF CUT c"));
+        assert!(might_read_at(
+            b"SELECT * FROM t TableSample HASH (1) BY (k)"
+        ));
     }
 
     #[test]
