@@ -625,7 +625,8 @@ fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
         | JoinOperator::LeftOuter(c)
         | JoinOperator::Right(c)
         | JoinOperator::RightOuter(c)
-        | JoinOperator::FullOuter(c) => Some(c),
+        | JoinOperator::FullOuter(c)
+        | JoinOperator::AsOf { constraint: c, .. } => Some(c),
         _ => None,
     }
 }
@@ -638,7 +639,8 @@ fn set_constraint(op: &mut JoinOperator, new: JoinConstraint) {
         | JoinOperator::LeftOuter(c)
         | JoinOperator::Right(c)
         | JoinOperator::RightOuter(c)
-        | JoinOperator::FullOuter(c) => *c = new,
+        | JoinOperator::FullOuter(c)
+        | JoinOperator::AsOf { constraint: c, .. } => *c = new,
         _ => {}
     }
 }

@@ -7,6 +7,7 @@
 //! comes back as [`Statement::Query`] for DataFusion.
 
 mod array_subquery;
+mod asof;
 mod catalog_query;
 mod catalog_subquery;
 mod ctes;
@@ -31,6 +32,7 @@ mod set_returning;
 mod subscription;
 mod windows;
 
+pub use asof::{rewrite_asof_joins, ASOF_MARK};
 pub use catalog_query::reads_catalog;
 pub use catalog_subquery::{protect_projection_subqueries, rewrite_catalog_subqueries};
 pub use ctes::inline_ctes;

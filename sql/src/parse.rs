@@ -553,6 +553,7 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     let (sql, clauses) = strip_streaming_clauses(sql)?;
     let sql = between_symmetric(&sql).unwrap_or(sql);
     let sql = crate::reads::mark_reads(&sql)?.unwrap_or(sql);
+    let sql = crate::asof::mark_asof_joins(&sql)?.unwrap_or(sql);
     let mut statements = Parser::new(&PostgreSqlDialect {})
         .with_recursion_limit(crate::depth::PARSER_RECURSION_LIMIT)
         .try_with_sql(&sql)

@@ -164,7 +164,7 @@ impl Planner {
                 t.check_statement_writes()?;
             }
         }
-        crate::system::rewrite_for_planning(&mut stmt, &store, self.views.as_ref());
+        crate::system::rewrite_for_planning(&mut stmt, &store, self.views.as_ref())?;
         let state = self.ctx.state();
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))

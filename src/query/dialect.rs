@@ -49,6 +49,7 @@ pub fn postgres_state(
     rules.push(Arc::new(super::CheckedArithmetic));
     rules.push(Arc::new(super::pg_casts::PgCasts));
     rules.push(Arc::new(super::constant_errors::ConstantErrors));
+    rules.push(Arc::new(super::asof_join::AsofJoins));
     let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
@@ -100,6 +101,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     }
     ctx.register_udaf(super::pg_numeric::pg_avg());
     ctx.register_udf(super::hop_window_starts());
+    ctx.register_udf(super::asof_join::asof_mark());
 }
 
 /// A plan as PostgreSQL types it, right after DataFusion planned it: each

@@ -3,6 +3,8 @@
 //! running statement, and the session context that ties them together.
 
 pub mod activity;
+pub mod asof_exec;
+pub mod asof_join;
 pub mod cancel;
 mod checked_arithmetic;
 mod checked_math;

@@ -58,6 +58,7 @@ pub fn build_context(
     let ctx = SessionContext::new_with_state(
         crate::query::postgres_state(session_config(), runtime)
             .with_physical_optimizer_rule(Arc::new(crate::query::YieldingJoins))
+            .with_query_planner(Arc::new(crate::query::asof_join::AsofQueryPlanner))
             .build(),
     );
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| {

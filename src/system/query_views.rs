@@ -25,7 +25,11 @@ use crate::stream::{ViewLookup, ViewManager};
 /// The rewrites a statement gets before DataFusion plans it: PostgreSQL's
 /// reading of syntax DataFusion reads otherwise, catalog queries made
 /// plannable, `ctid` ranges, and the hidden columns left out of `*`.
-pub fn rewrite_for_planning(stmt: &mut ast::Statement, store: &LogStore, views: &dyn ViewLookup) {
+pub fn rewrite_for_planning(
+    stmt: &mut ast::Statement,
+    store: &LogStore,
+    views: &dyn ViewLookup,
+) -> Result<(), sluice_sql::SqlError> {
     sluice_sql::rewrite_regproc_zero(stmt);
     sluice_sql::rewrite_catalog_subqueries(stmt);
     sluice_sql::rewrite_set_returning(stmt);
@@ -36,6 +40,7 @@ pub fn rewrite_for_planning(stmt: &mut ast::Statement, store: &LogStore, views: 
     sluice_sql::hide_system_columns(stmt, |name| {
         crate::stream::relation_columns(store, views, name)
     });
+    sluice_sql::rewrite_asof_joins(stmt)
 }
 
 /// Plans views when a statement reads them, in the server's context.
@@ -75,7 +80,8 @@ impl QueryViews {
         .pop()
         .ok_or_else(|| DataFusionError::Plan(format!("view \"{}\" has no query", def.name)))?;
         sluice_sql::rewrite_window_functions(&mut stmt).map_err(crate::error::into_datafusion)?;
-        rewrite_for_planning(&mut stmt, &self.store, self.views.as_ref());
+        rewrite_for_planning(&mut stmt, &self.store, self.views.as_ref())
+            .map_err(crate::error::into_datafusion)?;
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(stmt)))
             .await?;

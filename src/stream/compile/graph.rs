@@ -38,7 +38,10 @@ use super::band::{
 };
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
+use crate::query::asof_exec::AsofSpec;
+use crate::query::asof_join::AsofJoinNode;
 use crate::stream::operators::aggregate::AggregatePipeline;
+use crate::stream::operators::asof_join::AsofJoinOperator;
 use crate::stream::operators::delta::{delta_exec, DeltaSlot};
 use crate::stream::operators::dynamic_filter::DynamicFilterOperator;
 use crate::stream::operators::interval_join::{BandSide, IntervalJoinOperator};
@@ -376,13 +379,15 @@ impl JoinGraph {
                 }
                 "window join" => "keeps each input's rows until the other input closes their window",
                 "top-n" => "keeps each group's rows in order (only the first N where no input takes rows back)",
+                // Its description says what it keeps.
+                "asof join" => "",
                 _ => "keeps its groups; emits the changed groups' rows",
             };
-            lines.push(format!(
-                "{} {j}: {}; {keeps}",
-                stage.kind,
-                stage.operator.stats().description
-            ));
+            let description = stage.operator.stats().description;
+            lines.push(match keeps.is_empty() {
+                true => format!("{} {j}: {description}", stage.kind),
+                false => format!("{} {j}: {description}; {keeps}", stage.kind),
+            });
             let sides: &[&str] = match stage.inputs.len() {
                 2 => &["left input", "right input"],
                 _ => &["input"],
@@ -415,6 +420,12 @@ impl JoinGraph {
                 LogicalPlan::Sort(sort) if sort.fetch.is_some() => {
                     let limit = sort.fetch.unwrap_or_default();
                     return self.lift_top_n(sort, 0, limit, state).await;
+                }
+                LogicalPlan::Extension(e) if e.node.as_any().is::<AsofJoinNode>() => {
+                    let Some(node) = e.node.as_any().downcast_ref::<AsofJoinNode>() else {
+                        return Err(bad_state("an ASOF join"));
+                    };
+                    return self.lift_asof(node.clone(), state).await;
                 }
                 plan => {
                     if let LogicalPlan::Filter(filter) = &plan {
@@ -630,6 +641,78 @@ impl JoinGraph {
                 Vec::new(),
             ))
         })
+    }
+
+    /// An ASOF join: a stage of [`AsofJoinOperator`]. A side whose time
+    /// is its table's WATERMARK column moves with that watermark (its late
+    /// rows are dropped); under `EMIT ON WINDOW CLOSE` the right side must
+    /// have one, and the operator is the stage that closes.
+    async fn lift_asof(
+        &mut self,
+        node: AsofJoinNode,
+        state: &SessionState,
+    ) -> Result<LogicalPlan, SluiceError> {
+        let left = self.lift_joins(node.left.clone(), state, true).await?;
+        let right = self.lift_joins(node.right.clone(), state, true).await?;
+        let (mut left_input, left_schema, _) = self.side(&left, &[], state).await?;
+        let (mut right_input, right_schema, _) = self.side(&right, &[], state).await?;
+        let spec = AsofSpec::plan(&node, left.schema(), right.schema(), |e, s| {
+            state.create_physical_expr(e.clone(), s)
+        })?;
+        // The source and column whose watermark bounds a side's time.
+        let watermarked = |plan: &LogicalPlan, time: &Expr| -> Option<(usize, String)> {
+            let mut e = time;
+            while let Expr::Cast(c) = e {
+                e = &c.expr;
+            }
+            let Expr::Column(c) = e else { return None };
+            let i = plan.schema().index_of_column(c).ok()?;
+            let t = source_column(plan, i)?;
+            if t.window_us.is_some() || t.stage.is_some() {
+                return None;
+            }
+            Some((self.marked(&t.source, &t.column)?, t.column))
+        };
+        let marks = [
+            watermarked(&left, &node.left_time),
+            watermarked(&right, &node.right_time),
+        ];
+        let retracting = [
+            self.input_retracts(&left_input),
+            self.input_retracts(&right_input),
+        ];
+        if self.emit_on_close && (marks[1].is_none() || retracting[1]) {
+            return Err(SluiceError::Unsupported(
+                "EMIT ON WINDOW CLOSE over an ASOF JOIN needs the right input's time to be an append-only table's WATERMARK column: the watermark is what makes a probe's match final; leave out EMIT ON WINDOW CLOSE (the view then emits on update)".into(),
+            ));
+        }
+        for (input, mark) in [&mut left_input, &mut right_input].into_iter().zip(&marks) {
+            if let Some((source, column)) = mark {
+                input.watermark = Some(*source);
+                self.bands.push((*source, column.clone(), None));
+            }
+        }
+        let operator = AsofJoinOperator::new(
+            Arc::new(spec),
+            left_schema,
+            right_schema,
+            Arc::new(node.schema.as_arrow().clone()),
+            self.emit_on_close,
+            self.lateness_us,
+            retracting,
+        )?;
+        if self.emit_on_close {
+            self.closing_stage = Some(self.stages.len());
+        }
+        Ok(self.push_stage(
+            Box::new(operator),
+            "asof join",
+            vec![left_input, right_input],
+            !self.emit_on_close,
+            node.schema.clone(),
+            Vec::new(),
+            Vec::new(),
+        ))
     }
 
     /// A window join's pair of keys: an equality of the `window_start`s

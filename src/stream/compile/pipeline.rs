@@ -229,6 +229,7 @@ pub async fn compile(
     hide_system_columns(&mut stmt, |name| {
         crate::stream::relation_columns(store, views, name)
     });
+    sluice_sql::rewrite_asof_joins(&mut stmt)?;
 
     // One partition: the physical plans run once per delta, and a
     // repartitioning plan cannot be executed twice.
@@ -599,6 +600,8 @@ fn check_nodes(plan: &LogicalPlan, constant: bool) -> Result<(), SluiceError> {
             | LogicalPlan::Union(_)
             | LogicalPlan::TableScan(_) => {}
             LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) if constant => {}
+            LogicalPlan::Extension(e)
+                if e.node.as_any().is::<crate::query::asof_join::AsofJoinNode>() => {}
             LogicalPlan::Aggregate(a) => {
                 for e in &a.aggr_expr {
                     let name = match e {

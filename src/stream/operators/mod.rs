@@ -6,6 +6,7 @@
 //! view's task runs them.
 
 pub mod aggregate;
+pub mod asof_join;
 pub mod delta;
 pub mod dynamic_filter;
 pub mod group_table;
