@@ -318,9 +318,11 @@ fn join_options(
                     }
                 }
             }
-            other => return Err(SqlError::InvalidOption(format!(
+            other => {
+                return Err(SqlError::InvalidOption(format!(
                 "unknown ASOF JOIN option \"{other}\" (the options are tolerance and as_known_at)"
-            ))),
+            )))
+            }
         }
     }
     Ok(close + 1)

@@ -55,8 +55,17 @@ pub fn build_context(
         }
         None => None,
     };
+    let mut config = session_config();
+    if let Some(bytes) = query_memory {
+        // Each sort holds back this much to merge what it spilled
+        // (DataFusion's default is 10 MB): a query with several sorts side
+        // by side (a merge join's inputs, one per partition) must fit in
+        // the pool.
+        let reserve = (bytes / 16).clamp(256 * 1024, 10 * 1024 * 1024);
+        config = config.set_usize("datafusion.execution.sort_spill_reservation_bytes", reserve);
+    }
     let ctx = SessionContext::new_with_state(
-        crate::query::postgres_state(session_config(), runtime)
+        crate::query::postgres_state(config, runtime)
             .with_physical_optimizer_rule(Arc::new(crate::query::YieldingJoins))
             .with_query_planner(Arc::new(crate::query::asof_join::AsofQueryPlanner))
             .build(),

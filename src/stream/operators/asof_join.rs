@@ -206,11 +206,7 @@ impl AsofJoinOperator {
         format!("keeps {pending}; keeps {right}")
     }
 
-    fn decode(
-        &self,
-        batch: &RecordBatch,
-        left: bool,
-    ) -> Result<DecodedBatch, SluiceError> {
+    fn decode(&self, batch: &RecordBatch, left: bool) -> Result<DecodedBatch, SluiceError> {
         let spec = &self.spec;
         let n = batch.num_rows();
         let (key_exprs, time_expr) = match left {
