@@ -409,6 +409,19 @@ async fn asof_views_equal_their_batch_query_through_late_rows_keyed_updates_and_
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     check_views(&c, "after backfill").await;
+    // A view's definition shows the join as written.
+    let shown = text_rows(
+        &c,
+        "SELECT definition FROM pg_matviews WHERE matviewname = 'asof_tolerance'",
+    )
+    .await
+    .join("");
+    assert!(
+        shown.contains(
+            "LEFT ASOF JOIN feats f ON p.k = f.k AND p.t >= f.t WITH (tolerance = '20 seconds')"
+        ) && !shown.contains("sluice_asof"),
+        "{shown}"
+    );
     for round in 0..3 {
         for _ in 0..15 {
             now += rng.random_range(0..4);

@@ -179,6 +179,97 @@ pub(crate) fn mark_asof_joins(sql: &str) -> Result<Option<String>, SqlError> {
     Ok(changed.then(|| tokens.iter().map(|t| t.to_string()).collect()))
 }
 
+/// A query's text with each marked ASOF JOIN spelled as a user writes it
+/// (`[LEFT] ASOF JOIN r [MATCH_CONDITION (...)] ON ... [WITH (...)]`): what
+/// a view's definition shows. Reading it again gives the same query.
+pub fn unmark_asof_joins(sql: &str) -> String {
+    if !sql.contains(ASOF_MARK) {
+        return sql.to_string();
+    }
+    let Ok(mut tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return sql.to_string();
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        let open = next_sig(&tokens, i + 1);
+        let mark = next_sig(&tokens, open + 1);
+        let args_open = next_sig(&tokens, mark + 1);
+        let marked = is_word(&tokens[i], "match_condition")
+            && matches!(tokens.get(open), Some(Token::LParen))
+            && is_word_at(&tokens, mark, ASOF_MARK)
+            && matches!(tokens.get(args_open), Some(Token::LParen));
+        let (Some(close), Some(args_close), Some(asof)) = (
+            marked.then(|| matching_paren(&tokens, open)).flatten(),
+            marked.then(|| matching_paren(&tokens, args_open)).flatten(),
+            (0..i).rev().find(|&j| is_word(&tokens[j], "asof")),
+        ) else {
+            i += 1;
+            continue;
+        };
+        // The marker's four arguments, split at its own commas.
+        let mut args: Vec<Vec<Token>> = vec![Vec::new()];
+        let mut depth = 0usize;
+        for t in &tokens[args_open + 1..args_close] {
+            match t {
+                Token::LParen => depth += 1,
+                Token::RParen => depth = depth.saturating_sub(1),
+                Token::Comma if depth == 0 => {
+                    args.push(Vec::new());
+                    continue;
+                }
+                _ => {}
+            }
+            if let Some(last) = args.last_mut() {
+                last.push(t.clone());
+            }
+        }
+        let text = |ts: &[Token]| {
+            trimmed(ts)
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<String>()
+        };
+        let [left, tolerance, known, condition] = match <[Vec<Token>; 4]>::try_from(args) {
+            Ok(a) => a.map(|a| text(&a)),
+            Err(_) => {
+                i += 1;
+                continue;
+            }
+        };
+        let Ok(constraint_end) = constraint_end(&tokens, close + 1) else {
+            i += 1;
+            continue;
+        };
+        let mut options = Vec::new();
+        if !tolerance.eq_ignore_ascii_case("null") {
+            options.push(format!("tolerance = {tolerance}"));
+        }
+        if known.eq_ignore_ascii_case("true") {
+            options.push("as_known_at = true".to_string());
+        }
+        let relation = text(&tokens[asof + 1..i]);
+        let mut out = String::new();
+        if left.eq_ignore_ascii_case("true") {
+            out.push_str("LEFT ");
+        }
+        out.push_str(&format!("ASOF {relation}"));
+        if !condition.eq_ignore_ascii_case("null") {
+            out.push_str(&format!(" MATCH_CONDITION {condition}"));
+        }
+        let constraint = text(&tokens[close + 1..constraint_end]);
+        if !constraint.is_empty() {
+            out.push_str(&format!(" {constraint}"));
+        }
+        if !options.is_empty() {
+            out.push_str(&format!(" WITH ({})", options.join(", ")));
+        }
+        let replacement = vec![Token::make_word(&out, None)];
+        tokens.splice(asof..constraint_end, replacement);
+        i = asof + 1;
+    }
+    tokens.iter().map(|t| t.to_string()).collect()
+}
+
 /// Where the relation after `ASOF JOIN` ends: its MATCH_CONDITION, ON or
 /// USING.
 fn constraint_start(tokens: &[Token], from: usize) -> Result<usize, SqlError> {
@@ -737,6 +828,35 @@ mod tests {
             once,
             "SELECT * FROM l JOIN r ON sluice_asof(false, NULL, false, (l.t > r.t))"
         );
+    }
+
+    #[test]
+    fn shows_each_join_as_written() {
+        for (written, shown) in [
+            (
+                "SELECT * FROM l LEFT ASOF JOIN r ON l.k = r.k AND l.t >= r.t WITH (tolerance = '7 days')",
+                "SELECT * FROM l LEFT ASOF JOIN r ON l.k = r.k AND l.t >= r.t WITH (tolerance = '7 days')",
+            ),
+            (
+                "SELECT * FROM l ASOF JOIN r MATCH_CONDITION (l.t >= r.t) ON l.k = r.k WHERE l.x > 1",
+                "SELECT * FROM l ASOF JOIN r MATCH_CONDITION (l.t >= r.t) ON l.k = r.k WHERE l.x > 1",
+            ),
+            (
+                "SELECT * FROM l ASOF JOIN (SELECT * FROM r) AS s USING (k, t) WITH (as_known_at = true)",
+                "SELECT * FROM l ASOF JOIN (SELECT * FROM r) AS s USING(k, t) WITH (as_known_at = true)",
+            ),
+        ] {
+            // As a view keeps it: the marked statement printed.
+            let stored = crate::parse_sql(written).unwrap();
+            let crate::Statement::Query(q) = stored else { panic!() };
+            let shown_now = unmark_asof_joins(&q.to_string());
+            assert_eq!(shown_now, shown);
+            // Read again, it is the same query.
+            let again = crate::parse_sql(&shown_now).unwrap();
+            let crate::Statement::Query(q2) = again else { panic!() };
+            assert_eq!(q.to_string(), q2.to_string());
+        }
+        assert_eq!(unmark_asof_joins("SELECT 1"), "SELECT 1");
     }
 
     #[test]

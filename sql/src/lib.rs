@@ -32,7 +32,7 @@ mod set_returning;
 mod subscription;
 mod windows;
 
-pub use asof::{rewrite_asof_joins, ASOF_MARK};
+pub use asof::{rewrite_asof_joins, unmark_asof_joins, ASOF_MARK};
 pub use catalog_query::reads_catalog;
 pub use catalog_subquery::{protect_projection_subqueries, rewrite_catalog_subqueries};
 pub use ctes::inline_ctes;

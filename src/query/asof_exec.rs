@@ -186,12 +186,20 @@ impl ExecutionPlan for AsofJoinExec {
     }
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
+        self.input_distribution_requirements().into_per_child()
+    }
+
+    fn input_distribution_requirements(
+        &self,
+    ) -> datafusion::physical_plan::distribution_requirements::InputDistributionRequirements {
+        use datafusion::physical_plan::distribution_requirements::InputDistributionRequirements;
         match self.spec.left_keys.is_empty() {
-            true => vec![Distribution::SinglePartition; 2],
-            false => vec![
+            true => InputDistributionRequirements::new(vec![Distribution::SinglePartition; 2]),
+            // Partition i of each side holds the same keys.
+            false => InputDistributionRequirements::co_partitioned(vec![
                 Distribution::HashPartitioned(self.spec.left_keys.clone()),
                 Distribution::HashPartitioned(self.spec.right_keys.clone()),
-            ],
+            ]),
         }
     }
 
@@ -371,7 +379,7 @@ fn key_columns(keys: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Ve
         ]))]);
     }
     keys.iter()
-        .map(|k| evaluate(k, batch).map(crate::stream::operators::operator::canonical_key))
+        .map(|k| evaluate(k, batch).map(super::join_keys::canonical_key))
         .collect()
 }
 
@@ -411,7 +419,7 @@ impl AsofMerge {
         };
         let width = schema.fields().len() - right.schema().fields().len();
         let nulls = RecordBatch::try_new_with_options(
-            crate::stream::operators::operator::nullable(&arrow::datatypes::Schema::new(
+            super::join_keys::nullable(&arrow::datatypes::Schema::new(
                 schema.fields()[width..].to_vec(),
             )),
             schema.fields()[width..]

@@ -16,6 +16,7 @@ pub mod executor;
 mod float_min_max;
 mod hop_windows;
 pub mod index_bounds;
+pub mod join_keys;
 mod pg_casts;
 pub(crate) mod pg_functions;
 mod pg_hash;

@@ -204,8 +204,10 @@ pub fn viewdef_function(
         let rows = rows_of(args);
         let text = arrow::compute::cast(&args[0].to_array(rows)?, &DataType::Utf8)?;
         let definition = |name: &str| match views.view(name) {
-            Some(v) => Some(v.def.query.clone()),
-            None => store.query_view(name).map(|v| v.query),
+            Some(v) => Some(sluice_sql::unmark_asof_joins(&v.def.query)),
+            None => store
+                .query_view(name)
+                .map(|v| sluice_sql::unmark_asof_joins(&v.query)),
         };
         let out: StringArray = text
             .as_string::<i32>()

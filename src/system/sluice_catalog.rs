@@ -754,7 +754,7 @@ fn datasets_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
             defs.iter().map(|d| d.owner.clone()),
         )),
         Arc::new(StringArray::from_iter_values(
-            defs.iter().map(|d| d.query.clone()),
+            defs.iter().map(|d| sluice_sql::unmark_asof_joins(&d.query)),
         )),
         Arc::new(split(|s| {
             s.parts
@@ -988,7 +988,9 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
             views.iter().map(|v| v.source.name().to_string()),
         )),
         Arc::new(StringArray::from_iter_values(
-            views.iter().map(|v| v.def.query.clone()),
+            views
+                .iter()
+                .map(|v| sluice_sql::unmark_asof_joins(&v.def.query)),
         )),
         Arc::new(Int64Array::from(consumed)),
         Arc::new(Int64Array::from(behind)),
