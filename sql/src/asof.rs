@@ -32,9 +32,10 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
+use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 
 use crate::error::SqlError;
+use crate::reads::{is_word, next_sig, prev_sig};
 
 /// The function a join's condition carries to say it is an ASOF join:
 /// `sluice_asof(left, tolerance, as_known_at, match_condition)`.
@@ -445,25 +446,8 @@ fn matching_paren(tokens: &[Token], open: usize) -> Option<usize> {
     None
 }
 
-fn is_word(t: &Token, w: &str) -> bool {
-    matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(w))
-}
-
 fn is_word_at(tokens: &[Token], i: usize, w: &str) -> bool {
     tokens.get(i).is_some_and(|t| is_word(t, w))
-}
-
-fn next_sig(tokens: &[Token], mut i: usize) -> usize {
-    while i < tokens.len() && matches!(tokens[i], Token::Whitespace(_)) {
-        i += 1;
-    }
-    i
-}
-
-fn prev_sig(tokens: &[Token], i: usize) -> Option<usize> {
-    (0..i)
-        .rev()
-        .find(|&j| !matches!(tokens[j], Token::Whitespace(_)))
 }
 
 /// Makes each ASOF JOIN of the statement a join DataFusion plans, with

@@ -141,7 +141,7 @@ impl ReadAt {
     }
 }
 
-fn is_word(t: &Token, kw: &str) -> bool {
+pub(crate) fn is_word(t: &Token, kw: &str) -> bool {
     matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw))
 }
 
@@ -220,7 +220,7 @@ fn might_read_at(sql: &[u8]) -> bool {
 }
 
 /// Index of the next token that is not whitespace, from `i`.
-fn next_sig(tokens: &[Token], mut i: usize) -> usize {
+pub(crate) fn next_sig(tokens: &[Token], mut i: usize) -> usize {
     while i < tokens.len() && matches!(tokens[i], Token::Whitespace(_)) {
         i += 1;
     }
@@ -228,7 +228,7 @@ fn next_sig(tokens: &[Token], mut i: usize) -> usize {
 }
 
 /// Index of the token before `i` that is not whitespace.
-fn prev_sig(tokens: &[Token], i: usize) -> Option<usize> {
+pub(crate) fn prev_sig(tokens: &[Token], i: usize) -> Option<usize> {
     (0..i)
         .rev()
         .find(|&j| !matches!(tokens[j], Token::Whitespace(_)))

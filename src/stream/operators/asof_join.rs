@@ -124,6 +124,20 @@ fn internal(what: &str) -> SluiceError {
     SluiceError::Internal(format!("ASOF join: {what}"))
 }
 
+/// Column `i` of a checkpoint's probes, of the type it was written as.
+fn state_column<T: Array + Clone + 'static>(
+    batch: &RecordBatch,
+    i: usize,
+    what: &str,
+) -> Result<T, SluiceError> {
+    batch
+        .column(i)
+        .as_any()
+        .downcast_ref::<T>()
+        .cloned()
+        .ok_or_else(|| internal(what))
+}
+
 impl AsofJoinOperator {
     pub fn new(
         spec: Arc<AsofSpec>,
@@ -884,24 +898,9 @@ impl Operator for AsofJoinOperator {
                         self.left_schema.clone(),
                         batch.columns()[..width].to_vec(),
                     )?;
-                    let kind = batch
-                        .column(width)
-                        .as_any()
-                        .downcast_ref::<Int8Array>()
-                        .ok_or_else(|| internal("emitted kinds"))?
-                        .clone();
-                    let time = batch
-                        .column(width + 1)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .ok_or_else(|| internal("emitted times"))?
-                        .clone();
-                    let ties = batch
-                        .column(width + 2)
-                        .as_any()
-                        .downcast_ref::<BinaryArray>()
-                        .ok_or_else(|| internal("emitted ties"))?
-                        .clone();
+                    let kind = state_column::<Int8Array>(batch, width, "emitted kinds")?;
+                    let time = state_column::<Int64Array>(batch, width + 1, "emitted times")?;
+                    let ties = state_column::<BinaryArray>(batch, width + 2, "emitted ties")?;
                     let (d, bounds, known, _) = self.decode(&left, true)?;
                     for i in 0..left.num_rows() {
                         let (Some(key), Some(t)) = (d.keys[i].clone(), d.times[i]) else {
