@@ -911,6 +911,18 @@ impl Changes {
     }
 }
 
+/// A keyed table's FETCH schema with `_op` (column `op`) nullable: a
+/// frame's rows before its holes are left out.
+fn with_holes(schema: &SchemaRef, op: usize) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| f.as_ref().clone().with_nullable(f.is_nullable() || i == op))
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
 /// Reads up to `limit` committed records from the table, partitions taking
 /// turns. Records retention deleted before the group read them are
 /// skipped, counted and announced.
@@ -961,7 +973,13 @@ async fn read_table(
                         let all = changelog_frame(&raw, &meta, k as i32, data_columns, true)?;
                         let wanted: Vec<usize> = (0..data_columns + 3).collect();
                         let b = all.project(&wanted)?;
-                        RecordBatch::try_new(cursor.schema.clone(), b.columns().to_vec())?
+                        // Holes (records compaction removed) keep their
+                        // offsets with a NULL `_op` until they are left out
+                        // below.
+                        RecordBatch::try_new(
+                            with_holes(&cursor.schema, data_columns),
+                            b.columns().to_vec(),
+                        )?
                     } else {
                         project_frame(
                             &raw,
@@ -976,23 +994,30 @@ async fn read_table(
                     rows
                 }
             };
-            let skip = cursor.position[k].saturating_sub(meta.header.base_offset) as usize;
-            let available = (rows.num_rows().saturating_sub(skip) as u64)
-                .min(end.saturating_sub(cursor.position[k])) as usize;
-            let take = available.min(remaining);
-            if take == 0 {
-                continue;
+            // Holes compaction left take offsets but are no records: a
+            // FETCH of n goes on past them until it has n records.
+            while remaining > 0 {
+                let skip = cursor.position[k].saturating_sub(meta.header.base_offset) as usize;
+                let available = (rows.num_rows().saturating_sub(skip) as u64)
+                    .min(end.saturating_sub(cursor.position[k]))
+                    as usize;
+                let take = available.min(remaining);
+                if take == 0 {
+                    break;
+                }
+                let slice = rows.slice(skip, take);
+                let records = match keyed {
+                    true => {
+                        let present = arrow::compute::is_not_null(slice.column(data_columns))?;
+                        let records = arrow::compute::filter_record_batch(&slice, &present)?;
+                        RecordBatch::try_new(cursor.schema.clone(), records.columns().to_vec())?
+                    }
+                    false => slice,
+                };
+                cursor.position[k] += take as u64;
+                remaining -= records.num_rows();
+                out.push(records);
             }
-            let slice = rows.slice(skip, take);
-            out.push(if keyed {
-                // Holes compaction left take offsets but are no records.
-                let present = arrow::compute::is_not_null(slice.column(data_columns))?;
-                arrow::compute::filter_record_batch(&slice, &present)?
-            } else {
-                slice
-            });
-            cursor.position[k] += take as u64;
-            remaining -= take;
         }
     }
     cursor.next_partition = (cursor.next_partition + 1) % n.max(1);
