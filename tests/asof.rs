@@ -292,6 +292,8 @@ const VIEWS: &[(&str, &str, bool)] = &[
     ("asof_ahead", "SELECT p.id, f.id AS fid FROM {p} p LEFT ASOF JOIN {f} f ON p.k = f.k AND p.t <= f.t", false),
     ("asof_keyed", "SELECT p.id, f.id AS fid, f.v FROM {p} p LEFT ASOF JOIN {kf} f MATCH_CONDITION (p.t >= f.t) ON p.k = f.k", false),
     ("asof_closed", "SELECT p.id, f.id AS fid FROM {p} p LEFT ASOF JOIN {f} f ON p.k = f.k AND p.t >= f.t", true),
+    // A keyed table's rows as the probes: updated and deleted.
+    ("asof_keyed_left", "SELECT p.id, p.v, f.id AS fid FROM {kf} p LEFT ASOF JOIN {f} f ON p.k = f.k AND p.t >= f.t", false),
 ];
 
 /// A table's rows that view `view` did not list as late, as a derived
