@@ -468,6 +468,39 @@ async fn asof_views_equal_their_batch_query_through_late_rows_keyed_updates_and_
     assert_eq!(sqlstate(&e), "0A000", "{e}");
 }
 
+/// Times that are numbers keep their fractions in a view: 5.5 matches
+/// 5.25, not 5.75 (a float and a numeric time, each beside its batch
+/// query).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numeric_and_float_times_order_as_numbers_in_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    let float = "SELECT fa.id, fb.id AS bid FROM fa ASOF JOIN fb ON fa.k = fb.k AND fa.t >= fb.t";
+    let numeric = "SELECT na.id, fb.id AS bid FROM na LEFT ASOF JOIN fb ON na.k = fb.k AND na.t <= fb.n WITH (tolerance = '0.3')";
+    c.batch_execute(&format!(
+        "CREATE TABLE fa (k INT, t FLOAT8, id INT) APPEND ONLY;
+         CREATE TABLE fb (k INT, t FLOAT8, n NUMERIC(6,2), id INT) APPEND ONLY;
+         CREATE TABLE na (k INT, t NUMERIC(6,2), id INT) APPEND ONLY;
+         CREATE MATERIALIZED VIEW vf AS {float};
+         CREATE MATERIALIZED VIEW vn AS {numeric};
+         INSERT INTO fb VALUES (1, 5.25, 5.25, 10), (1, 5.75, 5.75, 11), (1, -0.5, -0.5, 12), (1, -0.25, 5.5, 13);
+         INSERT INTO fa VALUES (1, 5.5, 1), (1, -0.3, 2), (1, 5.8, 3);
+         INSERT INTO na VALUES (1, 5.3, 1), (1, 5.6, 2), (1, 5.76, 3);
+         FLUSH;"
+    ))
+    .await
+    .unwrap();
+    for (view, query, expected) in [
+        ("vf", float, vec!["1|10", "2|12", "3|11"]),
+        ("vn", numeric, vec!["1|13", "2|11", "3|NULL"]),
+    ] {
+        let got = sorted(text_rows(&c, &format!("SELECT * FROM {view}")).await);
+        assert_eq!(got, expected, "{view}");
+        assert_eq!(sorted(text_rows(&c, query).await), expected, "{query}");
+    }
+}
+
 /// Labels joined to the features known when they were labeled: a
 /// feature backfilled after the label (its time before the label's, its
 /// ingestion after) is the plain view's match and not the as-known-at

@@ -124,6 +124,52 @@ fn internal(what: &str) -> SluiceError {
     SluiceError::Internal(format!("ASOF join: {what}"))
 }
 
+/// Times as i64s in their order: a date or timestamp in µs, an integer
+/// as it is, a float by its bits (ordered as the numbers are), a numeric
+/// by its unscaled value (both sides and the bound have one type). Casting
+/// a number to a timestamp would drop its fraction: 5.25 and 5.75 would
+/// tie.
+fn ordinals(column: &ArrayRef) -> Result<Vec<Option<i64>>, SluiceError> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Decimal128Type, Float64Type, Int64Type};
+    let t = column.data_type();
+    if t.is_temporal() {
+        return micros(column).map_err(SluiceError::from);
+    }
+    Ok(match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+            let f = compute::cast(column, &DataType::Float64)?;
+            f.as_primitive::<Float64Type>()
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        let bits = (v + 0.0).to_bits() as i64;
+                        if bits < 0 {
+                            bits ^ i64::MAX
+                        } else {
+                            bits
+                        }
+                    })
+                })
+                .collect()
+        }
+        DataType::Decimal128(_, _) => column
+            .as_primitive::<Decimal128Type>()
+            .iter()
+            .map(|v| v.map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64))
+            .collect(),
+        t if t.is_integer() => compute::cast(column, &DataType::Int64)?
+            .as_primitive::<Int64Type>()
+            .iter()
+            .collect(),
+        t => {
+            return Err(SluiceError::Unsupported(format!(
+                "an ASOF JOIN in a materialized view matches on a time, a date or a number, not {t}"
+            )))
+        }
+    })
+}
+
 /// Column `i` of a checkpoint's probes, of the type it was written as.
 fn state_column<T: Array + Clone + 'static>(
     batch: &RecordBatch,
@@ -165,6 +211,16 @@ impl AsofJoinOperator {
                     .collect(),
             )
         };
+        let t = &spec.time_type;
+        if !(t.is_temporal()
+            || t.is_integer()
+            || t.is_floating()
+            || matches!(t, DataType::Decimal128(_, _)))
+        {
+            return Err(SluiceError::Unsupported(format!(
+                "an ASOF JOIN in a materialized view matches on a time, a date or a number, not {t}"
+            )));
+        }
         let description = spec.described.clone();
         let mut op = AsofJoinOperator {
             keys: RowConverter::new(keys)?,
@@ -241,7 +297,7 @@ impl AsofJoinOperator {
                     .then(|| Box::from(key_rows.row(i).as_ref()))
             })
             .collect();
-        let times = micros(&time_expr.evaluate(batch)?.into_array(n)?)?;
+        let times = ordinals(&time_expr.evaluate(batch)?.into_array(n)?)?;
         let whole = match left {
             true => self.left_rows.convert_columns(batch.columns())?,
             false => self.right_rows.convert_columns(batch.columns())?,
@@ -252,7 +308,7 @@ impl AsofJoinOperator {
         let (first, second, ties) = match left {
             true => (
                 match &spec.bound {
-                    Some(b) => micros(&b.evaluate(batch)?.into_array(n)?)?,
+                    Some(b) => ordinals(&b.evaluate(batch)?.into_array(n)?)?,
                     None => vec![None; n],
                 },
                 match &spec.known {
