@@ -17,6 +17,7 @@ mod ddl;
 mod depth;
 mod determinism;
 mod driver_queries;
+mod erasures;
 mod error;
 mod hidden;
 mod key_literals;

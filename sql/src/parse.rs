@@ -64,6 +64,19 @@ pub enum Statement {
         table: String,
         selection: Option<String>,
     },
+    /// `ERASE FROM t [WHERE cond] [WITH (suppress = ...)]`, or over `ALL
+    /// TABLES` (`table` None) that have the condition's columns; a DELETE
+    /// on an append-only table is one too.
+    Erase {
+        table: Option<String>,
+        selection: Option<String>,
+        /// `'forever'` or a duration, as written.
+        suppress: Option<String>,
+    },
+    /// `VERIFY ERASURE n`: scan every file for rows erasure n removed.
+    VerifyErasure {
+        id: u64,
+    },
     /// `VACUUM t` or `ALTER TABLE t COMPACT`: compact a keyed table now.
     Compact {
         table: String,
@@ -235,6 +248,7 @@ impl Statement {
             Statement::Update { .. } => "UPDATE",
             Statement::Delete { .. } => "DELETE",
             Statement::Compact { .. } => "VACUUM",
+            Statement::Erase { .. } => "ERASE",
             Statement::CreateView(_) => "CREATE MATERIALIZED VIEW",
             Statement::CreateQueryView(_) => "CREATE VIEW",
             Statement::DropQueryView { .. } => "DROP VIEW",
@@ -536,6 +550,9 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         _ => {}
     }
     if let Some(statement) = crate::relations::parse_relation_statement(sql)? {
+        return Ok(statement);
+    }
+    if let Some(statement) = crate::erasures::parse_erasure_statement(sql)? {
         return Ok(statement);
     }
     if let Some(statement) = crate::datasets::parse_dataset_statement(sql)? {

@@ -23,10 +23,10 @@ use crate::types::PgType;
 use super::*;
 
 /// A version's rows, computed.
-struct Computed {
-    batch: RecordBatch,
-    split_rows: Vec<(String, u64)>,
-    content_hash: String,
+pub(super) struct Computed {
+    pub(super) batch: RecordBatch,
+    pub(super) split_rows: Vec<(String, u64)>,
+    pub(super) content_hash: String,
 }
 
 impl Engine {
@@ -261,63 +261,7 @@ impl Engine {
         def: &DatasetDef,
         cut: &str,
     ) -> Result<Computed, SluiceError> {
-        let mut query = parse_dataset_query(&def.query)?;
-        sluice_sql::read_relations_at(&mut query, cut, |r| {
-            self.store.table(r).is_some() || self.views.view(r).is_some()
-        })?;
-        let (plan, columns) = self
-            .planner
-            .plan_shown(ast::Statement::Query(Box::new(query)), &session.role())
-            .await?;
-        let batches = self
-            .collect_plan(session, plan)
-            .await?
-            .into_iter()
-            .map(|b| export::named_as(b, &columns))
-            .collect::<Result<Vec<_>, _>>()?;
-        let schema: SchemaRef = match batches.first() {
-            Some(b) => b.schema(),
-            None => Arc::new(Schema::new(
-                columns
-                    .fields()
-                    .iter()
-                    .map(|f| f.as_ref().clone().with_nullable(true))
-                    .collect::<Vec<_>>(),
-            )),
-        };
-        let mut batch = arrow::compute::concat_batches(&schema, &batches)?;
-        let mut split_rows = Vec::new();
-        if let Some(split) = &def.split {
-            let key = batch.column_by_name(&split.key).ok_or_else(|| {
-                SluiceError::UndefinedColumn(format!(
-                    "{} (the split_key, among the dataset's columns)",
-                    split.key
-                ))
-            })?;
-            let hashes = crate::query::stable_hash::row_hashes(
-                std::slice::from_ref(key),
-                split.seed as u64,
-                batch.num_rows(),
-            )?;
-            let parts: Vec<&str> = hashes.iter().map(|h| part_of(split, *h)).collect();
-            split_rows = split
-                .parts
-                .iter()
-                .map(|(p, _)| (p.clone(), parts.iter().filter(|x| **x == p).count() as u64))
-                .collect();
-            let mut fields = schema.fields().to_vec();
-            fields.push(Arc::new(Field::new("split", DataType::Utf8, false)));
-            let mut cols = batch.columns().to_vec();
-            cols.push(Arc::new(StringArray::from(parts)));
-            batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
-        }
-        let batch = in_order(batch, def.split.is_some())?;
-        let content_hash = content_hash(&batch)?;
-        Ok(Computed {
-            batch,
-            split_rows,
-            content_hash,
-        })
+        compute_version(&self.planner, &self.views, &session.role(), def, cut).await
     }
 
     /// What `COPY DATASET` writes beside the rows.
@@ -359,6 +303,80 @@ impl Engine {
         });
         serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
     }
+}
+
+/// The dataset's rows at `cut`, in their order, split, and hashed.
+pub(super) async fn compute_version(
+    planner: &Planner,
+    views: &ViewManager,
+    role: &SessionRole,
+    def: &DatasetDef,
+    cut: &str,
+) -> Result<Computed, SluiceError> {
+    let mut query = parse_dataset_query(&def.query)?;
+    sluice_sql::read_relations_at(&mut query, cut, |r| {
+        planner.store.table(r).is_some() || views.view(r).is_some()
+    })?;
+    let (plan, columns) = planner
+        .plan_shown(ast::Statement::Query(Box::new(query)), role)
+        .await?;
+    // Read at a cut: no transaction's writes or snapshot apply.
+    let mut state = planner.ctx.state();
+    state.config_mut().set_extension(Arc::new(role.clone()));
+    let df = DataFrame::new(state, plan);
+    let task = Arc::new(df.task_ctx());
+    let physical = {
+        let _snapshot = planner.store.transactions().snapshot_guard().await;
+        df.create_physical_plan().await?
+    };
+    let batches = datafusion::physical_plan::collect(physical, task)
+        .await?
+        .into_iter()
+        .map(|b| export::named_as(b, &columns))
+        .collect::<Result<Vec<_>, _>>()?;
+    let schema: SchemaRef = match batches.first() {
+        Some(b) => b.schema(),
+        None => Arc::new(Schema::new(
+            columns
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        )),
+    };
+    let mut batch = arrow::compute::concat_batches(&schema, &batches)?;
+    let mut split_rows = Vec::new();
+    if let Some(split) = &def.split {
+        let key = batch.column_by_name(&split.key).ok_or_else(|| {
+            SluiceError::UndefinedColumn(format!(
+                "{} (the split_key, among the dataset's columns)",
+                split.key
+            ))
+        })?;
+        let hashes = crate::query::stable_hash::row_hashes(
+            std::slice::from_ref(key),
+            split.seed as u64,
+            batch.num_rows(),
+        )?;
+        let parts: Vec<&str> = hashes.iter().map(|h| part_of(split, *h)).collect();
+        split_rows = split
+            .parts
+            .iter()
+            .map(|(p, _)| (p.clone(), parts.iter().filter(|x| **x == p).count() as u64))
+            .collect();
+        let mut fields = schema.fields().to_vec();
+        fields.push(Arc::new(Field::new("split", DataType::Utf8, false)));
+        let mut cols = batch.columns().to_vec();
+        cols.push(Arc::new(StringArray::from(parts)));
+        batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
+    }
+    let batch = in_order(batch, def.split.is_some())?;
+    let content_hash = content_hash(&batch)?;
+    Ok(Computed {
+        batch,
+        split_rows,
+        content_hash,
+    })
 }
 
 /// The row `VERIFY DATASET` answers with (known when it is prepared).

@@ -140,6 +140,16 @@ impl Engine {
                     .await
             }
             Statement::Delete { table, selection } => {
+                // An append-only table's rows go only by erasure.
+                if self
+                    .store
+                    .table(&table)
+                    .is_some_and(|t| t.def().is_append_only())
+                {
+                    return self
+                        .erase(session, Some(table), selection, None, "DELETE")
+                        .await;
+                }
                 self.check_change(session, &table, sluice_sql::Privilege::Delete)?;
                 self.delete(session, &table, selection.as_deref()).await
             }
@@ -249,17 +259,12 @@ impl Engine {
                     rows: Some(n),
                 })
             }
+            RowChange::Erase { table, .. } => Err(SluiceError::Internal(format!(
+                "a DELETE of append-only table \"{table}\" runs as an erasure"
+            ))),
             RowChange::Delete { table } => {
                 let log = keyed_table(&self.store, table, "DELETE")?;
-                let def = log.def();
-                let tombstones: Vec<RecordBatch> = found
-                    .iter()
-                    .filter(|b| b.num_rows() > 0)
-                    .map(|b| match def.options.keyed_by_row {
-                        true => crate::log::keyed::row_tombstones(&def, b),
-                        false => crate::log::keyed::tombstones(&def, b),
-                    })
-                    .collect::<Result<_, _>>()?;
+                let tombstones = tombstones_of(&log.def(), &found)?;
                 let n = self.write(session, &log, tombstones, false).await?;
                 Ok(Outcome::Done {
                     tag: "DELETE",
@@ -301,6 +306,22 @@ impl Engine {
             Some(staged) => stage_statement(&staged, log, batches, on_conflict_do_nothing).await?,
         })
     }
+}
+
+/// A DELETE's found rows (see `delete_query`) as the tombstones that
+/// delete them.
+pub(crate) fn tombstones_of(
+    def: &sluice_catalog::TableDef,
+    found: &[RecordBatch],
+) -> Result<Vec<RecordBatch>, SluiceError> {
+    Ok(found
+        .iter()
+        .filter(|b| b.num_rows() > 0)
+        .map(|b| match def.options.keyed_by_row {
+            true => crate::log::keyed::row_tombstones(def, b),
+            false => crate::log::keyed::tombstones(def, b),
+        })
+        .collect::<Result<_, _>>()?)
 }
 
 /// An UPDATE's found rows of a table keyed by row, as the old rows: their

@@ -19,6 +19,7 @@ mod copy;
 mod cuts;
 mod datasets;
 mod dml;
+mod erasures;
 mod export;
 mod planner;
 mod queries;
@@ -182,6 +183,8 @@ pub struct Engine {
     /// Plans of point reads sent as text, by their text with the keys
     /// taken out.
     text_reads: text_reads::TextPointReads,
+    /// Held while an erasure runs: one at a time.
+    erasing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Engine {
@@ -195,6 +198,8 @@ impl Engine {
             &config.data_dir.join("objects"),
         )?);
         let store = Arc::new(LogStore::open(&config.data_dir, config.log)?);
+        // Erasures in force drop matching rows from the first write on.
+        erasures::install_suppressions(&store);
         attach_remote_segments(&store, &objects).await?;
         spawn_tiering(store.clone(), objects.clone(), config.tiering_interval);
         let checkpoints = Checkpoints::new(objects.clone(), config.checkpoint_interval);
@@ -228,7 +233,7 @@ impl Engine {
             roles.clone(),
         )?);
         let compat = Arc::new(PostgresCompatibilityParser::new());
-        Ok(Engine {
+        let engine = Engine {
             planner: Arc::new(Planner {
                 store: store.clone(),
                 views: views.clone(),
@@ -246,7 +251,11 @@ impl Engine {
             connections,
             roles,
             text_reads: Default::default(),
-        })
+            erasing: Default::default(),
+        };
+        // Erasures a crash or a failed step left unfinished go on.
+        erasures::resume_erasures(engine.erasure_work());
+        Ok(engine)
     }
 
     /// Runs a bound prepared statement (not `Direct` or `Rows` ones, which
@@ -273,13 +282,29 @@ impl Engine {
             Prepared::Modify { change, .. } if read_only => {
                 return Err(SluiceError::ReadOnlyTransaction(match change.as_ref() {
                     RowChange::Update { .. } => "UPDATE",
-                    RowChange::Delete { .. } => "DELETE",
+                    RowChange::Delete { .. } | RowChange::Erase { .. } => "DELETE",
                 }))
             }
             _ => {}
         }
         self.begin_statement(session).await;
         match (prepared, params) {
+            (Prepared::Modify { change, .. }, BoundParams::Values(params))
+                if matches!(change.as_ref(), RowChange::Erase { .. }) =>
+            {
+                let RowChange::Erase { table, selection } = change.as_ref() else {
+                    unreachable!("matched above")
+                };
+                let selection = erasures::bind_parameters(selection, &params)?;
+                self.erase(
+                    session,
+                    Some(table.clone()),
+                    Some(selection),
+                    None,
+                    "DELETE",
+                )
+                .await
+            }
             (Prepared::Modify { change, plan, .. }, BoundParams::Values(params)) => {
                 let plan = plan.as_ref().clone().replace_params_with_values(&params)?;
                 self.change_rows(session, change, plan).await
@@ -442,6 +467,9 @@ impl Engine {
             | S::CloseCursor { .. }) => self.subscription_statement(session, s).await,
             s @ (S::CreateSink(_) | S::DropSink { .. }) => self.sink_statement(session, s).await,
             s @ (S::CreateCut { .. } | S::DropCut { .. }) => self.cut_statement(session, s).await,
+            s @ (S::Erase { .. } | S::VerifyErasure { .. }) => {
+                self.erasure_statement(session, s).await
+            }
             s @ (S::CreateDataset(_)
             | S::RefreshDataset { .. }
             | S::CopyDataset { .. }
@@ -619,7 +647,9 @@ impl Engine {
             Prepared::Modify { change, plan, .. } => {
                 let (table, privilege) = match change.as_ref() {
                     RowChange::Update { table } => (table, sluice_sql::Privilege::Update),
-                    RowChange::Delete { table } => (table, sluice_sql::Privilege::Delete),
+                    RowChange::Delete { table } | RowChange::Erase { table, .. } => {
+                        (table, sluice_sql::Privilege::Delete)
+                    }
                 };
                 self.roles
                     .check(&role, ObjectKind::Table, table, privilege)?;

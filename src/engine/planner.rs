@@ -78,6 +78,10 @@ pub enum RowChange {
     Update { table: String },
     /// Tombstones of the rows' keys (the query gives the key columns).
     Delete { table: String },
+    /// A DELETE of an append-only table: an erasure of the rows its
+    /// condition matches once its parameters are bound (the query only
+    /// gave their types).
+    Erase { table: String, selection: String },
 }
 
 /// A planned statement's parameter types in order, found once when it is
@@ -96,7 +100,7 @@ impl Prepared {
             Prepared::Plan { .. } | Prepared::PointRead { .. } => "select".into(),
             Prepared::Modify { change, .. } => match change.as_ref() {
                 RowChange::Update { .. } => "update".into(),
-                RowChange::Delete { .. } => "delete".into(),
+                RowChange::Delete { .. } | RowChange::Erase { .. } => "delete".into(),
             },
             Prepared::Empty => "other".into(),
         }
@@ -504,6 +508,19 @@ impl Planner {
             } => {
                 let sql = update_query(&self.store, &table, &assignments, selection.as_deref())?;
                 self.prepare_change(piece, RowChange::Update { table }, &sql, user)
+                    .await
+            }
+            Statement::Delete { table, selection }
+                if self
+                    .store
+                    .table(&table)
+                    .is_some_and(|t| t.def().is_append_only()) =>
+            {
+                let Some(selection) = selection else {
+                    return Ok(Prepared::Direct(piece));
+                };
+                let sql = format!("SELECT _partition, _offset FROM \"{table}\" WHERE {selection}");
+                self.prepare_change(piece, RowChange::Erase { table, selection }, &sql, user)
                     .await
             }
             Statement::Delete { table, selection } => {

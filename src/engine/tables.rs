@@ -92,19 +92,29 @@ impl Engine {
                 // and keep that state as their only checkpoint, which also
                 // lets compaction reach every record; closed segments go to
                 // the object store, where compaction rewrites them.
-                log.close_active_segments().await?;
-                self.views.erase_from(&table).await?;
-                crate::log::tier_table(&log, &self.objects, &self.store.cut_pins(&log)).await?;
-                let horizon = crate::log::below_snapshots(
-                    self.views.compaction_horizon(),
-                    self.store.transactions().clone(),
-                )(&log);
-                let report = crate::log::compact_table(&log, &self.objects, &horizon).await?;
-                tracing::info!(table = %table, ?report, "compacted on request");
+                vacuum(&self.store, &self.objects, &self.views, &log).await?;
                 Ok(Outcome::done("VACUUM"))
             }
             Statement::ShowTables => Err(SluiceError::Unsupported("SHOW TABLES".into())),
             other => Err(misrouted("tables", &other)),
         }
     }
+}
+
+/// `VACUUM` of a keyed table (see `Statement::Compact`).
+pub(super) async fn vacuum(
+    store: &Arc<LogStore>,
+    objects: &Arc<DurableStore>,
+    views: &Arc<ViewManager>,
+    log: &Arc<TableLog>,
+) -> Result<crate::log::CompactionReport, SluiceError> {
+    let table = log.def().name.clone();
+    log.close_active_segments().await?;
+    views.erase_from(&table).await?;
+    crate::log::tier_table(log, objects, &store.cut_pins(log)).await?;
+    let horizon =
+        crate::log::below_snapshots(views.compaction_horizon(), store.transactions().clone())(log);
+    let report = crate::log::compact_table(log, objects, &horizon).await?;
+    tracing::info!(table = %table, ?report, "compacted on request");
+    Ok(report)
 }

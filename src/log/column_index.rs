@@ -186,9 +186,11 @@ impl ColumnIndex {
                     .collect();
                 let rows = s.converter.convert_columns(&keys)?;
                 let deleted = deleted_flags(&def, &batch);
+                let erased = part.erased_mask(base, batch.num_rows());
                 for i in 0..batch.num_rows() {
                     let offset = base + i as u64;
-                    if offset < from || offset >= to {
+                    if offset < from || offset >= to || erased.as_ref().is_some_and(|e| !e.value(i))
+                    {
                         continue;
                     }
                     // Tombstones and holes hold no values; NULL matches nothing.

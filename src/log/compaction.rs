@@ -216,6 +216,84 @@ async fn compact_partition(
     Ok(report)
 }
 
+/// Rewrites every segment of an append-only table in the object store
+/// that holds rows erased from it (see [`PartitionLog::erase`]), each
+/// erased row a hole, as compaction does for keyed tables: offsets and
+/// frames stay. The caller has closed the active segments and moved them
+/// to the object store. Returns each file rewritten with its content
+/// hashes before and after. Running it again rewrites nothing.
+pub async fn erase_segments(
+    table: &TableLog,
+    objects: &Arc<DurableStore>,
+) -> Result<Vec<super::erasure::RewrittenFile>, LogError> {
+    use super::erasure::{sha256_hex, RewrittenFile};
+    let _pass = table.compaction_lock().lock().await;
+    let def = table.def();
+    let mut rewritten = Vec::new();
+    for (k, part) in table.partitions().iter().enumerate() {
+        for segment in part.remote_segments() {
+            if !part.has_erased(segment.base_offset, segment.end_offset) {
+                continue;
+            }
+            let mut rows: Vec<(FrameHeader, RecordBatch)> = Vec::new();
+            let mut holes = 0usize;
+            for meta in part.frames_in_range(segment.base_offset, segment.end_offset) {
+                if !matches!(&meta.location, FrameLocation::Remote(r) if Arc::ptr_eq(r, &segment)) {
+                    continue;
+                }
+                let batch = part.read_frame(&meta).await?;
+                let batch = match part.erased_mask(meta.header.base_offset, batch.num_rows()) {
+                    Some(keep) => {
+                        let hole = arrow::compute::not(&keep)?;
+                        // A row already a hole (every column NULL) needs
+                        // no rewrite.
+                        holes += (0..batch.num_rows())
+                            .filter(|&i| {
+                                hole.value(i) && batch.columns().iter().any(|c| c.is_valid(i))
+                            })
+                            .count();
+                        punch_holes(&batch, &hole)?
+                    }
+                    None => batch,
+                };
+                rows.push((meta.header, batch));
+            }
+            if holes == 0 || rows.is_empty() {
+                continue;
+            }
+            let old = objects.get(&segment.key).await?;
+            let (base, generation) =
+                segment_generation(&segment.key).unwrap_or((segment.base_offset, 0));
+            let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
+                .await
+                .map_err(|e| LogError::Remote {
+                    key: segment.key.clone(),
+                    reason: e.to_string(),
+                })??;
+            let key = compacted_key(def.id, k as u32, base, generation + 1);
+            let size = data.len() as u64;
+            let new_sha256 = sha256_hex(&data);
+            objects.put(&key, data).await?;
+            let (replacement, _) = RemoteSegment::open(objects.clone(), &key, size).await?;
+            if part.replace_remote(&segment, replacement) {
+                objects.delete(&segment.key).await?;
+                info!(table = %def.name, partition = k, key = %key, holes, "erased rows from a segment");
+                rewritten.push(RewrittenFile {
+                    location: format!("{}/{key}", objects.url().trim_end_matches('/')),
+                    old_sha256: sha256_hex(&old),
+                    new_sha256,
+                });
+            } else {
+                // Retention deleted the segment meanwhile.
+                objects.delete(&key).await?;
+            }
+        }
+    }
+    // The commit log may still carry copies of the erased rows.
+    table.drop_carried_frames().await?;
+    Ok(rewritten)
+}
+
 /// The batch with every column NULL where `hole` is set.
 fn punch_holes(batch: &RecordBatch, hole: &BooleanArray) -> Result<RecordBatch, LogError> {
     let columns: Vec<ArrayRef> = batch

@@ -11,6 +11,7 @@ mod commit;
 mod compaction;
 pub mod cut;
 mod dir_lock;
+pub mod erasure;
 mod error;
 mod frame;
 pub mod keyed;
@@ -18,13 +19,15 @@ mod partition;
 mod record_file;
 mod remote;
 mod store;
+pub mod suppress;
 mod table;
 mod tiering;
 pub mod transaction;
 mod watermark;
 
 pub use compaction::{
-    below_cuts, below_snapshots, compact_table, spawn_compaction, CompactionReport, Horizon,
+    below_cuts, below_snapshots, compact_table, erase_segments, spawn_compaction, CompactionReport,
+    Horizon,
 };
 pub use dir_lock::{DataDirLock, DirLockError, LOCK_FILE};
 pub use error::LogError;
@@ -34,7 +37,7 @@ pub use partition::{
 pub use record_file::RecordFile;
 pub use remote::RemoteSegment;
 pub use store::LogStore;
-pub use table::{KeyedRow, OffsetRange, PreparedAppend, RoutedRows, TableLog};
+pub use table::{now_us, KeyedRow, OffsetRange, PreparedAppend, RoutedRows, TableLog};
 pub use tiering::{attach_remote_segments, spawn_tiering, tier_table};
 pub use transaction::{Snapshot, StagedWrites, TransactionCoordinator};
 pub use watermark::{PartitionWatermark, TableWatermark, WatermarkTracker};

@@ -103,6 +103,12 @@ pub struct PartitionLog {
     unreadable: parking_lot::Mutex<Vec<String>>,
     /// What compaction did and found (keyed tables).
     pub compaction: parking_lot::Mutex<CompactionStats>,
+    /// Offsets of rows an erasure removed from an append-only table. Their
+    /// stored rows are holes (every column NULL) once the segments are
+    /// rewritten, which nothing else tells apart from a row of NULLs, so
+    /// readers leave out these offsets (see [`PartitionLog::erased_mask`]).
+    /// Loaded from the erasure ledger at start-up.
+    erased: RwLock<std::collections::BTreeSet<u64>>,
 }
 
 /// Compaction of one partition of a keyed table, for
@@ -271,6 +277,7 @@ impl PartitionLog {
             pinned_segments: AtomicU64::new(0),
             compaction: parking_lot::Mutex::new(CompactionStats::default()),
             unreadable: parking_lot::Mutex::new(Vec::new()),
+            erased: RwLock::new(Default::default()),
         };
         Ok((log, writer))
     }
@@ -308,6 +315,54 @@ impl PartitionLog {
             .first()
             .map(|f| f.header.base_offset)
             .unwrap_or(v.end_offset)
+    }
+
+    /// Marks rows as erased: readers leave them out from now on.
+    pub fn erase(&self, offsets: impl IntoIterator<Item = u64>) {
+        self.erased.write().extend(offsets);
+    }
+
+    /// Whether any row in `[lo, hi)` was erased.
+    pub fn has_erased(&self, lo: u64, hi: u64) -> bool {
+        self.erased.read().range(lo..hi).next().is_some()
+    }
+
+    /// Which of the `n` rows from `base` are kept (not erased), or `None`
+    /// when all are (the common case, at no cost).
+    pub fn erased_mask(&self, base: u64, n: usize) -> Option<arrow::array::BooleanArray> {
+        let erased = self.erased.read();
+        let mut gone = erased.range(base..base + n as u64).peekable();
+        gone.peek()?;
+        let mut keep = vec![true; n];
+        for o in gone {
+            keep[(o - base) as usize] = false;
+        }
+        Some(arrow::array::BooleanArray::from(keep))
+    }
+
+    /// The runs `(start, len)` of kept rows among the `n` from `base`, so a
+    /// reader that counts offsets by position can take each run with its
+    /// own first offset.
+    pub fn kept_runs(&self, base: u64, n: usize) -> Vec<(usize, usize)> {
+        let erased = self.erased.read();
+        let mut runs = Vec::new();
+        let mut at = 0usize;
+        for o in erased.range(base..base + n as u64) {
+            let i = (o - base) as usize;
+            if i > at {
+                runs.push((at, i - at));
+            }
+            at = i + 1;
+        }
+        if at < n {
+            runs.push((at, n - at));
+        }
+        runs
+    }
+
+    /// How many rows were erased from this partition.
+    pub fn erased_rows(&self) -> u64 {
+        self.erased.read().len() as u64
     }
 
     pub fn note_unreadable_segment(&self, key: &str) {

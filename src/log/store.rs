@@ -12,6 +12,7 @@ use sluice_catalog::{
 use tracing::{info, warn};
 
 use super::column_index::ColumnIndex;
+use super::erasure::ErasureLedger;
 use super::error::LogError;
 use super::table::TableLog;
 use super::transaction::{TransactionCoordinator, TransactionLog};
@@ -26,6 +27,8 @@ pub struct LogStore {
     /// Reads that used each materialized view's index, by index name (a
     /// table's index counts its own).
     view_index_scans: parking_lot::Mutex<HashMap<String, u64>>,
+    /// Every erasure request (see [`super::erasure`]).
+    erasures: parking_lot::Mutex<ErasureLedger>,
 }
 
 impl LogStore {
@@ -52,6 +55,17 @@ impl LogStore {
             info!(table = %def.name, partitions = def.options.partitions, "recovered table");
             tables.insert(def.name.clone(), Arc::new(log));
         }
+        // Rows erasures removed stay out of every read from the start.
+        let erasures = ErasureLedger::open(data_dir)?;
+        for record in erasures.records() {
+            for rows in &record.erased {
+                let table = tables.values().find(|t| t.def().id == rows.table_id);
+                if let Some(part) = table.and_then(|t| t.partitions().get(rows.partition as usize))
+                {
+                    part.erase(rows.offsets.iter().copied());
+                }
+            }
+        }
         // Directories of dropped tables whose removal a crash interrupted.
         let known: Vec<u64> = catalog.tables().iter().map(|t| t.id).collect();
         if let Ok(entries) = std::fs::read_dir(&tables_dir) {
@@ -73,7 +87,13 @@ impl LogStore {
             tables: RwLock::new(tables),
             config,
             view_index_scans: parking_lot::Mutex::new(HashMap::new()),
+            erasures: parking_lot::Mutex::new(erasures),
         })
+    }
+
+    /// The erasure ledger.
+    pub fn erasures(&self) -> &parking_lot::Mutex<ErasureLedger> {
+        &self.erasures
     }
 
     /// Commits transactions that span tables or consumer groups.

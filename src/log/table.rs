@@ -196,6 +196,8 @@ pub struct TableLog {
     /// A table keyed by row: the rows its tombstones delete, once a scan
     /// needed them (kept by the writer).
     row_tombstones: Option<Arc<RowTombstones>>,
+    /// Erasures in force: rows they match are dropped as they are written.
+    pub suppressions: super::suppress::Suppressions,
 }
 
 struct KeyedWrites {
@@ -376,6 +378,7 @@ impl TableLog {
             recovered_positions,
             indexes: parking_lot::RwLock::new(Vec::new()),
             row_tombstones,
+            suppressions: Default::default(),
         })
     }
 
@@ -941,12 +944,21 @@ impl TableLog {
                     )),
                 ));
             }
+            let def = self.def();
+            let batch = self
+                .suppressions
+                .apply(as_stored(&def, &batch)?, def.columns.len())?;
             rows += batch.num_rows() as u64;
-            stored.push((p, as_stored(&self.def(), &batch)?));
+            stored.push((p, batch));
         }
         self.append_and_wait(coalesce(stored, n)?, positions)
             .await?;
         Ok(rows)
+    }
+
+    /// Rows erasure `id` dropped from this table's writes since start-up.
+    pub fn suppressed_rows(&self, id: u64) -> u64 {
+        self.suppressions.dropped(id)
     }
 
     /// The next source offset of each partition as recovered at open (-1:
@@ -986,7 +998,9 @@ impl TableLog {
     /// when the table has no partition key.
     fn route(&self, batch: &RecordBatch) -> Result<Vec<(usize, RecordBatch)>, LogError> {
         let def = self.def();
-        let batch = &as_stored(&def, batch)?;
+        let batch = &self
+            .suppressions
+            .apply(as_stored(&def, batch)?, def.columns.len())?;
         let n = self.partitions.len();
         if n == 1 {
             return Ok(vec![(0, batch.clone())]);

@@ -231,6 +231,14 @@ impl TransactionLog {
         Ok(())
     }
 
+    /// Replaces the log by one record merging every record it holds, with
+    /// no frames (each carried frame is durable in its partition).
+    fn rotate(&mut self) -> Result<(), LogError> {
+        self.file.replace(&encode(&self.merged, &[])?)?;
+        self.carried.clear();
+        Ok(())
+    }
+
     /// Empties the log once every table and group it names holds what it
     /// committed in its own files, durably.
     pub fn clear(&mut self) -> Result<(), LogError> {
@@ -520,6 +528,18 @@ impl TransactionCoordinator {
     /// meanwhile, so a statement sees all of one or none of it.
     pub async fn snapshot_guard(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
         self.visibility.clone().read_owned().await
+    }
+
+    /// Replaces the log by one record that carries no frames, after every
+    /// table whose frames it carried fsynced them (an erasure: no copy of
+    /// an erased row may stay here). Waits for the group committing.
+    pub async fn drop_carried_frames(&self) -> Result<(), LogError> {
+        let _one = self.one_at_a_time.lock().await;
+        self.sync_carried().await?;
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || log.lock().rotate())
+            .await
+            .map_err(|e| LogError::WriterStopped(format!("transaction log: {e}")))?
     }
 
     /// Empties the log (once recovery wrote everything it held elsewhere).

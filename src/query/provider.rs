@@ -696,6 +696,7 @@ impl PartitionStream for FrameStream {
         let keep = self.keep.clone();
         let deleted = self.deleted.clone();
         let end = self.end;
+        let append_only = self.table.def().is_append_only();
         let s = stream::iter(frames).then(move |meta| {
             let part = table.partitions()[partition].clone();
             let projection = projection.clone();
@@ -710,6 +711,37 @@ impl PartitionStream for FrameStream {
                 if meta.end_offset() > end {
                     let n = end.saturating_sub(meta.header.base_offset) as usize;
                     batch = batch.slice(0, n.min(batch.num_rows()));
+                }
+                // Rows an erasure removed from an append-only table (holes
+                // nothing else marks) are left out, after the offsets are
+                // numbered.
+                let erased = match append_only {
+                    true => part.erased_mask(meta.header.base_offset, batch.num_rows()),
+                    false => None,
+                };
+                if let Some(erased) = &erased {
+                    let rows = project_frame(
+                        &batch,
+                        &meta,
+                        partition as i32,
+                        &projection,
+                        data_columns,
+                        &out_schema,
+                    )?;
+                    if let Some(keep) = keep {
+                        let base = meta.header.base_offset;
+                        let keep: Vec<u64> = keep
+                            .iter()
+                            .copied()
+                            .filter(|o| {
+                                o.checked_sub(base)
+                                    .and_then(|i| usize::try_from(i).ok())
+                                    .is_some_and(|i| i < erased.len() && erased.value(i))
+                            })
+                            .collect();
+                        return kept_rows(&rows, base, &keep);
+                    }
+                    return Ok(arrow::compute::filter_record_batch(&rows, erased)?);
                 }
                 if changelog {
                     // The row count is given: a projection of no columns

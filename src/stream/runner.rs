@@ -347,7 +347,98 @@ impl ViewManager {
                 sub.name
             )));
         }
-        let start_offsets = match (&old.source, from_us) {
+        let start_offsets = start_offsets_of(&old, from_us)?;
+        {
+            let mut rebuilding = self.rebuilding.write();
+            if rebuilding.contains_key(name) {
+                return Err(SluiceError::ObjectInUse(format!(
+                    "materialized view \"{name}\" is already being rebuilt"
+                )));
+            }
+            // Held by a placeholder until the new view exists.
+            rebuilding.insert(name.to_string(), old.clone());
+        }
+        let result = self.rebuild_into(&old, start_offsets).await;
+        self.rebuilding.write().remove(name);
+        result
+    }
+
+    /// The views that read `table`, directly or through other views, in
+    /// creation order (a view's source view first).
+    pub fn readers_of(&self, table: &str) -> Vec<Arc<View>> {
+        let all = self.views();
+        let mut reached: Vec<Arc<View>> = Vec::new();
+        let mut names = vec![table.to_string()];
+        while let Some(name) = names.pop() {
+            for v in all.iter().filter(|v| v.source.reads(&name)) {
+                if !reached.iter().any(|r| Arc::ptr_eq(r, v)) {
+                    reached.push(v.clone());
+                    names.push(v.def.name.clone());
+                }
+            }
+        }
+        reached.sort_by_key(|v| v.def.id);
+        reached
+    }
+
+    /// An erasure removed rows from `table`, which views over an
+    /// append-only table cannot take back (they keep less state than
+    /// that needs, and closed windows are final): every view reading it,
+    /// directly or through other views, is computed again from the log
+    /// (which no longer holds the rows), a view's source view first, as
+    /// `REBUILD` does, and the old views' checkpoints are deleted, every
+    /// epoch. Returns the views rebuilt.
+    pub async fn rebuild_after_erasure(&self, table: &str) -> Result<Vec<String>, SluiceError> {
+        let mut done = Vec::new();
+        let mut old_views: Vec<std::sync::Weak<View>> = Vec::new();
+        for reader in self.readers_of(table) {
+            let name = reader.def.name.clone();
+            // The view as it is now: its source view may have just been
+            // rebuilt (it is compiled again over the new one).
+            let Some(old) = self.view(&name) else {
+                continue;
+            };
+            drop(reader);
+            let start_offsets = start_offsets_of(&old, None)?;
+            {
+                let mut rebuilding = self.rebuilding.write();
+                if rebuilding.contains_key(&name) {
+                    return Err(SluiceError::ObjectInUse(format!(
+                        "materialized view \"{name}\" is being rebuilt; the erasure goes on after it"
+                    )));
+                }
+                rebuilding.insert(name.clone(), old.clone());
+            }
+            let result = self.rebuild_into(&old, start_offsets).await;
+            self.rebuilding.write().remove(&name);
+            result?;
+            old_views.push(Arc::downgrade(&old));
+            drop(old);
+            done.push(name);
+        }
+        // The old views stop at their next step once nothing holds them;
+        // then no epoch of theirs is left anywhere.
+        let deadline = std::time::Instant::now() + FLUSH_CHECKPOINT_WAIT;
+        while old_views.iter().any(|w| w.strong_count() > 0) && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let known: Vec<u64> = self.store.view_defs().iter().map(|d| d.id).collect();
+        let mut known = known;
+        known.extend(self.rebuilding.read().values().map(|v| v.def.id));
+        self.checkpoints.forget_all_but(&known).await.map_err(|e| {
+            SluiceError::CheckpointPending {
+                view: table.to_string(),
+                reason: format!("deleting the checkpoints of the views before the erasure: {e}"),
+            }
+        })?;
+        Ok(done)
+    }
+}
+
+/// Where a rebuild of `old` starts reading (see [`ViewManager::rebuild`]).
+fn start_offsets_of(old: &View, from_us: Option<i64>) -> Result<Vec<u64>, SluiceError> {
+    Ok(match (&old.source, from_us) {
             (ViewSource::Table(t), None) => t.partitions().iter().map(|p| p.start_offset()).collect(),
             (ViewSource::Table(t), Some(ts)) => t.partitions().iter().map(|p| p.offset_at_time(ts)).collect(),
             (ViewSource::View(_), None) => vec![0],
@@ -377,22 +468,10 @@ impl ViewManager {
                 }
                 offsets
             }
-        };
-        {
-            let mut rebuilding = self.rebuilding.write();
-            if rebuilding.contains_key(name) {
-                return Err(SluiceError::ObjectInUse(format!(
-                    "materialized view \"{name}\" is already being rebuilt"
-                )));
-            }
-            // Held by a placeholder until the new view exists.
-            rebuilding.insert(name.to_string(), old.clone());
-        }
-        let result = self.rebuild_into(&old, start_offsets).await;
-        self.rebuilding.write().remove(name);
-        result
-    }
+    })
+}
 
+impl ViewManager {
     async fn rebuild_into(
         &self,
         old: &Arc<View>,
@@ -1558,16 +1637,19 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                             // are skipped.
                             let skip =
                                 consumed[*k].saturating_sub(meta.header.base_offset) as usize;
-                            let rows = full.slice(
-                                skip.min(full.num_rows()),
-                                full.num_rows().saturating_sub(skip),
-                            );
-                            let base = meta.header.base_offset + skip as u64;
-                            chunk_rows += rows.num_rows() as u64;
                             if let Some(v) = versions.as_mut() {
+                                chunk_rows += full.num_rows().saturating_sub(skip) as u64;
                                 delta.push(v.split(&raw, &full, skip, &mut gone).await?);
                                 continue;
                             }
+                            // Erased rows are left out: each run of kept
+                            // rows goes on with its own first offset.
+                            let rest = full.num_rows().saturating_sub(skip);
+                            let first = meta.header.base_offset + skip as u64;
+                            for (at, len) in part.kept_runs(first, rest) {
+                            let rows = full.slice(skip.min(full.num_rows()) + at, len);
+                            let base = first + at as u64;
+                            chunk_rows += rows.num_rows() as u64;
                             delta.push(match (&closing, watermark) {
                                 (Some(c), Some(w)) if c.time_index.is_some() => {
                                     split_late(rows, c, w, *k, base, &mut late)?
@@ -1582,6 +1664,7 @@ async fn follow_table(mut task: ViewTask, table: Arc<TableLog>, clock_state: Vie
                                 }
                                 _ => rows,
                             });
+                            }
                         }
                         apply_guarded(compiled, delta, ctx.clone(), watermark).await?;
                         // Earlier versions go after the new rows, which may
@@ -1986,29 +2069,38 @@ async fn apply_tables_news(
             let mut gone = Vec::new();
             let mut read = 0u64;
             for (_, _, k, meta) in chunk {
-                let raw = table.partitions()[*k].read_frame(meta).await?;
+                let part = &table.partitions()[*k];
+                let raw = part.read_frame(meta).await?;
                 let full = project_frame(&raw, meta, *k as i32, &projection, data_columns, schema)?;
                 // Rows the checkpoint already covers are skipped.
                 let skip = consumed[*k].saturating_sub(meta.header.base_offset) as usize;
-                read += full.num_rows().saturating_sub(skip) as u64;
-                let rows = match versions.as_mut() {
-                    Some(v) => v.split(&raw, &full, skip, &mut gone).await?,
-                    None => full.slice(
-                        skip.min(full.num_rows()),
-                        full.num_rows().saturating_sub(skip),
-                    ),
-                };
-                insert.push(match (watermark, news.band_columns.is_empty()) {
-                    (Some(w), false) => {
-                        let at = BandPosition {
-                            input,
-                            partition: *k,
-                            base_offset: meta.header.base_offset + skip as u64,
-                        };
-                        split_behind(rows, news.band_columns, w, lateness, at, late)?
+                let rest = full.num_rows().saturating_sub(skip);
+                let first = meta.header.base_offset + skip as u64;
+                let runs = match versions.as_mut() {
+                    Some(v) => {
+                        read += rest as u64;
+                        insert.push(v.split(&raw, &full, skip, &mut gone).await?);
+                        continue;
                     }
-                    _ => rows,
-                });
+                    // Erased rows are left out: each run of kept rows goes
+                    // on with its own first offset.
+                    None => part.kept_runs(first, rest),
+                };
+                for (at, len) in runs {
+                    let rows = full.slice(skip.min(full.num_rows()) + at, len);
+                    read += len as u64;
+                    insert.push(match (watermark, news.band_columns.is_empty()) {
+                        (Some(w), false) => {
+                            let at = BandPosition {
+                                input,
+                                partition: *k,
+                                base_offset: first + at as u64,
+                            };
+                            split_behind(rows, news.band_columns, w, lateness, at, late)?
+                        }
+                        _ => rows,
+                    });
+                }
             }
             let retract = match (versions.as_ref(), gone.is_empty()) {
                 (Some(v), false) => vec![v.rows(schema, &gone)?],

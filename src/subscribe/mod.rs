@@ -1012,7 +1012,11 @@ async fn read_table(
                         let records = arrow::compute::filter_record_batch(&slice, &present)?;
                         RecordBatch::try_new(cursor.schema.clone(), records.columns().to_vec())?
                     }
-                    false => slice,
+                    // Rows an erasure removed are no records either.
+                    false => match part.erased_mask(cursor.position[k], take) {
+                        Some(kept) => arrow::compute::filter_record_batch(&slice, &kept)?,
+                        None => slice,
+                    },
                 };
                 cursor.position[k] += take as u64;
                 remaining -= records.num_rows();

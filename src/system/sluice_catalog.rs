@@ -220,11 +220,12 @@ impl fmt::Debug for SystemSchema {
     }
 }
 
-const SYSTEM_TABLES: [&str; 16] = [
+const SYSTEM_TABLES: [&str; 17] = [
     "checkpoints",
     "cuts",
     "dataset_versions",
     "datasets",
+    "erasures",
     "indexes",
     "lag",
     "late_rows",
@@ -267,6 +268,10 @@ impl SchemaProvider for SystemSchema {
             ),
             "cuts" => (
                 SystemTable::of_store(store, cuts_schema(), cuts_batch),
+                Visibility::Object("table_name", ObjectKind::Table),
+            ),
+            "erasures" => (
+                SystemTable::of_store(store, erasures_schema(), erasures_batch),
                 Visibility::Object("table_name", ObjectKind::Table),
             ),
             "datasets" => (
@@ -724,6 +729,113 @@ fn cuts_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
         Arc::new(StringArray::from(offsets)),
         Arc::new(Int64Array::from(rows)),
         Arc::new(Int64Array::from(pinned)),
+    ];
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}
+
+fn erasures_schema() -> SchemaRef {
+    let ts = |n: &str, nullable| {
+        Field::new(
+            n,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            nullable,
+        )
+    };
+    Arc::new(Schema::new(vec![
+        Field::new("erasure", DataType::Int64, false),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("all_tables", DataType::Boolean, false),
+        Field::new("predicate", DataType::Utf8, true),
+        Field::new("requester", DataType::Utf8, false),
+        ts("requested_at", false),
+        ts("completed_at", true),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, true),
+        Field::new("rows_removed", DataType::Int64, false),
+        Field::new("files_rewritten", DataType::Int64, false),
+        // `location old-sha256 -> new-sha256`, one per line.
+        Field::new("rewritten", DataType::Utf8, false),
+        Field::new("not_reached", DataType::Utf8, false),
+        Field::new("suppress", DataType::Utf8, true),
+        ts("suppress_until", true),
+        Field::new("suppressed_rows", DataType::Int64, false),
+    ]))
+}
+
+/// One row per table of each erasure in the ledger (of `ALL TABLES`: each
+/// table it reached).
+fn erasures_batch(store: &LogStore, schema: &SchemaRef) -> Result<RecordBatch> {
+    let records = store.erasures().lock().records();
+    let suppressed = |table: &str, id: u64| {
+        store
+            .table(table)
+            .map_or(0, |t| t.suppressed_rows(id) as i64)
+    };
+    let rows: Vec<(&crate::log::erasure::ErasureRecord, &String)> = records
+        .iter()
+        .flat_map(|r| r.tables.iter().map(move |t| (r, t)))
+        .collect();
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(r, _)| r.id as i64),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|(_, t)| t.as_str()),
+        )),
+        Arc::new(BooleanArray::from_iter(
+            rows.iter().map(|(r, _)| Some(r.all_tables)),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|(r, _)| r.predicate.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|(r, _)| r.requester.as_str()),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(
+                rows.iter().map(|(r, _)| r.requested_at_us),
+            )
+            .with_timezone("+00:00"),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(rows.iter().map(|(r, _)| r.completed_at_us))
+                .with_timezone("+00:00"),
+        ),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|(r, _)| r.step.as_str()),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|(r, _)| r.error.as_deref()),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(r, _)| r.rows_removed as i64),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(r, _)| r.files_rewritten.len() as i64),
+        )),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|(r, _)| {
+            r.files_rewritten
+                .iter()
+                .map(|f| format!("{} {} -> {}", f.location, f.old_sha256, f.new_sha256))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|(r, _)| r.not_reached.join("\n")),
+        )),
+        Arc::new(StringArray::from_iter(
+            rows.iter().map(|(r, _)| r.suppress.as_deref()),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(
+                rows.iter()
+                    .map(|(r, _)| r.suppress_until_us.filter(|u| *u != i64::MAX)),
+            )
+            .with_timezone("+00:00"),
+        ),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(r, t)| suppressed(t, r.id)),
+        )),
     ];
     Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
