@@ -1,0 +1,408 @@
+//! Erasure of append-only tables: `DELETE` and `ERASE FROM` remove a
+//! user's rows from the log (local segments, the object store, the commit
+//! logs), from five views (an aggregate, a join, a Top-N, a window, a view
+//! over a view), and from their checkpoints, while other rows keep their
+//! offsets, a subscription part-way through goes on without the rows, and
+//! a cut and a dataset version read without them. No file of the data
+//! directory holds the user's value afterwards (raw bytes and decoded
+//! Parquet), `VERIFY ERASURE` finds nothing, and the ledger says what was
+//! done. An erasure in force drops matching rows written later; one
+//! interrupted by SIGKILL completes after the restart. On the local store
+//! and on S3 (moto).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::s3::S3Server;
+use common::{files_containing, scalar, sqlstate, text_rows, Server};
+
+const USER: &str = "erasable-7f3a@example.org";
+const OTHER: &str = "second-91c2@example.org";
+
+const SETUP: &str = "
+CREATE TABLE models (model TEXT, vendor TEXT) APPEND ONLY;
+INSERT INTO models VALUES ('small', 'acme'), ('large', 'globex');
+CREATE TABLE requests (user_id TEXT, prompt TEXT, model TEXT, tokens INT, at TIMESTAMPTZ,
+    WATERMARK FOR at AS at - INTERVAL '1 hour') WITH (partitions = 3);
+";
+
+/// The five views and their queries (a view's batch query is its own).
+const VIEWS: [(&str, &str); 5] = [
+    (
+        "per_user",
+        "SELECT user_id, count(*) AS n, sum(tokens) AS t FROM requests GROUP BY user_id",
+    ),
+    (
+        "per_vendor",
+        "SELECT r.user_id, m.vendor, sum(r.tokens) AS t FROM requests r JOIN models m ON r.model = m.model GROUP BY r.user_id, m.vendor",
+    ),
+    (
+        "top_requests",
+        "SELECT user_id, prompt, tokens FROM requests ORDER BY tokens DESC, prompt LIMIT 5",
+    ),
+    (
+        "hourly",
+        "SELECT user_id, window_start, count(*) AS n FROM TUMBLE(requests, at, INTERVAL '1 hour') GROUP BY user_id, window_start",
+    ),
+    (
+        "busy_users",
+        "SELECT user_id, n FROM per_user WHERE n > 3",
+    ),
+];
+
+/// Rows `from..to`: 40 users, plus USER (unless `user` is false) and
+/// OTHER now and then with the most tokens (so they are in the Top-N).
+async fn insert(c: &tokio_postgres::Client, from: i64, to: i64, user: bool) {
+    let user = if user { USER } else { "user-0" };
+    c.batch_execute(&format!(
+        "INSERT INTO requests SELECT
+            CASE WHEN i % 37 = 0 THEN '{user}' WHEN i % 41 = 0 THEN '{OTHER}' ELSE 'user-' || (i % 40) END,
+            CASE WHEN i % 37 = 0 THEN 'prompt of {user} ' || i ELSE 'prompt ' || i END,
+            CASE WHEN i % 2 = 0 THEN 'small' ELSE 'large' END,
+            CASE WHEN i % 37 = 0 OR i % 41 = 0 THEN 100000 + i ELSE i % 1000 END,
+            TIMESTAMPTZ '2026-01-01 00:00:00+00' + i * INTERVAL '10 seconds'
+         FROM generate_series({from}, {}) AS s(i)",
+        to - 1
+    ))
+    .await
+    .unwrap();
+}
+
+async fn sorted(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let mut rows = text_rows(c, sql).await;
+    rows.sort();
+    rows
+}
+
+/// Every view equals its query over the table as it is now.
+async fn views_equal_their_queries(c: &tokio_postgres::Client) {
+    c.batch_execute("FLUSH").await.unwrap();
+    for (name, query) in VIEWS {
+        let view = sorted(c, &format!("SELECT * FROM {name}")).await;
+        let batch = sorted(c, query).await;
+        assert_eq!(view, batch, "view {name} equals its query");
+    }
+}
+
+/// `(partition, offset, prompt)` of every row not of `gone`.
+async fn positions(c: &tokio_postgres::Client, gone: &[&str]) -> BTreeSet<String> {
+    let not_in = gone
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    text_rows(
+        c,
+        &format!("SELECT _partition, _offset, user_id, prompt FROM requests WHERE user_id NOT IN ({not_in})"),
+    )
+    .await
+    .into_iter()
+    .collect()
+}
+
+/// No file (or object) holds `value` but the erasure ledger.
+fn no_file_holds(stored: &impl Fn(&str) -> Vec<String>, value: &str) {
+    let found: Vec<String> = stored(value)
+        .into_iter()
+        .filter(|f| !f.ends_with("erasures.log"))
+        .collect();
+    assert!(found.is_empty(), "files still holding {value}: {found:?}");
+}
+
+async fn erasure_done(c: &tokio_postgres::Client, id: i64) -> bool {
+    text_rows(
+        c,
+        &format!("SELECT DISTINCT status FROM sluice_catalog.erasures WHERE erasure = {id}"),
+    )
+    .await
+        == vec!["done".to_string()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_reaches_segments_views_checkpoints_and_subscriptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
+    let data = server.data_dir.clone();
+    erasure_reaches_every_copy(server, |needle| files_containing(&data, needle)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_reaches_every_copy_in_the_object_store() {
+    let s3 = S3Server::start("sluice-append-erasure");
+    let dir = tempfile::tempdir().unwrap();
+    let url = s3.url("db");
+    let server = Server::start_env(
+        dir.path(),
+        &["--object-store", &url, "--checkpoint-interval-ms", "200"],
+        &s3.env(),
+    );
+    let data = server.data_dir.clone();
+    erasure_reaches_every_copy(server, |needle| {
+        let mut hits = files_containing(&data, needle);
+        hits.extend(s3.objects_containing("db", needle));
+        hits
+    })
+    .await;
+}
+
+/// `stored(needle)`: the files (and objects) that hold `needle`.
+async fn erasure_reaches_every_copy(mut server: Server, stored: impl Fn(&str) -> Vec<String>) {
+    let c = server.connect().await;
+    c.batch_execute(SETUP).await.unwrap();
+    for (name, query) in VIEWS {
+        c.batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap();
+    }
+    insert(&c, 1, 4000, true).await;
+    insert(&c, 4000, 8000, true).await;
+    c.batch_execute(
+        "CREATE SUBSCRIPTION sub FROM requests;
+         DECLARE cur SUBSCRIPTION CURSOR FOR sub;
+         CREATE CUT before_erasure FOR requests;
+         CREATE DATASET evals AS SELECT user_id, prompt, tokens FROM requests WHERE tokens > 500
+             AS OF CUT before_erasure;
+         CREATE ROLE clerk LOGIN; GRANT SELECT ON requests TO clerk;",
+    )
+    .await
+    .unwrap();
+    // The subscription reads part of the log before the erasure.
+    let mut fetched: Vec<String> = Vec::new();
+    for _ in 0..3 {
+        fetched.extend(text_rows(&c, "FETCH 1000 FROM cur").await);
+    }
+    assert_eq!(fetched.len(), 3000);
+    views_equal_their_queries(&c).await;
+    let held = stored(USER);
+    assert!(
+        held.iter().any(|f| f.contains("/tables/")) && held.iter().any(|f| f.contains("/views/")),
+        "the log and the views' checkpoints hold the user's rows before: {held:?}"
+    );
+    let before = positions(&c, &[USER]).await;
+    let users = scalar(
+        &c,
+        &format!("SELECT count(*) FROM requests WHERE user_id = '{USER}'"),
+    )
+    .await;
+    assert!(users > 200);
+    assert!(
+        text_rows(&c, "SELECT user_id FROM top_requests")
+            .await
+            .contains(&USER.to_string()),
+        "the user is in the Top-N before"
+    );
+
+    // A role that may read but not delete is refused, with nothing recorded.
+    let clerk = {
+        let conn = format!("host=127.0.0.1 port={} user=clerk dbname=test", server.port);
+        let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let e = clerk
+        .batch_execute(&format!("ERASE FROM requests WHERE user_id = '{USER}'"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "{e}");
+    let e = clerk
+        .batch_execute(&format!("DELETE FROM requests WHERE user_id = '{USER}'"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42501", "{e}");
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM sluice_catalog.erasures").await,
+        0
+    );
+    // Not in a transaction block; UPDATE stays refused.
+    let e = c
+        .batch_execute(&format!(
+            "BEGIN; DELETE FROM requests WHERE user_id = '{USER}'"
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25001", "{e}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let e = c
+        .batch_execute("UPDATE requests SET tokens = 0")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000", "{e}");
+
+    // DELETE on an append-only table is an erasure.
+    let deleted = c
+        .execute(
+            &format!("DELETE FROM requests WHERE user_id = '{USER}'"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted as i64, users);
+    assert_eq!(
+        scalar(
+            &c,
+            &format!("SELECT count(*) FROM requests WHERE user_id = '{USER}'")
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        positions(&c, &[USER]).await,
+        before,
+        "other rows keep their offsets"
+    );
+    views_equal_their_queries(&c).await;
+    assert!(!text_rows(&c, "SELECT user_id FROM top_requests")
+        .await
+        .contains(&USER.to_string()));
+    let ledger = text_rows(
+        &c,
+        "SELECT erasure, table_name, predicate, requester, status, rows_removed, files_rewritten > 0, completed_at IS NOT NULL FROM sluice_catalog.erasures",
+    )
+    .await;
+    assert_eq!(
+        ledger,
+        vec![format!(
+            "1|requests|user_id = '{USER}'|test|done|{users}|t|t"
+        )]
+    );
+    assert!(text_rows(&c, "VERIFY ERASURE 1").await.is_empty());
+    no_file_holds(&stored, USER);
+    // The cut and the dataset version read without the rows.
+    assert_eq!(
+        scalar(
+            &c,
+            &format!(
+                "SELECT count(*) FROM requests AS OF CUT before_erasure WHERE user_id = '{USER}'"
+            )
+        )
+        .await,
+        0
+    );
+    // The dataset version computes without them, to its new hash.
+    let verified = text_rows(&c, "VERIFY DATASET evals VERSION 1").await;
+    assert!(verified[0].ends_with("|t"), "{verified:?}");
+    assert!(text_rows(
+        &c,
+        "SELECT rewritten FROM sluice_catalog.erasures WHERE erasure = 1"
+    )
+    .await[0]
+        .contains("dataset version evals@1"));
+    // The subscription goes on from where it was, without the rows.
+    loop {
+        let rows = text_rows(&c, "FETCH 1000 FROM cur").await;
+        if rows.is_empty() {
+            break;
+        }
+        fetched.extend(rows);
+    }
+    assert_eq!(
+        fetched.len() as i64,
+        3000 + (7999 - 3000) - {
+            // The user's rows past the first 3000 fetched are gone.
+            scalar(
+                &c,
+                "SELECT count(*) FROM generate_series(1, 7999) AS s(i) WHERE i % 37 = 0",
+            )
+            .await
+                - fetched
+                    .iter()
+                    .take(3000)
+                    .filter(|r| r.contains(USER))
+                    .count() as i64
+        }
+    );
+    assert!(fetched.iter().skip(3000).all(|r| !r.contains(USER)));
+
+    // An erasure in force: the next rows of OTHER are dropped as they come,
+    // and an erasure cut short by SIGKILL completes after the restart.
+    // Rows written after an erasure that does not suppress are kept: these
+    // have none of the user's.
+    insert(&c, 8000, 9000, false).await;
+    let erase_conn = server.connect().await;
+    let erase = tokio::spawn(async move {
+        erase_conn
+            .batch_execute(&format!(
+                "ERASE FROM requests WHERE user_id = '{OTHER}' WITH (suppress = 'forever')"
+            ))
+            .await
+    });
+    // The ledger has it (accepted, the rows being found or removed).
+    let mut accepted = false;
+    for _ in 0..500 {
+        if scalar(
+            &c,
+            "SELECT count(*) FROM sluice_catalog.erasures WHERE erasure = 2",
+        )
+        .await
+            > 0
+        {
+            accepted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(accepted, "the erasure was accepted");
+    server.kill9();
+    let _ = erase.await;
+    server.start_again();
+    let c = server.connect().await;
+    let mut done = false;
+    for _ in 0..600 {
+        if erasure_done(&c, 2).await {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(done, "the erasure resumed and completed after SIGKILL");
+    assert!(
+        server.log_text().contains("resuming an erasure"),
+        "the kill came before the erasure completed"
+    );
+    // A late row of OTHER (behind the watermark) and a new one: dropped.
+    c.batch_execute(&format!(
+        "INSERT INTO requests VALUES ('{OTHER}', 'late', 'small', 5, TIMESTAMPTZ '2026-01-01 00:00:00+00'),
+             ('{OTHER}', 'new', 'small', 5, now()), ('user-1', 'kept', 'small', 5, now())"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        scalar(
+            &c,
+            &format!("SELECT count(*) FROM requests WHERE user_id IN ('{USER}', '{OTHER}')")
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT suppressed_rows FROM sluice_catalog.erasures WHERE erasure = 2"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM requests WHERE prompt = 'kept'").await,
+        1
+    );
+    views_equal_their_queries(&c).await;
+    let after = positions(&c, &[USER, OTHER]).await;
+    assert!(
+        before
+            .iter()
+            .filter(|r| !r.contains(OTHER))
+            .all(|r| after.contains(r)),
+        "rows other than the erased keep their offsets"
+    );
+    assert!(text_rows(&c, "VERIFY ERASURE 1").await.is_empty());
+    assert!(text_rows(&c, "VERIFY ERASURE 2").await.is_empty());
+    no_file_holds(&stored, USER);
+    no_file_holds(&stored, OTHER);
+    let e = c.batch_execute("VERIFY ERASURE 9").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "42704");
+}
