@@ -125,7 +125,16 @@ async fn erasure_reaches_segments_views_checkpoints_and_subscriptions() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "200"]);
     let data = server.data_dir.clone();
-    erasure_reaches_every_copy(server, |needle| files_containing(&data, needle)).await;
+    let exports = dir.path().join("exports");
+    std::fs::create_dir_all(&exports).unwrap();
+    let at = exports.display().to_string();
+    erasure_reaches_every_copy(
+        server,
+        |needle| files_containing(&data, needle),
+        |name| format!("{at}/{name}"),
+        |needle| files_containing(&exports, needle),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,16 +148,29 @@ async fn erasure_reaches_every_copy_in_the_object_store() {
         &s3.env(),
     );
     let data = server.data_dir.clone();
-    erasure_reaches_every_copy(server, |needle| {
-        let mut hits = files_containing(&data, needle);
-        hits.extend(s3.objects_containing("db", needle));
-        hits
-    })
+    let bucket = "sluice-append-erasure";
+    erasure_reaches_every_copy(
+        server,
+        |needle| {
+            let mut hits = files_containing(&data, needle);
+            hits.extend(s3.objects_containing("db", needle));
+            hits
+        },
+        |name| format!("s3://{bucket}/exports/{name}"),
+        |needle| s3.objects_containing("exports", needle),
+    )
     .await;
 }
 
-/// `stored(needle)`: the files (and objects) that hold `needle`.
-async fn erasure_reaches_every_copy(mut server: Server, stored: impl Fn(&str) -> Vec<String>) {
+/// `stored(needle)`: the files (and objects) that hold `needle`;
+/// `export_at(name)`: where a `COPY ... TO` writes `name`; `exported(needle)`:
+/// the exported files that hold `needle`.
+async fn erasure_reaches_every_copy(
+    mut server: Server,
+    stored: impl Fn(&str) -> Vec<String>,
+    export_at: impl Fn(&str) -> String,
+    exported: impl Fn(&str) -> Vec<String>,
+) {
     let c = server.connect().await;
     c.batch_execute(SETUP).await.unwrap();
     for (name, query) in VIEWS {
@@ -175,6 +197,20 @@ async fn erasure_reaches_every_copy(mut server: Server, stored: impl Fn(&str) ->
     }
     assert_eq!(fetched.len(), 3000);
     views_equal_their_queries(&c).await;
+    // Two Parquet exports the server writes (a query's rows, a dataset
+    // version) and one that holds the user's prompts without the user's
+    // column.
+    c.batch_execute(&format!(
+        "COPY (SELECT user_id, prompt, tokens FROM requests WHERE tokens > 500) TO '{}' WITH (FORMAT parquet);
+         COPY DATASET evals VERSION 1 TO '{}' WITH (FORMAT parquet);
+         COPY (SELECT prompt FROM requests WHERE tokens > 100000) TO '{}' WITH (FORMAT parquet);",
+        export_at("big.parquet"),
+        export_at("evals.parquet"),
+        export_at("prompts.parquet")
+    ))
+    .await
+    .unwrap();
+    assert_eq!(exported(USER).len(), 3, "{:?}", exported(USER));
     let held = stored(USER);
     assert!(
         held.iter().any(|f| f.contains("/tables/")) && held.iter().any(|f| f.contains("/views/")),
@@ -269,7 +305,47 @@ async fn erasure_reaches_every_copy(mut server: Server, stored: impl Fn(&str) ->
             "1|requests|user_id = '{USER}'|test|done|{users}|t|t"
         )]
     );
-    assert!(text_rows(&c, "VERIFY ERASURE 1").await.is_empty());
+    // The two exports are rewritten without the user's rows; the third
+    // is listed as not reached, and VERIFY finds it.
+    assert_eq!(
+        exported(USER),
+        vec![export_at("prompts.parquet")
+            .trim_start_matches("s3://sluice-append-erasure/")
+            .to_string()],
+    );
+    let not_reached = text_rows(
+        &c,
+        "SELECT not_reached FROM sluice_catalog.erasures WHERE erasure = 1",
+    )
+    .await;
+    assert!(
+        not_reached[0]
+            .contains("prompts.parquet: holds the condition's values but not all of its columns"),
+        "{not_reached:?}"
+    );
+    let verify = text_rows(&c, "VERIFY ERASURE 1").await;
+    assert_eq!(verify.len(), 1, "{verify:?}");
+    assert!(
+        verify[0].starts_with(&export_at("prompts.parquet")),
+        "{verify:?}"
+    );
+    let rewritten = text_rows(
+        &c,
+        "SELECT rewritten FROM sluice_catalog.erasures WHERE erasure = 1",
+    )
+    .await;
+    assert!(
+        rewritten[0].contains("big.parquet") && rewritten[0].contains("evals.parquet"),
+        "{rewritten:?}"
+    );
+    // The rewritten dataset file is what the version computes now.
+    let e = c
+        .batch_execute(&format!(
+            "COPY DATASET evals VERSION 1 TO '{}' WITH (FORMAT parquet)",
+            export_at("evals-again.parquet")
+        ))
+        .await;
+    assert!(e.is_ok(), "{e:?}");
     no_file_holds(&stored, USER);
     // The cut and the dataset version read without the rows.
     assert_eq!(
@@ -399,8 +475,9 @@ async fn erasure_reaches_every_copy(mut server: Server, stored: impl Fn(&str) ->
             .all(|r| after.contains(r)),
         "rows other than the erased keep their offsets"
     );
-    assert!(text_rows(&c, "VERIFY ERASURE 1").await.is_empty());
+    assert_eq!(text_rows(&c, "VERIFY ERASURE 1").await.len(), 1);
     assert!(text_rows(&c, "VERIFY ERASURE 2").await.is_empty());
+    assert!(exported(OTHER).is_empty(), "{:?}", exported(OTHER));
     no_file_holds(&stored, USER);
     no_file_holds(&stored, OTHER);
     let e = c.batch_execute("VERIFY ERASURE 9").await.unwrap_err();

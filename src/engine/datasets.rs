@@ -94,7 +94,7 @@ impl Engine {
                     )));
                 }
                 let rows = computed.batch.num_rows() as u64;
-                let manifest = self.manifest(&def, &v, &computed)?;
+                let manifest = dataset_manifest(&self.store, &def, &v, &computed)?;
                 let batches = vec![computed.batch];
                 let data = tokio::task::spawn_blocking(move || {
                     crate::checkpoint::encode_parquet(&batches)
@@ -102,8 +102,16 @@ impl Engine {
                 .await
                 .map_err(|e| SluiceError::Internal(e.to_string()))?
                 .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+                let sha256 = crate::log::erasure::sha256_hex(&data);
                 export::put(&location, data).await?;
                 export::put(&format!("{location}.manifest.json"), manifest.into()).await?;
+                self.register_export(
+                    session,
+                    &location,
+                    Some((name.clone(), v.version)),
+                    rows,
+                    sha256,
+                )?;
                 Ok(Outcome::Done {
                     tag: "COPY",
                     rows: Some(rows),
@@ -263,46 +271,46 @@ impl Engine {
     ) -> Result<Computed, SluiceError> {
         compute_version(&self.planner, &self.views, &session.role(), def, cut).await
     }
+}
 
-    /// What `COPY DATASET` writes beside the rows.
-    fn manifest(
-        &self,
-        def: &DatasetDef,
-        v: &DatasetVersion,
-        computed: &Computed,
-    ) -> Result<String, SluiceError> {
-        let cut = self.store.cut_def(&v.cut);
-        let tables: Vec<serde_json::Value> = cut
-            .iter()
-            .flat_map(|c| &c.tables)
-            .map(|t| {
-                let name = self
-                    .store
-                    .tables()
-                    .iter()
-                    .find(|x| x.def().id == t.table_id)
-                    .map(|x| x.name());
-                serde_json::json!({"table": name, "starts": t.starts, "ends": t.ends})
-            })
-            .collect();
-        let manifest = serde_json::json!({
-            "dataset": def.name,
-            "version": v.version,
-            "query": def.query,
-            "cut": {"name": v.cut, "tables": tables},
-            "split": def.split.as_ref().map(|s| serde_json::json!({
-                "parts": s.parts, "key": s.key, "seed": s.seed,
-            })),
-            "erasure_ledger_position": 0,
-            "rows": computed.batch.num_rows(),
-            "rows_per_split": v.split_rows,
-            "content_hash": v.content_hash,
-            "content_hash_of": "SHA-256 of the column names and types (as PostgreSQL's format_type spells them), then each value in the file's order, each after its length as 4 little-endian bytes (a NULL as length 0xFFFFFFFF alone): integers, floats, dates, times and timestamps as their little-endian bytes, text and bytea as themselves, anything else as its text",
-            "created_at_us": v.created_at_us,
-            "format": "parquet",
-        });
-        serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
-    }
+/// What `COPY DATASET` writes beside the rows.
+pub(super) fn dataset_manifest(
+    store: &LogStore,
+    def: &DatasetDef,
+    v: &DatasetVersion,
+    computed: &Computed,
+) -> Result<String, SluiceError> {
+    let cut = store.cut_def(&v.cut);
+    let tables: Vec<serde_json::Value> = cut
+        .iter()
+        .flat_map(|c| &c.tables)
+        .map(|t| {
+            let name = store
+                .tables()
+                .iter()
+                .find(|x| x.def().id == t.table_id)
+                .map(|x| x.name());
+            serde_json::json!({"table": name, "starts": t.starts, "ends": t.ends})
+        })
+        .collect();
+    let manifest = serde_json::json!({
+        "dataset": def.name,
+        "version": v.version,
+        "query": def.query,
+        "cut": {"name": v.cut, "tables": tables},
+        "split": def.split.as_ref().map(|s| serde_json::json!({
+            "parts": s.parts, "key": s.key, "seed": s.seed,
+        })),
+        // The last erasure the file reflects.
+        "erasure_ledger_position": store.erasures().lock().next_id() - 1,
+        "rows": computed.batch.num_rows(),
+        "rows_per_split": v.split_rows,
+        "content_hash": v.content_hash,
+        "content_hash_of": "SHA-256 of the column names and types (as PostgreSQL's format_type spells them), then each value in the file's order, each after its length as 4 little-endian bytes (a NULL as length 0xFFFFFFFF alone): integers, floats, dates, times and timestamps as their little-endian bytes, text and bytea as themselves, anything else as its text",
+        "created_at_us": v.created_at_us,
+        "format": "parquet",
+    });
+    serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
 }
 
 /// The dataset's rows at `cut`, in their order, split, and hashed.

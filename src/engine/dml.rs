@@ -31,10 +31,14 @@ impl Engine {
                         copy: Box::new(copy),
                         columns,
                     }),
-                    ExportTarget::Location(location) => Ok(Outcome::Done {
-                        tag: "COPY",
-                        rows: Some(export::to_location(rows, columns, location).await?),
-                    }),
+                    ExportTarget::Location(location) => {
+                        let (n, sha256) = export::to_location(rows, columns, location).await?;
+                        self.register_export(session, location, None, n, sha256)?;
+                        Ok(Outcome::Done {
+                            tag: "COPY",
+                            rows: Some(n),
+                        })
+                    }
                 }
             }
             Statement::CopyFrom(copy) => {

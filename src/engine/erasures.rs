@@ -21,7 +21,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use sluice_sql::sqlparser::ast::{Expr, Value, Visit, Visitor};
 
 use super::*;
-use crate::log::erasure::{ErasedRows, ErasureRecord, LEDGER_FILE};
+use crate::log::erasure::{ErasedRows, ErasureRecord, RegisteredExport, LEDGER_FILE};
 use crate::log::now_us;
 use crate::log::suppress::{RowFilter, Suppression};
 
@@ -329,6 +329,12 @@ impl Engine {
                 findings.extend(scan_bytes(&shown, bytes, &needles));
             }
         }
+        let exports = self.store.exports().lock().records();
+        for e in exports {
+            if let Ok(bytes) = export::get(&e.location).await {
+                findings.extend(scan_bytes(&e.location, bytes, &needles));
+            }
+        }
         let schema = Arc::new(Schema::new(vec![
             Field::new("location", DataType::Utf8, false),
             Field::new("finding", DataType::Utf8, false),
@@ -346,6 +352,37 @@ impl Engine {
             batches: vec![batch],
             tag: "SELECT",
         })
+    }
+}
+
+impl Engine {
+    /// Notes a file an export wrote, for erasures to rewrite.
+    pub(crate) fn register_export(
+        &self,
+        session: &Session,
+        location: &str,
+        dataset: Option<(String, u32)>,
+        rows: u64,
+        sha256: String,
+    ) -> Result<(), SluiceError> {
+        let mut exports = self.store.exports().lock();
+        // A location written again is one export, its newest content.
+        let id = exports
+            .records()
+            .iter()
+            .find(|e| e.location == location)
+            .map_or_else(|| exports.next_id(), |e| e.id);
+        exports.put(RegisteredExport {
+            id,
+            location: location.to_string(),
+            version: dataset.as_ref().map(|d| d.1),
+            dataset: dataset.map(|d| d.0),
+            rows,
+            sha256,
+            written_at_us: now_us(),
+            written_by: session.role().name.clone(),
+        })?;
+        Ok(())
     }
 }
 
@@ -408,6 +445,126 @@ impl ErasureWork {
                 Err(e)
             }
         }
+    }
+
+    /// Rewrites the registered exports that hold matching rows: a dataset
+    /// version's file (and manifest) as the version now computes, a
+    /// query's file without the rows the condition matches. A file that
+    /// cannot be read, or holds the condition's values without its
+    /// columns, is listed as not reached.
+    async fn rewrite_exports(
+        &self,
+        record: &mut ErasureRecord,
+        erased_ids: &[u64],
+    ) -> Result<(), SluiceError> {
+        let needles = text_values(record.predicate.as_deref());
+        let exports = self.store.exports().lock().records();
+        for mut export in exports {
+            let not_reached = |why: String| format!("{}: {why}", export.location);
+            let old = match export::get(&export.location).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let note = not_reached(format!("could not be read ({e})"));
+                    if !record.not_reached.contains(&note) {
+                        record.not_reached.push(note);
+                    }
+                    continue;
+                }
+            };
+            let dataset = export
+                .dataset
+                .as_ref()
+                .and_then(|d| self.store.dataset_def(d))
+                .and_then(|d| {
+                    let v = d
+                        .versions
+                        .iter()
+                        .find(|v| Some(v.version) == export.version)
+                        .cloned()?;
+                    Some((d, v))
+                });
+            let new = match dataset {
+                Some((def, v)) => {
+                    let covers = self
+                        .store
+                        .cut_def(&v.cut)
+                        .is_some_and(|c| c.tables.iter().any(|t| erased_ids.contains(&t.table_id)));
+                    if !covers || crate::log::erasure::sha256_hex(&old) == v.content_hash {
+                        continue;
+                    }
+                    let computed = datasets::compute_version(
+                        &self.planner,
+                        &self.views,
+                        &SessionRole::default(),
+                        &def,
+                        &v.cut,
+                    )
+                    .await?;
+                    let manifest = datasets::dataset_manifest(&self.store, &def, &v, &computed)?;
+                    export.rows = computed.batch.num_rows() as u64;
+                    let data = encode(vec![computed.batch]).await?;
+                    export::put(
+                        &format!("{}.manifest.json", export.location),
+                        manifest.into(),
+                    )
+                    .await?;
+                    data
+                }
+                None => {
+                    let batches = match decode_parquet(&old) {
+                        Some(b) => b,
+                        None => continue,
+                    };
+                    let Some(schema) = batches.first().map(|b| b.schema()) else {
+                        continue;
+                    };
+                    let filter = match condition_filter(&schema, record.predicate.as_deref()) {
+                        Ok(f) => f,
+                        Err(_) => {
+                            if !scan_bytes(&export.location, old.clone(), &needles).is_empty() {
+                                let note = not_reached(
+                                    "holds the condition's values but not all of its columns, so its rows cannot be told apart".into(),
+                                );
+                                if !record.not_reached.contains(&note) {
+                                    record.not_reached.push(note);
+                                }
+                            }
+                            continue;
+                        }
+                    };
+                    let mut kept = Vec::with_capacity(batches.len());
+                    let mut removed = 0usize;
+                    for b in batches {
+                        let matching = filter.matching(&b).map_err(|e| {
+                            SluiceError::Internal(format!("{}: {e}", export.location))
+                        })?;
+                        let keep: arrow::array::BooleanArray = (0..b.num_rows())
+                            .map(|i| Some(!(matching.is_valid(i) && matching.value(i))))
+                            .collect();
+                        removed += b.num_rows() - keep.true_count();
+                        kept.push(arrow::compute::filter_record_batch(&b, &keep)?);
+                    }
+                    if removed == 0 {
+                        continue;
+                    }
+                    export.rows -= removed as u64;
+                    encode(kept).await?
+                }
+            };
+            let new_sha256 = crate::log::erasure::sha256_hex(&new);
+            export::put(&export.location, new).await?;
+            record
+                .files_rewritten
+                .push(crate::log::erasure::RewrittenFile {
+                    location: export.location.clone(),
+                    old_sha256: crate::log::erasure::sha256_hex(&old),
+                    new_sha256: new_sha256.clone(),
+                });
+            export.sha256 = new_sha256;
+            self.store.exports().lock().put(export)?;
+            self.save(record)?;
+        }
+        Ok(())
     }
 
     async fn steps(&self, record: &mut ErasureRecord) -> Result<(), SluiceError> {
@@ -546,7 +703,8 @@ impl ErasureWork {
                 self.store.replace_dataset_def(dataset)?;
             }
         }
-        let untracked = "files written by COPY ... TO and COPY DATASET ... TO: Sluice does not track them yet, so rows they hold are not erased".to_string();
+        self.rewrite_exports(record, &erased_ids).await?;
+        let untracked = "copies clients took (COPY ... TO STDOUT, psql's \\copy, query results), and files exported before the server registered exports".to_string();
         if !record.not_reached.contains(&untracked) {
             record.not_reached.push(untracked);
         }
@@ -584,10 +742,18 @@ fn suppression_filter(
     def: &sluice_catalog::TableDef,
     predicate: Option<&str>,
 ) -> Result<Arc<dyn RowFilter>, SluiceError> {
-    let data = def.data_schema();
-    // Nullable: the stored rows' columns may be declared either way.
+    Ok(Arc::new(condition_filter(&def.data_schema(), predicate)?))
+}
+
+/// The condition over rows of `schema` (its columns taken as nullable: the
+/// stored rows' may be declared either way).
+fn condition_filter(
+    schema: &arrow::datatypes::SchemaRef,
+    predicate: Option<&str>,
+) -> Result<ConditionFilter, SluiceError> {
     let schema = Arc::new(Schema::new(
-        data.fields()
+        schema
+            .fields()
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
@@ -596,7 +762,24 @@ fn suppression_filter(
     let df_schema = datafusion::common::DFSchema::try_from(schema.as_ref().clone())?;
     let expr = ctx.parse_sql_expr(predicate.unwrap_or("true"), &df_schema)?;
     let condition = ctx.create_physical_expr(expr, &df_schema)?;
-    Ok(Arc::new(ConditionFilter { schema, condition }))
+    Ok(ConditionFilter { schema, condition })
+}
+
+/// A Parquet file's rows (None: not a Parquet file that decodes).
+fn decode_parquet(bytes: &bytes::Bytes) -> Option<Vec<RecordBatch>> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+        .and_then(|b| b.build())
+        .ok()?;
+    reader.collect::<Result<Vec<_>, _>>().ok()
+}
+
+/// Rows as the Parquet file exports write.
+async fn encode(batches: Vec<RecordBatch>) -> Result<bytes::Bytes, SluiceError> {
+    tokio::task::spawn_blocking(move || crate::checkpoint::encode_parquet(&batches))
+        .await
+        .map_err(|e| SluiceError::Internal(e.to_string()))?
+        .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))
 }
 
 /// Puts back in force every suppressing erasure of the ledger (at start).

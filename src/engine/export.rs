@@ -12,12 +12,13 @@ use crate::error::SluiceError;
 use crate::store::DurableStore;
 
 /// Writes the query's rows as one Parquet file to a server path or an
-/// `s3://bucket/key` URL (the `AWS_*` variables configure S3).
+/// `s3://bucket/key` URL (the `AWS_*` variables configure S3); returns
+/// the rows and the file's SHA-256.
 pub async fn to_location(
     rows: SendableRecordBatchStream,
     columns: SchemaRef,
     location: &str,
-) -> Result<u64, SluiceError> {
+) -> Result<(u64, String), SluiceError> {
     // The file's columns are named as the query's result shows them.
     let mut batches = rows
         .map(|b| named_as(b?, &columns))
@@ -31,13 +32,27 @@ pub async fn to_location(
         .await
         .map_err(|e| SluiceError::Internal(e.to_string()))?
         .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
+    let sha256 = crate::log::erasure::sha256_hex(&data);
     put(location, data).await?;
-    Ok(rows as u64)
+    Ok((rows as u64, sha256))
 }
 
 /// Writes `data` to a server path or an `s3://bucket/key` URL.
 pub async fn put(location: &str, data: bytes::Bytes) -> Result<(), SluiceError> {
-    let (store, key) = match location.strip_prefix("s3://") {
+    let (store, key) = store_of(location)?;
+    store.put(&key, data).await?;
+    Ok(())
+}
+
+/// Reads back what [`put`] wrote at `location`.
+pub async fn get(location: &str) -> Result<bytes::Bytes, SluiceError> {
+    let (store, key) = store_of(location)?;
+    Ok(store.get(&key).await?)
+}
+
+/// The store and key of a server path or an `s3://bucket/key` URL.
+fn store_of(location: &str) -> Result<(DurableStore, String), SluiceError> {
+    Ok(match location.strip_prefix("s3://") {
         Some(rest) => {
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
             if key.is_empty() {
@@ -67,9 +82,7 @@ pub async fn put(location: &str, data: bytes::Bytes) -> Result<(), SluiceError> 
                 name.to_string_lossy().into_owned(),
             )
         }
-    };
-    store.put(&key, data).await?;
-    Ok(())
+    })
 }
 
 /// `batch` with its columns named as `columns` names them.

@@ -84,11 +84,53 @@ impl ErasureRecord {
     }
 }
 
-/// The ledger file and the erasures it holds, by id.
-pub struct ErasureLedger {
-    file: RecordFile,
-    records: BTreeMap<u64, ErasureRecord>,
+/// A file that copies Sluice wrote outside its data (`COPY ... TO` a
+/// server path or `s3://`, `COPY DATASET ... TO`): what an erasure
+/// rewrites, and `VERIFY ERASURE` reads.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RegisteredExport {
+    pub id: u64,
+    pub location: String,
+    /// The dataset and version it holds (None: a query's rows).
+    pub dataset: Option<String>,
+    pub version: Option<u32>,
+    pub rows: u64,
+    pub sha256: String,
+    pub written_at_us: i64,
+    pub written_by: String,
 }
+
+/// What a [`Records`] file holds: JSON records known by an id.
+pub trait Record: Serialize + serde::de::DeserializeOwned + Clone {
+    fn id(&self) -> u64;
+}
+
+impl Record for ErasureRecord {
+    fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Record for RegisteredExport {
+    fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// A file of JSON records by id, the newest of each winning: the erasure
+/// ledger and the registry of exports.
+pub struct Records<T: Record> {
+    file: RecordFile,
+    records: BTreeMap<u64, T>,
+}
+
+/// The erasure ledger.
+pub type ErasureLedger = Records<ErasureRecord>;
+/// The registry of exported files (`<data-dir>/exports.log`).
+pub type ExportRegistry = Records<RegisteredExport>;
+
+/// The registry's file name in the data directory.
+pub const EXPORTS_FILE: &str = "exports.log";
 
 fn ledger_error(e: serde_json::Error) -> LogError {
     LogError::Io {
@@ -109,33 +151,30 @@ pub fn sha256_hex(data: &[u8]) -> String {
         })
 }
 
-fn decode(body: &[u8]) -> Option<Vec<ErasureRecord>> {
-    if let Ok(all) = serde_json::from_slice::<Vec<ErasureRecord>>(body) {
+fn decode<T: Record>(body: &[u8]) -> Option<Vec<T>> {
+    if let Ok(all) = serde_json::from_slice::<Vec<T>>(body) {
         return Some(all);
     }
-    serde_json::from_slice::<ErasureRecord>(body)
-        .ok()
-        .map(|r| vec![r])
+    serde_json::from_slice::<T>(body).ok().map(|r| vec![r])
 }
 
-impl ErasureLedger {
-    /// Opens (or creates) the ledger in `data_dir`.
-    pub fn open(data_dir: &Path) -> Result<ErasureLedger, LogError> {
-        let (file, bodies) = RecordFile::open(&data_dir.join(LEDGER_FILE), 64 << 10, |b| {
-            decode(b).is_some()
-        })?;
+impl<T: Record> Records<T> {
+    /// Opens (or creates) `name` in `data_dir`.
+    pub fn open_file(data_dir: &Path, name: &str) -> Result<Records<T>, LogError> {
+        let (file, bodies) =
+            RecordFile::open(&data_dir.join(name), 64 << 10, |b| decode::<T>(b).is_some())?;
         let mut records = BTreeMap::new();
-        for r in bodies.iter().filter_map(|b| decode(b)).flatten() {
-            records.insert(r.id, r);
+        for r in bodies.iter().filter_map(|b| decode::<T>(b)).flatten() {
+            records.insert(r.id(), r);
         }
-        Ok(ErasureLedger { file, records })
+        Ok(Records { file, records })
     }
 
-    pub fn records(&self) -> Vec<ErasureRecord> {
+    pub fn records(&self) -> Vec<T> {
         self.records.values().cloned().collect()
     }
 
-    pub fn get(&self, id: u64) -> Option<ErasureRecord> {
+    pub fn get(&self, id: u64) -> Option<T> {
         self.records.get(&id).cloned()
     }
 
@@ -143,16 +182,24 @@ impl ErasureLedger {
         self.records.keys().next_back().map_or(1, |id| id + 1)
     }
 
-    /// Writes `record` durably (a new erasure, or a step of one).
-    pub fn put(&mut self, record: ErasureRecord) -> Result<(), LogError> {
-        self.records.insert(record.id, record.clone());
+    /// Writes `record` durably (a new one, or a new state of one).
+    pub fn put(&mut self, record: T) -> Result<(), LogError> {
+        self.records.insert(record.id(), record.clone());
         if self.file.len() >= ROTATE_BYTES {
-            let all: Vec<&ErasureRecord> = self.records.values().collect();
-            let body = serde_json::to_vec(&all).map_err(ledger_error)?;
-            return self.file.replace(&body);
+            let all: Vec<&T> = self.records.values().collect();
+            return self
+                .file
+                .replace(&serde_json::to_vec(&all).map_err(ledger_error)?);
         }
-        let body = serde_json::to_vec(&record).map_err(ledger_error)?;
-        self.file.append(&body)
+        self.file
+            .append(&serde_json::to_vec(&record).map_err(ledger_error)?)
+    }
+}
+
+impl ErasureLedger {
+    /// Opens (or creates) the ledger in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<ErasureLedger, LogError> {
+        Records::open_file(data_dir, LEDGER_FILE)
     }
 }
 

@@ -12,7 +12,7 @@ use sluice_catalog::{
 use tracing::{info, warn};
 
 use super::column_index::ColumnIndex;
-use super::erasure::ErasureLedger;
+use super::erasure::{ErasureLedger, ExportRegistry, EXPORTS_FILE};
 use super::error::LogError;
 use super::table::TableLog;
 use super::transaction::{TransactionCoordinator, TransactionLog};
@@ -29,6 +29,8 @@ pub struct LogStore {
     view_index_scans: parking_lot::Mutex<HashMap<String, u64>>,
     /// Every erasure request (see [`super::erasure`]).
     erasures: parking_lot::Mutex<ErasureLedger>,
+    /// Files exports wrote, for erasures to reach.
+    exports: parking_lot::Mutex<ExportRegistry>,
 }
 
 impl LogStore {
@@ -88,7 +90,13 @@ impl LogStore {
             config,
             view_index_scans: parking_lot::Mutex::new(HashMap::new()),
             erasures: parking_lot::Mutex::new(erasures),
+            exports: parking_lot::Mutex::new(ExportRegistry::open_file(data_dir, EXPORTS_FILE)?),
         })
+    }
+
+    /// The files exports wrote.
+    pub fn exports(&self) -> &parking_lot::Mutex<ExportRegistry> {
+        &self.exports
     }
 
     /// The erasure ledger.
