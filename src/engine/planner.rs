@@ -628,7 +628,7 @@ pub(super) fn keyed_table(
         .ok_or_else(|| SluiceError::UndefinedTable(table.to_string()))?;
     if !log.def().is_keyed() {
         return Err(SluiceError::Unsupported(format!(
-            "{what} cannot change rows of \"{table}\": it is append-only ({}); tables created without APPEND ONLY, a WATERMARK or a source take UPDATE and DELETE",
+            "{what} cannot change rows of \"{table}\": it is append-only ({}); DELETE erases rows from it (an erasure), and tables created without APPEND ONLY, a WATERMARK or a source take UPDATE and DELETE",
             append_only_because(&log.def())
         )));
     }
