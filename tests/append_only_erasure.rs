@@ -483,3 +483,79 @@ async fn erasure_reaches_every_copy(
     let e = c.batch_execute("VERIFY ERASURE 9").await.unwrap_err();
     assert_eq!(sqlstate(&e), "42704");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erase_from_all_tables_reaches_every_table_with_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(&format!(
+        "CREATE TABLE clicks (user_id TEXT, url TEXT) APPEND ONLY WITH (partitions = 2);
+         CREATE TABLE profiles (user_id TEXT PRIMARY KEY, name TEXT);
+         CREATE TABLE notes (author TEXT, body TEXT);
+         CREATE TABLE models (model TEXT, vendor TEXT) APPEND ONLY;
+         INSERT INTO clicks VALUES ('{USER}', 'a'), ('u2', 'b'), ('{USER}', 'c');
+         INSERT INTO profiles VALUES ('{USER}', 'Ann'), ('u2', 'Bob');
+         INSERT INTO notes VALUES ('{USER}', 'kept: no user_id column');
+         INSERT INTO models VALUES ('small', 'acme');
+         CREATE MATERIALIZED VIEW click_counts AS SELECT user_id, count(*) AS n FROM clicks GROUP BY user_id;
+         CREATE MATERIALIZED VIEW names AS SELECT user_id, name FROM profiles;"
+    ))
+    .await
+    .unwrap();
+    // A subscription to a view the erasure computes again: refused, with
+    // nothing recorded, until it is dropped.
+    c.batch_execute("CREATE SUBSCRIPTION on_view FROM click_counts")
+        .await
+        .unwrap();
+    let e = c
+        .batch_execute(&format!("ERASE FROM clicks WHERE user_id = '{USER}'"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "55006", "{e}");
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM sluice_catalog.erasures").await,
+        0
+    );
+    c.batch_execute("DROP SUBSCRIPTION on_view").await.unwrap();
+    // A condition over no table's columns is refused.
+    let e = c
+        .batch_execute("ERASE FROM ALL TABLES WHERE no_such_column = 1")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42703", "{e}");
+
+    c.batch_execute(&format!("ERASE FROM ALL TABLES WHERE user_id = '{USER}'"))
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(
+            &c,
+            "SELECT table_name, status, all_tables FROM sluice_catalog.erasures"
+        )
+        .await,
+        vec!["clicks|done|t", "profiles|done|t"]
+    );
+    assert_eq!(
+        sorted(&c, "SELECT user_id, url FROM clicks").await,
+        vec!["u2|b"]
+    );
+    assert_eq!(
+        sorted(&c, "SELECT user_id, name FROM profiles").await,
+        vec!["u2|Bob"]
+    );
+    c.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(sorted(&c, "SELECT * FROM click_counts").await, vec!["u2|1"]);
+    assert_eq!(sorted(&c, "SELECT * FROM names").await, vec!["u2|Bob"]);
+    // The keyed table's key stays in its tombstone until delete_retention.
+    let not_reached = text_rows(
+        &c,
+        "SELECT not_reached FROM sluice_catalog.erasures WHERE table_name = 'profiles'",
+    )
+    .await;
+    assert!(
+        not_reached[0].contains("tombstones until its delete_retention"),
+        "{not_reached:?}"
+    );
+    assert_eq!(scalar(&c, "SELECT count(*) FROM notes").await, 1);
+}
