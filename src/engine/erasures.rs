@@ -412,6 +412,22 @@ impl ErasureWork {
         Ok(datafusion::physical_plan::collect(physical, task).await?)
     }
 
+    /// A dataset version as it computes now, read as the server.
+    async fn compute_version(
+        &self,
+        def: &sluice_catalog::DatasetDef,
+        cut: &str,
+    ) -> Result<datasets::Computed, SluiceError> {
+        datasets::compute_version(
+            &self.planner,
+            &self.views,
+            &SessionRole::default(),
+            def,
+            cut,
+        )
+        .await
+    }
+
     fn save(&self, record: &ErasureRecord) -> Result<(), SluiceError> {
         Ok(self.store.erasures().lock().put(record.clone())?)
     }
@@ -492,14 +508,7 @@ impl ErasureWork {
                     if !covers || crate::log::erasure::sha256_hex(&old) == v.content_hash {
                         continue;
                     }
-                    let computed = datasets::compute_version(
-                        &self.planner,
-                        &self.views,
-                        &SessionRole::default(),
-                        &def,
-                        &v.cut,
-                    )
-                    .await?;
+                    let computed = self.compute_version(&def, &v.cut).await?;
                     let manifest = datasets::dataset_manifest(&self.store, &def, &v, &computed)?;
                     export.rows = computed.batch.num_rows() as u64;
                     let data = encode(vec![computed.batch]).await?;
@@ -675,14 +684,7 @@ impl ErasureWork {
                 }
                 record.step = format!("hashing dataset version {} again", v.cut);
                 self.save(record)?;
-                let computed = datasets::compute_version(
-                    &self.planner,
-                    &self.views,
-                    &SessionRole::default(),
-                    &dataset,
-                    &v.cut,
-                )
-                .await?;
+                let computed = self.compute_version(&dataset, &v.cut).await?;
                 if computed.content_hash == v.content_hash {
                     continue;
                 }

@@ -182,29 +182,15 @@ async fn compact_partition(
         if removed + emptied == 0 || rows.is_empty() {
             continue;
         }
-        let (base, generation) =
-            segment_generation(&segment.key).unwrap_or((segment.base_offset, 0));
-        let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
-            .await
-            .map_err(|e| LogError::Remote {
-                key: segment.key.clone(),
-                reason: e.to_string(),
-            })??;
-        let key = compacted_key(def.id, k, base, generation + 1);
-        let size = data.len() as u64;
-        objects.put(&key, data).await?;
-        let (rewritten, _) = RemoteSegment::open(objects.clone(), &key, size).await?;
-        if part.replace_remote(segment, rewritten) {
-            objects.delete(&segment.key).await?;
+        if let Some((key, size, _)) =
+            rewrite_segment(def.id, k, part, segment, rows, objects).await?
+        {
             info!(table = %def.name, partition = k, key = %key, removed, before = segment.bytes, after = size,
                   "compacted a segment");
             report.segments_rewritten += 1;
             report.records_removed += removed;
             report.bytes_before += segment.bytes;
             report.bytes_after += size;
-        } else {
-            // Retention deleted the segment meanwhile.
-            objects.delete(&key).await?;
         }
         part.compaction.lock().in_progress = Some((done as u64 + 1, remote.len() as u64));
     }
@@ -262,36 +248,53 @@ pub async fn erase_segments(
                 continue;
             }
             let old = objects.get(&segment.key).await?;
-            let (base, generation) =
-                segment_generation(&segment.key).unwrap_or((segment.base_offset, 0));
-            let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
-                .await
-                .map_err(|e| LogError::Remote {
-                    key: segment.key.clone(),
-                    reason: e.to_string(),
-                })??;
-            let key = compacted_key(def.id, k as u32, base, generation + 1);
-            let size = data.len() as u64;
-            let new_sha256 = sha256_hex(&data);
-            objects.put(&key, data).await?;
-            let (replacement, _) = RemoteSegment::open(objects.clone(), &key, size).await?;
-            if part.replace_remote(&segment, replacement) {
-                objects.delete(&segment.key).await?;
+            let replaced = rewrite_segment(def.id, k as u32, part, &segment, rows, objects).await?;
+            if let Some((key, _, new_sha256)) = replaced {
                 info!(table = %def.name, partition = k, key = %key, holes, "erased rows from a segment");
                 rewritten.push(RewrittenFile {
                     location: format!("{}/{key}", objects.url().trim_end_matches('/')),
                     old_sha256: sha256_hex(&old),
                     new_sha256,
                 });
-            } else {
-                // Retention deleted the segment meanwhile.
-                objects.delete(&key).await?;
             }
         }
     }
     // The commit log may still carry copies of the erased rows.
     table.drop_carried_frames().await?;
     Ok(rewritten)
+}
+
+/// Writes `rows` as the next generation of `segment` and switches the
+/// partition's index to it before deleting the old object. Returns the
+/// new key, its size and SHA-256; None when retention deleted the segment
+/// meanwhile (the new object goes too).
+async fn rewrite_segment(
+    table_id: u64,
+    k: u32,
+    part: &PartitionLog,
+    segment: &Arc<RemoteSegment>,
+    rows: Vec<(FrameHeader, RecordBatch)>,
+    objects: &Arc<DurableStore>,
+) -> Result<Option<(String, u64, String)>, LogError> {
+    let (base, generation) = segment_generation(&segment.key).unwrap_or((segment.base_offset, 0));
+    let data = tokio::task::spawn_blocking(move || encode_segment(&rows))
+        .await
+        .map_err(|e| LogError::Remote {
+            key: segment.key.clone(),
+            reason: e.to_string(),
+        })??;
+    let key = compacted_key(table_id, k, base, generation + 1);
+    let size = data.len() as u64;
+    let sha256 = super::erasure::sha256_hex(&data);
+    objects.put(&key, data).await?;
+    let (replacement, _) = RemoteSegment::open(objects.clone(), &key, size).await?;
+    if part.replace_remote(segment, replacement) {
+        objects.delete(&segment.key).await?;
+        Ok(Some((key, size, sha256)))
+    } else {
+        objects.delete(&key).await?;
+        Ok(None)
+    }
 }
 
 /// The batch with every column NULL where `hole` is set.

@@ -712,37 +712,6 @@ impl PartitionStream for FrameStream {
                     let n = end.saturating_sub(meta.header.base_offset) as usize;
                     batch = batch.slice(0, n.min(batch.num_rows()));
                 }
-                // Rows an erasure removed from an append-only table (holes
-                // nothing else marks) are left out, after the offsets are
-                // numbered.
-                let erased = match append_only {
-                    true => part.erased_mask(meta.header.base_offset, batch.num_rows()),
-                    false => None,
-                };
-                if let Some(erased) = &erased {
-                    let rows = project_frame(
-                        &batch,
-                        &meta,
-                        partition as i32,
-                        &projection,
-                        data_columns,
-                        &out_schema,
-                    )?;
-                    if let Some(keep) = keep {
-                        let base = meta.header.base_offset;
-                        let keep: Vec<u64> = keep
-                            .iter()
-                            .copied()
-                            .filter(|o| {
-                                o.checked_sub(base)
-                                    .and_then(|i| usize::try_from(i).ok())
-                                    .is_some_and(|i| i < erased.len() && erased.value(i))
-                            })
-                            .collect();
-                        return kept_rows(&rows, base, &keep);
-                    }
-                    return Ok(arrow::compute::filter_record_batch(&rows, erased)?);
-                }
                 if changelog {
                     // The row count is given: a projection of no columns
                     // (count(*)) still has rows.
@@ -766,11 +735,28 @@ impl PartitionStream for FrameStream {
                     data_columns,
                     &out_schema,
                 )?;
+                // Rows an erasure removed from an append-only table (holes
+                // nothing else marks) are left out, by their offsets.
+                let erased = match append_only {
+                    true => part.erased_mask(meta.header.base_offset, batch.num_rows()),
+                    false => None,
+                };
                 if let Some(keep) = keep {
                     // Index places of a table keyed by row may be rows
                     // since deleted: only live ones are kept.
-                    let keep: Vec<u64> = match &deleted {
-                        Some(deleted) => {
+                    let keep: Vec<u64> = match (&deleted, &erased) {
+                        (_, Some(erased)) => {
+                            let base = meta.header.base_offset;
+                            keep.iter()
+                                .copied()
+                                .filter(|o| {
+                                    o.checked_sub(base)
+                                        .and_then(|i| usize::try_from(i).ok())
+                                        .is_some_and(|i| i < erased.len() && erased.value(i))
+                                })
+                                .collect()
+                        }
+                        (Some(deleted), None) => {
                             let live = live_offsets(
                                 &batch,
                                 data_columns,
@@ -779,9 +765,12 @@ impl PartitionStream for FrameStream {
                             );
                             keep.iter().copied().filter(|o| live.contains(o)).collect()
                         }
-                        None => keep.to_vec(),
+                        (None, None) => keep.to_vec(),
                     };
                     return kept_rows(&rows, meta.header.base_offset, &keep);
+                }
+                if let Some(erased) = &erased {
+                    rows = arrow::compute::filter_record_batch(&rows, erased)?;
                 }
                 if let Some(deleted) = deleted {
                     rows = live_rows(

@@ -695,19 +695,8 @@ impl ViewManager {
     /// state as its only checkpoint (`VACUUM`: rows deleted from the table
     /// are then in no view's checkpoint file). Returns how many views.
     pub async fn erase_from(&self, table: &str) -> Result<usize, SluiceError> {
-        let all = self.views();
-        let mut reached: Vec<Arc<View>> = Vec::new();
-        let mut names = vec![table.to_string()];
-        while let Some(name) = names.pop() {
-            for v in all.iter().filter(|v| v.source.reads(&name)) {
-                if !reached.iter().any(|r| Arc::ptr_eq(r, v)) {
-                    reached.push(v.clone());
-                    names.push(v.def.name.clone());
-                }
-            }
-        }
         // A view's source view goes first.
-        reached.sort_by_key(|v| v.def.id);
+        let reached = self.readers_of(table);
         for view in &reached {
             let target = view.source_end();
             view.wait_for(&target).await?;
