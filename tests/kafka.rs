@@ -542,3 +542,61 @@ async fn interval_and_time_fields_arrive_as_postgresql_reads_them() {
         ]
     );
 }
+
+/// An erasure of a table a topic feeds: the rows go, and with `suppress`
+/// the topic's later records that match are dropped as they arrive and
+/// stay out after a SIGKILL and restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_in_force_drops_matching_records_from_the_topic() {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("erased", 4, 1).unwrap();
+    let bootstrap = mock.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(&create_sql(&bootstrap, "erased"))
+        .await
+        .unwrap();
+    c.batch_execute(
+        "CREATE MATERIALIZED VIEW per_tenant AS SELECT tenant, count(*) AS n, sum(amount) AS total FROM ev GROUP BY tenant",
+    )
+    .await
+    .unwrap();
+    let p = producer(&bootstrap);
+    produce(&p, "erased", &(0..700).map(event).collect::<Vec<_>>());
+    wait_for(&c, "SELECT count(*) FROM ev", 700, Duration::from_secs(30)).await;
+    // A table a source feeds takes no DELETE from statements, but erasure.
+    let erased = c
+        .execute("DELETE FROM ev WHERE tenant = 't3'", &[])
+        .await
+        .unwrap();
+    assert_eq!(erased, 100);
+    c.batch_execute("ERASE FROM ev WHERE tenant = 't3' WITH (suppress = 'forever')")
+        .await
+        .unwrap();
+    produce(&p, "erased", &(700..1400).map(event).collect::<Vec<_>>());
+    wait_for(&c, "SELECT count(*) FROM ev", 1200, Duration::from_secs(30)).await;
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM ev WHERE tenant = 't3'").await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &c,
+            "SELECT suppressed_rows FROM sluice_catalog.erasures WHERE erasure = 2"
+        )
+        .await,
+        100
+    );
+    assert_view_matches(&c).await;
+    server.kill9();
+    produce(&p, "erased", &(1400..2100).map(event).collect::<Vec<_>>());
+    server.start_again();
+    let c = server.connect().await;
+    wait_for(&c, "SELECT count(*) FROM ev", 1800, Duration::from_secs(60)).await;
+    assert_eq!(
+        scalar(&c, "SELECT count(*) FROM ev WHERE tenant = 't3'").await,
+        0
+    );
+    assert_view_matches(&c).await;
+}
