@@ -32,13 +32,14 @@ now() { date +%s.%N; }
 
 # Requests of 1,000 users over 30 days, in time order.
 python3 - "$ROWS" "$WORK" <<'PY'
-import sys, random
+import sys, random, datetime
 rows, work = int(sys.argv[1]), sys.argv[2]
 rng = random.Random(7)
 span = 30 * 86400
+start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 with open(f"{work}/requests.csv", "w", buffering=1 << 22) as f:
     for i in range(rows):
-        t = 1767225600 + i * span // rows
+        t = (start + datetime.timedelta(seconds=i * span // rows)).strftime("%Y-%m-%d %H:%M:%S+00")
         u = rng.randrange(1000)
         f.write(f"user-{u:04d}@example.org,prompt {i} of user-{u:04d},{'small' if i % 2 else 'large'},{rng.randrange(4000)},{t}\n")
 PY
@@ -59,10 +60,8 @@ S="psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $SLUICE_PORT -U b -d b"
 for _ in $(seq 100); do $S -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
 $S -c "CREATE TABLE models (model TEXT, vendor TEXT) APPEND ONLY" \
    -c "INSERT INTO models VALUES ('small', 'acme'), ('large', 'globex')" \
-   -c "CREATE TABLE requests (user_id TEXT, prompt TEXT, model TEXT, tokens INT, at TIMESTAMPTZ) APPEND ONLY WITH (partitions = 4)" \
-   -c "CREATE TABLE staging (user_id TEXT, prompt TEXT, model TEXT, tokens INT, epoch BIGINT) APPEND ONLY"
-$S -c "\copy staging FROM '$WORK/requests.csv' WITH (FORMAT csv)"
-$S -c "INSERT INTO requests SELECT user_id, prompt, model, tokens, to_timestamp(epoch) FROM staging" -c "DROP TABLE staging"
+   -c "CREATE TABLE requests (user_id TEXT, prompt TEXT, model TEXT, tokens INT, at TIMESTAMPTZ) APPEND ONLY WITH (partitions = 4)"
+$S -c "\copy requests FROM '$WORK/requests.csv' WITH (FORMAT csv)"
 for v in "${VIEWS[@]}"; do $S -c "CREATE MATERIALIZED VIEW ${v%%|*} AS ${v#*|}"; done
 $S -c "FLUSH"
 # Let the background task move the closed segments to the object store.
@@ -93,10 +92,8 @@ P="psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p $PG_PORT -U postgres"
 for _ in $(seq 100); do $P -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
 $P -c "CREATE TABLE models (model TEXT, vendor TEXT)" \
    -c "INSERT INTO models VALUES ('small', 'acme'), ('large', 'globex')" \
-   -c "CREATE TABLE staging (user_id TEXT, prompt TEXT, model TEXT, tokens INT, epoch BIGINT)" \
-   -c "\copy staging FROM '$WORK/requests.csv' WITH (FORMAT csv)" \
-   -c "CREATE TABLE requests AS SELECT user_id, prompt, model, tokens, to_timestamp(epoch) AS at FROM staging" \
-   -c "DROP TABLE staging"
+   -c "CREATE TABLE requests (user_id TEXT, prompt TEXT, model TEXT, tokens INT, at TIMESTAMPTZ)" \
+   -c "\copy requests FROM '$WORK/requests.csv' WITH (FORMAT csv)"
 for v in "${VIEWS[@]}"; do $P -c "CREATE MATERIALIZED VIEW ${v%%|*} AS ${v#*|}"; done
 PG_BYTES=$($P -At -c "SELECT pg_total_relation_size('requests')")
 t4=$(now); $P -c "DELETE FROM requests WHERE user_id = '$TARGET'" -c "VACUUM FULL requests"; t5=$(now)
