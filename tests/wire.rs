@@ -129,7 +129,7 @@ async fn errors_carry_sqlstate_and_leave_the_connection_usable() {
         ("INSERT INTO usage VALUES ('e','t',1,NULL,5)", "22P04"),
         ("UPDATE usage SET tokens = 1", "0A000"),
         ("CREATE TABLE k (id TEXT PRIMARY KEY) APPEND ONLY", "42601"),
-        ("DELETE FROM usage", "0A000"),
+        ("DELETE FROM usage WHERE nope = 1", "42703"),
     ];
     for (sql, code) in cases {
         let e = c.batch_execute(sql).await.expect_err(sql);

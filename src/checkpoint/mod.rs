@@ -118,6 +118,15 @@ impl Checkpoints {
         });
     }
 
+    /// Deletes a replaced view's checkpoints, every epoch, and returns
+    /// once they are gone (an erasure: its files hold erased rows).
+    pub async fn forget_now(&self, view_id: u64) -> Result<(), StoreError> {
+        self.committed.lock().remove(&view_id);
+        self.store
+            .delete_prefix(&CheckpointManifest::view_prefix(view_id))
+            .await
+    }
+
     /// Deletes the checkpoints of every view id not in `known`.
     pub async fn forget_all_but(&self, known: &[u64]) -> Result<(), StoreError> {
         for o in self.store.list("views").await? {

@@ -348,6 +348,17 @@ impl ViewManager {
             )));
         }
         let start_offsets = start_offsets_of(&old, from_us)?;
+        self.rebuild_held(&old, start_offsets).await
+    }
+
+    /// Rebuilds `old` from `start_offsets`, marked as being rebuilt (one
+    /// rebuild of a view at a time) until it is done.
+    async fn rebuild_held(
+        &self,
+        old: &Arc<View>,
+        start_offsets: Vec<u64>,
+    ) -> Result<(), SluiceError> {
+        let name = &old.def.name;
         {
             let mut rebuilding = self.rebuilding.write();
             if rebuilding.contains_key(name) {
@@ -358,7 +369,7 @@ impl ViewManager {
             // Held by a placeholder until the new view exists.
             rebuilding.insert(name.to_string(), old.clone());
         }
-        let result = self.rebuild_into(&old, start_offsets).await;
+        let result = self.rebuild_into(old, start_offsets).await;
         self.rebuilding.write().remove(name);
         result
     }
@@ -390,7 +401,7 @@ impl ViewManager {
     /// epoch. Returns the views rebuilt.
     pub async fn rebuild_after_erasure(&self, table: &str) -> Result<Vec<String>, SluiceError> {
         let mut done = Vec::new();
-        let mut old_views: Vec<std::sync::Weak<View>> = Vec::new();
+        let mut old_views: Vec<(u64, std::sync::Weak<View>)> = Vec::new();
         for reader in self.readers_of(table) {
             let name = reader.def.name.clone();
             // The view as it is now: its source view may have just been
@@ -399,39 +410,29 @@ impl ViewManager {
                 continue;
             };
             drop(reader);
-            let start_offsets = start_offsets_of(&old, None)?;
-            {
-                let mut rebuilding = self.rebuilding.write();
-                if rebuilding.contains_key(&name) {
-                    return Err(SluiceError::ObjectInUse(format!(
-                        "materialized view \"{name}\" is being rebuilt; the erasure goes on after it"
-                    )));
-                }
-                rebuilding.insert(name.clone(), old.clone());
-            }
-            let result = self.rebuild_into(&old, start_offsets).await;
-            self.rebuilding.write().remove(&name);
-            result?;
-            old_views.push(Arc::downgrade(&old));
+            self.rebuild_held(&old, start_offsets_of(&old, None)?)
+                .await?;
+            old_views.push((old.def.id, Arc::downgrade(&old)));
             drop(old);
             done.push(name);
         }
         // The old views stop at their next step once nothing holds them;
         // then no epoch of theirs is left anywhere.
         let deadline = std::time::Instant::now() + FLUSH_CHECKPOINT_WAIT;
-        while old_views.iter().any(|w| w.strong_count() > 0) && std::time::Instant::now() < deadline
+        while old_views.iter().any(|(_, w)| w.strong_count() > 0)
+            && std::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let known: Vec<u64> = self.store.view_defs().iter().map(|d| d.id).collect();
-        let mut known = known;
-        known.extend(self.rebuilding.read().values().map(|v| v.def.id));
-        self.checkpoints.forget_all_but(&known).await.map_err(|e| {
-            SluiceError::CheckpointPending {
-                view: table.to_string(),
-                reason: format!("deleting the checkpoints of the views before the erasure: {e}"),
-            }
-        })?;
+        for (id, _) in old_views {
+            self.checkpoints
+                .forget_now(id)
+                .await
+                .map_err(|e| SluiceError::CheckpointPending {
+                    view: table.to_string(),
+                    reason: format!("deleting the checkpoints of a view before the erasure: {e}"),
+                })?;
+        }
         Ok(done)
     }
 }
