@@ -124,8 +124,13 @@ impl Engine {
                     .await?;
             }
             // A subscription holds positions in a view's rows, which the
-            // erasure computes again.
-            for view in self.views.readers_of(&t.def().name) {
+            // erasure of an append-only table computes again (a keyed
+            // table's views take the rows back instead).
+            let rebuilt = match t.def().is_append_only() {
+                true => self.views.readers_of(&t.def().name),
+                false => Vec::new(),
+            };
+            for view in rebuilt {
                 if let Some(sub) = self
                     .store
                     .subscription_defs()
