@@ -269,13 +269,7 @@ impl Engine {
         // Files of the erased tables, of the views reading them (and of
         // views no longer in the catalog), and every file that belongs to
         // no table or view; other tables may hold the same values.
-        let erased_ids: Vec<u64> = self
-            .store
-            .tables()
-            .iter()
-            .filter(|t| record.tables.contains(&t.def().name))
-            .map(|t| t.def().id)
-            .collect();
+        let erased_ids = table_ids(&self.store, &record.tables);
         let mut view_names: BTreeMap<u64, String> = BTreeMap::new();
         for t in &record.tables {
             for v in self.views.readers_of(t) {
@@ -669,13 +663,7 @@ impl ErasureWork {
         // Dataset versions keep no rows, but their recorded content hash
         // (what COPY DATASET and VERIFY DATASET check) covered the rows:
         // each version whose cut covers an erased table is hashed again.
-        let erased_ids: Vec<u64> = self
-            .store
-            .tables()
-            .iter()
-            .filter(|t| record.tables.contains(&t.def().name))
-            .map(|t| t.def().id)
-            .collect();
+        let erased_ids = table_ids(&self.store, &record.tables);
         for mut dataset in self.store.dataset_defs() {
             let mut changed = false;
             for i in 0..dataset.versions.len() {
@@ -717,6 +705,16 @@ impl ErasureWork {
         }
         Ok(())
     }
+}
+
+/// The ids of the tables named (those that still exist).
+fn table_ids(store: &LogStore, names: &[String]) -> Vec<u64> {
+    store
+        .tables()
+        .iter()
+        .filter(|t| names.contains(&t.def().name))
+        .map(|t| t.def().id)
+        .collect()
 }
 
 /// Which rows match an erasure's condition, as DataFusion evaluates it
