@@ -144,11 +144,13 @@ impl Engine {
                     .await
             }
             Statement::Delete { table, selection } => {
-                // An append-only table's rows go only by erasure.
+                // An append-only table's rows go only by erasure (which
+                // also says what a name that is no table is).
                 if self
                     .store
                     .table(&table)
-                    .is_some_and(|t| t.def().is_append_only())
+                    .is_none_or(|t| t.def().is_append_only())
+                    && self.store.name_exists(&table)
                 {
                     return self
                         .erase(session, Some(table), selection, None, "DELETE")

@@ -89,10 +89,13 @@ impl Engine {
         let role = session.role();
         let work = self.erasure_work();
         let tables: Vec<Arc<TableLog>> = match &table {
-            Some(name) => vec![self
-                .store
-                .table(name)
-                .ok_or_else(|| SluiceError::UndefinedTable(name.clone()))?],
+            Some(name) => vec![self.store.table(name).ok_or_else(|| {
+                match self.store.name_exists(name) {
+                    // A view's rows come from its tables: erase there.
+                    true => SluiceError::WrongObjectType(name.clone(), "table"),
+                    false => SluiceError::UndefinedTable(name.clone()),
+                }
+            })?],
             None => {
                 let selection = selection.as_deref().unwrap_or("true");
                 let mut matching = Vec::new();
