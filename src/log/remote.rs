@@ -61,11 +61,21 @@ pub fn encode_segment(frames: &[(FrameHeader, RecordBatch)]) -> Result<Bytes, Lo
     let Some((_, first)) = frames.first() else {
         return Ok(Bytes::new());
     };
+    // One schema for every frame: a column is nullable in the file when it
+    // is in any frame. An erasure's holes (every column NULL) make a
+    // rewritten frame's columns nullable even where the table's are NOT
+    // NULL, and the frames without holes keep the table's schema.
     let mut fields: Vec<Field> = first
         .schema()
         .fields()
         .iter()
-        .map(|f| f.as_ref().clone())
+        .enumerate()
+        .map(|(i, f)| {
+            let nullable = frames
+                .iter()
+                .any(|(_, b)| b.schema().fields().get(i).is_some_and(|g| g.is_nullable()));
+            f.as_ref().clone().with_nullable(nullable)
+        })
         .collect();
     fields.push(Field::new("_offset", DataType::Int64, false));
     fields.push(Field::new(
