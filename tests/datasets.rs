@@ -135,6 +135,18 @@ async fn dataset_versions_export_the_same_bytes_and_verify_through_writes_and_si
         std::fs::read(path("c.parquet")).unwrap(),
         "after SIGKILL too"
     );
+    // To a directory that exists: the version's file in it, manifest
+    // beside (before: 58030 "Is a directory").
+    let into = out.join("into");
+    std::fs::create_dir_all(&into).unwrap();
+    c.batch_execute(&format!(
+        "COPY DATASET evals VERSION 1 TO '{}'",
+        into.display()
+    ))
+    .await
+    .unwrap();
+    assert_eq!(a, std::fs::read(into.join("evals-v1.parquet")).unwrap());
+    assert!(into.join("evals-v1.parquet.manifest.json").exists());
 
     // DuckDB reads the files: each user in one part, the same in both
     // versions.

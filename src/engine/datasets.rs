@@ -86,6 +86,7 @@ impl Engine {
             } => {
                 let def = self.dataset(&name)?;
                 let v = version_of(&def, version)?;
+                let location = file_in_directory(&location, &name, v.version);
                 let computed = self.compute(session, &def, &v.cut).await?;
                 if computed.content_hash != v.content_hash {
                     return Err(SluiceError::ObjectNotReady(format!(
@@ -399,6 +400,21 @@ pub(super) fn verify_schema() -> SchemaRef {
     ]))
 }
 
+/// `COPY DATASET d TO` a directory (a server directory that exists, or an
+/// `s3://` key ending in `/`) writes `d-v<version>.parquet` in it, with the
+/// manifest beside it; any other location is the file itself.
+fn file_in_directory(location: &str, name: &str, version: u32) -> String {
+    let file = format!("{name}-v{version}.parquet");
+    let is_directory = match location.strip_prefix("s3://") {
+        Some(_) => location.ends_with('/'),
+        None => location.ends_with('/') || std::path::Path::new(location).is_dir(),
+    };
+    match is_directory {
+        true => format!("{}/{file}", location.trim_end_matches('/')),
+        false => location.to_string(),
+    }
+}
+
 fn parse_dataset_query(sql: &str) -> Result<ast::Query, SluiceError> {
     match parse_sql(sql)? {
         Statement::Query(q) => match *q {
@@ -592,6 +608,28 @@ mod tests {
             ),
         ])
         .unwrap()
+    }
+
+    #[test]
+    fn a_directory_gets_the_version_s_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().display().to_string();
+        assert_eq!(
+            file_in_directory(&at, "evals", 3),
+            format!("{at}/evals-v3.parquet")
+        );
+        assert_eq!(
+            file_in_directory(&format!("{at}/x.parquet"), "evals", 3),
+            format!("{at}/x.parquet")
+        );
+        assert_eq!(
+            file_in_directory("s3://bucket/sets/", "evals", 1),
+            "s3://bucket/sets/evals-v1.parquet"
+        );
+        assert_eq!(
+            file_in_directory("s3://bucket/sets/e.parquet", "evals", 1),
+            "s3://bucket/sets/e.parquet"
+        );
     }
 
     #[test]
