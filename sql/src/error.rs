@@ -22,6 +22,9 @@ pub enum SqlError {
     InvalidGrant(String),
     #[error("{0}")]
     UndefinedObject(String),
+    /// A value past its type's range (a bigint frame offset).
+    #[error("{0}")]
+    OutOfRange(String),
     /// A TABLESAMPLE argument out of range.
     #[error("{0}")]
     InvalidTablesample(String),
@@ -42,6 +45,7 @@ impl SqlError {
             SqlError::InvalidGrant(_) => "0LP01",
             SqlError::UndefinedObject(_) => "42704",
             SqlError::InvalidTablesample(_) => "2202H",
+            SqlError::OutOfRange(_) => "22003",
         }
     }
 }

@@ -233,7 +233,8 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
                         hidden: None,
                     };
                 }
-                if let Some(cte) = self.cte(&table) {
+                // `public.t` names the table even where a CTE `t` is in scope.
+                if let Some(cte) = (name.0.len() == 1).then(|| self.cte(&table)).flatten() {
                     return Relation {
                         qualifier,
                         visible: renamed(cte, alias.as_ref()),
@@ -335,6 +336,38 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
     }
 
     fn rewrite_select(&self, select: &mut Select) {
+        // `(a JOIN b USING (k))` as a FROM item is `a JOIN b USING (k)`:
+        // the parentheses group what already groups from the left.
+        for twj in &mut select.from {
+            while let TableFactor::NestedJoin {
+                table_with_joins,
+                alias: None,
+            } = &mut twj.relation
+            {
+                let inner = std::mem::replace(
+                    table_with_joins.as_mut(),
+                    TableWithJoins {
+                        relation: TableFactor::Table {
+                            name: ObjectName(vec![]),
+                            alias: None,
+                            args: None,
+                            with_hints: vec![],
+                            version: None,
+                            with_ordinality: false,
+                            partitions: vec![],
+                            json_path: None,
+                            sample: None,
+                            index_hints: vec![],
+                        },
+                        joins: vec![],
+                    },
+                );
+                let outer_joins = std::mem::take(&mut twj.joins);
+                twj.relation = inner.relation;
+                twj.joins = inner.joins;
+                twj.joins.extend(outer_joins);
+            }
+        }
         // Column alias lists over log tables name the visible columns.
         for twj in &mut select.from {
             self.rewrite_alias_list(&mut twj.relation);
@@ -359,7 +392,9 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
                 self.rewrite_natural_joins(twj, &relations[at..at + n]);
                 at += n;
             }
+            merge_using_columns(select, &relations);
         }
+        wildcard_arguments_as_rows(select, &relations);
         let expansion = if joined_by_columns {
             self.expansion(select, &relations)
         } else {
@@ -559,6 +594,184 @@ impl<F: Fn(&str) -> Option<RelationColumns>> WildcardRewriter<F> {
     }
 }
 
+/// An unqualified reference to a column a `USING` join merged reads the
+/// merged column: the right side's after a RIGHT join, `COALESCE` of both
+/// sides after a FULL one (DataFusion reads the left side's, or finds the
+/// name ambiguous). In the select list it keeps its name; ORDER BY, which
+/// may name an output column, is left alone.
+fn merge_using_columns(select: &mut Select, relations: &[Relation]) {
+    let mut merged: Vec<(String, Expr)> = Vec::new();
+    let mut at = 0;
+    for twj in &select.from {
+        let mut left: Vec<&Relation> = vec![&relations[at]];
+        let mut here: Vec<(String, Expr, bool)> = Vec::new();
+        at += 1;
+        for join in &twj.joins {
+            let right = &relations[at];
+            at += 1;
+            if let Some(JoinConstraint::Using(cols)) = constraint(&join.join_operator) {
+                for u in cols.iter().map(last_part) {
+                    let column = |r: &Relation| {
+                        r.qualifier.as_ref().map(|q| {
+                            Expr::CompoundIdentifier(vec![
+                                Ident::with_quote('"', q.clone()),
+                                Ident::with_quote('"', u.clone()),
+                            ])
+                        })
+                    };
+                    let earlier = here.iter().position(|(n, _, _)| *n == u);
+                    let left_expr = match earlier {
+                        Some(i) => Some(here[i].1.clone()),
+                        None => match left.as_slice() {
+                            [only] => column(only),
+                            many => many
+                                .iter()
+                                .rev()
+                                .find(|r| r.visible.as_ref().is_some_and(|v| v.contains(&u)))
+                                .and_then(|r| column(r)),
+                        },
+                    };
+                    let (Some(l), Some(r)) = (left_expr, column(right)) else {
+                        continue;
+                    };
+                    let changed = earlier.is_some_and(|i| here[i].2);
+                    let (expr, changed) = match &join.join_operator {
+                        JoinOperator::FullOuter(_) => (coalesce(l, r), true),
+                        JoinOperator::Right(_) | JoinOperator::RightOuter(_) => (r, true),
+                        _ => (l, changed),
+                    };
+                    match earlier {
+                        Some(i) => here[i] = (u, expr, changed),
+                        None => here.push((u, expr, changed)),
+                    }
+                }
+            }
+            left.push(right);
+        }
+        merged.extend(
+            here.into_iter()
+                .filter(|(_, _, c)| *c)
+                .map(|(n, e, _)| (n, e)),
+        );
+    }
+    if merged.is_empty() {
+        return;
+    }
+    let mut rewriter = MergedColumns {
+        merged: &merged,
+        depth: 0,
+    };
+    for item in select.projection.iter_mut() {
+        match item {
+            SelectItem::UnnamedExpr(Expr::Identifier(i)) => {
+                let name = ident_name(i);
+                if let Some((_, e)) = merged.iter().find(|(n, _)| *n == name) {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: e.clone(),
+                        alias: Ident::with_quote('"', name),
+                    };
+                }
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                let _ = e.visit(&mut rewriter);
+            }
+            _ => {}
+        }
+    }
+    if let Some(e) = &mut select.selection {
+        let _ = e.visit(&mut rewriter);
+    }
+    if let Some(e) = &mut select.having {
+        let _ = e.visit(&mut rewriter);
+    }
+    if let sqlparser::ast::GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
+        for e in exprs.iter_mut() {
+            let _ = e.visit(&mut rewriter);
+        }
+    }
+}
+
+/// Replaces unqualified references to merged columns, outside subqueries
+/// (whose own relations come first).
+struct MergedColumns<'a> {
+    merged: &'a [(String, Expr)],
+    depth: usize,
+}
+
+impl VisitorMut for MergedColumns<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _: &mut Query) -> ControlFlow<()> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &mut Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if self.depth == 0 {
+            if let Expr::Identifier(i) = expr {
+                let name = ident_name(i);
+                if let Some((_, e)) = self.merged.iter().find(|(n, _)| *n == name) {
+                    *expr = Expr::Nested(Box::new(e.clone()));
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `count(DISTINCT t.*)`: a relation's row as an argument is the row of
+/// its visible columns (DataFusion reads `t.*` there as one value for
+/// every row).
+fn wildcard_arguments_as_rows(select: &mut Select, relations: &[Relation]) {
+    struct Rows<'a> {
+        relations: &'a [Relation],
+    }
+    impl VisitorMut for Rows<'_> {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            let Expr::Function(f) = expr else {
+                return ControlFlow::Continue(());
+            };
+            let FunctionArguments::List(list) = &mut f.args else {
+                return ControlFlow::Continue(());
+            };
+            for arg in list.args.iter_mut() {
+                let FunctionArg::Unnamed(FunctionArgExpr::QualifiedWildcard(name)) = arg else {
+                    continue;
+                };
+                let q = last_part(name);
+                let Some(r) = self
+                    .relations
+                    .iter()
+                    .find(|r| r.qualifier.as_deref() == Some(q.as_str()))
+                else {
+                    continue;
+                };
+                let Some(columns) = columns_of(r) else {
+                    continue;
+                };
+                let fields: Vec<Expr> = columns.into_iter().map(|c| c.expr).collect();
+                *arg = FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Tuple(fields)));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut rows = Rows { relations };
+    for item in select.projection.iter_mut() {
+        if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+            let _ = e.visit(&mut rows);
+        }
+    }
+    if let Some(e) = &mut select.having {
+        let _ = e.visit(&mut rows);
+    }
+}
+
 fn columns_of(r: &Relation) -> Option<Vec<OutputColumn>> {
     let q = r.qualifier.clone()?;
     Some(
@@ -728,6 +941,40 @@ mod tests {
         assert_eq!(
             rewrite("SELECT x.* FROM (SELECT * FROM other) AS x"),
             "SELECT x.* FROM (SELECT * EXCLUDE (_partition, _offset, _ingested_at) FROM other) AS x"
+        );
+    }
+
+    #[test]
+    fn merged_using_columns_read_as_postgresql_merges_them() {
+        assert_eq!(
+            rewrite("SELECT k, k IS NULL FROM n1 FULL JOIN n2 USING (k) WHERE k > 2 ORDER BY k"),
+            "SELECT coalesce(\"n1\".\"k\", \"n2\".\"k\") AS \"k\", (coalesce(\"n1\".\"k\", \"n2\".\"k\")) IS NULL FROM n1 FULL JOIN n2 USING(k) WHERE (coalesce(\"n1\".\"k\", \"n2\".\"k\")) > 2 ORDER BY k"
+        );
+        assert_eq!(
+            rewrite("SELECT k FROM n1 RIGHT JOIN n2 USING (k)"),
+            "SELECT \"n2\".\"k\" AS \"k\" FROM n1 RIGHT JOIN n2 USING(k)"
+        );
+        // After an inner or left join the left side's is the merged one,
+        // as DataFusion reads it.
+        assert_eq!(
+            rewrite("SELECT k FROM n1 LEFT JOIN n2 USING (k)"),
+            "SELECT k FROM n1 LEFT JOIN n2 USING(k)"
+        );
+    }
+
+    #[test]
+    fn parenthesized_joins_public_names_and_row_arguments_hide_system_columns() {
+        assert_eq!(
+            rewrite("SELECT * FROM (n1 a JOIN n1 b USING (k))"),
+            "SELECT \"a\".\"k\", \"a\".\"a\", \"b\".\"a\" FROM n1 a JOIN n1 b USING(k)"
+        );
+        assert_eq!(
+            rewrite("WITH n1 AS (VALUES (1, 2)) SELECT * FROM public.n1"),
+            "WITH n1 AS (VALUES (1, 2)) SELECT * EXCLUDE (_partition, _offset, _ingested_at) FROM public.n1"
+        );
+        assert_eq!(
+            rewrite("SELECT count(DISTINCT x.*) FROM n1 x"),
+            "SELECT count(DISTINCT (\"x\".\"k\", \"x\".\"a\")) FROM n1 x"
         );
     }
 

@@ -21,6 +21,7 @@ mod erasures;
 mod error;
 mod hidden;
 mod key_literals;
+mod ordinality;
 mod parse;
 mod postgres_syntax;
 mod reads;
@@ -28,9 +29,11 @@ mod regproc;
 mod relations;
 mod result_names;
 mod roles;
+mod scopes;
 mod session_user;
 mod set_returning;
 mod subscription;
+mod token_syntax;
 mod windows;
 
 pub use asof::{rewrite_asof_joins, unmark_asof_joins, ASOF_MARK};
@@ -46,6 +49,7 @@ pub use driver_queries::driver_query;
 pub use error::SqlError;
 pub use hidden::{hide_system_columns, RelationColumns};
 pub use key_literals::{parameterize_key_literals, KeyLiteral};
+pub use ordinality::rewrite_ordinality;
 pub use parse::{
     ident_name, parse_sql, split_statements, ConflictUpdate, CopyFormat, CopyFrom, CopyTo,
     CreateView, ExportFormat, ExportTarget, InsertValue, IsolationLevel, Statement,
@@ -60,6 +64,7 @@ pub use regproc::{
 pub use relations::{CreateIndex, CreateQueryView, CreateTableAs, RelationKind};
 pub use result_names::{name_result_columns, ResultName};
 pub use roles::{redact_passwords, GrantObjects, GrantStatement, Privilege, RoleOptions, PUBLIC};
+pub use scopes::{refuse_windows_in_lateral, rename_shadowing_relations};
 pub use session_user::bind_session_user;
 pub use set_returning::rewrite_set_returning;
 pub use sqlparser;

@@ -568,7 +568,8 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
         return Ok(Statement::Grant(grant));
     }
     let (sql, clauses) = strip_streaming_clauses(sql)?;
-    let sql = between_symmetric(&sql).unwrap_or(sql);
+    let sql = crate::token_syntax::between_symmetric(&sql).unwrap_or(sql);
+    let sql = crate::token_syntax::postfix_null_tests(&sql).unwrap_or(sql);
     let sql = crate::reads::mark_reads(&sql)?.unwrap_or(sql);
     let sql = crate::asof::mark_asof_joins(&sql)?.unwrap_or(sql);
     let mut statements = Parser::new(&PostgreSqlDialect {})
@@ -589,64 +590,6 @@ pub fn parse_sql(sql: &str) -> Result<Statement, SqlError> {
     }
     let statement = statements.remove(0);
     classify(statement, clauses)
-}
-
-/// The function `BETWEEN SYMMETRIC` is read as: `x BETWEEN SYMMETRIC a
-/// AND b` becomes `x BETWEEN sluice_symmetric(a) AND b` here, which the
-/// parser reads, and `rewrite_postgres_syntax` then turns into
-/// `(x BETWEEN a AND b OR x BETWEEN b AND a)`.
-pub(crate) const SYMMETRIC_MARK: &str = "sluice_symmetric";
-
-/// The text with each `BETWEEN SYMMETRIC a AND` marked (see
-/// [`SYMMETRIC_MARK`]); None when there is none.
-fn between_symmetric(sql: &str) -> Option<String> {
-    if !sql.to_ascii_lowercase().contains("symmetric") {
-        return None;
-    }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
-    let is_word = |t: &Token, kw: &str| matches!(t, Token::Word(Word { value, quote_style: None, .. }) if value.eq_ignore_ascii_case(kw));
-    let mut out: Vec<Token> = Vec::with_capacity(tokens.len() + 4);
-    let mut changed = false;
-    let mut i = 0;
-    while i < tokens.len() {
-        let t = &tokens[i];
-        out.push(t.clone());
-        i += 1;
-        if !is_word(t, "between") {
-            continue;
-        }
-        let mut j = i;
-        while j < tokens.len() && matches!(tokens[j], Token::Whitespace(_)) {
-            j += 1;
-        }
-        if j >= tokens.len() || !is_word(&tokens[j], "symmetric") {
-            continue;
-        }
-        // The low bound runs to the AND at its own nesting level.
-        let mut depth = 0i32;
-        let mut end = j + 1;
-        while end < tokens.len() {
-            match &tokens[end] {
-                Token::LParen => depth += 1,
-                Token::RParen => depth -= 1,
-                t if depth == 0 && is_word(t, "and") => break,
-                _ => {}
-            }
-            end += 1;
-        }
-        if end >= tokens.len() {
-            return None;
-        }
-        out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
-        out.push(Token::make_word(SYMMETRIC_MARK, None));
-        out.push(Token::LParen);
-        out.extend(tokens[j + 1..end].iter().cloned());
-        out.push(Token::RParen);
-        out.push(Token::Whitespace(sqlparser::tokenizer::Whitespace::Space));
-        i = end;
-        changed = true;
-    }
-    changed.then(|| out.iter().map(|t| t.to_string()).collect())
 }
 
 fn strip_parser_prefix(msg: &str) -> String {

@@ -4,10 +4,17 @@
 //! - a unary minus binds tighter than `^`: `-3 ^ 2` is `(-3) ^ 2` = 9
 //!   (the parser reads `-(3 ^ 2)`);
 //! - the prefix operators `@` (absolute value), `|/` (square root), `||/`
-//!   (cube root) and `~` (bitwise not) are their functions;
+//!   (cube root) and `~` (bitwise not) are their functions, and `~` binds
+//!   more loosely than arithmetic (`~1 + 1` is `~(1 + 1)`);
 //! - a row comparison is the comparison of its fields, with SQL's NULLs:
-//!   `(1, NULL) = (1, 2)` is NULL, not false;
-//! - `GROUP BY ()` is the one group of all rows;
+//!   `(1, NULL) = (1, 2)` and `ROW(1, 2) < ROW(1, NULL)` are NULL, not
+//!   false, and `(1, NULL) IN ((1, 1))` is the OR of such equalities;
+//! - `(a, b) IN (SELECT c, d ...)` is true where a row equals, NULL where a
+//!   NULL field decides, false otherwise (the planner takes one column);
+//! - `x = ANY (array)` is NULL where no element equals x and one is NULL
+//!   (it is `NOT (x <> ALL (array))`, which the planner gets right);
+//! - `GROUP BY ()` is the one group of all rows, and `DISTINCT ON (1)`
+//!   names the first output column;
 //! - `x BETWEEN SYMMETRIC a AND b` is `(x BETWEEN a AND b OR x BETWEEN b
 //!   AND a)`, and `(a, b) OVERLAPS (c, d)` compares the periods as
 //!   PostgreSQL does;
@@ -20,7 +27,9 @@
 //!   of the pattern (`%` any text, `_` one character, anchored);
 //! - `COLLATE "C"` (and `POSIX`, `default`, `ucs_basic`) is how text
 //!   compares here already, by code point;
-//! - `every` is `bool_and`, `variance` is `var_samp`;
+//! - `every` is `bool_and`, `variance` is `var_samp`, and `array_remove`
+//!   and `array_replace` reach every occurrence (`array_remove_all`,
+//!   `array_replace_all`);
 //! - `make_interval(days => 3)` names its arguments: they become the
 //!   positional list with zeros for those left out;
 //! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`, and a parameter of `LIMIT`
@@ -47,14 +56,34 @@ use sqlparser::ast::{
 use crate::set_returning::call;
 
 /// Rewrites `statement` as the module header says.
-pub fn rewrite_postgres_syntax(statement: &mut Statement) {
-    let _ = statement.visit(&mut PostgresSyntax);
+pub fn rewrite_postgres_syntax(statement: &mut Statement) -> Result<(), crate::SqlError> {
+    let mut rewriter = PostgresSyntax { error: None };
+    let _ = statement.visit(&mut rewriter);
+    rewriter.error.map_or(Ok(()), Err)
 }
 
-struct PostgresSyntax;
+struct PostgresSyntax {
+    /// What PostgreSQL refuses that the rewrite found.
+    error: Option<crate::SqlError>,
+}
 
 impl VisitorMut for PostgresSyntax {
     type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        // `~` binds more loosely than arithmetic: `~1 + 1` is `~(1 + 1)`.
+        if let Expr::BinaryOp { op, .. } = expr {
+            if is_arithmetic(op) {
+                if let Some(chain) = without_leftmost_bitwise_not(expr) {
+                    *expr = Expr::UnaryOp {
+                        op: UnaryOperator::BitwiseNot,
+                        expr: nested(chain),
+                    };
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         if let Some(e) = rewrite(expr) {
@@ -64,6 +93,10 @@ impl VisitorMut for PostgresSyntax {
             if let Some(sqlparser::ast::WindowType::WindowSpec(spec)) = &mut f.over {
                 if let Some(frame) = &mut spec.window_frame {
                     frame_offsets_as_text(frame);
+                    if let Err(e) = frame_offsets_in_range(frame) {
+                        self.error = Some(e);
+                        return ControlFlow::Break(());
+                    }
                 }
             }
         }
@@ -115,6 +148,28 @@ impl VisitorMut for PostgresSyntax {
     }
 
     fn post_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        // `DISTINCT ON (1)` names the first output column, as ORDER BY 1
+        // does.
+        if let Some(sqlparser::ast::Distinct::On(exprs)) = &mut select.distinct {
+            for e in exprs.iter_mut() {
+                let Expr::Value(v) = e else { continue };
+                let Value::Number(n, _) = &v.value else {
+                    continue;
+                };
+                let item = n
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| n.checked_sub(1))
+                    .and_then(|i| select.projection.get(i));
+                match item {
+                    Some(sqlparser::ast::SelectItem::UnnamedExpr(x))
+                    | Some(sqlparser::ast::SelectItem::ExprWithAlias { expr: x, .. }) => {
+                        *e = x.clone()
+                    }
+                    _ => {}
+                }
+            }
+        }
         if let GroupByExpr::Expressions(exprs, modifiers) = &mut select.group_by {
             if modifiers.is_empty() {
                 exprs.retain(|e| !matches!(e, Expr::Tuple(t) if t.is_empty()));
@@ -126,6 +181,39 @@ impl VisitorMut for PostgresSyntax {
 
 fn nested(e: Expr) -> Box<Expr> {
     Box::new(Expr::Nested(Box::new(e)))
+}
+
+/// The operators that bind more tightly than PostgreSQL's prefix
+/// operators other than the sign (`~`, `@`, `|/`).
+fn is_arithmetic(op: &BinaryOperator) -> bool {
+    matches!(
+        op,
+        BinaryOperator::Plus
+            | BinaryOperator::Minus
+            | BinaryOperator::Multiply
+            | BinaryOperator::Divide
+            | BinaryOperator::Modulo
+            | BinaryOperator::PGExp
+    )
+}
+
+/// A chain of arithmetic whose leftmost operand the parser read as `~a`,
+/// with `a` there instead (the caller puts the `~` over the chain).
+fn without_leftmost_bitwise_not(e: &Expr) -> Option<Expr> {
+    match e {
+        Expr::BinaryOp { left, op, right } if is_arithmetic(op) => {
+            without_leftmost_bitwise_not(left).map(|l| Expr::BinaryOp {
+                left: Box::new(l),
+                op: op.clone(),
+                right: right.clone(),
+            })
+        }
+        Expr::UnaryOp {
+            op: UnaryOperator::BitwiseNot,
+            expr,
+        } => Some(expr.as_ref().clone()),
+        _ => None,
+    }
 }
 
 /// The sign applied to the leftmost operand of a chain of `^`.
@@ -189,14 +277,95 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             Some(call(name, vec![inner.as_ref().clone()]))
         }
         Expr::BinaryOp { left, op, right } if *op != BinaryOperator::Overlaps => {
-            let (Expr::Tuple(l), Expr::Tuple(r)) = (left.as_ref(), right.as_ref()) else {
+            let (Some(l), Some(r)) = (row_fields(left), row_fields(right)) else {
                 return None;
             };
             if l.len() != r.len() || l.is_empty() {
                 return None;
             }
-            row_comparison(l, op, r)
+            row_comparison(&l, op, &r)
         }
+        // `(a, b) IN ((c, d), ...)` is the OR of the rows' equalities, each
+        // with SQL's NULLs.
+        Expr::InList {
+            expr: x,
+            list,
+            negated,
+        } => {
+            let l = row_fields(x)?;
+            let equal: Vec<Expr> = list
+                .iter()
+                .map(|item| {
+                    let r = row_fields(item).filter(|r| r.len() == l.len() && !r.is_empty())?;
+                    row_comparison(&l, &BinaryOperator::Eq, &r)
+                })
+                .collect::<Option<_>>()?;
+            let any = equal
+                .into_iter()
+                .reduce(|acc, e| binary(acc, BinaryOperator::Or, e))?;
+            let any = Expr::Nested(Box::new(any));
+            Some(if *negated {
+                Expr::UnaryOp {
+                    op: UnaryOperator::Not,
+                    expr: Box::new(any),
+                }
+            } else {
+                any
+            })
+        }
+        // `(a, b) IN (SELECT c, d ...)`: true where a row equals, NULL
+        // where one may (a NULL field decides), false otherwise.
+        Expr::InSubquery {
+            expr: x,
+            subquery,
+            negated,
+        } => {
+            let l = row_fields(x).filter(|l| l.len() > 1)?;
+            let columns: Vec<String> = (1..=l.len()).map(|i| format!("__sluice_in_{i}")).collect();
+            let equal: Vec<String> = l
+                .iter()
+                .zip(&columns)
+                .map(|(e, c)| format!("__sluice_in.{c} = ({e})"))
+                .collect();
+            let rows = format!(
+                "SELECT 1 FROM ({subquery}) AS __sluice_in({})",
+                columns.join(", ")
+            );
+            let found = format!(
+                "CASE WHEN EXISTS ({rows} WHERE ({equal}) IS TRUE) THEN true \
+                 WHEN EXISTS ({rows} WHERE ({equal}) IS NULL) THEN NULL ELSE false END",
+                equal = equal.join(" AND ")
+            );
+            let found = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+                .try_with_sql(&found)
+                .and_then(|mut p| p.parse_expr())
+                .ok()?;
+            let found = Expr::Nested(Box::new(found));
+            Some(if *negated {
+                Expr::UnaryOp {
+                    op: UnaryOperator::Not,
+                    expr: Box::new(found),
+                }
+            } else {
+                found
+            })
+        }
+        // `x = ANY (array)` is `NOT (x <> ALL (array))`: the planner's
+        // `<> ALL` has SQL's NULLs (a NULL element that could match makes
+        // it unknown), its `= ANY` does not (false).
+        Expr::AnyOp {
+            left,
+            compare_op: BinaryOperator::Eq,
+            right,
+            ..
+        } if !is_subquery(right) => Some(Expr::Nested(Box::new(Expr::UnaryOp {
+            op: UnaryOperator::Not,
+            expr: Box::new(Expr::Nested(Box::new(Expr::AllOp {
+                left: left.clone(),
+                compare_op: BinaryOperator::NotEq,
+                right: right.clone(),
+            }))),
+        }))),
         Expr::Between {
             expr: x,
             negated,
@@ -206,7 +375,7 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             let Expr::Function(f) = low.as_ref() else {
                 return None;
             };
-            if f.name.to_string() != crate::parse::SYMMETRIC_MARK {
+            if f.name.to_string() != crate::token_syntax::SYMMETRIC_MARK {
                 return None;
             }
             let FunctionArguments::List(list) = &f.args else {
@@ -270,7 +439,7 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             ))))
         }
         Expr::Function(f) => json_aggregate(f)
-            .or_else(|| renamed_aggregate(f))
+            .or_else(|| renamed_function(f))
             .or_else(|| named_make_interval(f))
             .or_else(|| distinct_in_order(f)),
         Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if too_large_for_numeric(n)) => {
@@ -368,14 +537,7 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
 /// DataFusion takes there (a frame offset is a number or an interval
 /// literal to it, not a cast).
 fn frame_offsets_as_text(frame: &mut sqlparser::ast::WindowFrame) {
-    use sqlparser::ast::WindowFrameBound;
-    let bounds = std::iter::once(&mut frame.start_bound).chain(frame.end_bound.as_mut());
-    for bound in bounds {
-        let (WindowFrameBound::Preceding(Some(offset)) | WindowFrameBound::Following(Some(offset))) =
-            bound
-        else {
-            continue;
-        };
+    for offset in frame_offsets(frame) {
         if let Expr::Cast {
             expr: inner,
             data_type: sqlparser::ast::DataType::Interval { .. },
@@ -394,6 +556,52 @@ fn frame_offsets_as_text(frame: &mut sqlparser::ast::WindowFrame) {
             }
         }
     }
+}
+
+/// The offsets of a frame's bounds (`n PRECEDING`, `n FOLLOWING`).
+fn frame_offsets(frame: &mut sqlparser::ast::WindowFrame) -> Vec<&mut Box<Expr>> {
+    use sqlparser::ast::WindowFrameBound;
+    std::iter::once(&mut frame.start_bound)
+        .chain(frame.end_bound.as_mut())
+        .filter_map(|bound| match bound {
+            WindowFrameBound::Preceding(Some(offset))
+            | WindowFrameBound::Following(Some(offset)) => Some(offset),
+            _ => None,
+        })
+        .collect()
+}
+
+/// More rows than a partition ever holds: a ROWS or GROUPS offset past it
+/// frames the same rows as it (DataFusion adds offsets to row numbers, and
+/// would overflow near `u64::MAX`).
+const FRAME_OFFSET_CAP: u64 = 1 << 40;
+
+/// A ROWS or GROUPS frame's offset is a bigint: one past its range fails
+/// with 22003 as in PostgreSQL, and one past [`FRAME_OFFSET_CAP`] is
+/// capped there.
+fn frame_offsets_in_range(frame: &mut sqlparser::ast::WindowFrame) -> Result<(), crate::SqlError> {
+    use sqlparser::ast::WindowFrameUnits;
+    if frame.units == WindowFrameUnits::Range {
+        return Ok(());
+    }
+    for offset in frame_offsets(frame) {
+        let Expr::Value(v) = offset.as_mut() else {
+            continue;
+        };
+        let Value::Number(n, _) = &mut v.value else {
+            continue;
+        };
+        let Ok(value) = n.parse::<u128>() else {
+            continue;
+        };
+        if value > i64::MAX as u128 {
+            return Err(crate::SqlError::OutOfRange("bigint out of range".into()));
+        }
+        if value > FRAME_OFFSET_CAP as u128 {
+            *n = FRAME_OFFSET_CAP.to_string();
+        }
+    }
+    Ok(())
 }
 
 /// Whether a numeric literal's exponent takes it past 38 digits.
@@ -451,11 +659,15 @@ fn named_make_interval(f: &Function) -> Option<Expr> {
 }
 
 /// Aggregates PostgreSQL names otherwise: `every`, `variance`.
-fn renamed_aggregate(f: &Function) -> Option<Expr> {
+fn renamed_function(f: &Function) -> Option<Expr> {
     let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
     let new = match name.as_str() {
         "every" => "bool_and",
         "variance" => "var_samp",
+        // PostgreSQL's remove and replace every occurrence; the planner's
+        // functions of these names, the first only.
+        "array_remove" => "array_remove_all",
+        "array_replace" => "array_replace_all",
         _ => return None,
     };
     let mut f = f.clone();
@@ -595,6 +807,44 @@ fn binary(l: Expr, op: BinaryOperator, r: Expr) -> Expr {
     }
 }
 
+/// The fields of a row constructor: `(a, b)` or `ROW(a, b)`.
+fn row_fields(e: &Expr) -> Option<Vec<Expr>> {
+    match e {
+        Expr::Tuple(fields) => Some(fields.clone()),
+        Expr::Nested(inner) => row_fields(inner),
+        Expr::Function(f)
+            if f.over.is_none()
+                && f.name.0.len() == 1
+                && f.name.to_string().eq_ignore_ascii_case("row") =>
+        {
+            let FunctionArguments::List(list) = &f.args else {
+                return None;
+            };
+            if list.duplicate_treatment.is_some() || !list.clauses.is_empty() {
+                return None;
+            }
+            list.args
+                .iter()
+                .map(|a| match a {
+                    FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e)) => {
+                        Some(e.clone())
+                    }
+                    _ => None,
+                })
+                .collect()
+        }
+        _ => None,
+    }
+}
+
+fn is_subquery(e: &Expr) -> bool {
+    match e {
+        Expr::Subquery(_) => true,
+        Expr::Nested(inner) => is_subquery(inner),
+        _ => false,
+    }
+}
+
 /// `(a, b) op (c, d)` as SQL defines a row comparison.
 fn row_comparison(l: &[Expr], op: &BinaryOperator, r: &[Expr]) -> Option<Expr> {
     let pairs = l.iter().cloned().zip(r.iter().cloned());
@@ -641,7 +891,7 @@ mod tests {
 
     fn rewritten(sql: &str) -> String {
         let mut s = parse_one(sql);
-        rewrite_postgres_syntax(&mut s);
+        rewrite_postgres_syntax(&mut s).unwrap();
         s.to_string()
     }
 
@@ -664,7 +914,7 @@ mod tests {
     #[test]
     fn syntax_reads_as_postgresql_reads_it() {
         let mut s = parse_one("SELECT -3 ^ 2");
-        rewrite_postgres_syntax(&mut s);
+        rewrite_postgres_syntax(&mut s).unwrap();
         let Statement::Query(q) = &s else { panic!() };
         let sqlparser::ast::SetExpr::Select(sel) = q.body.as_ref() else {
             panic!()
@@ -677,6 +927,31 @@ mod tests {
         assert!(matches!(left.as_ref(), Expr::UnaryOp { .. }));
         assert_eq!(rewritten("SELECT -(3 ^ 2)"), "SELECT -(3 ^ 2)");
         assert_eq!(rewritten("SELECT @ -5, |/ 25"), "SELECT abs(-5), sqrt(25)");
+        assert_eq!(
+            rewritten("SELECT ~1 + 1 * 2"),
+            "SELECT (((1 + 1 * 2)) # -1)"
+        );
+        assert_eq!(rewritten("SELECT (~1) + 1"), "SELECT (((1) # -1)) + 1");
+        assert_eq!(
+            rewritten("SELECT ROW(1, 2) < ROW(1, NULL)"),
+            "SELECT (1 < 1 OR (1 = 1 AND (2 < NULL)))"
+        );
+        assert_eq!(
+            rewritten("SELECT (1, NULL) IN ((1, 1), (2, 2))"),
+            "SELECT ((1 = 1 AND NULL = 1) OR (1 = 2 AND NULL = 2))"
+        );
+        assert_eq!(
+            rewritten("SELECT * FROM t WHERE (a, b) IN (SELECT c, d FROM u)"),
+            "SELECT * FROM t WHERE (CASE WHEN EXISTS (SELECT 1 FROM (SELECT c, d FROM u) AS __sluice_in (__sluice_in_1, __sluice_in_2) WHERE (__sluice_in.__sluice_in_1 = (a) AND __sluice_in.__sluice_in_2 = (b)) IS TRUE) THEN true WHEN EXISTS (SELECT 1 FROM (SELECT c, d FROM u) AS __sluice_in (__sluice_in_1, __sluice_in_2) WHERE (__sluice_in.__sluice_in_1 = (a) AND __sluice_in.__sluice_in_2 = (b)) IS NULL) THEN NULL ELSE false END)"
+        );
+        assert_eq!(
+            rewritten("SELECT 1 = ANY(ARRAY[2, NULL])"),
+            "SELECT (NOT (1 <> ALL(ARRAY[2, NULL])))"
+        );
+        assert_eq!(
+            rewritten("SELECT 1 = ANY(SELECT k FROM t)"),
+            "SELECT 1 = ANY(SELECT k FROM t)"
+        );
         assert_eq!(
             rewritten("SELECT (1, NULL) = (1, 2)"),
             "SELECT (1 = 1 AND NULL = 2)"
@@ -692,6 +967,21 @@ mod tests {
         assert_eq!(
             rewritten("SELECT s FROM t ORDER BY s COLLATE \"C\""),
             "SELECT s FROM t ORDER BY s"
+        );
+        assert_eq!(
+            rewritten("SELECT sum(x) OVER (ORDER BY x ROWS BETWEEN 9223372036854775807 FOLLOWING AND UNBOUNDED FOLLOWING) FROM t"),
+            "SELECT sum(x) OVER (ORDER BY x ROWS BETWEEN 1099511627776 FOLLOWING AND UNBOUNDED FOLLOWING) FROM t"
+        );
+        let mut s = parse_one(
+            "SELECT sum(x) OVER (ORDER BY x ROWS BETWEEN 18446744073709551615 FOLLOWING AND UNBOUNDED FOLLOWING) FROM t",
+        );
+        assert_eq!(
+            rewrite_postgres_syntax(&mut s).unwrap_err().sqlstate(),
+            "22003"
+        );
+        assert_eq!(
+            rewritten("SELECT DISTINCT ON (1) x, y FROM t ORDER BY 1"),
+            "SELECT DISTINCT ON (x) x, y FROM t ORDER BY 1"
         );
         assert_eq!(
             rewritten("SELECT count(*) FROM t GROUP BY ()"),

@@ -679,8 +679,9 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
     }
 }
 
-/// A query this module wrote as text, parsed; None if it does not parse.
-fn parse_query(sql: &str) -> Option<Box<sqlparser::ast::Query>> {
+/// A query written as text (here and by `crate::ordinality`), parsed;
+/// None if it does not parse.
+pub(crate) fn parse_query(sql: &str) -> Option<Box<sqlparser::ast::Query>> {
     let dialect = sqlparser::dialect::PostgreSqlDialect {};
     match sqlparser::parser::Parser::parse_sql(&dialect, sql)
         .ok()?

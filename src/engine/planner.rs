@@ -147,6 +147,30 @@ impl Planner {
     /// them: named as PostgreSQL names them (see `sluice_sql::result_names`).
     pub(crate) async fn plan_shown(
         &self,
+        stmt: ast::Statement,
+        role: &SessionRole,
+    ) -> Result<(LogicalPlan, SchemaRef), SluiceError> {
+        // Planning changes nothing but the plan: a panic in it (a bug of
+        // the planner's, as an overflow in constant folding) fails the
+        // statement with XX000 and leaves the connection usable.
+        use futures::FutureExt;
+        std::panic::AssertUnwindSafe(self.plan_shown_unguarded(stmt, role))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                let reason = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic".into());
+                Err(SluiceError::Internal(format!(
+                    "planning the statement failed unexpectedly: {reason}"
+                )))
+            })
+    }
+
+    async fn plan_shown_unguarded(
+        &self,
         mut stmt: ast::Statement,
         role: &SessionRole,
     ) -> Result<(LogicalPlan, SchemaRef), SluiceError> {

@@ -46,8 +46,17 @@ impl AnalyzerRule for ConstantErrors {
             })
         })?;
         // DataFusion's optimizer would fold what PostgreSQL never computes.
+        // Names stay as planned: the nodes above refer to them.
         plan.transform_up_with_subqueries(|node| {
-            node.map_expressions(|e| e.transform_up(drop_untaken_arms))
+            let preserver = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let saved = preserver.save(&e);
+                let t = e.transform_up(drop_untaken_arms)?;
+                Ok(match t.transformed {
+                    true => t.update_data(|e| saved.restore(e)),
+                    false => t,
+                })
+            })
         })
         .map(|t| t.data)
     }
@@ -172,12 +181,27 @@ fn drop_untaken_arms(e: Expr) -> Result<Transformed<Expr>> {
         return Ok(Transformed::no(Expr::Case(case)));
     }
     let mut changed = false;
-    for (when, then) in case.when_then_expr.iter_mut() {
+    let mut taken = None;
+    for (i, (when, then)) in case.when_then_expr.iter_mut().enumerate() {
         let condition = value(when)?;
+        // The arms after one whose condition is the constant `true`, and
+        // the ELSE, are never taken: they go (`CASE WHEN 1 = 1 THEN 'a'
+        // WHEN 1/0 = 1 THEN 'b' END` is 'a').
+        if is_bool(&condition, true) {
+            taken = Some(i);
+            break;
+        }
         let untaken = is_bool(&condition, false) || matches!(&condition, Some(v) if v.is_null());
         if untaken && is_constant(then) && !matches!(then.as_ref(), Expr::Literal(..)) {
             let t = then.get_type(&DFSchema::empty())?;
             **then = Expr::Literal(ScalarValue::try_from(&t)?, None);
+            changed = true;
+        }
+    }
+    if let Some(i) = taken {
+        if i + 1 < case.when_then_expr.len() || case.else_expr.is_some() {
+            case.when_then_expr.truncate(i + 1);
+            case.else_expr = None;
             changed = true;
         }
     }

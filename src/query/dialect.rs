@@ -194,7 +194,54 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
                     }
                 }
                 let t = rewrite_node(LogicalPlan::Aggregate(aggregate))?;
-                Ok(Transformed::new(t.data, t.transformed || changed, t.tnr))
+                let changed = t.transformed || changed;
+                // Intervals equal by span are one group.
+                match t.data {
+                    LogicalPlan::Aggregate(a) => {
+                        let g = super::interval_keys::group_by_span(a)?;
+                        Ok(Transformed::new(g.data, g.transformed || changed, t.tnr))
+                    }
+                    other => Ok(Transformed::new(other, changed, t.tnr)),
+                }
+            }
+            LogicalPlan::Distinct(d) => super::interval_keys::distinct_by_span(d),
+            // The recursive term reads a work table typed as the static term
+            // was planned: a static term whose literals narrowed above
+            // (`SELECT 1` as integer) is cast back to those types.
+            LogicalPlan::RecursiveQuery(mut rq) => {
+                let wanted = rq.recursive_term.schema().clone();
+                let have = rq.static_term.schema().clone();
+                let differs = have.fields().len() == wanted.fields().len()
+                    && have
+                        .fields()
+                        .iter()
+                        .zip(wanted.fields())
+                        .any(|(h, w)| h.data_type() != w.data_type());
+                if !differs {
+                    return Ok(Transformed::no(LogicalPlan::RecursiveQuery(rq)));
+                }
+                let exprs: Vec<Expr> = have
+                    .iter()
+                    .zip(wanted.fields())
+                    .map(|((q, f), w)| {
+                        datafusion::logical_expr::cast(
+                            Expr::Column(datafusion::common::Column::from((q, f))),
+                            w.data_type().clone(),
+                        )
+                        .alias_qualified(q.cloned(), f.name())
+                    })
+                    .collect();
+                rq.static_term = Arc::new(
+                    LogicalPlanBuilder::from(rq.static_term.as_ref().clone())
+                        .project(exprs)?
+                        .build()?,
+                );
+                Transformed::yes(LogicalPlan::RecursiveQuery(rq)).map_data(|p| p.recompute_schema())
+            }
+            LogicalPlan::Join(join) => {
+                let j = super::interval_keys::join_by_span(join)?;
+                let t = rewrite_node(j.data)?;
+                Ok(Transformed::new(t.data, t.transformed || j.transformed, t.tnr))
             }
             // A union's columns take their types from its inputs again;
             // type coercion then finds the common type.
@@ -339,18 +386,62 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let schema = datafusion::logical_expr::utils::merge_schema(&node.inputs());
     let t = node.map_expressions(|e| {
         let saved = preserver.save(&e);
+        let spans = e.transform_up(|e| super::interval_keys::subquery_by_span(e, &schema))?;
+        let (e, spanned) = (spans.data, spans.transformed);
         let t = e.transform_down(|e| match e {
             Expr::AggregateFunction(_) | Expr::WindowFunction(_) => {
                 Ok(Transformed::new(e, false, TreeNodeRecursion::Jump))
             }
-            Expr::ScalarSubquery(sq) => Ok(Transformed::yes(Expr::ScalarSubquery(
-                nullable_subquery(sq)?,
-            ))),
+            Expr::ScalarSubquery(sq) => {
+                // A correlated one that does not aggregate takes its one row.
+                let sq = super::single_row::single_row_subquery(&sq)?.unwrap_or(sq);
+                Ok(Transformed::yes(Expr::ScalarSubquery(nullable_subquery(
+                    sq,
+                )?)))
+            }
             // DataFusion plans EXISTS and IN subqueries in a
             // WHERE clause only.
             Expr::Exists(ex) if !in_filter => Ok(Transformed::yes(exists_as_count(ex)?)),
             Expr::InSubquery(ins) if !in_filter && ins.subquery.outer_ref_columns.is_empty() => {
                 Ok(Transformed::yes(in_as_case(ins)?))
+            }
+            Expr::InSubquery(ins) if !in_filter => {
+                Ok(Transformed::yes(super::correlated_in::correlated_in(
+                    *ins.expr,
+                    &ins.subquery,
+                    ins.negated,
+                    &schema,
+                )?))
+            }
+            // `x = ANY (subquery)` is `x IN`, `x <> ALL` is `x NOT IN`.
+            Expr::SetComparison(sc)
+                if !in_filter
+                    && matches!(
+                        (sc.op, &sc.quantifier),
+                        (
+                            datafusion::logical_expr::Operator::Eq,
+                            datafusion::logical_expr::expr::SetQuantifier::Any
+                        ) | (
+                            datafusion::logical_expr::Operator::NotEq,
+                            datafusion::logical_expr::expr::SetQuantifier::All
+                        )
+                    ) =>
+            {
+                let negated = sc.op == datafusion::logical_expr::Operator::NotEq;
+                let e = match sc.subquery.outer_ref_columns.is_empty() {
+                    true => in_as_case(datafusion::logical_expr::expr::InSubquery::new(
+                        sc.expr,
+                        sc.subquery,
+                        negated,
+                    ))?,
+                    false => super::correlated_in::correlated_in(
+                        *sc.expr,
+                        &sc.subquery,
+                        negated,
+                        &schema,
+                    )?,
+                };
+                Ok(Transformed::yes(e))
             }
             e => Ok(narrow_literal(e)),
         })?;
@@ -363,7 +454,7 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                     .transform_data(|e| postgres_result_type(e, &schema))
             })
         })?;
-        Ok(if t.transformed {
+        Ok(if t.transformed || spanned {
             Transformed::yes(saved.restore(t.data))
         } else {
             t

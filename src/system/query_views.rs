@@ -32,8 +32,11 @@ pub fn rewrite_for_planning(
 ) -> Result<(), sluice_sql::SqlError> {
     sluice_sql::rewrite_regproc_zero(stmt);
     sluice_sql::rewrite_catalog_subqueries(stmt);
+    sluice_sql::rewrite_ordinality(stmt)?;
     sluice_sql::rewrite_set_returning(stmt);
-    sluice_sql::rewrite_postgres_syntax(stmt);
+    sluice_sql::rewrite_postgres_syntax(stmt)?;
+    sluice_sql::refuse_windows_in_lateral(stmt)?;
+    sluice_sql::rename_shadowing_relations(stmt);
     sluice_sql::rewrite_ctid_ranges(stmt, |name| {
         crate::stream::relation_columns(store, views, name)
     });

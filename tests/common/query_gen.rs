@@ -501,6 +501,16 @@ impl<'a> QueryGen<'a> {
         self.expr(k, depth)
     }
 
+    /// A condition over `f`'s columns (qualified by `prefix`, as `a.`),
+    /// which may be NULL: NULL columns, NULL literals, comparisons, IN
+    /// lists and IN subqueries over `f` itself.
+    pub fn predicate(&mut self, prefix: &'static str) -> String {
+        self.prefix = prefix;
+        let p = self.expr(Bool, 3);
+        self.prefix = "";
+        p
+    }
+
     /// One query over `f`.
     pub fn query(&mut self) -> String {
         match self.rng.random_range(0..7) {

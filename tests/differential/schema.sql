@@ -34,3 +34,23 @@ INSERT INTO t VALUES
     (7, 100, 42, 43, 0.1, 0.1, 0.1, 'mañana', 'ñ', NULL, '2024-06-30', '2024-06-30 18:30:00', '2024-06-30 18:30:00-07', 'null', '\x4142');
 CREATE TABLE kv (k INT PRIMARY KEY, v TEXT, n BIGINT);
 INSERT INTO kv VALUES (1, 'one', 1), (2, 'two', 2), (3, NULL, NULL), (4, 'four', 4);
+-- Tables for name binding, NULL logic, joins and subqueries (PostgreSQL's
+-- regression topics subselect, join, rowtypes, select_distinct): the same
+-- column names in several tables, NULLs in every column.
+CREATE TABLE abc (a INT, b INT, c INT);
+INSERT INTO abc VALUES (1, 10, 100), (2, 20, 200), (3, 30, 300), (NULL, NULL, NULL);
+CREATE TABLE l (la INT, lb INT);
+CREATE TABLE r (ra INT, rb INT);
+INSERT INTO l VALUES (1, 10), (2, 20), (3, NULL);
+INSERT INTO r VALUES (1, 100), (3, NULL), (4, 400);
+CREATE TABLE t1 (f1 INT, f2 INT);
+CREATE TABLE t2 (f1 INT, f2 INT);
+INSERT INTO t1 VALUES (1, 2), (3, 4);
+INSERT INTO t2 VALUES (3, 4), (5, 6);
+CREATE TABLE xyz (x INT, y INT, z TEXT);
+INSERT INTO xyz VALUES (1, 1, 'a'), (1, 2, 'b'), (2, 1, 'c'), (NULL, 3, 'd'), (2, NULL, NULL);
+CREATE TABLE orders (id INT, status TEXT, amount NUMERIC(10,2));
+INSERT INTO orders VALUES (1, 'paid', 50.00), (2, 'paid', 120.50), (3, 'cancelled', 30.00),
+    (4, 'cancelled', NULL), (5, 'paid', 80.25), (6, 'open', NULL), (7, 'cancelled', 75.00);
+CREATE TABLE ivals (id INT, v INTERVAL);
+INSERT INTO ivals VALUES (1, '24 hours'), (2, '1 day'), (3, '1 mon'), (4, '30 days'), (5, NULL), (6, '1 day');

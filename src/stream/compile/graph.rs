@@ -1642,7 +1642,11 @@ impl JoinGraph {
             };
             for side in 0..self.stages[j].inputs.len() {
                 let input = &self.stages[j].inputs[side];
+                // An input that reads no table (`FROM (VALUES ...)`) has
+                // its rows once, when the graph starts.
+                let constant = starting && input.sources.is_empty() && input.stages.is_empty();
                 let reads_delta = input.sources.contains(&source)
+                    || constant
                     || input
                         .stages
                         .iter()
@@ -1652,17 +1656,25 @@ impl JoinGraph {
                 }
                 let plan = input.plan.clone();
                 let children = input.stages.clone();
-                let ins = self
-                    .run(
-                        &plan,
-                        source,
-                        insert,
-                        &children,
-                        &outputs,
-                        true,
-                        ctx.clone(),
-                    )
-                    .await?;
+                let ins = match constant {
+                    true => collect(plan.clone(), ctx.clone())
+                        .await?
+                        .into_iter()
+                        .filter(|b| b.num_rows() > 0)
+                        .collect(),
+                    false => {
+                        self.run(
+                            &plan,
+                            source,
+                            insert,
+                            &children,
+                            &outputs,
+                            true,
+                            ctx.clone(),
+                        )
+                        .await?
+                    }
+                };
                 let ret = self
                     .run(
                         &plan,

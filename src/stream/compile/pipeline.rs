@@ -191,6 +191,7 @@ pub async fn compile(
     sluice_sql::inline_ctes(&mut stmt)?;
     // Set-returning functions (`jsonb_array_elements`, lateral calls in
     // FROM) become `unnest` of lists, as in a query.
+    sluice_sql::rewrite_ordinality(&mut stmt)?;
     sluice_sql::rewrite_set_returning(&mut stmt);
     let windows = rewrite_window_functions(&mut stmt)?;
     let mut relations = Vec::new();
@@ -225,7 +226,9 @@ pub async fn compile(
         [one] => one.clone(),
         _ => ViewSource::Several(sources.clone()),
     };
-    sluice_sql::rewrite_postgres_syntax(&mut stmt);
+    sluice_sql::rewrite_postgres_syntax(&mut stmt)?;
+    sluice_sql::refuse_windows_in_lateral(&stmt)?;
+    sluice_sql::rename_shadowing_relations(&mut stmt);
     hide_system_columns(&mut stmt, |name| {
         crate::stream::relation_columns(store, views, name)
     });

@@ -7,3 +7,6 @@ SELECT '{2026-01-01,2026-02-01}'::date[];
 SELECT '{1,x}'::int[];
 SELECT '1,2'::int[];
 SELECT s, CAST('{' || s || '}' AS text[]) FROM t ORDER BY id;
+SELECT array_remove(ARRAY[1,2,1], 1), array_replace(ARRAY[1,2,1], 1, 9);
+SELECT array_remove(ARRAY['a',NULL,'b',NULL], NULL);
+SELECT 1 = ANY(ARRAY[2, NULL]), 1 = ANY(ARRAY[1, NULL]), NULL::int = ANY(ARRAY[]::int[]), 2 <> ALL(ARRAY[1, NULL]);

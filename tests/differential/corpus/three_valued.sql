@@ -1,0 +1,40 @@
+-- Three-valued logic (PostgreSQL's regression topics rowtypes, boolean,
+-- subselect, arrays): a comparison with an unknown side is unknown, and
+-- IN, ANY and ALL are the OR or AND of those comparisons.
+SELECT (1, NULL) IN ((1, 1));
+SELECT (1, NULL) IN ((1, 1), (2, 2));
+SELECT (1, 2) IN ((1, NULL), (1, 2));
+SELECT (1, NULL) NOT IN ((1, 1));
+SELECT (2, NULL) IN ((1, 1));
+SELECT ROW(1, 2) < ROW(1, NULL) IS NULL;
+SELECT ROW(1, 2) < ROW(2, NULL);
+SELECT ROW(1, NULL) = ROW(1, NULL);
+SELECT ROW(1, 2) = ROW(1, NULL), ROW(1, 2) <> ROW(1, NULL), ROW(1, 2) = ROW(2, NULL);
+SELECT ROW(NULL, 1) <= ROW(NULL, 1), ROW(1, 2) >= ROW(1, 3);
+SELECT ROW(1, 2, 3) < ROW(1, 3, NULL), ROW(1, 2, 3) > ROW(1, 2, NULL);
+SELECT 1 = ANY(ARRAY[2, NULL]);
+SELECT 1 = ANY(ARRAY[1, NULL]);
+SELECT 1 <> ALL(ARRAY[2, NULL]);
+SELECT 1 <> ALL(ARRAY[1, NULL]);
+SELECT NULL::int = ANY(ARRAY[1, 2]), NULL::int = ANY(ARRAY[]::int[]);
+SELECT 3 > ALL(ARRAY[1, 2]), 3 > ALL(ARRAY[1, NULL]), 0 > ALL(ARRAY[1, NULL]);
+SELECT 1 IN (2, NULL), 1 NOT IN (2, NULL), 1 IN (1, NULL);
+SELECT k, k = ANY(ARRAY[1, NULL]) FROM n1;
+SELECT k, (k IN (SELECT k FROM n2 WHERE n2.b = n1.a)) IS NULL FROM n1;
+SELECT a, (k IN (SELECT k FROM n2 WHERE n2.k >= n1.k OR n2.k IS NULL)) IS NULL FROM n1;
+SELECT a, k NOT IN (SELECT k FROM n2 WHERE n2.k >= n1.k OR n2.k IS NULL) FROM n1;
+SELECT id FROM orders WHERE amount > ALL (SELECT amount FROM orders WHERE status = 'cancelled' AND amount IS NOT NULL);
+SELECT id FROM orders WHERE amount > ALL (SELECT amount FROM orders WHERE status = 'cancelled');
+SELECT id FROM orders WHERE amount >= ANY (SELECT amount FROM orders WHERE status = 'cancelled');
+SELECT id FROM orders WHERE amount < ALL (SELECT amount FROM orders o2 WHERE o2.id > orders.id AND o2.amount IS NOT NULL);
+SELECT id, amount = ANY (SELECT amount FROM orders o2 WHERE o2.status = 'cancelled') FROM orders;
+SELECT k, k NOT IN (SELECT n2.k FROM n2 WHERE n2.b = n1.a) FROM n1;
+SELECT la, la = ANY (SELECT ra FROM r WHERE r.rb = l.lb * 10) FROM l;
+SELECT la, la <> ALL (SELECT ra FROM r WHERE r.rb = l.lb * 10) FROM l;
+SELECT x, y, y IN (SELECT y FROM xyz x2 WHERE x2.x = xyz.x) FROM xyz;
+SELECT x, y, 3 IN (SELECT y FROM xyz x2 WHERE x2.x = xyz.x), 3 NOT IN (SELECT y FROM xyz x2 WHERE x2.x = xyz.x) FROM xyz;
+SELECT x, CASE WHEN y IN (SELECT y FROM xyz x2 WHERE x2.x = xyz.x) THEN 'in' ELSE 'out' END FROM xyz;
+SELECT * FROM abc WHERE (a, b) IN (SELECT a, b FROM abc WHERE c > 100);
+SELECT * FROM abc WHERE (a, b) NOT IN (SELECT a, b FROM abc WHERE c > 100);
+SELECT * FROM abc WHERE (a, b) NOT IN (SELECT a, b FROM abc WHERE c > 250 OR c IS NULL);
+SELECT * FROM xyz WHERE (x, y) IN (SELECT a, b / 10 FROM abc);
