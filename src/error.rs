@@ -177,6 +177,12 @@ impl SluiceError {
     /// The message without DataFusion's prefixes ("Error during planning:")
     /// and without its request to report a bug to DataFusion, which is
     /// ours to report, not the user's.
+    /// An error of the data (SQLSTATE class 22: a division by zero, an
+    /// overflow), not of the statement, the server or a file.
+    pub fn is_data_exception(&self) -> bool {
+        self.sqlstate().starts_with("22")
+    }
+
     pub fn message(&self) -> String {
         let message = self.message_as_said();
         match message.find("\nThis issue was likely caused by a bug in DataFusion") {

@@ -352,6 +352,12 @@ const FROM_ROWS: &[FromRows] = &[
         labels: &["view"],
     },
     FromRows {
+        name: "sluice_view_compute_errors",
+        help: "Times a view's rows did not compute from its state (a division by zero in its select list), since start-up; reads fail while sluice_catalog.views.compute_error says why",
+        sql: "SELECT view_name, compute_errors FROM sluice_catalog.views",
+        labels: &["view"],
+    },
+    FromRows {
         name: "sluice_view_failed",
         help: "1 when a view has stopped on an error (sluice_catalog.views.error)",
         sql: "SELECT view_name, CASE WHEN error IS NULL THEN 0 ELSE 1 END FROM sluice_catalog.views",

@@ -483,3 +483,80 @@ async fn reads_never_see_half_a_statement() {
     assert_eq!(common::scalar(&c, "SELECT n FROM counts").await, 16_000);
     assert!(reads > 0);
 }
+
+/// A view whose select list fails on the state it holds (a division by a
+/// count that is zero) goes on reading: its reads fail with the error
+/// (22012) and `sluice_catalog.views.compute_error` says why while the rows
+/// do not compute, and the view answers again once they do, through a
+/// SIGKILL. Before, CREATE over an empty table failed or the view stopped
+/// for good at its first publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_whose_rows_do_not_compute_reads_on_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "100"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE b (k TEXT NOT NULL, x INT) WITH (partitions = 3);
+         CREATE MATERIALIZED VIEW ratio AS SELECT count(*) / count(x) AS q FROM b;
+         CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) / count(x) AS q FROM b GROUP BY k;
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    // Over no rows, PostgreSQL's query fails too: reads fail, with 22012.
+    let e = c.simple_query("SELECT * FROM ratio").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e}");
+    c.batch_execute("INSERT INTO b VALUES ('a', 1), ('a', 1), ('a', 2), ('c', NULL); FLUSH")
+        .await
+        .unwrap();
+    let rows = |r: Vec<tokio_postgres::SimpleQueryMessage>| common::rows_of(r);
+    assert_eq!(
+        rows(c.simple_query("SELECT q FROM ratio").await.unwrap()),
+        ["1"]
+    );
+    // Group c has no x: the whole result fails, as the query does.
+    let e = c.simple_query("SELECT * FROM per_k").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e}");
+    let status = rows(
+        c.simple_query(
+            "SELECT view_name, error IS NULL, compute_error, compute_errors > 0 FROM sluice_catalog.views ORDER BY 1",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        status,
+        ["per_k|t|division by zero|t", "ratio|t|NULL|t"],
+        "neither view stopped; per_k says why it cannot be read"
+    );
+    drop(c);
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    let e = c.simple_query("SELECT * FROM per_k").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "after SIGKILL: {e}");
+    c.batch_execute("INSERT INTO b VALUES ('c', 5); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(
+            c.simple_query("SELECT k, q FROM per_k ORDER BY k")
+                .await
+                .unwrap()
+        ),
+        ["a|1", "c|2"]
+    );
+    assert_eq!(
+        rows(c.simple_query("SELECT q FROM ratio").await.unwrap()),
+        ["1"]
+    );
+    // The batch query agrees (5 rows, 4 with x).
+    assert_eq!(
+        rows(
+            c.simple_query("SELECT count(*) / count(x) FROM b")
+                .await
+                .unwrap()
+        ),
+        ["1"]
+    );
+}

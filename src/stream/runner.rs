@@ -786,9 +786,21 @@ impl ViewManager {
             }
             None => None,
         };
-        // Readers see the restored state at once.
+        // Readers see the restored state at once. A global aggregate has
+        // its one row before it reads anything, and that row may not
+        // compute (`count(*) / count(x)` is 0 / 0 over no rows): reads
+        // fail until it does (see `View::unavailable`).
+        let mut unavailable = None;
+        let batches = match compiled.snapshot() {
+            Ok(b) => b,
+            Err(e) if e.is_data_exception() => {
+                unavailable = Some((e.sqlstate(), e.message()));
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         let published = Published {
-            batches: compiled.snapshot()?,
+            batches,
             seq: 0,
             consumed: start.consumed.clone(),
             state_rows: compiled.state_rows(),
@@ -857,6 +869,8 @@ impl ViewManager {
             erased: watch::channel(Vec::new()).0,
             wake: Arc::new(Notify::new()),
             failure: Mutex::new(None),
+            unavailable: Mutex::new(unavailable),
+            compute_errors: AtomicU64::new(0),
             task: Mutex::new(None),
             applied_rows: applied_rows.clone(),
             backfill,
@@ -993,13 +1007,23 @@ impl ViewTask {
             return false;
         };
         let began = std::time::Instant::now();
+        // The state took every delta when `result` is Ok; then an error of
+        // the data in computing the rows from it (a division by a count
+        // that is zero over what was read so far) leaves the view reading
+        // on, and its reads failing until the rows compute again.
+        let applied = result.is_ok();
         let snapshot = result.and_then(|_| self.compiled.snapshot());
         self.late_count += late.len() as u64;
         let room = LATE_ROWS_KEPT.saturating_sub(self.late_kept);
         let kept: Vec<LateRow> = late.iter().take(room).copied().collect();
         self.late_kept += kept.len();
         self.late_unsaved.extend(kept);
-        let published = view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late);
+        let published = match snapshot {
+            Err(e) if applied && e.is_data_exception() => {
+                view.publish_unavailable(&e, &self.consumed, &self.compiled, watermark_us, late)
+            }
+            snapshot => view.publish(snapshot, &self.consumed, &self.compiled, watermark_us, late),
+        };
         // A change after the last publish copied what it shared with
         // readers: that is part of what publishing costs.
         self.publish_cost = began.elapsed() + self.compiled.take_copy_time();
@@ -1083,7 +1107,13 @@ impl ViewTask {
             }
             return Ok(None);
         }
-        let rows = self.compiled.snapshot()?;
+        let rows = match self.compiled.snapshot() {
+            Ok(rows) => rows,
+            // Rows that do not compute now have no changes yet: the next
+            // capture after they do takes them all.
+            Err(e) if e.is_data_exception() => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let tracker = match &mut self.tracker {
             Some(t) => t,
             None => self.tracker.insert(ChangeTracker::new(&view.schema, &[])?),
@@ -1367,11 +1397,42 @@ impl View {
                 return false;
             }
         };
+        *self.unavailable.lock() = None;
         {
             let mut p = self.published.write();
             p.batches = batches;
             p.indexes.get_mut().clear();
             p.seq += 1;
+            p.consumed = consumed.to_vec();
+            p.state_rows = compiled.state_rows();
+            p.operators = compiled.operator_stats();
+            p.watermark_us = watermark_us;
+            p.late_count += late.len() as u64;
+            let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
+            p.late.extend(late.into_iter().take(room));
+        }
+        self.progress.send_replace(consumed.to_vec());
+        true
+    }
+}
+
+impl View {
+    /// Records that the rows cannot be computed now (see `unavailable`):
+    /// the offsets read move on, the rows published before stay for what
+    /// reads them through the change log, and reads fail.
+    fn publish_unavailable(
+        &self,
+        e: &SluiceError,
+        consumed: &[u64],
+        compiled: &CompiledView,
+        watermark_us: Option<i64>,
+        late: Vec<LateRow>,
+    ) -> bool {
+        warn!(error = %e, "the view's rows cannot be computed now; reads fail until they can");
+        *self.unavailable.lock() = Some((e.sqlstate(), e.message()));
+        self.compute_errors.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut p = self.published.write();
             p.consumed = consumed.to_vec();
             p.state_rows = compiled.state_rows();
             p.operators = compiled.operator_stats();

@@ -92,6 +92,13 @@ pub struct View {
     pub(super) erased: watch::Sender<Vec<u64>>,
     pub(super) wake: Arc<Notify>,
     pub(super) failure: Mutex<Option<String>>,
+    /// Why the view's rows cannot be computed from its state now (its
+    /// select list divides by a count that is zero, say), with the
+    /// SQLSTATE: reads fail with it until a later publish computes them.
+    /// The view goes on reading meanwhile.
+    pub(super) unavailable: Mutex<Option<(&'static str, String)>>,
+    /// How many publishes found the rows not computable.
+    pub(super) compute_errors: AtomicU64,
     pub(super) task: Mutex<Option<tokio::task::AbortHandle>>,
     /// Source rows the task has applied since it started.
     pub(super) applied_rows: Arc<AtomicU64>,
@@ -118,6 +125,31 @@ pub struct BackfillProgress {
 }
 
 impl View {
+    /// Fails when the view's rows cannot be computed now (see
+    /// `unavailable`), with the error that computing them gave.
+    pub fn readable(&self) -> Result<(), SluiceError> {
+        match &*self.unavailable.lock() {
+            Some((sqlstate, message)) => Err(SluiceError::Evaluation {
+                sqlstate,
+                message: format!(
+                    "materialized view \"{}\" cannot be read until its rows compute again: {message}",
+                    self.def.name
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the view's rows cannot be computed now, if they cannot.
+    pub fn unavailable(&self) -> Option<String> {
+        self.unavailable.lock().as_ref().map(|(_, m)| m.clone())
+    }
+
+    /// How many publishes found the view's rows not computable.
+    pub fn compute_errors(&self) -> u64 {
+        self.compute_errors.load(Ordering::Relaxed)
+    }
+
     /// The rows of the last published snapshot.
     pub fn snapshot(&self) -> Vec<RecordBatch> {
         self.published.read().batches.clone()

@@ -217,6 +217,7 @@ impl PointRead {
                 if view.schema.fields() != self.view_schema.fields() {
                     return Err(changed());
                 }
+                view.readable()?;
                 view.point_read(
                     &self.key_columns,
                     &key,

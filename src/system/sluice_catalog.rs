@@ -1091,6 +1091,8 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
         Field::new("backfill_total_rows", DataType::Int64, true),
         Field::new("backfill_rows_per_second", DataType::Float64, true),
         Field::new("backfill_eta_seconds", DataType::Float64, true),
+        Field::new("compute_error", DataType::Utf8, true),
+        Field::new("compute_errors", DataType::Int64, false),
     ]));
     let arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
@@ -1143,6 +1145,12 @@ fn views_batch(manager: &ViewManager) -> Result<RecordBatch> {
                 .iter()
                 .map(|p| p.as_ref().and_then(|p| p.eta_seconds))
                 .collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            views.iter().map(|v| v.unavailable()).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            views.iter().map(|v| v.compute_errors() as i64),
         )),
     ];
     Ok(RecordBatch::try_new(schema, arrays)?)

@@ -133,6 +133,8 @@ impl TableProvider for ViewTable {
                 SluiceError::Unsupported("cached plan must not change result type".into()),
             )));
         }
+        view.readable()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let mut best = None;
         for (name, index) in &self.indexes {
             if let Some((used, ranges)) =

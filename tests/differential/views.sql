@@ -71,4 +71,5 @@ CREATE MATERIALIZED VIEW constant_rows AS VALUES (1, 'a'), (2, NULL), (2, 'b');
 CREATE MATERIALIZED VIEW constant_squares AS SELECT g, g * g AS sq FROM generate_series(1, 5) g;
 CREATE MATERIALIZED VIEW constant_groups AS SELECT column2 AS k, count(*) AS n, sum(column1) AS s FROM (VALUES (1, 'a'), (2, 'b'), (3, 'a')) v GROUP BY 1;
 CREATE MATERIALIZED VIEW constant_lag AS SELECT x, lag(x) OVER (ORDER BY x) AS prev FROM (VALUES (1), (2), (3)) t(x);
+CREATE MATERIALIZED VIEW ev_ratio AS SELECT count(*) / count(n) AS per_counted, count(*) AS rows FROM ev;
 CREATE MATERIALIZED VIEW ev_span_kinds AS SELECT k, count(DISTINCT CASE WHEN id % 2 = 0 THEN INTERVAL '1 day' ELSE INTERVAL '24 hours' END) AS spans FROM ev GROUP BY k;

@@ -877,7 +877,29 @@ impl AggregatePipeline {
         }
         let all: Vec<usize> = (0..n).collect();
         // One row per group: HAVING does not apply to the saved state.
-        let current = self.rows_of(schema, &all, false)?;
+        // Rows that do not compute now (a division by a count that is
+        // zero) are saved as NULLs: a restart computes them again from the
+        // state, which is whole.
+        let current = match self.rows_of(schema, &all, false) {
+            Ok(rows) => rows,
+            Err(e) if e.is_data_exception() => {
+                let nullable: Vec<Field> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect();
+                RecordBatch::try_new_with_options(
+                    Arc::new(Schema::new(nullable)),
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| arrow::array::new_null_array(f.data_type(), n))
+                        .collect(),
+                    &RecordBatchOptions::new().with_row_count(Some(n)),
+                )?
+            }
+            Err(e) => return Err(e),
+        };
         let keys = match self.group_exprs.is_empty() {
             true => Vec::new(),
             false => self
