@@ -443,6 +443,26 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                 };
                 Ok(Transformed::yes(e))
             }
+            // Other operators over a subquery that reads nothing outside
+            // it; a correlated one is refused rather than answered wrong.
+            Expr::SetComparison(sc) if !in_filter => {
+                if !sc.subquery.outer_ref_columns.is_empty() {
+                    return Err(super::udf::pg_error(
+                        "0A000",
+                        format!(
+                            "{} {} over a correlated subquery is supported in WHERE only",
+                            sc.op, sc.quantifier
+                        ),
+                    ));
+                }
+                if matches!(
+                    sc.expr.get_type(&schema),
+                    Ok(arrow::datatypes::DataType::Interval(_))
+                ) {
+                    return Ok(Transformed::no(Expr::SetComparison(sc)));
+                }
+                Ok(Transformed::yes(set_comparison_as_case(sc)?))
+            }
             e => Ok(narrow_literal(e)),
         })?;
         let t = t.transform_data(|e| {
@@ -554,6 +574,83 @@ fn exists_as_count(ex: datafusion::logical_expr::expr::Exists) -> Result<Expr> {
         found
     };
     Ok(if ex.negated { !found } else { found })
+}
+
+/// `x op ANY (subquery)` or `x op ALL (subquery)` outside a WHERE clause,
+/// over a subquery that reads nothing of the outer row, with SQL's NULLs,
+/// from the subquery's row count, non-NULL count, least and greatest value
+/// (each computed once): ANY is true where x compares true with the least
+/// or greatest value that decides, NULL where only a NULL value could make
+/// it true, false otherwise, and false over no rows; ALL the same with
+/// false where one value compares false, and true over no rows.
+fn set_comparison_as_case(sc: datafusion::logical_expr::expr::SetComparison) -> Result<Expr> {
+    use datafusion::functions_aggregate::expr_fn::{count, max, min};
+    use datafusion::logical_expr::expr::SetQuantifier;
+    use datafusion::logical_expr::{lit, when, Operator};
+    let plan = sc.subquery.subquery.as_ref().clone();
+    let column = Expr::Column(plan.schema().columns()[0].clone());
+    let scalar = |aggregate: Expr| -> Result<Expr> {
+        Ok(Expr::ScalarSubquery(datafusion::logical_expr::Subquery {
+            subquery: Arc::new(
+                LogicalPlanBuilder::from(plan.clone())
+                    .aggregate(Vec::<Expr>::new(), vec![aggregate])?
+                    .build()?,
+            ),
+            outer_ref_columns: vec![],
+            spans: Default::default(),
+        }))
+    };
+    let rows = scalar(count(lit(1)))?;
+    let values = scalar(count(column.clone()))?;
+    let least = scalar(min(column.clone()))?;
+    let greatest = scalar(max(column))?;
+    let x = *sc.expr;
+    let any = sc.quantifier == SetQuantifier::Any;
+    // What decides: ANY > holds when x > the least value, ALL > when
+    // x > the greatest; = and <> take both ends.
+    let decides = match (sc.op, any) {
+        (Operator::Gt | Operator::GtEq, true) | (Operator::Lt | Operator::LtEq, false) => {
+            Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                Box::new(x.clone()),
+                sc.op,
+                Box::new(least),
+            ))
+        }
+        (Operator::Lt | Operator::LtEq, true) | (Operator::Gt | Operator::GtEq, false) => {
+            Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                Box::new(x.clone()),
+                sc.op,
+                Box::new(greatest),
+            ))
+        }
+        // = ALL: every value equals x; <> ANY: some value differs.
+        (Operator::Eq, false) => least.clone().eq(x.clone()).and(greatest.eq(x.clone())),
+        (Operator::NotEq, true) => least
+            .clone()
+            .not_eq(x.clone())
+            .or(greatest.not_eq(x.clone())),
+        (op, _) => {
+            return datafusion::common::plan_err!("{op} ANY/ALL over a subquery is not supported")
+        }
+    };
+    let null = lit(ScalarValue::Boolean(None));
+    let some_null = rows.clone().gt(values.clone());
+    let mut found = when(rows.eq(lit(0i64)), lit(!any));
+    found.when(x.is_null(), null.clone());
+    let found = match any {
+        true => found
+            .when(values.gt(lit(0i64)).and(decides), lit(true))
+            .when(some_null, null)
+            .otherwise(lit(false))?,
+        false => found
+            .when(
+                values.gt(lit(0i64)).and(Expr::Not(Box::new(decides))),
+                lit(false),
+            )
+            .when(some_null, null)
+            .otherwise(lit(true))?,
+    };
+    Ok(found)
 }
 
 /// `x IN (subquery)` outside a WHERE clause, with SQL's NULLs: false over

@@ -38,3 +38,8 @@ SELECT * FROM abc WHERE (a, b) IN (SELECT a, b FROM abc WHERE c > 100);
 SELECT * FROM abc WHERE (a, b) NOT IN (SELECT a, b FROM abc WHERE c > 100);
 SELECT * FROM abc WHERE (a, b) NOT IN (SELECT a, b FROM abc WHERE c > 250 OR c IS NULL);
 SELECT * FROM xyz WHERE (x, y) IN (SELECT a, b / 10 FROM abc);
+SELECT k, k = ALL (SELECT k FROM n2 WHERE k = 3), k >= ALL (SELECT k FROM n2 WHERE k IS NOT NULL), k < ANY (SELECT k FROM n2) FROM n1;
+SELECT id, amount > ALL (SELECT amount FROM orders WHERE status = 'cancelled'), amount <= ANY (SELECT amount FROM orders WHERE status = 'paid') FROM orders;
+SELECT a, a <> ANY (SELECT a FROM abc WHERE b = 10), a > ALL (SELECT a FROM abc WHERE c > 1000), a < ANY (SELECT a FROM abc WHERE c > 1000) FROM abc;
+SELECT x, x = ALL (SELECT x FROM xyz WHERE z = 'a'), x > ANY (SELECT x FROM xyz) FROM xyz;
+SELECT s, s > ALL (SELECT s FROM t WHERE id < 3) FROM t;
