@@ -1403,20 +1403,12 @@ impl View {
             p.batches = batches;
             p.indexes.get_mut().clear();
             p.seq += 1;
-            p.consumed = consumed.to_vec();
-            p.state_rows = compiled.state_rows();
-            p.operators = compiled.operator_stats();
-            p.watermark_us = watermark_us;
-            p.late_count += late.len() as u64;
-            let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
-            p.late.extend(late.into_iter().take(room));
+            advance(&mut p, consumed, compiled, watermark_us, late);
         }
         self.progress.send_replace(consumed.to_vec());
         true
     }
-}
 
-impl View {
     /// Records that the rows cannot be computed now (see `unavailable`):
     /// the offsets read move on, the rows published before stay for what
     /// reads them through the change log, and reads fail.
@@ -1431,19 +1423,34 @@ impl View {
         warn!(error = %e, "the view's rows cannot be computed now; reads fail until they can");
         *self.unavailable.lock() = Some((e.sqlstate(), e.message()));
         self.compute_errors.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut p = self.published.write();
-            p.consumed = consumed.to_vec();
-            p.state_rows = compiled.state_rows();
-            p.operators = compiled.operator_stats();
-            p.watermark_us = watermark_us;
-            p.late_count += late.len() as u64;
-            let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
-            p.late.extend(late.into_iter().take(room));
-        }
+        advance(
+            &mut self.published.write(),
+            consumed,
+            compiled,
+            watermark_us,
+            late,
+        );
         self.progress.send_replace(consumed.to_vec());
         true
     }
+}
+
+/// What a publish moves on whether or not the rows computed: the offsets
+/// read, the state's size, the watermark and the late rows.
+fn advance(
+    p: &mut Published,
+    consumed: &[u64],
+    compiled: &CompiledView,
+    watermark_us: Option<i64>,
+    late: Vec<LateRow>,
+) {
+    p.consumed = consumed.to_vec();
+    p.state_rows = compiled.state_rows();
+    p.operators = compiled.operator_stats();
+    p.watermark_us = watermark_us;
+    p.late_count += late.len() as u64;
+    let room = LATE_ROWS_KEPT.saturating_sub(p.late.len());
+    p.late.extend(late.into_iter().take(room));
 }
 
 /// The task of a view over a view whose rows change in place: each publish
