@@ -325,7 +325,8 @@ fn postgres_wording(text: &str) -> Option<(&'static str, String)> {
         return Some(("22003", "numeric field overflow".into()));
     }
     // A correlated subquery DataFusion could not turn into a join.
-    if text.contains("Physical plan does not support logical expression ScalarSubquery")
+    if text.contains("Accessing outer reference columns is not allowed")
+        || text.contains("Physical plan does not support logical expression ScalarSubquery")
         || text.contains("Physical plan does not support logical expression Exists")
         || text.contains("Physical plan does not support logical expression InSubquery")
     {

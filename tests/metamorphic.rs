@@ -20,7 +20,10 @@
 //! the server must answer every query (no panic, no lost connection).
 //!
 //! CI runs 150 conditions with a fixed seed (`SLUICE_FUZZ_SEED` changes
-//! it); `SLUICE_METAMORPHIC_CHECKS` sets how many (the long mode).
+//! it); `SLUICE_METAMORPHIC_CHECKS` sets how many and
+//! `SLUICE_METAMORPHIC_SECONDS` stops the run after that long (the long
+//! mode). Each failure is printed as it is found, so a run cut short still
+//! says what it found.
 
 mod common;
 
@@ -62,7 +65,9 @@ impl Tally {
             Ok(None) => self.checked += 1,
             Ok(Some(difference)) => {
                 self.checked += 1;
-                self.failures.push(format!("{what}: {difference}"));
+                let failure = format!("{what}: {difference}");
+                eprintln!("metamorphic failure: {failure}");
+                self.failures.push(failure);
             }
             Err(_) => self.skipped += 1,
         }
@@ -234,6 +239,14 @@ fn group_condition(g: &mut QueryGen<'_>) -> String {
     }
 }
 
+/// How long the long mode may run, if it is bounded by time.
+fn time_budget() -> Option<std::time::Duration> {
+    std::env::var("SLUICE_METAMORPHIC_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(std::time::Duration::from_secs)
+}
+
 fn check_count() -> usize {
     std::env::var("SLUICE_METAMORPHIC_CHECKS")
         .ok()
@@ -266,7 +279,11 @@ async fn ternary_logic_partitioning_and_norec_hold() {
     let checks = check_count();
     let mut tally = Tally::default();
     let started = std::time::Instant::now();
+    let budget = time_budget();
     for n in 0..checks {
+        if budget.is_some_and(|b| started.elapsed() > b) {
+            break;
+        }
         let mut g = QueryGen::new(&mut rng);
         let p = if n % 2 == 0 {
             g.predicate("")

@@ -243,3 +243,102 @@ async fn intervals_multiply_and_window_ranks_are_bigint() {
     ])
     .await;
 }
+
+/// Subqueries that read the outer row other than by an equality (issue
+/// 70): each is answered per outer row, as PostgreSQL answers it, where
+/// the planner refused them (0A000) or, for a LATERAL subquery with a
+/// window function or a LIMIT, numbered and cut the rows of every outer
+/// row together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subqueries_correlated_other_than_by_equality_answer_per_outer_row() {
+    agree(&[
+        "SELECT k, (SELECT count(*) FROM n2 WHERE n2.k > n1.k) FROM n1",
+        "SELECT k, (SELECT min(b) FROM n2 WHERE n2.k <> n1.k OR n1.k IS NULL) FROM n1",
+        "SELECT * FROM n1 WHERE EXISTS (SELECT 1 FROM n1 AS x LEFT JOIN n2 ON n1.k = n2.k)",
+        "SELECT * FROM n1 WHERE EXISTS (SELECT 1 FROM n2 RIGHT JOIN n1 AS x ON n1.k = n2.k)",
+        "SELECT a, (k IN (SELECT k FROM n2 WHERE n2.k >= n1.k OR n2.k IS NULL)) IS NULL FROM n1",
+        "SELECT * FROM n1 WHERE k IN (SELECT n1.k FROM n2)",
+        "SELECT n1.a, s.* FROM n1, LATERAL (SELECT b, row_number() OVER (ORDER BY b) AS rn \
+         FROM n2 WHERE n2.k >= n1.k) s ORDER BY 1, 3",
+        "SELECT n1.a, s.b FROM n1 LEFT JOIN LATERAL (SELECT b FROM n2 WHERE n2.k = n1.k \
+         ORDER BY b DESC LIMIT 1) s ON true ORDER BY 1",
+        "SELECT n1.a, s.n FROM n1 CROSS JOIN LATERAL (SELECT count(*) AS n, sum(y) AS y \
+         FROM t WHERE t.id BETWEEN n1.k AND n1.k + 1) s ORDER BY 1",
+        "SELECT id FROM t WHERE y > ALL (SELECT y FROM t AS u WHERE u.x < t.x) ORDER BY id",
+        "SELECT k, (SELECT b FROM n2 WHERE n2.k >= n1.k) FROM n1 WHERE k = 1",
+    ])
+    .await;
+}
+
+/// A statement prepared once answers each execution from the rows of
+/// that moment, and a query with more distinct outer values than a
+/// per-value evaluation takes is refused with 0A000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_outer_row_subqueries_read_the_rows_of_each_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE o (k INT NOT NULL) WITH (partitions = 4); \
+         CREATE TABLE i (v INT); \
+         INSERT INTO o VALUES (1), (2), (3); INSERT INTO i VALUES (1), (2), (5);",
+    )
+    .await
+    .unwrap();
+    let lateral = c
+        .prepare(
+            "SELECT o.k, s.n FROM o, LATERAL (SELECT count(*) AS n FROM i WHERE i.v > o.k - $1) s \
+             ORDER BY o.k",
+        )
+        .await
+        .unwrap();
+    let counts = |rows: Vec<tokio_postgres::Row>| {
+        rows.iter()
+            .map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts(c.query(&lateral, &[&0i32]).await.unwrap()),
+        vec![(1, 2), (2, 1), (3, 1)]
+    );
+    c.batch_execute("INSERT INTO o VALUES (4); INSERT INTO i VALUES (9)")
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(c.query(&lateral, &[&0i32]).await.unwrap()),
+        vec![(1, 3), (2, 2), (3, 2), (4, 2)]
+    );
+    assert_eq!(
+        counts(c.query(&lateral, &[&1i32]).await.unwrap()),
+        vec![(1, 4), (2, 3), (3, 2), (4, 2)]
+    );
+    c.batch_execute("INSERT INTO o SELECT * FROM generate_series(10, 1200)")
+        .await
+        .unwrap();
+    let refused = c
+        .simple_query("SELECT k, (SELECT count(*) FROM i WHERE i.v > o.k) FROM o")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED),
+        "{refused:?}"
+    );
+}
+
+/// Array concatenation and `array_remove` (issue 70): an empty or NULL
+/// array of fewer dimensions leaves the other whole, arrays tagged by a
+/// cast concatenate (the connection was dropped), and removing NULL
+/// removes the NULL elements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrays_concatenate_and_remove_as_postgresql() {
+    agree(&[
+        "SELECT ARRAY[[1,2]] || ARRAY[]::int[]",
+        "SELECT ARRAY[]::int[] || ARRAY[[1,2]]",
+        "SELECT ARRAY[[1,2]] || ARRAY[3,4]::int[], ARRAY[[1,2]] || NULL::int[]",
+        "SELECT array_remove(ARRAY['a',NULL,'b',NULL], NULL), array_remove(ARRAY[1,NULL,1], 1)",
+        "SELECT a, array_remove(ARRAY['x', a, 'y'], a) FROM n1",
+        "SELECT array_remove(ARRAY[[1,2],[1,3]], 1)",
+    ])
+    .await;
+}

@@ -28,8 +28,8 @@
 //! - `COLLATE "C"` (and `POSIX`, `default`, `ucs_basic`) is how text
 //!   compares here already, by code point;
 //! - `every` is `bool_and`, `variance` is `var_samp`, and `array_remove`
-//!   and `array_replace` reach every occurrence (`array_remove_all`,
-//!   `array_replace_all`);
+//!   and `array_replace` reach every occurrence (`pg_array_remove`, which
+//!   removes NULLs too, and `array_replace_all`);
 //! - `make_interval(days => 3)` names its arguments: they become the
 //!   positional list with zeros for those left out;
 //! - `FETCH FIRST n ROWS ONLY` is `LIMIT n`, and a parameter of `LIMIT`
@@ -666,7 +666,7 @@ fn renamed_function(f: &Function) -> Option<Expr> {
         "variance" => "var_samp",
         // PostgreSQL's remove and replace every occurrence; the planner's
         // functions of these names, the first only.
-        "array_remove" => "array_remove_all",
+        "array_remove" => "pg_array_remove",
         "array_replace" => "array_replace_all",
         _ => return None,
     };

@@ -236,9 +236,11 @@ impl VisitorMut for Requalify<'_> {
 }
 
 /// A LATERAL subquery that reads the relations before it and computes a
-/// window function is refused (0A000): the planner applies the outer row's
-/// condition after the window, so `row_number() OVER ()` would count rows
-/// of every outer row together, where PostgreSQL counts per outer row.
+/// window function is refused (0A000) in a materialized view: the planner
+/// applies the outer row's condition after the window, so `row_number()
+/// OVER ()` would count rows of every outer row together, where
+/// PostgreSQL counts per outer row. (A query computes such a subquery per
+/// outer value instead; a view has no rows to take the values from.)
 pub fn refuse_windows_in_lateral(statement: &Statement) -> Result<(), crate::SqlError> {
     use sqlparser::ast::{Visit, Visitor};
     struct Lateral(bool);

@@ -575,8 +575,24 @@ impl Engine {
         &self,
         df: DataFrame,
     ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, SluiceError> {
+        use crate::query::per_outer_value as per_value;
         let _snapshot = self.store.transactions().snapshot_guard().await;
-        Ok(df.create_physical_plan().await?)
+        let (state, mut plan) = df.into_parts();
+        if per_value::needs_per_outer_value(&plan) {
+            plan = per_value::evaluate_per_outer_value(&state, plan).await?;
+        }
+        // A correlated subquery the optimizer cannot turn into a join is
+        // evaluated per outer value instead.
+        match DataFrame::new(state.clone(), plan.clone())
+            .create_physical_plan()
+            .await
+        {
+            Err(e) if per_value::is_correlation_error(&e) => {
+                let plan = per_value::evaluate_per_outer_value(&state, plan).await?;
+                Ok(DataFrame::new(state, plan).create_physical_plan().await?)
+            }
+            planned => Ok(planned?),
+        }
     }
 
     async fn plan_query(&self, sql: &str, user: &SessionRole) -> Result<LogicalPlan, SluiceError> {

@@ -19,6 +19,8 @@ mod hop_windows;
 pub mod index_bounds;
 mod interval_keys;
 pub mod join_keys;
+pub mod per_outer_value;
+mod pg_array_remove;
 mod pg_casts;
 pub(crate) mod pg_functions;
 mod pg_hash;

@@ -379,6 +379,7 @@ impl ScalarUDFImpl for ExpandArray {
 }
 
 pub fn register(ctx: &SessionContext) {
+    ctx.register_udf(super::pg_array_remove::array_remove());
     // Replaces datafusion-pg-catalog's, which keeps the spaces around a
     // dot as parts; `'name'::regclass` looks names up through it.
     ctx.register_udf(create_udf(

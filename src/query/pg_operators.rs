@@ -143,6 +143,9 @@ impl ExprPlanner for PgOperators {
             }
         }
         let planned = match (&op, &lt, &rt) {
+            (BinaryOperator::StringConcat, l, r) if list_depth(l) > 0 && list_depth(r) > 0 => {
+                Some(array_concat(&left, l, &right, r))
+            }
             (BinaryOperator::Divide, l, r)
                 if (is_decimal(l) || is_decimal(r))
                     && (is_decimal(l) || l.is_integer())
@@ -294,6 +297,51 @@ fn json_operator(
         ),
         _ => return None,
     })
+}
+
+/// How many array dimensions a type has (0: not an array).
+fn list_depth(t: &DataType) -> usize {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            1 + list_depth(f.data_type())
+        }
+        _ => 0,
+    }
+}
+
+/// An array type without its fields' metadata: arrays whose element
+/// fields differ only in metadata (a `::int[]` cast tags its elements)
+/// concatenate as one type.
+fn untagged_list(t: &DataType) -> DataType {
+    match t {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            DataType::new_list(untagged_list(f.data_type()), f.is_nullable())
+        }
+        t => t.clone(),
+    }
+}
+
+/// `left || right` over arrays, as PostgreSQL's `array_cat`: an array of
+/// one dimension fewer is appended (or prepended) as one element, unless
+/// it is empty or NULL, when the other is the result whole.
+fn array_concat(left: &Expr, lt: &DataType, right: &Expr, rt: &DataType) -> Expr {
+    use datafusion::functions::expr_fn::coalesce;
+    use datafusion::functions_nested::expr_fn::{array_concat, cardinality};
+    use datafusion::logical_expr::{lit, when};
+    let l = cast_from(left, lt, untagged_list(lt));
+    let r = cast_from(right, rt, untagged_list(rt));
+    let joined = array_concat(vec![l.clone(), r.clone()]);
+    let empty = |e: Expr| coalesce(vec![cardinality(e), lit(0u64)]).eq(lit(0u64));
+    let whole = |cond: Expr, result: Expr| {
+        when(cond, result.clone())
+            .otherwise(joined.clone())
+            .unwrap_or(joined.clone())
+    };
+    match list_depth(lt).cmp(&list_depth(rt)) {
+        std::cmp::Ordering::Greater => whole(empty(r), l),
+        std::cmp::Ordering::Less => whole(empty(l), r),
+        std::cmp::Ordering::Equal => joined,
+    }
 }
 
 fn is_decimal(t: &DataType) -> bool {

@@ -35,7 +35,6 @@ pub fn rewrite_for_planning(
     sluice_sql::rewrite_ordinality(stmt)?;
     sluice_sql::rewrite_set_returning(stmt);
     sluice_sql::rewrite_postgres_syntax(stmt)?;
-    sluice_sql::refuse_windows_in_lateral(stmt)?;
     sluice_sql::rename_shadowing_relations(stmt);
     sluice_sql::rewrite_ctid_ranges(stmt, |name| {
         crate::stream::relation_columns(store, views, name)

@@ -209,6 +209,11 @@ impl PgType {
             | DataType::LargeListView(f)
             | DataType::FixedSizeList(f, _) => {
                 let element = PgType::of_field(f);
+                // An array of arrays is one array of more dimensions, of
+                // the same type.
+                if f.data_type().is_nested() && !matches!(f.data_type(), DataType::Struct(_)) {
+                    return element;
+                }
                 return PgType::plain(array_of(element.oid).unwrap_or(1009));
             }
             DataType::Dictionary(_, value) => return PgType::of_data_type(value),
