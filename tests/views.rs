@@ -484,6 +484,119 @@ async fn reads_never_see_half_a_statement() {
     assert!(reads > 0);
 }
 
+/// A row of a source on which a view's expression fails (a division by
+/// zero in one row's values, below an aggregate, in a filter or in a
+/// select list) no longer stops the view: it reads on without the row,
+/// its reads fail with the row's error (as the query over the same rows
+/// does) while the row is there, through a SIGKILL, and answer again,
+/// equal to the query, once the row is deleted or replaced. Before, the
+/// view stopped for good at the first such row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_row_that_fails_sets_the_view_aside_until_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "100"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE m (id INT PRIMARY KEY, k TEXT NOT NULL, x INT) \
+             WITH (partitions = 4, delete_retention = '0s');
+         CREATE TABLE a (k TEXT NOT NULL, x INT) WITH (partitions = 3);
+         CREATE MATERIALIZED VIEW m_sums AS SELECT k, sum(100 / x) AS s, count(*) AS n FROM m GROUP BY k;
+         CREATE MATERIALIZED VIEW m_rows AS SELECT id, 100 / x AS q FROM m WHERE 10 / x >= 0;
+         CREATE MATERIALIZED VIEW a_sums AS SELECT k, sum(100 / x) AS s FROM a GROUP BY k;
+         INSERT INTO m VALUES (1, 'a', 10), (2, 'a', 0), (3, 'b', 5), (4, 'b', NULL), (5, 'c', 0);
+         INSERT INTO a VALUES ('a', 10), ('a', 0), ('b', 4);
+         FLUSH;",
+    )
+    .await
+    .unwrap();
+    let rows = |r: Vec<tokio_postgres::SimpleQueryMessage>| common::rows_of(r);
+    for view in ["m_sums", "m_rows", "a_sums"] {
+        let e = c
+            .simple_query(&format!("SELECT * FROM {view}"))
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "22012", "{view}: {e}");
+    }
+    // The query over the same rows fails the same way.
+    let e = c
+        .simple_query("SELECT k, sum(100 / x) FROM m GROUP BY k")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e}");
+    let status = rows(
+        c.simple_query(
+            "SELECT view_name, error IS NULL, compute_error LIKE 'division by zero (in 2 rows%' \
+             FROM sluice_catalog.views WHERE view_name LIKE 'm%' ORDER BY 1",
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(status, ["m_rows|t|t", "m_sums|t|t"], "neither view stopped");
+    // The views read on meanwhile.
+    c.batch_execute("INSERT INTO m VALUES (6, 'c', 20), (7, 'a', 50); FLUSH")
+        .await
+        .unwrap();
+    // A checkpoint keeps the failed rows: they count after a SIGKILL.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    drop(c);
+    server.kill9();
+    server.start_again();
+    let c = server.connect().await;
+    for view in ["m_sums", "m_rows", "a_sums"] {
+        let e = c
+            .simple_query(&format!("SELECT * FROM {view}"))
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "22012", "after SIGKILL, {view}: {e}");
+    }
+    // One row replaced, one deleted: nothing fails any more.
+    c.batch_execute("INSERT INTO m VALUES (2, 'a', 25); DELETE FROM m WHERE id = 5; FLUSH")
+        .await
+        .unwrap();
+    let query = "SELECT k, sum(100 / x) AS s, count(*) AS n FROM m GROUP BY k ORDER BY k";
+    let expected = rows(c.simple_query(query).await.unwrap());
+    assert_eq!(expected, ["a|16|3", "b|20|2", "c|5|1"]);
+    assert_eq!(
+        rows(
+            c.simple_query("SELECT k, s, n FROM m_sums ORDER BY k")
+                .await
+                .unwrap()
+        ),
+        expected
+    );
+    assert_eq!(
+        rows(
+            c.simple_query("SELECT id, q FROM m_rows ORDER BY id")
+                .await
+                .unwrap()
+        ),
+        rows(
+            c.simple_query("SELECT id, 100 / x FROM m WHERE 10 / x >= 0 ORDER BY id")
+                .await
+                .unwrap()
+        )
+    );
+    // An append-only table never takes its row back: its view stays
+    // unreadable, as its query stays failing, until it is made again with
+    // a query that does not fail.
+    let e = c.simple_query("SELECT * FROM a_sums").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{e}");
+    c.batch_execute(
+        "DROP MATERIALIZED VIEW a_sums; \
+         CREATE MATERIALIZED VIEW a_sums AS SELECT k, sum(100 / NULLIF(x, 0)) AS s FROM a GROUP BY k; FLUSH",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(
+            c.simple_query("SELECT k, s FROM a_sums ORDER BY k")
+                .await
+                .unwrap()
+        ),
+        ["a|10", "b|25"]
+    );
+}
+
 /// A view whose select list fails on the state it holds (a division by a
 /// count that is zero) goes on reading: its reads fail with the error
 /// (22012) and `sluice_catalog.views.compute_error` says why while the rows

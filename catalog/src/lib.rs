@@ -9,7 +9,9 @@ mod roles;
 mod store;
 mod types;
 
-pub use manifest::{CheckpointFile, CheckpointManifest, FileKind, StatePartId, ViewClockState};
+pub use manifest::{
+    CheckpointFile, CheckpointManifest, FailedRowEntry, FileKind, StatePartId, ViewClockState,
+};
 pub use roles::{Acl, AclKind, RoleCatalog, RoleDef, ScramSecret};
 pub use store::{
     checked_body, with_checksum, write_atomically, write_atomically_with_mode, Catalog,

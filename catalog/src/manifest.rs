@@ -93,6 +93,21 @@ pub struct CheckpointManifest {
     /// false, numbering a stage per operator as lifted.
     #[serde(default)]
     pub stages_shared: bool,
+    /// Rows of the sources on which the view's expressions failed (see
+    /// `stream::compile::failed_rows`): reads fail while any is counted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_rows: Vec<FailedRowEntry>,
+}
+
+/// A row of a view's sources on which the view's expressions fail, as a
+/// checkpoint keeps it: a hash of where it came from and its values (not
+/// the values), how often it counts, and its error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedRowEntry {
+    pub key: String,
+    pub count: i64,
+    pub sqlstate: String,
+    pub message: String,
 }
 
 impl CheckpointManifest {
@@ -152,6 +167,12 @@ mod tests {
             source_offsets: vec![10, 20],
             changes_kept: false,
             stages_shared: true,
+            failed_rows: vec![FailedRowEntry {
+                key: "00ff".into(),
+                count: 2,
+                sqlstate: "22012".into(),
+                message: "division by zero".into(),
+            }],
             clock: ViewClockState {
                 max_event_us: vec![Some(5), None],
                 last_commit_us: vec![Some(1), None],

@@ -262,6 +262,8 @@ pub struct Capture {
     /// previous capture.
     pub changes_kept: bool,
     pub changes: Option<RecordBatch>,
+    /// Rows of the sources on which the view's plans fail.
+    pub failed_rows: Vec<sluice_catalog::FailedRowEntry>,
     /// An erasing epoch (`VACUUM`): once it commits, no file of another
     /// epoch stays, not even the previous one as a fallback, so that rows
     /// deleted from the sources are in no checkpoint file. The state it
@@ -610,6 +612,7 @@ async fn write_epoch(
         files,
         changes_kept: capture.changes_kept,
         stages_shared: true,
+        failed_rows: capture.failed_rows.clone(),
     };
     store
         .put(

@@ -777,6 +777,7 @@ impl ViewManager {
             Some(r) => {
                 compiled.restore(r.appended, r.groups)?;
                 compiled.restore_operators(&r.operators, r.manifest.stages_shared)?;
+                compiled.restore_failed_rows(&r.manifest.failed_rows);
                 restored_changes = r.changes;
                 start.consumed = r.manifest.source_offsets.clone();
                 start.clock = r.manifest.clock.clone();
@@ -821,7 +822,12 @@ impl ViewManager {
         let changes_kept = manifest.as_ref().is_some_and(|m| m.changes_kept) && !append_only;
         let (changes_durable, _) = watch::channel(changes_kept);
         let tracker = if changes_kept {
-            let rows = compiled.snapshot()?;
+            // Rows of the sources that fail are in no change yet.
+            let rows = match compiled.rows_without_failed() {
+                Ok(rows) => rows,
+                Err(e) if e.is_data_exception() => Vec::new(),
+                Err(e) => return Err(e),
+            };
             Some(ChangeTracker::new(&compiled.schema, &rows)?)
         } else {
             None
@@ -1080,6 +1086,7 @@ impl ViewTask {
             late: late_rows_batch(&std::mem::take(&mut self.late_unsaved)),
             changes_kept: wanted,
             changes,
+            failed_rows: self.compiled.failed_rows(),
             erases: erase,
         };
         view.checkpoint_asked.store(false, Ordering::Release);

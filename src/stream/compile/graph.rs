@@ -36,6 +36,7 @@ use sluice_catalog::StatePartId;
 use super::band::{
     find_band, scalar_duration_us, source_column, time_reach, trace_expr, TimeReach, TracedColumn,
 };
+use super::failed_rows::FailedRows;
 use crate::checkpoint::{OperatorPart, RestoredPart};
 use crate::error::SluiceError;
 use crate::query::asof_exec::AsofSpec;
@@ -273,6 +274,8 @@ pub struct JoinGraph {
     /// The stage that emits rows only once the watermark makes them final
     /// (an over-window under `EMIT ON WINDOW CLOSE`).
     closing_stage: Option<usize>,
+    /// Rows of the sources on which a plan of the view fails.
+    failed: parking_lot::Mutex<FailedRows>,
 }
 
 /// An aggregate below a join or another aggregate, lifted as a stage.
@@ -302,6 +305,7 @@ impl JoinGraph {
             unstarted: true,
             emit_on_close: false,
             closing_stage: None,
+            failed: Default::default(),
         }
     }
 
@@ -1735,9 +1739,57 @@ impl JoinGraph {
             return Ok(Vec::new());
         }
         self.fill(source, rows, outputs, inserted);
-        let result = collect(plan.clone(), ctx).await;
+        let result = self
+            .collect_rows_apart(plan, ctx, if inserted { 1 } else { -1 })
+            .await;
         self.clear();
         Ok(result?.into_iter().filter(|b| b.num_rows() > 0).collect())
+    }
+
+    /// `plan` over what the slots hold, with the rows on which it fails set
+    /// aside (see [`failed_rows`](super::failed_rows)); `sign` is +1 for
+    /// inserted rows, -1 for rows taken back.
+    pub async fn collect_rows_apart(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        ctx: Arc<TaskContext>,
+        sign: i64,
+    ) -> Result<Vec<RecordBatch>, SluiceError> {
+        let slots: Vec<DeltaSlot> = self
+            .source_slots
+            .iter()
+            .chain(self.stages.iter().map(|s| &s.slot))
+            .cloned()
+            .collect();
+        super::failed_rows::collect_rows_apart(plan, ctx, &slots, sign, &self.failed).await
+    }
+
+    /// Counts a row of the view's last aggregate's input as failed (see
+    /// [`failed_rows`](super::failed_rows)).
+    pub fn record_failed_row(
+        &self,
+        row: &RecordBatch,
+        sign: i64,
+        error: &SluiceError,
+    ) -> Result<(), SluiceError> {
+        // Numbered past every slot: these rows come from no one slot.
+        let slot = self.source_slots.len() + self.stages.len();
+        self.failed.lock().record_row(slot, row, sign, error)
+    }
+
+    /// The error reads of the view fail with while rows of its sources fail.
+    pub fn failed_rows_error(&self) -> Option<SluiceError> {
+        self.failed.lock().error()
+    }
+
+    /// The failed rows, for a checkpoint.
+    pub fn failed_rows(&self) -> Vec<sluice_catalog::FailedRowEntry> {
+        self.failed.lock().saved()
+    }
+
+    /// The failed rows a checkpoint kept.
+    pub fn restore_failed_rows(&self, saved: &[sluice_catalog::FailedRowEntry]) {
+        self.failed.lock().restore(saved);
     }
 
     /// Puts `rows` in the slot of `source`, and every join's inserted (or

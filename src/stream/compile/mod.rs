@@ -8,5 +8,6 @@
 #[cfg(test)]
 mod accumulator_audit;
 pub mod band;
+pub mod failed_rows;
 pub mod graph;
 pub mod pipeline;

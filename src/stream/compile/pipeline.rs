@@ -20,7 +20,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
-use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::Statement as DfStatement;
 use sluice_sql::sqlparser::ast;
@@ -758,7 +758,7 @@ impl CompiledView {
         let closing = self.closing;
         match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
-                let insert = collect(plan.clone(), ctx).await?;
+                let insert = self.graph.collect_rows_apart(plan, ctx, 1).await?;
                 rows.apply(
                     0,
                     &Delta {
@@ -769,7 +769,8 @@ impl CompiledView {
                 Ok(())
             }
             Pipeline::Aggregate(agg) => {
-                let out = collect(agg.input.clone(), ctx).await?;
+                let out = self.graph.collect_rows_apart(&agg.input, ctx, 1).await?;
+                let graph = &self.graph;
                 for b in &out {
                     match (closing.filter(|c| c.time_index.is_some()), watermark_us) {
                         (Some(c), Some(w)) => {
@@ -779,9 +780,13 @@ impl CompiledView {
                                 w.saturating_sub(c.lateness_us)
                                     .saturating_sub(c.key_before_end_us),
                             )?;
-                            agg.update(&open)?
+                            agg.feed_rows_apart(&open, false, |row, e| {
+                                graph.record_failed_row(row, 1, e)
+                            })?
                         }
-                        _ => agg.update(b)?,
+                        _ => agg.feed_rows_apart(b, false, |row, e| {
+                            graph.record_failed_row(row, 1, e)
+                        })?,
                     }
                 }
                 Ok(())
@@ -807,7 +812,7 @@ impl CompiledView {
     ) -> Result<(), SluiceError> {
         match &mut self.pipeline {
             Pipeline::Rows { plan, rows } => {
-                let retract = collect(plan.clone(), ctx).await?;
+                let retract = self.graph.collect_rows_apart(plan, ctx, -1).await?;
                 rows.apply(
                     0,
                     &Delta {
@@ -818,8 +823,11 @@ impl CompiledView {
                 Ok(())
             }
             Pipeline::Aggregate(agg) => {
-                let out = collect(agg.input.clone(), ctx).await?;
-                out.iter().try_for_each(|b| agg.retract(b))
+                let out = self.graph.collect_rows_apart(&agg.input, ctx, -1).await?;
+                let graph = &self.graph;
+                out.iter().try_for_each(|b| {
+                    agg.feed_rows_apart(b, true, |row, e| graph.record_failed_row(row, -1, e))
+                })
             }
         }
     }
@@ -977,6 +985,17 @@ impl CompiledView {
         self.graph.capture(whole)
     }
 
+    /// The rows of the sources on which the view's plans fail, for a
+    /// checkpoint.
+    pub fn failed_rows(&self) -> Vec<sluice_catalog::FailedRowEntry> {
+        self.graph.failed_rows()
+    }
+
+    /// Puts back the failed rows a checkpoint kept.
+    pub fn restore_failed_rows(&self, saved: &[sluice_catalog::FailedRowEntry]) {
+        self.graph.restore_failed_rows(saved);
+    }
+
     /// Puts back the joins' state from a checkpoint.
     pub fn restore_operators(
         &mut self,
@@ -1009,6 +1028,17 @@ impl CompiledView {
     /// The view's rows as of the last applied delta, in its ORDER BY's
     /// order if it has one.
     pub fn snapshot(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
+        // Rows of the sources that fail leave no answer to give.
+        if let Some(e) = self.graph.failed_rows_error() {
+            return Err(e);
+        }
+        self.rows_without_failed()
+    }
+
+    /// The view's rows as [`Self::snapshot`] gives them, leaving out the
+    /// rows of the sources that fail rather than failing: what a change
+    /// log compares against.
+    pub fn rows_without_failed(&mut self) -> Result<Vec<RecordBatch>, SluiceError> {
         let rows = self.unordered_snapshot()?;
         // Ordered rows come in order; an aggregate's groups are sorted.
         let arranged = matches!(&self.pipeline, Pipeline::Rows { rows, .. } if rows.is_ordered());

@@ -457,6 +457,56 @@ impl AggregatePipeline {
         if n == 0 {
             return Ok(());
         }
+        let (key_columns, args) = self.inputs(batch)?;
+        self.feed_inputs(n, key_columns, args, retract)
+    }
+
+    /// [`Self::update`] (or, `retract`, [`Self::retract`]) of the rows of
+    /// `batch` whose keys and arguments compute; each row on which they
+    /// fail with an error of the data (a division by zero) is given to
+    /// `failed` instead, and the state is as if it never came (see
+    /// `stream::compile::failed_rows`).
+    pub(crate) fn feed_rows_apart(
+        &mut self,
+        batch: &RecordBatch,
+        retract: bool,
+        mut failed: impl FnMut(&RecordBatch, &SluiceError) -> Result<(), SluiceError>,
+    ) -> Result<(), SluiceError> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        match self.inputs(batch) {
+            Ok((keys, args)) => {
+                self.rows_in += n as u64;
+                return self.feed_inputs(n, keys, args, retract);
+            }
+            Err(e) if e.is_data_exception() => {}
+            Err(e) => return Err(e),
+        }
+        for row in 0..n {
+            let one = batch.slice(row, 1);
+            match self.inputs(&one) {
+                Ok((keys, args)) => {
+                    self.rows_in += 1;
+                    self.feed_inputs(1, keys, args, retract)?;
+                }
+                Err(e) if e.is_data_exception() => failed(&one, &e)?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The GROUP BY keys and each aggregate's arguments (NULL where its
+    /// FILTER leaves the row out) of the rows of `batch`: computing them
+    /// changes nothing.
+    #[allow(clippy::type_complexity)]
+    fn inputs(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<(Vec<ArrayRef>, Vec<Vec<ArrayRef>>), SluiceError> {
+        let n = batch.num_rows();
         let key_columns = self.group_keys(batch)?;
         let mut args: Vec<Vec<ArrayRef>> = self
             .aggs
@@ -487,6 +537,17 @@ impl AggregatePipeline {
                 *c = compute::nullif(c.as_ref(), &left_out)?;
             }
         }
+        Ok((key_columns, args))
+    }
+
+    /// Feeds `n` rows' keys and arguments (see [`Self::inputs`]).
+    fn feed_inputs(
+        &mut self,
+        n: usize,
+        key_columns: Vec<ArrayRef>,
+        args: Vec<Vec<ArrayRef>>,
+        retract: bool,
+    ) -> Result<(), SluiceError> {
         if let Some(groups) = self.vectorized.as_mut() {
             if retract {
                 return Err(SluiceError::Internal(
