@@ -72,9 +72,11 @@ enum Command {
         /// milliseconds (VACUUM compacts at once).
         #[arg(long, default_value_t = 30000)]
         compaction_interval_ms: u64,
-        /// The most memory (Arrow bytes) one INSERT or COPY may stage before
-        /// it is appended, and one transaction may hold uncommitted; a
-        /// larger statement fails with SQLSTATE 54000.
+        /// The most memory (Arrow bytes) one INSERT may stage before it is
+        /// appended, and one transaction may hold uncommitted; a larger
+        /// statement fails with SQLSTATE 54000. A COPY outside a
+        /// transaction block moves its rows to disk past half of it (at
+        /// most 64 MiB), so it loads any size.
         #[arg(long, default_value_t = 4 * 1024 * 1024 * 1024)]
         max_statement_bytes: u64,
         /// Where closed segments and view checkpoints are kept:

@@ -1,6 +1,10 @@
 //! `COPY ... FROM STDIN`: the rows of the whole statement are parsed and
 //! validated as they arrive, then appended to the log as one atomic statement
 //! when the data ends (inside a transaction block: staged until COMMIT).
+//! Outside a transaction block, rows past [`COPY_MEMORY_BYTES`] (or half
+//! of `--max-statement-bytes`, if less) move to disk as they come
+//! (`log::spilled_rows`), so a COPY of any size loads in bounded memory
+//! and still commits all its rows or none.
 
 use std::sync::Arc;
 
@@ -9,8 +13,13 @@ use tracing::{info_span, Instrument};
 use super::{Engine, Session};
 use crate::error::SluiceError;
 use crate::ingest::CopyParser;
+use crate::log::spilled_rows::SpilledRows;
 use crate::log::transaction::stage_statement;
 use crate::log::{RoutedRows, TableLog};
+
+/// The most Arrow bytes of rows a COPY outside a transaction block holds
+/// in memory before it moves them to disk.
+pub const COPY_MEMORY_BYTES: u64 = 64 << 20;
 use crate::query::cancel::{Running, StatementWatch};
 
 pub struct CopyState {
@@ -18,6 +27,12 @@ pub struct CopyState {
     pub parser: Option<CopyParser>,
     /// Rows converted so far, already split by partition.
     pub routed: RoutedRows,
+    /// Rows moved to disk (see the module header); None while all are in
+    /// memory, and always inside a transaction block.
+    pub spilled: Option<SpilledRows>,
+    /// Whether rows may move to disk: not inside a transaction block,
+    /// whose statements are staged in memory until COMMIT.
+    pub may_spill: bool,
     /// The first error; later data is read and dropped, as PostgreSQL does.
     pub error: Option<SluiceError>,
     /// The COPY statement's: a cancel or timeout during the data is its
@@ -33,6 +48,36 @@ impl CopyState {
         self.error = Some(e);
         self.parser = None;
         self.routed = RoutedRows::default();
+        self.spilled = None;
+    }
+
+    /// Moves the routed rows to disk once they take more memory than a
+    /// COPY holds.
+    fn spill_if_large(&mut self) -> Result<(), SluiceError> {
+        let bound = COPY_MEMORY_BYTES.min(self.table.max_statement_bytes() / 2);
+        if !self.may_spill || self.routed.bytes() < bound {
+            return Ok(());
+        }
+        let routed = std::mem::take(&mut self.routed);
+        let spilled = match &mut self.spilled {
+            Some(s) => s,
+            None => {
+                let Some((_, first)) = routed.first_part() else {
+                    return Ok(());
+                };
+                let schema = first.schema();
+                self.spilled.insert(SpilledRows::new(
+                    &self.table.dir,
+                    self.table.partition_count(),
+                    schema,
+                )?)
+            }
+        };
+        spilled.add(routed)?;
+        if let Some(parser) = self.parser.as_mut() {
+            parser.forget_staged();
+        }
+        Ok(())
     }
 }
 
@@ -59,6 +104,7 @@ impl Engine {
             }
             Ok(())
         });
+        let fed = fed.and_then(|_| state.spill_if_large());
         if let Err(e) = fed {
             state.fail(e);
         }
@@ -87,10 +133,11 @@ impl Engine {
             }
             // The last look: from here the rows are committed.
             state.watch.check()?;
-            Ok::<_, SluiceError>(match staging {
-                None => state.table.append_routed(routed).await?,
+            Ok::<_, SluiceError>(match (staging, state.spilled) {
+                (None, Some(spilled)) => state.table.append_spilled(spilled, routed).await?,
+                (None, None) => state.table.append_routed(routed).await?,
                 // Inside a transaction block the rows wait for COMMIT.
-                Some(staged) => {
+                (Some(staged), _) => {
                     stage_statement(&staged, &state.table, routed.into_batches(), false).await?
                 }
             })

@@ -60,10 +60,13 @@ impl Engine {
                 };
                 let binary = copy.format == sluice_sql::CopyFormat::Binary;
                 let parser = CopyParser::new(&table.def(), copy, table.max_statement_bytes())?;
+                let may_spill = session.transaction.lock().staging().is_none();
                 *session.copy.lock() = Some(CopyState {
                     table,
                     parser: Some(parser),
                     routed: Default::default(),
+                    spilled: None,
+                    may_spill,
                     error: None,
                     watch: session.cancel.watch(),
                     _running: self.connections.running().ok(),

@@ -71,6 +71,12 @@ impl CopyParser {
         self.stager.take_batches()
     }
 
+    /// The batches handed over so far left memory: the statement's limit
+    /// no longer counts them (see `RowStager::forget_staged`).
+    pub fn forget_staged(&mut self) {
+        self.stager.forget_staged()
+    }
+
     /// Parses every complete record in `data` (plus what was carried).
     pub fn feed(&mut self, data: &[u8]) -> Result<(), IngestError> {
         if self.done {

@@ -193,6 +193,16 @@ impl RowStager {
         std::mem::take(&mut self.batches)
     }
 
+    /// The batches handed over so far left memory (a COPY spilled them to
+    /// disk): the limit no longer counts them.
+    pub fn forget_staged(&mut self) {
+        self.staged_bytes = self
+            .batches
+            .iter()
+            .map(|b| b.get_array_memory_size() as u64)
+            .sum();
+    }
+
     pub fn finish(mut self) -> Result<Vec<RecordBatch>, IngestError> {
         self.flush()?;
         Ok(self.batches)

@@ -425,6 +425,14 @@ impl LatestLocations {
     /// under the same lock, so that no read sees the one without the
     /// other. A frame whose keys cannot be read drops the locations
     /// (the next read builds them again) rather than leave them wrong.
+    /// Drops the locations (the next point read builds them again from
+    /// the log), then calls `publish`, under the lock readers take.
+    pub fn forget_then<T>(&self, publish: impl FnOnce() -> T) -> T {
+        let mut guard = self.by_key.write();
+        *guard = None;
+        publish()
+    }
+
     pub fn note_then<T>(
         &self,
         frames: &[(usize, u64, &RecordBatch)],

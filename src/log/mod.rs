@@ -18,6 +18,7 @@ pub mod keyed;
 mod partition;
 mod record_file;
 mod remote;
+pub mod spilled_rows;
 mod store;
 pub mod suppress;
 mod table;

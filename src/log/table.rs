@@ -45,6 +45,35 @@ impl RoutedRows {
             self.parts.push((p, b));
         }
     }
+
+    /// Rows split by partition, as routed.
+    pub fn from_parts(parts: Vec<(usize, RecordBatch)>) -> RoutedRows {
+        let mut routed = RoutedRows::default();
+        routed.add(parts);
+        routed
+    }
+
+    /// The first partition's rows, if any.
+    pub fn first_part(&self) -> Option<&(usize, RecordBatch)> {
+        self.parts.first()
+    }
+
+    /// The rows, by partition.
+    pub fn into_parts(self) -> Vec<(usize, RecordBatch)> {
+        self.parts
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The Arrow bytes the rows take in memory.
+    pub fn bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|(_, b)| b.get_array_memory_size() as u64)
+            .sum()
+    }
 }
 
 /// Offsets `[start, end)` of one partition.
@@ -57,7 +86,21 @@ pub struct OffsetRange {
 enum WriterRequest {
     Append(AppendRequest),
     Prepare(PrepareRequest),
+    /// A statement too large for memory: its rows arrive in pieces and
+    /// commit together (see `TableLog::append_spilled`).
+    AppendStream(StreamRequest),
 }
+
+/// Pieces of one statement's rows, by partition; the statement commits
+/// when the sender is dropped after its last piece, and fails (nothing
+/// committed) at the first error.
+struct StreamRequest {
+    pieces: std::sync::mpsc::Receiver<Result<Vec<(usize, RecordBatch)>, LogError>>,
+    reply: oneshot::Sender<Result<(), LogError>>,
+}
+
+/// How many Arrow bytes of a streamed statement one piece holds.
+const STREAM_PIECE_BYTES: u64 = 8 << 20;
 
 struct AppendRequest {
     parts: Vec<(usize, RecordBatch)>,
@@ -274,6 +317,7 @@ impl TableLog {
         transaction_frames: Vec<super::commit::JournalFrame>,
     ) -> Result<TableLog, LogError> {
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
+        super::spilled_rows::clear_staging(dir);
         let n = def.options.partitions as usize;
         let (mut commit_log, own_ends, mut journal) = CommitLog::open(dir, n)?;
         // The transaction log is emptied once every table is open, so the
@@ -413,6 +457,10 @@ impl TableLog {
     /// The most Arrow memory one statement may stage before appending.
     pub fn max_statement_bytes(&self) -> u64 {
         self.max_statement_bytes
+    }
+
+    pub fn partition_count(&self) -> usize {
+        self.partitions.len()
     }
 
     pub fn counters(&self) -> &WriteCounters {
@@ -875,6 +923,73 @@ impl TableLog {
         Ok(n)
     }
 
+    /// Appends a statement whose rows are `spilled` on disk, then `rest`,
+    /// atomically and durably: the writer writes them piece by piece (no
+    /// other statement of the table commits meanwhile) and commits them
+    /// with one record, so memory holds one piece at a time.
+    pub async fn append_spilled(
+        &self,
+        spilled: super::spilled_rows::SpilledRows,
+        rest: RoutedRows,
+    ) -> Result<u64, LogError> {
+        self.check_statement_writes()?;
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.def().name.clone()));
+        }
+        let rows = spilled.rows() + rest.rows();
+        let spilled = spilled.finish()?;
+        // As for a statement in memory, the index of live keys is held
+        // while the rows commit; it is built again from the log at its
+        // next use rather than noted row by row.
+        let mut live = match &self.keyed {
+            Some(keyed) => Some(keyed.index.lock().await),
+            None => None,
+        };
+        // Two pieces in flight: one written while the next is read.
+        let (pieces, received) = std::sync::mpsc::sync_channel(2);
+        let (reply, rx) = oneshot::channel();
+        self.sender
+            .send(WriterRequest::AppendStream(StreamRequest {
+                pieces: received,
+                reply,
+            }))
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?;
+        let feeder = tokio::task::spawn_blocking(move || {
+            let mut piece = Vec::new();
+            let mut bytes = 0;
+            let send = |piece: &mut Vec<(usize, RecordBatch)>| {
+                pieces
+                    .send(Ok(std::mem::take(piece)))
+                    .map_err(|_| LogError::WriterStopped("a streamed statement".into()))
+            };
+            let read = spilled.for_each(|p, batch| {
+                bytes += batch.get_array_memory_size() as u64;
+                piece.push((p, batch));
+                if bytes >= STREAM_PIECE_BYTES {
+                    bytes = 0;
+                    send(&mut piece)?;
+                }
+                Ok(())
+            });
+            let read = read.and_then(|_| {
+                piece.extend(rest.into_parts());
+                send(&mut piece)
+            });
+            if let Err(e) = read {
+                let _ = pieces.send(Err(e));
+            }
+        });
+        let written = rx
+            .await
+            .map_err(|_| LogError::WriterStopped(self.def().name.clone()))?;
+        let _ = feeder.await;
+        written?;
+        if let Some(live) = live.as_mut() {
+            **live = None;
+        }
+        Ok(rows)
+    }
+
     /// Statements may not write a table a source feeds.
     pub fn check_statement_writes(&self) -> Result<(), LogError> {
         match self.def().written_by_source() {
@@ -1169,6 +1284,15 @@ impl TableWriter {
                     self.prepare(p);
                     continue;
                 }
+                WriterRequest::AppendStream(s) => {
+                    let result = self.write_stream(&s.pieces);
+                    if let Err(e) = &result {
+                        error!(error = %e, "streamed append failed");
+                        self.undo_group();
+                    }
+                    let _ = s.reply.send(result);
+                    continue;
+                }
             };
             // A transaction's records are never grouped with statements:
             // their fate is its own.
@@ -1199,6 +1323,52 @@ impl TableWriter {
                 });
             }
         }
+    }
+
+    /// Writes a streamed statement's pieces as frames as they arrive, then
+    /// makes them durable and commits them with one record: until then
+    /// they are past the committed ends, so a crash cuts them off.
+    fn write_stream(
+        &mut self,
+        pieces: &std::sync::mpsc::Receiver<Result<Vec<(usize, RecordBatch)>, LogError>>,
+    ) -> Result<(), LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.name.clone()));
+        }
+        for w in &mut self.writers {
+            w.begin_group();
+        }
+        let now = now_us();
+        let mut frame_bytes = 0;
+        // The sender dropped after the last piece: the statement is whole.
+        for piece in pieces.iter() {
+            for (p, batch) in coalesce(piece?, self.writers.len())? {
+                let range = event_range(&batch, self.event_time_index);
+                let base = self.writers[p].next_offset();
+                let batch = with_row_positions(self.row_positions, p, base, &batch)?;
+                frame_bytes += self.writers[p].write_frame(&batch, now, range)?.len();
+            }
+        }
+        for w in &mut self.writers {
+            w.sync()?;
+        }
+        let ends: Vec<u64> = self.writers.iter().map(|w| w.next_offset()).collect();
+        self.commit_log.commit(&ends)?;
+        for (log, w) in self.partitions.iter().zip(self.writers.iter_mut()) {
+            log.publish(w);
+        }
+        // The rows are new, none a tombstone: only the key locations a
+        // point read built would miss them, so they are built again.
+        match &self.locations {
+            Some(l) => l.forget_then(|| self.committed.send_replace(ends)),
+            None => self.committed.send_replace(ends),
+        };
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters.statements.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sets the source positions the group's commit record carries;
