@@ -374,7 +374,9 @@ async fn views_over_rows_that_fail() {
     oracle
         .setup(
             "CREATE TABLE m (id INT PRIMARY KEY, k TEXT NOT NULL, x INT);\n\
-             INSERT INTO m VALUES (1, 'a', 10), (3, 'b', 5), (4, 'b', NULL);",
+             INSERT INTO m VALUES (1, 'a', 10), (3, 'b', 5), (4, 'b', NULL);\n\
+             CREATE TABLE names (k TEXT PRIMARY KEY, label TEXT);\n\
+             INSERT INTO names VALUES ('a', 'first'), ('b', 'second'), ('c', 'third');",
             "",
         )
         .await;
@@ -387,6 +389,11 @@ async fn views_over_rows_that_fail() {
         (
             "m_total",
             "SELECT count(*) AS n, sum(1000 / x) AS total FROM m",
+        ),
+        (
+            "m_named",
+            "SELECT n.label, s.total FROM names n \
+             JOIN (SELECT k, sum(100 / x) AS total FROM m GROUP BY k) s ON n.k = s.k",
         ),
     ];
     for (view, query) in views {

@@ -1697,6 +1697,11 @@ impl JoinGraph {
                         retract: ret,
                     },
                 )?;
+                // Numbered past every slot and the last aggregate's input.
+                let slot = self.source_slots.len() + self.stages.len() + 1 + j;
+                for (row, sign, e) in self.stages[j].operator.take_failed_rows() {
+                    self.failed.lock().record_row(slot, &row, sign, &e)?;
+                }
                 out.insert.extend(o.insert);
                 out.retract.extend(o.retract);
             }

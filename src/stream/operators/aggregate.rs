@@ -112,6 +112,18 @@ pub struct AggregatePipeline {
     /// The earliest `window_end` among the vectorized groups, so that a
     /// watermark that closes none of them costs nothing.
     earliest_end: Option<i64>,
+    /// Inside the graph: input rows whose keys or arguments failed, for
+    /// the graph to count ([`Operator::take_failed_rows`]).
+    failed_rows: Vec<super::operator::FailedRow>,
+}
+
+/// A batch's rows that compute, with their keys and arguments (see
+/// [`AggregatePipeline::computable_inputs`]).
+struct ComputedInputs {
+    rows: usize,
+    keys: Vec<ArrayRef>,
+    args: Vec<Vec<ArrayRef>>,
+    retract: bool,
 }
 
 impl AggregatePipeline {
@@ -235,6 +247,7 @@ impl AggregatePipeline {
             rows_out: 0,
             vectorized,
             earliest_end: None,
+            failed_rows: Vec::new(),
         };
         if retracting {
             for a in &pipeline.aggs {
@@ -357,10 +370,12 @@ impl AggregatePipeline {
     }
 
     /// Feeds the pre-aggregation rows of one delta.
+    #[cfg(test)]
     pub(crate) fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
         self.feed(batch, false)
     }
 
+    #[cfg(test)]
     /// Takes back pre-aggregation rows fed before (earlier versions of
     /// keys of a keyed table). Rows of groups no longer held (closed
     /// windows) are ignored.
@@ -406,9 +421,14 @@ impl AggregatePipeline {
         self.closing_offset_us = offset_us;
     }
 
-    /// The groups the rows of `batch` belong to (that exist now).
-    fn groups_of(&self, batch: &RecordBatch, into: &mut Vec<usize>) -> Result<(), SluiceError> {
-        let n = batch.num_rows();
+    /// The groups of `n` rows whose GROUP BY values are `keys` (those
+    /// groups that exist now).
+    fn groups_of_keys(
+        &self,
+        keys: &[ArrayRef],
+        n: usize,
+        into: &mut Vec<usize>,
+    ) -> Result<(), SluiceError> {
         if n == 0 {
             return Ok(());
         }
@@ -416,7 +436,7 @@ impl AggregatePipeline {
             into.push(0);
             return Ok(());
         }
-        let rows = self.converter.convert_columns(&self.group_keys(batch)?)?;
+        let rows = self.converter.convert_columns(keys)?;
         into.extend((0..n).filter_map(|i| self.groups.get(rows.row(i).as_ref()).copied()));
         Ok(())
     }
@@ -451,6 +471,7 @@ impl AggregatePipeline {
         self.rows_of(schema, &shown, true)
     }
 
+    #[cfg(test)]
     fn feed(&mut self, batch: &RecordBatch, retract: bool) -> Result<(), SluiceError> {
         let n = batch.num_rows();
         self.rows_in += n as u64;
@@ -496,6 +517,49 @@ impl AggregatePipeline {
             }
         }
         Ok(())
+    }
+
+    /// The keys and arguments of the rows of `batch` that compute; the
+    /// rows on which they fail with an error of the data go to
+    /// `failed_rows` (+1, or -1 when `retract`). None when no row is left.
+    fn computable_inputs(
+        &mut self,
+        batch: &RecordBatch,
+        retract: bool,
+    ) -> Result<Option<ComputedInputs>, SluiceError> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(None);
+        }
+        let computed = |(keys, args), rows| ComputedInputs {
+            rows,
+            keys,
+            args,
+            retract,
+        };
+        match self.inputs(batch) {
+            Ok(inputs) => return Ok(Some(computed(inputs, n))),
+            Err(e) if e.is_data_exception() => {}
+            Err(e) => return Err(e),
+        }
+        let mut keep = Vec::with_capacity(n);
+        for row in 0..n {
+            let one = batch.slice(row, 1);
+            match self.inputs(&one) {
+                Ok(_) => keep.push(true),
+                Err(e) if e.is_data_exception() => {
+                    keep.push(false);
+                    self.failed_rows
+                        .push((one, if retract { -1 } else { 1 }, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let good = compute::filter_record_batch(batch, &arrow::array::BooleanArray::from(keep))?;
+        if good.num_rows() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(computed(self.inputs(&good)?, good.num_rows())))
     }
 
     /// The GROUP BY keys and each aggregate's arguments (NULL where its
@@ -1143,28 +1207,35 @@ impl Operator for AggregatePipeline {
     /// Feeds the rows; emits nothing, since the view reads its groups
     /// whole ([`AggregatePipeline::rows`]).
     fn apply(&mut self, _input: usize, delta: &Delta) -> Result<Delta, SluiceError> {
+        // Every batch's keys and arguments first, so that a row that fails
+        // is set aside before anything changes.
+        let mut computed = Vec::with_capacity(delta.insert.len() + delta.retract.len());
+        for (b, retract) in delta
+            .insert
+            .iter()
+            .map(|b| (b, false))
+            .chain(delta.retract.iter().map(|b| (b, true)))
+        {
+            computed.extend(self.computable_inputs(b, retract)?);
+        }
         let Some(schema) = self.emits_changes.clone() else {
-            for b in &delta.insert {
-                self.update(b)?;
-            }
-            for b in &delta.retract {
-                self.retract(b)?;
+            for c in computed {
+                self.rows_in += c.rows as u64;
+                self.feed_inputs(c.rows, c.keys, c.args, c.retract)?;
             }
             return Ok(Delta::default());
         };
         let mut before = Vec::new();
-        for b in delta.insert.iter().chain(&delta.retract) {
-            self.groups_of(b, &mut before)?;
+        for c in &computed {
+            self.groups_of_keys(&c.keys, c.rows, &mut before)?;
         }
         before.sort_unstable();
         before.dedup();
         let old = self.visible_rows(&schema, &before)?;
         let existed = self.keys.len();
-        for b in &delta.insert {
-            self.update(b)?;
-        }
-        for b in &delta.retract {
-            self.retract(b)?;
+        for c in computed {
+            self.rows_in += c.rows as u64;
+            self.feed_inputs(c.rows, c.keys, c.args, c.retract)?;
         }
         // The groups changed: those the rows were in, and the ones they
         // made (new groups are added at the end).
@@ -1209,6 +1280,10 @@ impl Operator for AggregatePipeline {
     fn snapshot(&mut self) -> Result<Vec<StatePart>, SluiceError> {
         let schema = self.view_schema.clone();
         Ok(vec![self.state_batches(&schema)?])
+    }
+
+    fn take_failed_rows(&mut self) -> Vec<super::operator::FailedRow> {
+        std::mem::take(&mut self.failed_rows)
     }
 
     fn restore(&mut self, _part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError> {

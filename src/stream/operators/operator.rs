@@ -91,7 +91,19 @@ pub trait Operator: Send + Sync {
     fn restore(&mut self, part: usize, rows: &[RecordBatch]) -> Result<(), SluiceError>;
 
     fn stats(&self) -> OperatorStats;
+
+    /// Rows of its input on which the operator's expressions failed with
+    /// an error of the data since the last call, each with +1 (inserted)
+    /// or -1 (taken back) and its error; the operator went on without
+    /// them (see `stream::compile::failed_rows`). Most operators fail
+    /// instead and have none.
+    fn take_failed_rows(&mut self) -> Vec<FailedRow> {
+        Vec::new()
+    }
 }
+
+/// A row an operator set aside, how it counts, and why.
+pub type FailedRow = (RecordBatch, i64, SluiceError);
 
 /// A view the engine cannot keep exact: refused with 0A000 at CREATE.
 pub fn unsupported(what: impl Into<String>) -> SluiceError {
