@@ -22,6 +22,7 @@ pub mod spilled_rows;
 mod store;
 pub mod suppress;
 mod table;
+mod table_writer;
 mod tiering;
 pub mod transaction;
 mod watermark;

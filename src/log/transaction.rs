@@ -617,7 +617,7 @@ impl TransactionCoordinator {
         for reply in replies {
             let _ = reply.send(match &result {
                 Ok(()) => Ok(()),
-                Err(e) => Err(super::table::copy_error(e)),
+                Err(e) => Err(super::table_writer::copy_error(e)),
             });
         }
     }
