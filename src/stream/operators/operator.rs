@@ -2,7 +2,7 @@
 //! deltas on its inputs and gives deltas out, moves with the watermark,
 //! and can be written into a checkpoint and read back.
 //!
-//! A view is a graph of these (see `graph.rs` for the joins and
+//! A view is a graph of these (see `compile/graph/` for the joins and
 //! `pipeline.rs` for the view's last stage): sources (a table's commits),
 //! filters and projections (DataFusion physical plans run per delta),
 //! joins ([`super::join::JoinOperator`]) and the aggregate
