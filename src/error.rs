@@ -101,6 +101,10 @@ pub enum SluiceError {
     /// cut retention took.
     #[error("{0}")]
     ObjectNotReady(String),
+    /// A file of the server's own (a dataset being written) could not be
+    /// written or read.
+    #[error("{0}")]
+    Io(String),
     /// A definition calls a function whose value its inputs do not fix.
     #[error("function {function}() is not fixed by its inputs (it gives another value at another time, in another session, or at random); {object} cannot use it, since computing it again from the same log must give the same rows")]
     NotFixed {
@@ -165,6 +169,7 @@ impl SluiceError {
             SluiceError::WrongObjectType(..) => "42809",
             SluiceError::ObjectInUse(_) => "55006",
             SluiceError::ObjectNotReady(_) => "55000",
+            SluiceError::Io(_) => "58030",
             SluiceError::NotFixed { .. } => "42P17",
             SluiceError::CheckpointPending { .. } => "58030",
             SluiceError::Evaluation { sqlstate, .. } => sqlstate,

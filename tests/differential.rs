@@ -318,20 +318,7 @@ async fn compare_views(oracle: &mut Oracle, step: &str) -> Vec<Difference> {
 /// takes more than a test thread's 2 MB.
 #[test]
 fn views_answer_as_postgres() {
-    let suite = std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(views_suite())
-        })
-        .expect("a thread for the suite");
-    if let Err(panic) = suite.join() {
-        std::panic::resume_unwind(panic);
-    }
+    common::on_large_stack(views_suite);
 }
 
 async fn views_suite() {

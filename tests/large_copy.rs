@@ -25,17 +25,6 @@ fn csv(first: u64, n: u64) -> Vec<u8> {
     out
 }
 
-/// The server's peak resident memory so far, in bytes.
-fn peak_rss(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// Sends `data` as one COPY in pieces of 1 MB, as drivers do.
 async fn copy(
     c: &tokio_postgres::Client,
@@ -101,7 +90,7 @@ async fn a_copy_many_times_the_statement_limit_loads_in_bounded_memory() {
     // server's peak by less than the text of one of the smaller ones
     // (before, such a COPY failed with 54000; held in memory, its Arrow
     // columns take more than its whole text).
-    let before = peak_rss(&server);
+    let before = server.peak_rss();
     let larger = 3 * n;
     assert_eq!(
         copy(&c, "COPY scratch FROM STDIN (FORMAT csv)", csv(n, larger))
@@ -109,7 +98,7 @@ async fn a_copy_many_times_the_statement_limit_loads_in_bounded_memory() {
             .unwrap(),
         larger
     );
-    let grown = peak_rss(&server).saturating_sub(before);
+    let grown = server.peak_rss().saturating_sub(before);
     assert!(
         grown < text_bytes,
         "peak RSS grew by {grown} bytes over a COPY of {} bytes",

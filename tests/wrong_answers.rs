@@ -352,20 +352,7 @@ async fn arrays_concatenate_and_remove_as_postgresql() {
 /// take more than a test thread's 2 MB.
 #[test]
 fn views_over_rows_that_fail_answer_as_the_query_after_each_change() {
-    let test = std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("a runtime")
-                .block_on(views_over_rows_that_fail())
-        })
-        .expect("a thread for the test");
-    if let Err(panic) = test.join() {
-        std::panic::resume_unwind(panic);
-    }
+    common::on_large_stack(views_over_rows_that_fail);
 }
 
 async fn views_over_rows_that_fail() {

@@ -50,6 +50,42 @@ fn encode_with(batches: &[RecordBatch], compression: Compression) -> Result<Byte
     Ok(Bytes::from(out))
 }
 
+/// Parquet written batch by batch to `W` (a file), as [`encode_parquet`]
+/// writes it whole: the same properties and stored schema, so the same
+/// batches make the same bytes.
+pub struct ParquetStreamWriter<W: std::io::Write + Send> {
+    writer: ArrowWriter<W>,
+    schema: Arc<Schema>,
+}
+
+impl<W: std::io::Write + Send> ParquetStreamWriter<W> {
+    pub fn try_new(out: W, schema: &Arc<Schema>) -> Result<Self, ParquetError> {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_created_by("sluice".into())
+            .build();
+        let schema = stored_schema(schema);
+        Ok(ParquetStreamWriter {
+            writer: ArrowWriter::try_new(out, schema.clone(), Some(props))?,
+            schema,
+        })
+    }
+
+    pub fn write(&mut self, b: &RecordBatch) -> Result<(), ParquetError> {
+        if self.schema == b.schema() {
+            self.writer.write(b)
+        } else {
+            let columns = b.columns().iter().map(stored_column).collect();
+            self.writer
+                .write(&RecordBatch::try_new(self.schema.clone(), columns)?)
+        }
+    }
+
+    pub fn finish(self) -> Result<(), ParquetError> {
+        self.writer.close().map(|_| ())
+    }
+}
+
 /// About how many bytes the rows take in memory (slices counted by what
 /// they reference, not by the buffers they share), capped so a wrong guess
 /// only reserves address space.

@@ -10,12 +10,22 @@
 //! added when the dataset is split (by `hash64(split_key, seed)`, so a
 //! key's rows are all in one part and stay there), and their content hash
 //! (SHA-256 of the column names and types and every value, see
-//! [`content_hash`]) is what a version records and `VERIFY` compares.
+//! [`ContentHasher`]) is what a version records and `VERIFY` compares.
+//!
+//! A version streams ([`stream_version`]): the order is a sort on one
+//! binary key (arrow's row format of the split part and every column, the
+//! order the rows have always had), which DataFusion sorts within
+//! `--query-memory`, spilling to disk past it; the rows are hashed and
+//! counted as they come, and `COPY DATASET` writes them to the file as
+//! they come (one pass: a hash that differs from the version's removes
+//! the file and fails with 55000).
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use crate::checkpoint::format::ParquetStreamWriter;
 use sluice_catalog::{DatasetDef, DatasetSplit, DatasetVersion};
 
 use crate::types::PgType;
@@ -25,6 +35,15 @@ use super::*;
 /// A version's rows, computed.
 pub(super) struct Computed {
     pub(super) batch: RecordBatch,
+    pub(super) split_rows: Vec<(String, u64)>,
+    pub(super) content_hash: String,
+}
+
+/// What streaming a version's rows gives besides the rows.
+pub(super) struct Summary {
+    /// The file's columns.
+    pub(super) schema: SchemaRef,
+    pub(super) rows: u64,
     pub(super) split_rows: Vec<(String, u64)>,
     pub(super) content_hash: String,
 }
@@ -87,24 +106,11 @@ impl Engine {
                 let def = self.dataset(&name)?;
                 let v = version_of(&def, version)?;
                 let location = file_in_directory(&location, &name, v.version);
-                let computed = self.compute(session, &def, &v.cut).await?;
-                if computed.content_hash != v.content_hash {
-                    return Err(SluiceError::ObjectNotReady(format!(
-                        "dataset \"{name}\" version {} no longer computes to its content hash (the log under its cut changed: an erasure?); VERIFY DATASET {name} VERSION {} says more",
-                        v.version, v.version
-                    )));
-                }
-                let rows = computed.batch.num_rows() as u64;
-                let manifest = dataset_manifest(&self.store, &def, &v, &computed)?;
-                let batches = vec![computed.batch];
-                let data = tokio::task::spawn_blocking(move || {
-                    crate::checkpoint::encode_parquet(&batches)
-                })
-                .await
-                .map_err(|e| SluiceError::Internal(e.to_string()))?
-                .map_err(|e| SluiceError::Internal(format!("encoding Parquet: {e}")))?;
-                let sha256 = crate::log::erasure::sha256_hex(&data);
-                export::put(&location, data).await?;
+                let (summary, written) = self.write_version(session, &def, &v, &location).await?;
+                let rows = summary.rows;
+                let manifest = dataset_manifest(&self.store, &def, &v, rows)?;
+                let sha256 = written.sha256()?;
+                written.publish(&location).await?;
                 export::put(&format!("{location}.manifest.json"), manifest.into()).await?;
                 self.register_export(
                     session,
@@ -121,14 +127,12 @@ impl Engine {
             Statement::VerifyDataset { name, version } => {
                 let def = self.dataset(&name)?;
                 let v = version_of(&def, Some(version))?;
-                let computed = self.compute(session, &def, &v.cut).await?;
+                let computed = self.summarize(session, &def, &v.cut).await?;
                 let schema = verify_schema();
                 let columns: Vec<ArrayRef> = vec![
                     Arc::new(StringArray::from(vec![name])),
                     Arc::new(arrow::array::Int64Array::from(vec![v.version as i64])),
-                    Arc::new(arrow::array::Int64Array::from(vec![
-                        computed.batch.num_rows() as i64,
-                    ])),
+                    Arc::new(arrow::array::Int64Array::from(vec![computed.rows as i64])),
                     Arc::new(StringArray::from(vec![v.content_hash.clone()])),
                     Arc::new(StringArray::from(vec![computed.content_hash.clone()])),
                     Arc::new(arrow::array::BooleanArray::from(vec![
@@ -246,12 +250,12 @@ impl Engine {
                 })?;
             }
         }
-        match self.compute(session, def, &cut).await {
+        match self.summarize(session, def, &cut).await {
             Ok(c) => Ok(DatasetVersion {
                 version: number,
                 cut,
                 created_at_us: crate::checkpoint::now_us(),
-                rows: c.batch.num_rows() as u64,
+                rows: c.rows,
                 split_rows: c.split_rows,
                 content_hash: c.content_hash,
             }),
@@ -263,14 +267,215 @@ impl Engine {
         }
     }
 
-    /// The dataset's rows at `cut`, in their order, split, and hashed.
-    async fn compute(
+    /// The dataset's rows at `cut` counted and hashed as they stream.
+    async fn summarize(
         &self,
         session: &Session,
         def: &DatasetDef,
         cut: &str,
-    ) -> Result<Computed, SluiceError> {
-        compute_version(&self.planner, &self.views, &session.role(), def, cut).await
+    ) -> Result<Summary, SluiceError> {
+        stream_version(
+            &self.planner,
+            &self.views,
+            &session.role(),
+            def,
+            cut,
+            |_| Ok(()),
+        )
+        .await
+    }
+
+    /// Writes version `v` as Parquet as its rows stream, to a file beside
+    /// `location` (or a local one for an object store), checking its hash
+    /// at the end: a version that no longer computes to it leaves no file
+    /// and fails with 55000.
+    async fn write_version(
+        &self,
+        session: &Session,
+        def: &DatasetDef,
+        v: &DatasetVersion,
+        location: &str,
+    ) -> Result<(Summary, WrittenFile), SluiceError> {
+        let file = WrittenFile::beside(location)?;
+        let mut writer: Option<ParquetStreamWriter<std::io::BufWriter<std::fs::File>>> = None;
+        let mut pending = Rechunked::default();
+        let write = |b: &RecordBatch, writer: &mut Option<_>| -> Result<(), SluiceError> {
+            let w = match writer {
+                Some(w) => w,
+                None => writer.insert(
+                    ParquetStreamWriter::try_new(
+                        std::io::BufWriter::new(file.create()?),
+                        &b.schema(),
+                    )
+                    .map_err(parquet_error)?,
+                ),
+            };
+            w.write(b).map_err(parquet_error)
+        };
+        let streamed = stream_version(
+            &self.planner,
+            &self.views,
+            &session.role(),
+            def,
+            &v.cut,
+            |b| {
+                for chunk in pending.push(b)? {
+                    write(&chunk, &mut writer)?;
+                }
+                Ok(())
+            },
+        )
+        .await;
+        let summary = match streamed {
+            Ok(s) => s,
+            Err(e) => {
+                file.remove();
+                return Err(e);
+            }
+        };
+        let finished = pending
+            .finish()
+            .and_then(|last| last.iter().try_for_each(|b| write(b, &mut writer)))
+            .and_then(|_| match writer.take() {
+                Some(w) => w.finish().map_err(parquet_error),
+                // No rows: the file is empty, as before.
+                None => file.create().map(|_| ()),
+            });
+        if let Err(e) = finished {
+            file.remove();
+            return Err(e);
+        }
+        if summary.content_hash != v.content_hash {
+            file.remove();
+            return Err(SluiceError::ObjectNotReady(format!(
+                "dataset \"{}\" version {} no longer computes to its content hash (the log under its cut changed: an erasure?); VERIFY DATASET {} VERSION {} says more",
+                def.name, v.version, def.name, v.version
+            )));
+        }
+        Ok((summary, file))
+    }
+}
+
+fn parquet_error(e: parquet::errors::ParquetError) -> SluiceError {
+    SluiceError::Internal(format!("encoding Parquet: {e}"))
+}
+
+/// Batches cut into pieces of [`FILE_BATCH_ROWS`] rows whatever sizes
+/// came in, so that the same rows make the same Parquet bytes however the
+/// sort handed them over.
+#[derive(Default)]
+struct Rechunked {
+    held: Vec<RecordBatch>,
+    rows: usize,
+}
+
+/// The rows of each batch `COPY DATASET` hands the Parquet writer.
+const FILE_BATCH_ROWS: usize = 8192;
+
+impl Rechunked {
+    /// Takes `b`; returns the whole pieces it completes.
+    fn push(&mut self, b: &RecordBatch) -> Result<Vec<RecordBatch>, SluiceError> {
+        self.held.push(b.clone());
+        self.rows += b.num_rows();
+        let mut out = Vec::new();
+        if self.rows < FILE_BATCH_ROWS {
+            return Ok(out);
+        }
+        let all = arrow::compute::concat_batches(&b.schema(), &self.held)?;
+        let mut at = 0;
+        while all.num_rows() - at >= FILE_BATCH_ROWS {
+            out.push(all.slice(at, FILE_BATCH_ROWS));
+            at += FILE_BATCH_ROWS;
+        }
+        let rest = all.slice(at, all.num_rows() - at);
+        self.rows = rest.num_rows();
+        self.held = vec![rest];
+        Ok(out)
+    }
+
+    /// The last piece (fewer rows), if any.
+    fn finish(self) -> Result<Vec<RecordBatch>, SluiceError> {
+        match self.held.first() {
+            Some(first) if self.rows > 0 => Ok(vec![arrow::compute::concat_batches(
+                &first.schema(),
+                &self.held,
+            )?]),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// A dataset file being written: beside its destination on a server path
+/// (renamed into place at the end), or a local file for an object store
+/// (uploaded at the end).
+struct WrittenFile {
+    path: std::path::PathBuf,
+}
+
+static NEXT_WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl WrittenFile {
+    fn beside(location: &str) -> Result<WrittenFile, SluiceError> {
+        let n = NEXT_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let suffix = format!(".partial-{}-{n}", std::process::id());
+        let path = match location.starts_with("s3://") {
+            true => std::env::temp_dir().join(format!("sluice-dataset{suffix}")),
+            false => std::path::PathBuf::from(format!("{location}{suffix}")),
+        };
+        // A server path's directory is made as an export makes it.
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| SluiceError::Io(format!("writing {location}: {e}")))?;
+        }
+        Ok(WrittenFile { path })
+    }
+
+    fn create(&self) -> Result<std::fs::File, SluiceError> {
+        std::fs::File::create(&self.path)
+            .map_err(|e| SluiceError::Io(format!("writing {}: {e}", self.path.display())))
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// SHA-256 of the file's bytes, read in pieces.
+    fn sha256(&self) -> Result<String, SluiceError> {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&self.path)
+            .map_err(|e| SluiceError::Io(format!("reading {}: {e}", self.path.display())))?;
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| SluiceError::Io(format!("reading {}: {e}", self.path.display())))?;
+            if n == 0 {
+                break;
+            }
+            ctx.update(&buf[..n]);
+        }
+        Ok(ctx
+            .finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+
+    /// Puts the file at `location`: renamed there on a server path,
+    /// uploaded to an object store.
+    async fn publish(self, location: &str) -> Result<(), SluiceError> {
+        if location.starts_with("s3://") {
+            let data = std::fs::read(&self.path)
+                .map_err(|e| SluiceError::Io(format!("reading {}: {e}", self.path.display())));
+            self.remove();
+            return export::put(location, data?.into()).await;
+        }
+        std::fs::rename(&self.path, location).map_err(|e| {
+            self.remove();
+            SluiceError::Io(format!("writing {location}: {e}"))
+        })
     }
 }
 
@@ -279,7 +484,7 @@ pub(super) fn dataset_manifest(
     store: &LogStore,
     def: &DatasetDef,
     v: &DatasetVersion,
-    computed: &Computed,
+    rows: u64,
 ) -> Result<String, SluiceError> {
     let cut = store.cut_def(&v.cut);
     let tables: Vec<serde_json::Value> = cut
@@ -304,7 +509,7 @@ pub(super) fn dataset_manifest(
         })),
         // The last erasure the file reflects.
         "erasure_ledger_position": store.erasures().lock().next_id() - 1,
-        "rows": computed.batch.num_rows(),
+        "rows": rows,
         "rows_per_split": v.split_rows,
         "content_hash": v.content_hash,
         "content_hash_of": "SHA-256 of the column names and types (as PostgreSQL's format_type spells them), then each value in the file's order, each after its length as 4 little-endian bytes (a NULL as length 0xFFFFFFFF alone): integers, floats, dates, times and timestamps as their little-endian bytes, text and bytea as themselves, anything else as its text",
@@ -314,7 +519,8 @@ pub(super) fn dataset_manifest(
     serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
 }
 
-/// The dataset's rows at `cut`, in their order, split, and hashed.
+/// The dataset's rows at `cut`, in their order, split, and hashed, held
+/// whole (an erasure's rewrite of an export; see [`stream_version`]).
 pub(super) async fn compute_version(
     planner: &Planner,
     views: &ViewManager,
@@ -322,6 +528,37 @@ pub(super) async fn compute_version(
     def: &DatasetDef,
     cut: &str,
 ) -> Result<Computed, SluiceError> {
+    let mut batches = Vec::new();
+    let summary = stream_version(planner, views, role, def, cut, |b| {
+        batches.push(b.clone());
+        Ok(())
+    })
+    .await?;
+    let batch = arrow::compute::concat_batches(&summary.schema, &batches)?;
+    Ok(Computed {
+        batch,
+        split_rows: summary.split_rows,
+        content_hash: summary.content_hash,
+    })
+}
+
+/// The rows of a batch a version is computed in.
+const DATASET_BATCH_ROWS: usize = 2048;
+
+/// Streams the dataset's rows at `cut` to `each` in the file's order,
+/// split, counting and hashing them as they pass: the query is sorted by
+/// one key, arrow's row format of the split part and every column (NULLs
+/// first, as the order has always been), so DataFusion's external sort
+/// keeps memory within `--query-memory`.
+pub(super) async fn stream_version(
+    planner: &Planner,
+    views: &ViewManager,
+    role: &SessionRole,
+    def: &DatasetDef,
+    cut: &str,
+    mut each: impl FnMut(&RecordBatch) -> Result<(), SluiceError>,
+) -> Result<Summary, SluiceError> {
+    use datafusion::logical_expr::{col, expr::ScalarFunction, Expr, LogicalPlanBuilder};
     let mut query = parse_dataset_query(&def.query)?;
     sluice_sql::read_relations_at(&mut query, cut, |r| {
         planner.store.table(r).is_some() || views.view(r).is_some()
@@ -329,63 +566,234 @@ pub(super) async fn compute_version(
     let (plan, columns) = planner
         .plan_shown(ast::Statement::Query(Box::new(query)), role)
         .await?;
+    // The file's columns: the query's, named as shown (and typed as the
+    // plan types them), then the split part.
+    let mut fields: Vec<Field> = plan
+        .schema()
+        .fields()
+        .iter()
+        .zip(columns.fields())
+        .map(|(f, shown)| {
+            f.as_ref()
+                .clone()
+                .with_nullable(true)
+                .with_name(shown.name())
+        })
+        .collect();
+    // By position: the query's names may repeat.
+    let positional: Vec<Expr> = plan
+        .schema()
+        .columns()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| Expr::Column(c).alias(format!("c{i}")))
+        .collect();
+    let mut kept: Vec<Expr> = (0..fields.len()).map(|i| col(format!("c{i}"))).collect();
+    let mut builder = LogicalPlanBuilder::from(plan).project(positional)?;
+    let mut keys = kept.clone();
+    if let Some(split) = &def.split {
+        let at = fields
+            .iter()
+            .position(|f| f.name() == &split.key)
+            .ok_or_else(|| {
+                SluiceError::UndefinedColumn(format!(
+                    "{} (the split_key, among the dataset's columns)",
+                    split.key
+                ))
+            })?;
+        let part = Expr::ScalarFunction(ScalarFunction::new_udf(
+            Arc::new(split_part_udf(split.clone())),
+            vec![col(format!("c{at}"))],
+        ));
+        let mut with_part = kept.clone();
+        with_part.push(part.alias("split_part"));
+        builder = builder.project(with_part)?;
+        kept.push(col("split_part"));
+        keys.insert(0, col("split_part"));
+        fields.push(Field::new("split", DataType::Utf8, false));
+    }
+    let key = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(order_key_udf()), keys));
+    let mut with_key = kept.clone();
+    with_key.push(key.alias("order_key"));
+    let plan = builder
+        .project(with_key)?
+        .sort(vec![col("order_key").sort(true, false)])?
+        .project(kept)?
+        .build()?;
+    let schema = Arc::new(Schema::new(fields));
     // Read at a cut: no transaction's writes or snapshot apply.
     let mut state = planner.ctx.state();
     state.config_mut().set_extension(Arc::new(role.clone()));
+    // The sort merges what it spilled with a small reservation, so that
+    // even a `--query-memory` of a few batches leaves room to sort.
+    // Batches of fewer rows than queries use, so that each one the sort
+    // holds is a small part of a small `--query-memory` too.
+    state
+        .config_mut()
+        .options_mut()
+        .execution
+        .sort_spill_reservation_bytes = 1 << 20;
+    // One sort, not one per partition merged: DataFusion's merge of many
+    // partitions' spill files takes memory it cannot spill, which a small
+    // `--query-memory` cannot give.
+    let config = std::mem::take(state.config_mut())
+        .with_batch_size(DATASET_BATCH_ROWS)
+        .with_target_partitions(1);
+    *state.config_mut() = config;
     let df = DataFrame::new(state, plan);
     let task = Arc::new(df.task_ctx());
     let physical = {
         let _snapshot = planner.store.transactions().snapshot_guard().await;
         df.create_physical_plan().await?
     };
-    let batches = datafusion::physical_plan::collect(physical, task)
-        .await?
-        .into_iter()
-        .map(|b| export::named_as(b, &columns))
-        .collect::<Result<Vec<_>, _>>()?;
-    let schema: SchemaRef = match batches.first() {
-        Some(b) => b.schema(),
-        None => Arc::new(Schema::new(
-            columns
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        )),
-    };
-    let mut batch = arrow::compute::concat_batches(&schema, &batches)?;
-    let mut split_rows = Vec::new();
-    if let Some(split) = &def.split {
-        let key = batch.column_by_name(&split.key).ok_or_else(|| {
-            SluiceError::UndefinedColumn(format!(
-                "{} (the split_key, among the dataset's columns)",
-                split.key
-            ))
-        })?;
+    let mut stream = datafusion::physical_plan::execute_stream(physical, task)?;
+    let mut hasher = ContentHasher::new(&schema);
+    let mut rows = 0u64;
+    let mut split_rows: Vec<(String, u64)> = def
+        .split
+        .iter()
+        .flat_map(|s| s.parts.iter().map(|(p, _)| (p.clone(), 0)))
+        .collect();
+    use futures::StreamExt;
+    while let Some(batch) = stream.next().await {
+        let batch = RecordBatch::try_new(schema.clone(), batch?.columns().to_vec())?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        hasher.update(&batch)?;
+        rows += batch.num_rows() as u64;
+        if def.split.is_some() {
+            let parts = batch.column(batch.num_columns() - 1).as_string::<i32>();
+            for part in parts.iter().flatten() {
+                if let Some((_, n)) = split_rows.iter_mut().find(|(p, _)| p == part) {
+                    *n += 1;
+                }
+            }
+        }
+        each(&batch)?;
+    }
+    Ok(Summary {
+        schema,
+        rows,
+        split_rows,
+        content_hash: hasher.finish(),
+    })
+}
+
+/// `split_part(key)`: the part of a split dataset a row's key puts it in
+/// (see [`part_of`]).
+fn split_part_udf(split: DatasetSplit) -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::logical_expr::{ColumnarValue, Volatility};
+    let f = move |args: &[ColumnarValue]| -> datafusion::common::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let key = &arrays[0];
         let hashes = crate::query::stable_hash::row_hashes(
             std::slice::from_ref(key),
             split.seed as u64,
-            batch.num_rows(),
+            key.len(),
         )?;
-        let parts: Vec<&str> = hashes.iter().map(|h| part_of(split, *h)).collect();
-        split_rows = split
-            .parts
-            .iter()
-            .map(|(p, _)| (p.clone(), parts.iter().filter(|x| **x == p).count() as u64))
-            .collect();
-        let mut fields = schema.fields().to_vec();
-        fields.push(Arc::new(Field::new("split", DataType::Utf8, false)));
-        let mut cols = batch.columns().to_vec();
-        cols.push(Arc::new(StringArray::from(parts)));
-        batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)?;
-    }
-    let batch = in_order(batch, def.split.is_some())?;
-    let content_hash = content_hash(&batch)?;
-    Ok(Computed {
-        batch,
-        split_rows,
-        content_hash,
+        let parts: StringArray = hashes.iter().map(|h| Some(part_of(&split, *h))).collect();
+        Ok(ColumnarValue::Array(Arc::new(parts)))
+    };
+    datafusion::logical_expr::ScalarUDF::new_from_impl(AnyArgs {
+        name: "split_part",
+        signature: datafusion::logical_expr::Signature::any(1, Volatility::Immutable),
+        returns: DataType::Utf8,
+        compute: Arc::new(f),
     })
+}
+
+/// `order_key(c1, c2, ...)`: arrow's row format of the columns, ascending
+/// with NULLs first: byte order is the rows' order.
+fn order_key_udf() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::logical_expr::{ColumnarValue, Volatility};
+    let f = |args: &[ColumnarValue]| -> datafusion::common::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        Ok(ColumnarValue::Array(Arc::new(order_keys(&arrays)?)))
+    };
+    datafusion::logical_expr::ScalarUDF::new_from_impl(AnyArgs {
+        name: "order_key",
+        signature: datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable),
+        returns: DataType::Binary,
+        compute: Arc::new(f),
+    })
+}
+
+/// Each row's sort key: arrow's row format of `columns` (ascending, NULLs
+/// first), whose byte order is the rows' order.
+fn order_keys(columns: &[ArrayRef]) -> Result<arrow::array::BinaryArray, arrow::error::ArrowError> {
+    let converter = arrow::row::RowConverter::new(
+        columns
+            .iter()
+            .map(|a| arrow::row::SortField::new(a.data_type().clone()))
+            .collect(),
+    )?;
+    let rows = converter.convert_columns(columns)?;
+    // Sized exactly: the sort counts what the keys take.
+    let bytes = rows.iter().map(|r| r.as_ref().len()).sum();
+    let mut keys = arrow::array::BinaryBuilder::with_capacity(rows.num_rows(), bytes);
+    for r in rows.iter() {
+        keys.append_value(r.as_ref());
+    }
+    Ok(keys.finish())
+}
+
+type ComputeFn = Arc<
+    dyn Fn(
+            &[datafusion::logical_expr::ColumnarValue],
+        ) -> datafusion::common::Result<datafusion::logical_expr::ColumnarValue>
+        + Send
+        + Sync,
+>;
+
+/// A function of any arguments with a fixed result type, for the plans
+/// of one version's computation.
+struct AnyArgs {
+    name: &'static str,
+    signature: datafusion::logical_expr::Signature,
+    returns: DataType,
+    compute: ComputeFn,
+}
+
+impl std::fmt::Debug for AnyArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for AnyArgs {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.compute, &other.compute)
+    }
+}
+
+impl Eq for AnyArgs {}
+
+impl std::hash::Hash for AnyArgs {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for AnyArgs {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(self.returns.clone())
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::common::Result<datafusion::logical_expr::ColumnarValue> {
+        (self.compute)(&args.args)
+    }
 }
 
 /// The row `VERIFY DATASET` answers with (known when it is prepared).
@@ -459,90 +867,89 @@ fn part_of(split: &DatasetSplit, hash: u64) -> &str {
     split.parts.last().map_or("", |(n, _)| n.as_str())
 }
 
-/// The rows in one order whatever the plan did: by every column (the
-/// split part first, when there is one), NULLs last.
-fn in_order(batch: RecordBatch, split_first: bool) -> Result<RecordBatch, SluiceError> {
-    if batch.num_rows() < 2 {
-        return Ok(batch);
-    }
-    let n = batch.num_columns();
-    let mut order: Vec<usize> = (0..n).collect();
-    if split_first {
-        order.rotate_right(1);
-    }
-    let converter = arrow::row::RowConverter::new(
-        order
-            .iter()
-            .map(|&i| arrow::row::SortField::new(batch.column(i).data_type().clone()))
-            .collect(),
-    )?;
-    let columns: Vec<ArrayRef> = order.iter().map(|&i| batch.column(i).clone()).collect();
-    let rows = converter.convert_columns(&columns)?;
-    let mut indices: Vec<u32> = (0..batch.num_rows() as u32).collect();
-    // Rows that tie are equal in every column: their order changes no byte.
-    indices.sort_unstable_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
-    let indices = arrow::array::UInt32Array::from(indices);
-    let taken = batch
-        .columns()
-        .iter()
-        .map(|c| arrow::compute::take(c, &indices, None))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), taken)?)
-}
-
 /// SHA-256 of the column names and types (as PostgreSQL's `format_type`
 /// spells them), then every value, each with its
 /// length (a NULL as a length no value has): integers, floats, dates,
 /// times and timestamps as their little-endian bytes, text and bytea as
-/// themselves, anything else (booleans too) as its text.
-fn content_hash(batch: &RecordBatch) -> Result<String, SluiceError> {
-    use std::fmt::Write as _;
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
-    let put = |buf: &mut Vec<u8>, bytes: &[u8]| {
-        buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        buf.extend_from_slice(bytes);
-    };
-    for f in batch.schema().fields() {
-        put(&mut buf, f.name().as_bytes());
-        // PostgreSQL's spelling, which no library upgrade changes.
-        put(&mut buf, PgType::of_field(f).format().as_bytes());
-    }
-    let options = arrow::util::display::FormatOptions::default();
-    let columns: Vec<HashedColumn> = batch
-        .columns()
-        .iter()
-        .map(|c| HashedColumn::new(c, &options))
-        .collect::<Result<_, _>>()?;
-    let mut text = String::new();
-    for row in 0..batch.num_rows() {
-        for c in &columns {
-            match c {
-                _ if c.array().is_null(row) => buf.extend_from_slice(&u32::MAX.to_le_bytes()),
-                HashedColumn::Fixed { data, width, .. } => {
-                    let at = (data.offset() + row) * width;
-                    put(&mut buf, &data.buffers()[0].as_slice()[at..at + width]);
-                }
-                HashedColumn::Text(a) => put(&mut buf, a.as_string::<i32>().value(row).as_bytes()),
-                HashedColumn::Bytes(a) => put(&mut buf, a.as_binary::<i32>().value(row)),
-                HashedColumn::Other(_, f) => {
-                    text.clear();
-                    let _ = write!(text, "{}", f.value(row));
-                    put(&mut buf, text.as_bytes());
-                }
-            }
-        }
-        if buf.len() >= 1 << 16 {
-            ctx.update(&buf);
-            buf.clear();
-        }
-    }
-    ctx.update(&buf);
-    let digest = ctx.finish();
-    Ok(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+/// themselves, anything else (booleans too) as its text. Fed batch by
+/// batch in the file's order.
+pub(super) struct ContentHasher {
+    ctx: ring::digest::Context,
+    buf: Vec<u8>,
 }
 
-/// A column as [`content_hash`] reads its values.
+fn put_value(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    buf.extend_from_slice(bytes);
+}
+
+impl ContentHasher {
+    pub(super) fn new(schema: &Schema) -> ContentHasher {
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+        for f in schema.fields() {
+            put_value(&mut buf, f.name().as_bytes());
+            // PostgreSQL's spelling, which no library upgrade changes.
+            put_value(&mut buf, PgType::of_field(f).format().as_bytes());
+        }
+        ContentHasher {
+            ctx: ring::digest::Context::new(&ring::digest::SHA256),
+            buf,
+        }
+    }
+
+    pub(super) fn update(&mut self, batch: &RecordBatch) -> Result<(), SluiceError> {
+        use std::fmt::Write as _;
+        let options = arrow::util::display::FormatOptions::default();
+        let columns: Vec<HashedColumn> = batch
+            .columns()
+            .iter()
+            .map(|c| HashedColumn::new(c, &options))
+            .collect::<Result<_, _>>()?;
+        let mut text = String::new();
+        let buf = &mut self.buf;
+        for row in 0..batch.num_rows() {
+            for c in &columns {
+                match c {
+                    _ if c.array().is_null(row) => buf.extend_from_slice(&u32::MAX.to_le_bytes()),
+                    HashedColumn::Fixed { data, width, .. } => {
+                        let at = (data.offset() + row) * width;
+                        put_value(buf, &data.buffers()[0].as_slice()[at..at + width]);
+                    }
+                    HashedColumn::Text(a) => {
+                        put_value(buf, a.as_string::<i32>().value(row).as_bytes())
+                    }
+                    HashedColumn::Bytes(a) => put_value(buf, a.as_binary::<i32>().value(row)),
+                    HashedColumn::Other(_, f) => {
+                        text.clear();
+                        let _ = write!(text, "{}", f.value(row));
+                        put_value(buf, text.as_bytes());
+                    }
+                }
+            }
+            if buf.len() >= 1 << 16 {
+                self.ctx.update(buf);
+                buf.clear();
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish(mut self) -> String {
+        self.ctx.update(&self.buf);
+        let digest = self.ctx.finish();
+        digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The content hash of rows held whole (see [`ContentHasher`]).
+#[cfg(test)]
+fn content_hash(batch: &RecordBatch) -> Result<String, SluiceError> {
+    let mut hasher = ContentHasher::new(&batch.schema());
+    hasher.update(batch)?;
+    Ok(hasher.finish())
+}
+
+/// A column as [`ContentHasher`] reads its values.
 enum HashedColumn<'a> {
     /// A fixed-width primitive (booleans are packed bits: not here).
     Fixed {
@@ -681,9 +1088,21 @@ mod tests {
             vec![Some(2), Some(3), Some(1)],
             vec![None, Some("c"), Some("a")],
         );
-        // The times differ by place; take the first two columns only.
-        let a = a.project(&[0, 1]).unwrap();
-        let b = b.project(&[0, 1]).unwrap();
-        assert_eq!(in_order(a, false).unwrap(), in_order(b, false).unwrap());
+        // Rows sorted by their keys, as the plan's sort does (bytewise).
+        let sorted = |batch: &RecordBatch| {
+            let keys = order_keys(&batch.columns()[..2]).unwrap();
+            let mut order: Vec<usize> = (0..batch.num_rows()).collect();
+            order.sort_by(|x, y| keys.value(*x).cmp(keys.value(*y)));
+            let ids = batch
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>();
+            order.iter().map(|&i| ids.value(i)).collect::<Vec<_>>()
+        };
+        assert_eq!(sorted(&a), vec![1, 2, 3]);
+        assert_eq!(sorted(&a), sorted(&b));
+        // NULLs first, as the order has always been.
+        let nulls = batch(vec![Some(1), None], vec![Some("x"), Some("y")]);
+        let keys = order_keys(&nulls.columns()[..1]).unwrap();
+        assert!(keys.value(1) < keys.value(0));
     }
 }

@@ -511,7 +511,12 @@ impl ErasureWork {
                         continue;
                     }
                     let computed = self.compute_version(&def, &v.cut).await?;
-                    let manifest = datasets::dataset_manifest(&self.store, &def, &v, &computed)?;
+                    let manifest = datasets::dataset_manifest(
+                        &self.store,
+                        &def,
+                        &v,
+                        computed.batch.num_rows() as u64,
+                    )?;
                     export.rows = computed.batch.num_rows() as u64;
                     let data = encode(vec![computed.batch]).await?;
                     export::put(

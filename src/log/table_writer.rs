@@ -173,6 +173,35 @@ impl TableWriter {
         }
     }
 
+    /// Starts a group of frames (what a failure takes back); refused on a
+    /// table that takes no more writes. Returns the time the frames are
+    /// ingested at.
+    fn begin_frames(&mut self) -> Result<i64, LogError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(LogError::Poisoned(self.name.clone()));
+        }
+        for w in &mut self.writers {
+            w.begin_group();
+        }
+        Ok(now_us())
+    }
+
+    /// Writes partition `p`'s rows as a frame at its next offset, filling
+    /// in the row positions of a table keyed by row: the rows as written,
+    /// their base offset, and the frame's bytes.
+    fn write_rows(
+        &mut self,
+        p: usize,
+        batch: &RecordBatch,
+        now: i64,
+    ) -> Result<(RecordBatch, u64, Vec<u8>), LogError> {
+        let range = event_range(batch, self.event_time_index);
+        let base = self.writers[p].next_offset();
+        let batch = with_row_positions(self.row_positions, p, base, batch)?;
+        let bytes = self.writers[p].write_frame(&batch, now, range)?;
+        Ok((batch, base, bytes))
+    }
+
     /// Writes a streamed statement's pieces as frames as they arrive, then
     /// makes them durable and commits them with one record: until then
     /// they are past the committed ends, so a crash cuts them off.
@@ -180,21 +209,12 @@ impl TableWriter {
         &mut self,
         pieces: &std::sync::mpsc::Receiver<Result<Vec<(usize, RecordBatch)>, LogError>>,
     ) -> Result<(), LogError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.name.clone()));
-        }
-        for w in &mut self.writers {
-            w.begin_group();
-        }
-        let now = now_us();
+        let now = self.begin_frames()?;
         let mut frame_bytes = 0;
         // The sender dropped after the last piece: the statement is whole.
         for piece in pieces.iter() {
             for (p, batch) in coalesce(piece?, self.writers.len())? {
-                let range = event_range(&batch, self.event_time_index);
-                let base = self.writers[p].next_offset();
-                let batch = with_row_positions(self.row_positions, p, base, &batch)?;
-                frame_bytes += self.writers[p].write_frame(&batch, now, range)?.len();
+                frame_bytes += self.write_rows(p, &batch, now)?.2.len();
             }
         }
         for w in &mut self.writers {
@@ -290,23 +310,14 @@ impl TableWriter {
         parts: &[(usize, RecordBatch)],
         carry: bool,
     ) -> Result<PreparedFrames, LogError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.name.clone()));
-        }
-        for w in &mut self.writers {
-            w.begin_group();
-        }
-        let now = now_us();
+        let now = self.begin_frames()?;
         let mut frame_bytes = 0;
         let mut frames = Vec::new();
         let mut bases = Vec::with_capacity(parts.len());
         let mut written = Vec::with_capacity(parts.len());
         for (p, batch) in parts {
-            let range = event_range(batch, self.event_time_index);
-            let base = self.writers[*p].next_offset();
+            let (batch, base, bytes) = self.write_rows(*p, batch, now)?;
             bases.push(base);
-            let batch = with_row_positions(self.row_positions, *p, base, batch)?;
-            let bytes = self.writers[*p].write_frame(&batch, now, range)?;
             written.push(batch);
             frame_bytes += bytes.len();
             frames.push((*p, bytes));
@@ -322,13 +333,7 @@ impl TableWriter {
     }
 
     fn write_group(&mut self, group: &[AppendRequest]) -> Result<(), LogError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(LogError::Poisoned(self.name.clone()));
-        }
-        for w in &mut self.writers {
-            w.begin_group();
-        }
-        let now = now_us();
+        let now = self.begin_frames()?;
         let mut frames = Vec::new();
         let mut frame_bytes = 0;
         // The statements of a group share frames: one per partition (for
@@ -341,11 +346,9 @@ impl TableWriter {
         let mut coalesced = coalesce(parts, self.writers.len())?;
         let mut bases = Vec::with_capacity(coalesced.len());
         for (p, batch) in &mut coalesced {
-            let range = event_range(batch, self.event_time_index);
-            let base = self.writers[*p].next_offset();
-            *batch = with_row_positions(self.row_positions, *p, base, batch)?;
+            let (as_written, base, bytes) = self.write_rows(*p, batch, now)?;
+            *batch = as_written;
             bases.push(base);
-            let bytes = self.writers[*p].write_frame(batch, now, range)?;
             frame_bytes += bytes.len();
             frames.push((*p, bytes));
         }

@@ -684,7 +684,7 @@ impl PartitionStream for FrameStream {
         &self.schema
     }
 
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+    fn execute(&self, ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let table = self.table.clone();
         let partition = self.partition;
         let projection = self.projection.clone();
@@ -784,8 +784,43 @@ impl PartitionStream for FrameStream {
                 Ok(rows)
             }
         });
+        // A frame of a large statement holds many more rows than a batch
+        // of the plan (a COPY's frames are megabytes): it is handed on in
+        // pieces of the session's batch size, each its own copy, so that
+        // operators that hold batches (a sort within `--query-memory`)
+        // count and spill them piece by piece.
+        let batch_rows = ctx.session_config().batch_size().max(1);
+        let s = s.flat_map(move |rows| {
+            let pieces = match rows {
+                Ok(rows) if rows.num_rows() > 2 * batch_rows => in_pieces(&rows, batch_rows),
+                other => vec![other],
+            };
+            stream::iter(pieces)
+        });
         Box::pin(RecordBatchStreamAdapter::new(schema, s))
     }
+}
+
+/// `rows` as copies of at most `size` rows each.
+fn in_pieces(rows: &RecordBatch, size: usize) -> Vec<Result<RecordBatch, DataFusionError>> {
+    (0..rows.num_rows())
+        .step_by(size)
+        .map(|at| {
+            let n = size.min(rows.num_rows() - at);
+            let indices = arrow::array::UInt32Array::from_iter_values(at as u32..(at + n) as u32);
+            let columns = rows
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c.as_ref(), &indices, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new_with_options(
+                rows.schema(),
+                columns,
+                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)),
+            )
+            .map_err(DataFusionError::from)
+        })
+        .collect()
 }
 
 use futures::StreamExt;

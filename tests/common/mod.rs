@@ -146,6 +146,18 @@ impl Server {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
+    /// The server's peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the server's /proc status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in the server's status");
+        kb * 1024
+    }
+
     /// SIGKILL by pid, then wait for the process to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -547,4 +559,27 @@ pub fn sample(metrics: &str, name_and_labels: &str) -> f64 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// Runs `test` on a thread of its own with a 64 MB stack and a runtime of
+/// two workers: some tests' futures, unoptimized, take more than a test
+/// thread's 2 MB. A panic of the test is the caller's.
+pub fn on_large_stack<F>(test: impl FnOnce() -> F + Send + 'static)
+where
+    F: std::future::Future<Output = ()>,
+{
+    let thread = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(test())
+        })
+        .expect("a thread for the test");
+    if let Err(panic) = thread.join() {
+        std::panic::resume_unwind(panic);
+    }
 }
