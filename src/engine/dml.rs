@@ -59,8 +59,15 @@ impl Engine {
                     copy.columns.len()
                 };
                 let binary = copy.format == sluice_sql::CopyFormat::Binary;
-                let parser = CopyParser::new(&table.def(), copy, table.max_statement_bytes())?;
+                // Outside a transaction block the rows move to disk as they
+                // come (see `copy.rs`): the statement limit bounds nothing
+                // there, not even one staged batch of wide rows.
                 let may_spill = session.transaction.lock().staging().is_none();
+                let limit = match may_spill {
+                    true => u64::MAX,
+                    false => table.max_statement_bytes(),
+                };
+                let parser = CopyParser::new(&table.def(), copy, limit)?;
                 *session.copy.lock() = Some(CopyState {
                     table,
                     parser: Some(parser),

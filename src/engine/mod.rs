@@ -583,13 +583,10 @@ impl Engine {
         }
         // A correlated subquery the optimizer cannot turn into a join is
         // evaluated per outer value instead.
-        match DataFrame::new(state.clone(), plan.clone())
-            .create_physical_plan()
-            .await
-        {
+        match state.create_physical_plan(&plan).await {
             Err(e) if per_value::is_correlation_error(&e) => {
                 let plan = per_value::evaluate_per_outer_value(&state, plan).await?;
-                Ok(DataFrame::new(state, plan).create_physical_plan().await?)
+                Ok(state.create_physical_plan(&plan).await?)
             }
             planned => Ok(planned?),
         }

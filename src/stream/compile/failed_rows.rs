@@ -143,7 +143,7 @@ impl FailedRows {
     }
 }
 
-/// Runs `plan` over what `slots` hold. When it fails with an error of the
+/// Runs `plan` over what the `slots` (listed on a failure) hold. When it fails with an error of the
 /// data (class 22), runs it over each row of each slot alone, the other
 /// slots empty, and returns what the rows that compute give; the rows
 /// that fail go into `failed` with `sign` (+1 inserted, -1 taken back).
@@ -151,7 +151,7 @@ impl FailedRows {
 pub async fn collect_rows_apart(
     plan: &Arc<dyn ExecutionPlan>,
     ctx: Arc<TaskContext>,
-    slots: &[DeltaSlot],
+    slots: impl FnOnce() -> Vec<DeltaSlot>,
     sign: i64,
     failed: &parking_lot::Mutex<FailedRows>,
 ) -> Result<Vec<RecordBatch>, SluiceError> {
@@ -162,6 +162,7 @@ pub async fn collect_rows_apart(
     if !error.is_data_exception() {
         return Err(error);
     }
+    let slots = &slots()[..];
     let held: Vec<Vec<RecordBatch>> = slots
         .iter()
         .map(|s| std::mem::take(&mut *s.lock()))

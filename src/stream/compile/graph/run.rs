@@ -144,13 +144,15 @@ impl JoinGraph {
         ctx: Arc<TaskContext>,
         sign: i64,
     ) -> Result<Vec<RecordBatch>, SluiceError> {
-        let slots: Vec<DeltaSlot> = self
-            .source_slots
-            .iter()
-            .chain(self.stages.iter().map(|s| &s.slot))
-            .cloned()
-            .collect();
-        super::super::failed_rows::collect_rows_apart(plan, ctx, &slots, sign, &self.failed).await
+        // The slots are listed only when a row fails: not per delta.
+        let slots = || -> Vec<DeltaSlot> {
+            self.source_slots
+                .iter()
+                .chain(self.stages.iter().map(|s| &s.slot))
+                .cloned()
+                .collect()
+        };
+        super::super::failed_rows::collect_rows_apart(plan, ctx, slots, sign, &self.failed).await
     }
 
     /// Counts a row of the view's last aggregate's input as failed (see
