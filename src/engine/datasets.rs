@@ -635,7 +635,15 @@ pub(super) async fn stream_version(
         .sort_spill_reservation_bytes = 1 << 20;
     // One sort, not one per partition merged: DataFusion's merge of many
     // partitions' spill files takes memory it cannot spill, which a small
-    // `--query-memory` cannot give.
+    // `--query-memory` cannot give. A table of several partitions scans as
+    // several streams; without `repartition_sorts` off, the optimizer would
+    // sort each and merge them (53200 under load, when the four sorts'
+    // merges meet).
+    state
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .repartition_sorts = false;
     let config = std::mem::take(state.config_mut())
         .with_batch_size(DATASET_BATCH_ROWS)
         .with_target_partitions(1);

@@ -365,7 +365,7 @@ pub async fn text_rows(c: &tokio_postgres::Client, sql: &str) -> Vec<String> {
     rows_of(
         c.simple_query(sql)
             .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}")),
+            .unwrap_or_else(|e| panic!("{sql}: {}", error_text(&e))),
     )
 }
 
@@ -581,5 +581,14 @@ where
         .expect("a thread for the test");
     if let Err(panic) = thread.join() {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// An error as a test failure should print it: the server's SQLSTATE and
+/// message when it sent one, the client's error otherwise.
+pub fn error_text(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} {}", d.code().code(), d.message()),
+        None => e.to_string(),
     }
 }
