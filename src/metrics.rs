@@ -32,6 +32,7 @@ pub struct Metrics {
     statement_seconds: Histogram,
     checkpoints: Family<Labels, Counter>,
     checkpoint_seconds: Histogram,
+    view_replayed_rows: Counter,
     connections: Counter,
     connections_refused: Counter,
     object_store_failures: Family<Labels, Counter>,
@@ -45,6 +46,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         statement_seconds: Histogram::new(exponential_buckets(0.0001, 4.0, 11)),
         checkpoints: Family::default(),
         checkpoint_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+        view_replayed_rows: Counter::default(),
         connections: Counter::default(),
         connections_refused: Counter::default(),
         object_store_failures: Family::default(),
@@ -80,6 +82,12 @@ impl Metrics {
             started: std::time::Instant::now(),
             metrics: self,
         }
+    }
+
+    /// A view was computed at a position of the log (`AS OF`), replaying
+    /// `rows` offsets of its tables from a kept checkpoint or its start.
+    pub fn view_replayed_at_position(&self, rows: u64) {
+        self.view_replayed_rows.inc_by(rows);
     }
 
     /// A checkpoint attempt ended.
@@ -143,6 +151,11 @@ impl Metrics {
             "sluice_checkpoint_duration_seconds",
             "How long committed view checkpoints took",
             self.checkpoint_seconds.clone(),
+        );
+        r.register(
+            "sluice_view_replayed_rows",
+            "Offsets of the log replayed to compute materialized views at a position (AS OF), from a checkpoint a cut keeps or from the view's start",
+            self.view_replayed_rows.clone(),
         );
         r.register(
             "sluice_connections",

@@ -276,3 +276,175 @@ async fn reads_at_a_cut_equal_postgres_through_writes_retention_and_sigkill() {
         .unwrap_err();
     assert_eq!(sqlstate(&e), "42704");
 }
+
+/// Offsets replayed so far to compute views at a position.
+async fn replayed(server: &Server) -> u64 {
+    let (_, metrics) = common::http_get(server.http_port, "/metrics").await;
+    common::sample(&metrics, "sluice_view_replayed_rows_total") as u64
+}
+
+/// A view's rows at a cut, and what computing them replayed.
+async fn view_at(server: &Server, c: &tokio_postgres::Client, sql: &str) -> (Vec<String>, u64) {
+    let before = replayed(server).await;
+    let rows = sorted(text_rows(c, sql).await);
+    (rows, replayed(server).await - before)
+}
+
+/// A cut keeps each view's checkpoint at the cut: after ten times more
+/// rows than the cut holds, a read `AS OF CUT` replays none of the log
+/// (before, every read computed the view from its first row), through a
+/// restart and a SIGKILL; a read at a later position replays only the rows
+/// after the kept checkpoint. Dropping the cut lets the checkpoint go; an
+/// erasure deletes the checkpoints it kept (they hold the erased rows),
+/// and reads at the cut then give the rows without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "100"]);
+    let c = server.connect().await;
+    c.batch_execute(
+        "CREATE TABLE ev (id BIGINT NOT NULL, k TEXT NOT NULL, v BIGINT, ts TIMESTAMP NOT NULL,
+             WATERMARK FOR ts AS ts - INTERVAL '1 minute')
+             APPEND ONLY WITH (partitions = 3, partition_key = 'k');
+         CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k;
+         CREATE MATERIALIZED VIEW per_minute AS
+             SELECT window_start, count(*) AS n FROM TUMBLE(ev, ts, INTERVAL '1 minute')
+             GROUP BY window_start;",
+    )
+    .await
+    .unwrap();
+    let insert = |from: i64, to: i64| {
+        format!(
+            "INSERT INTO ev SELECT i, 'k' || (i % 7), i % 100,
+                 TIMESTAMP '2026-01-01' + i * INTERVAL '1 second'
+             FROM generate_series({from}, {to}) AS s(i)"
+        )
+    };
+    c.batch_execute(&insert(1, 500)).await.unwrap();
+    c.batch_execute(&insert(501, 1000)).await.unwrap();
+    c.batch_execute("CREATE CUT c1").await.unwrap();
+    // The views' rows at the cut, as the table's rows there compute them.
+    let expected = [
+        (
+            "per_k",
+            "SELECT k, count(*), sum(v) FROM ev AS OF CUT c1 GROUP BY k",
+        ),
+        (
+            "per_minute",
+            "SELECT date_bin('1 minute', ts, TIMESTAMP '1970-01-01'), count(*) FROM ev AS OF CUT c1 GROUP BY 1",
+        ),
+    ];
+    let mut at_cut = Vec::new();
+    for (view, query) in expected {
+        let (rows, replayed_rows) =
+            view_at(&server, &c, &format!("SELECT * FROM {view} AS OF CUT c1")).await;
+        let want = sorted(text_rows(&c, query).await);
+        assert_eq!(rows, want, "{view} AS OF CUT c1");
+        assert_eq!(replayed_rows, 0, "{view} at the cut replays no row");
+        at_cut.push(rows);
+    }
+    for i in 0..10 {
+        c.batch_execute(&insert(1001 + i * 1000, 2000 + i * 1000))
+            .await
+            .unwrap();
+    }
+    c.batch_execute("FLUSH").await.unwrap();
+    let check = |server: &Server, when: &'static str| {
+        let at_cut = at_cut.clone();
+        let port_conn = server.conn_string();
+        let http = server.http_port;
+        async move {
+            let (c, conn) = tokio_postgres::connect(&port_conn, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            for (k, view) in ["per_k", "per_minute"].iter().enumerate() {
+                let (_, m) = common::http_get(http, "/metrics").await;
+                let before = common::sample(&m, "sluice_view_replayed_rows_total") as u64;
+                let rows =
+                    sorted(text_rows(&c, &format!("SELECT * FROM {view} AS OF CUT c1")).await);
+                let (_, m) = common::http_get(http, "/metrics").await;
+                let after = common::sample(&m, "sluice_view_replayed_rows_total") as u64;
+                assert_eq!(rows, at_cut[k], "{view} AS OF CUT c1 {when}");
+                assert_eq!(after - before, 0, "{view} at the cut {when} replays no row");
+            }
+        }
+    };
+    check(&server, "after 10x more rows").await;
+    // A later position replays the log from the kept checkpoint: 1,000
+    // rows past the cut, not 2,000 from the start.
+    let ends = text_rows(
+        &c,
+        "SELECT offsets FROM sluice_catalog.cuts WHERE cut_name = 'c1'",
+    )
+    .await;
+    let cut_ends: Vec<u64> = ends[0]
+        .split(", ")
+        .map(|p| p.split(" => ").nth(1).unwrap().parse().unwrap())
+        .collect();
+    c.batch_execute("CREATE CUT c2").await.unwrap();
+    let (rows, replayed_rows) = view_at(&server, &c, "SELECT * FROM per_k AS OF CUT c2").await;
+    assert_eq!(replayed_rows, 0);
+    assert_eq!(
+        rows,
+        sorted(text_rows(&c, "SELECT k, count(*), sum(v) FROM ev GROUP BY k").await)
+    );
+    c.batch_execute("DROP CUT c2").await.unwrap();
+    let c2_ends = text_rows(
+        &c,
+        "SELECT string_agg(p || ' => ' || o, ', ' ORDER BY p) FROM (
+             SELECT _partition AS p, max(_offset) + 1 AS o FROM ev WHERE id <= 2000 GROUP BY 1) s",
+    )
+    .await;
+    let (rows, replayed_rows) = view_at(
+        &server,
+        &c,
+        &format!("SELECT * FROM per_k AS OF OFFSETS ({})", c2_ends[0]),
+    )
+    .await;
+    assert_eq!(
+        rows,
+        sorted(
+            text_rows(
+                &c,
+                "SELECT k, count(*), sum(v) FROM ev WHERE id <= 2000 GROUP BY k"
+            )
+            .await
+        )
+    );
+    assert_eq!(replayed_rows, 1000, "only the rows after c1's checkpoint");
+    assert_eq!(cut_ends.iter().sum::<u64>(), 1000);
+    drop(c);
+    server.terminate();
+    server.start_again();
+    check(&server, "after a restart").await;
+    server.kill9();
+    server.start_again();
+    check(&server, "after SIGKILL").await;
+    // Dropped, the cut keeps nothing: a read at its offsets replays from
+    // the start.
+    let c = server.connect().await;
+    c.batch_execute("DROP CUT c1").await.unwrap();
+    let c1_offsets = ends[0].clone();
+    let (rows, replayed_rows) = view_at(
+        &server,
+        &c,
+        &format!("SELECT * FROM per_k AS OF OFFSETS ({c1_offsets})"),
+    )
+    .await;
+    assert_eq!(rows, at_cut[0]);
+    assert_eq!(replayed_rows, 1000);
+    // An erasure deletes the checkpoints a cut keeps: read at the cut,
+    // the view no longer has the erased rows, computed from the log.
+    c.batch_execute("CREATE CUT c3").await.unwrap();
+    c.batch_execute("DELETE FROM ev WHERE k = 'k3'")
+        .await
+        .unwrap();
+    let (rows, replayed_rows) = view_at(&server, &c, "SELECT * FROM per_k AS OF CUT c3").await;
+    assert_eq!(
+        rows,
+        sorted(text_rows(&c, "SELECT k, count(*), sum(v) FROM ev GROUP BY k").await)
+    );
+    assert!(rows.iter().all(|r| !r.starts_with("k3|")));
+    assert_eq!(replayed_rows, 11_000, "replayed from the start");
+}

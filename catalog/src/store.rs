@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::types::{
-    CutDef, DatasetDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef, ViewDef,
+    CutDef, CutViewCheckpoint, DatasetDef, IndexDef, QueryViewDef, SubscriptionDef, TableDef,
+    ViewDef,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -309,6 +310,23 @@ impl Catalog {
             cut.id = doc.take_id();
             doc.cuts.push(cut.clone());
             Ok(cut)
+        })
+    }
+
+    /// Records the view checkpoints a cut keeps.
+    pub fn set_cut_view_checkpoints(
+        &mut self,
+        name: &str,
+        kept: Vec<CutViewCheckpoint>,
+    ) -> Result<(), CatalogError> {
+        self.update(|doc| {
+            let cut = doc
+                .cuts
+                .iter_mut()
+                .find(|c| c.name == name)
+                .ok_or_else(|| CatalogError::UndefinedCut(name.to_string()))?;
+            cut.view_checkpoints = kept;
+            Ok(())
         })
     }
 

@@ -554,6 +554,18 @@ pub struct CutDef {
     #[serde(default)]
     pub owner: String,
     pub tables: Vec<CutTable>,
+    /// The checkpoint of each materialized view over its tables that it
+    /// keeps: the view's state at the cut, or the last one below it, from
+    /// which a read `AS OF CUT` replays only the log up to the cut.
+    #[serde(default)]
+    pub view_checkpoints: Vec<CutViewCheckpoint>,
+}
+
+/// A view checkpoint a cut keeps (see `CutDef::view_checkpoints`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutViewCheckpoint {
+    pub view_id: u64,
+    pub epoch: u64,
 }
 
 /// One table of a cut.

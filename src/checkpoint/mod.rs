@@ -55,8 +55,12 @@ pub struct Checkpoints {
     pub store: Arc<DurableStore>,
     pub interval: Duration,
     records: Mutex<VecDeque<CheckpointRecord>>,
-    /// Last committed epoch and its completion time, per view id.
-    committed: Mutex<HashMap<u64, (u64, i64)>>,
+    /// The last committed manifest, per view id.
+    committed: Mutex<HashMap<u64, CheckpointManifest>>,
+    /// Manifests kept past their epoch because cuts name them (see
+    /// [`Checkpoints::pin_latest`]), by view id and epoch, with how many
+    /// cuts do. Their files are not garbage.
+    pinned: Mutex<HashMap<(u64, u64), (CheckpointManifest, usize)>>,
 }
 
 pub fn now_us() -> i64 {
@@ -70,6 +74,7 @@ impl Checkpoints {
             interval,
             records: Mutex::new(VecDeque::new()),
             committed: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(HashMap::new()),
         })
     }
 
@@ -79,7 +84,95 @@ impl Checkpoints {
 
     /// The view's last committed epoch and when it completed.
     pub fn last_committed(&self, view_id: u64) -> Option<(u64, i64)> {
-        self.committed.lock().get(&view_id).copied()
+        self.committed
+            .lock()
+            .get(&view_id)
+            .map(|m| (m.epoch, m.completed_at_us))
+    }
+
+    /// The view's last committed manifest.
+    pub fn latest(&self, view_id: u64) -> Option<CheckpointManifest> {
+        self.committed.lock().get(&view_id).cloned()
+    }
+
+    /// Keeps the view's last committed checkpoint (for a cut) until
+    /// [`Checkpoints::unpin`]: garbage collection and start-up leave its
+    /// files. Returns its manifest.
+    pub fn pin_latest(&self, view_id: u64) -> Option<CheckpointManifest> {
+        let latest = self.latest(view_id)?;
+        self.pinned
+            .lock()
+            .entry((view_id, latest.epoch))
+            .or_insert_with(|| (latest.clone(), 0))
+            .1 += 1;
+        Some(latest)
+    }
+
+    /// Keeps a checkpoint a cut named before a restart, if its manifest
+    /// is still there (an erasure deletes every epoch but its own).
+    pub async fn pin_epoch(&self, view_id: u64, epoch: u64) -> Option<CheckpointManifest> {
+        if let Some(entry) = self.pinned.lock().get_mut(&(view_id, epoch)) {
+            entry.1 += 1;
+            return Some(entry.0.clone());
+        }
+        let key = CheckpointManifest::key(view_id, epoch);
+        let manifest = match self.store.get(&key).await {
+            Ok(bytes) => CheckpointManifest::decode(&bytes).ok()?,
+            Err(e) => {
+                warn!(view_id, epoch, error = %e, "a checkpoint a cut keeps is gone; reads at the cut replay the log");
+                return None;
+            }
+        };
+        let mut pinned = self.pinned.lock();
+        let entry = pinned
+            .entry((view_id, epoch))
+            .or_insert_with(|| (manifest, 0));
+        entry.1 += 1;
+        Some(entry.0.clone())
+    }
+
+    /// Lets a cut's checkpoint go: its files are garbage at the view's
+    /// next epoch (or start) unless another cut keeps it.
+    pub fn unpin(&self, view_id: u64, epoch: u64) {
+        let mut pinned = self.pinned.lock();
+        if let Some(entry) = pinned.get_mut(&(view_id, epoch)) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                pinned.remove(&(view_id, epoch));
+            }
+        }
+    }
+
+    /// The kept checkpoints of a view, oldest first.
+    pub fn pinned(&self, view_id: u64) -> Vec<CheckpointManifest> {
+        let mut kept: Vec<CheckpointManifest> = self
+            .pinned
+            .lock()
+            .iter()
+            .filter(|((v, _), _)| *v == view_id)
+            .map(|(_, (m, _))| m.clone())
+            .collect();
+        kept.sort_by_key(|m| m.epoch);
+        kept
+    }
+
+    /// The objects of a view's kept checkpoints: manifests and files.
+    fn pinned_keys(&self, view_id: u64) -> std::collections::HashSet<String> {
+        self.pinned(view_id)
+            .iter()
+            .flat_map(|m| {
+                m.files
+                    .iter()
+                    .map(|f| f.key.clone())
+                    .chain([CheckpointManifest::key(m.view_id, m.epoch)])
+            })
+            .collect()
+    }
+
+    /// Reads a kept checkpoint back whole, checking every file.
+    pub async fn load(&self, m: &CheckpointManifest) -> Result<RestoredCheckpoint, StoreError> {
+        self.load_epoch(&CheckpointManifest::key(m.view_id, m.epoch))
+            .await
     }
 
     /// The checkpoint a view was restored from at start-up, listed as
@@ -109,6 +202,7 @@ impl Checkpoints {
     /// Deletes a dropped view's checkpoints (in the background).
     pub fn forget(self: &Arc<Self>, view_id: u64) {
         self.committed.lock().remove(&view_id);
+        self.pinned.lock().retain(|(v, _), _| *v != view_id);
         let this = self.clone();
         tokio::spawn(async move {
             let prefix = CheckpointManifest::view_prefix(view_id);
@@ -122,6 +216,7 @@ impl Checkpoints {
     /// once they are gone (an erasure: its files hold erased rows).
     pub async fn forget_now(&self, view_id: u64) -> Result<(), StoreError> {
         self.committed.lock().remove(&view_id);
+        self.pinned.lock().retain(|(v, _), _| *v != view_id);
         self.store
             .delete_prefix(&CheckpointManifest::view_prefix(view_id))
             .await
@@ -173,15 +268,17 @@ impl Checkpoints {
             }
             None => Vec::new(),
         };
-        for o in objects.iter().filter(|o| !keep.contains(&o.key)) {
+        let pinned = self.pinned_keys(view_id);
+        for o in objects
+            .iter()
+            .filter(|o| !keep.contains(&o.key) && !pinned.contains(&o.key))
+        {
             if let Err(e) = self.store.delete(&o.key).await {
                 warn!(key = %o.key, error = %e, "could not delete a stale checkpoint file");
             }
         }
         if let Some(r) = &restored {
-            self.committed
-                .lock()
-                .insert(view_id, (r.manifest.epoch, r.manifest.completed_at_us));
+            self.committed.lock().insert(view_id, r.manifest.clone());
         }
         Ok(restored)
     }
@@ -429,10 +526,7 @@ impl ViewCheckpointer {
                                 source_offsets: manifest.source_offsets.clone(),
                                 error: None,
                             });
-                            shared
-                                .committed
-                                .lock()
-                                .insert(view_id, (epoch, manifest.completed_at_us));
+                            shared.committed.lock().insert(view_id, manifest.clone());
                             if attempt > 1 {
                                 info!(attempt, "checkpoint committed after retries");
                             }
@@ -441,8 +535,12 @@ impl ViewCheckpointer {
                                 // that VACUUM returns with the files gone.
                                 // Retried until it works: VACUUM waits
                                 // for it (and times out with 58030).
+                                // The checkpoints cuts kept hold the
+                                // erased rows too: reads at those cuts
+                                // replay the (erased) log instead.
+                                shared.pinned.lock().retain(|(v, _), _| *v != view_id);
                                 let mut tries = 0u32;
-                                while let Err(e) = collect_garbage(&shared.store, None, &manifest).await {
+                                while let Err(e) = collect_garbage(&shared, None, &manifest).await {
                                     tries += 1;
                                     warn!(error = %e, tries, "could not delete the files of earlier epochs; retrying");
                                     let backoff = Duration::from_millis(100u64 << tries.min(6));
@@ -454,7 +552,7 @@ impl ViewCheckpointer {
                                 on_commit(&manifest, false);
                                 if let Some(previous) = previous.as_ref() {
                                     // Errors are retried by the next epoch.
-                                    let _ = collect_garbage(&shared.store, Some(previous), &manifest).await;
+                                    let _ = collect_garbage(&shared, Some(previous), &manifest).await;
                                 }
                             }
                             *last.lock() = Some(manifest);
@@ -635,15 +733,20 @@ struct NewFile {
 /// what only epochs before it named is deleted. Without a fallback, only
 /// epoch n's files stay.
 async fn collect_garbage(
-    store: &DurableStore,
+    shared: &Checkpoints,
     fallback: Option<&CheckpointManifest>,
     current: &CheckpointManifest,
 ) -> Result<(), StoreError> {
+    let store = &shared.store;
     let objects = store
         .list(&CheckpointManifest::view_prefix(current.view_id))
         .await?;
+    // Read after the listing: a cut that kept an epoch before it was
+    // listed keeps its files.
+    let pinned = shared.pinned_keys(current.view_id);
     let keep = |key: &str| {
-        key == CheckpointManifest::key(current.view_id, current.epoch)
+        pinned.contains(key)
+            || key == CheckpointManifest::key(current.view_id, current.epoch)
             || current.files.iter().any(|f| f.key == key)
             || fallback.is_some_and(|p| {
                 key == CheckpointManifest::key(p.view_id, p.epoch)

@@ -45,8 +45,33 @@ impl Engine {
                         )?;
                     }
                 }
-                crate::log::cut::take_cut(&self.store, &name, &tables, all_tables, &role.name)
-                    .await?;
+                // Kept before the cut is taken, so that each covers no
+                // offset past it; the cut then keeps one per view.
+                let early = self.views.keep_latest_checkpoints();
+                let cut = match crate::log::cut::take_cut(
+                    &self.store,
+                    &name,
+                    &tables,
+                    all_tables,
+                    &role.name,
+                )
+                .await
+                {
+                    Ok(cut) => cut,
+                    Err(e) => {
+                        for m in early {
+                            self.views.checkpoints().unpin(m.view_id, m.epoch);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                let kept = self.views.keep_checkpoints_at(&cut, early).await;
+                if let Err(e) = self.store.set_cut_view_checkpoints(&name, kept.clone()) {
+                    for k in &kept {
+                        self.views.checkpoints().unpin(k.view_id, k.epoch);
+                    }
+                    return Err(e.into());
+                }
                 Ok(Outcome::done("CREATE CUT"))
             }
             Statement::DropCut { names, if_exists } => {
@@ -79,7 +104,8 @@ impl Engine {
                     }
                 }
                 for name in found {
-                    self.store.drop_cut_def(&name)?;
+                    let cut = self.store.drop_cut_def(&name)?;
+                    self.views.release_checkpoints(&cut);
                 }
                 Ok(Outcome::done("DROP CUT"))
             }

@@ -247,6 +247,7 @@ impl Engine {
                     all_tables: false,
                     owner: role.name.clone(),
                     tables: covered,
+                    view_checkpoints: Vec::new(),
                 })?;
             }
         }
@@ -639,11 +640,7 @@ pub(super) async fn stream_version(
     // several streams; without `repartition_sorts` off, the optimizer would
     // sort each and merge them (53200 under load, when the four sorts'
     // merges meet).
-    state
-        .config_mut()
-        .options_mut()
-        .optimizer
-        .repartition_sorts = false;
+    state.config_mut().options_mut().optimizer.repartition_sorts = false;
     let config = std::mem::take(state.config_mut())
         .with_batch_size(DATASET_BATCH_ROWS)
         .with_target_partitions(1);

@@ -102,6 +102,7 @@ pub async fn take_cut(
         all_tables,
         owner: owner.to_string(),
         tables: covered,
+        view_checkpoints: Vec::new(),
     })?;
     drop(held);
     Ok(def)

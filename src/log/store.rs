@@ -289,6 +289,15 @@ impl LogStore {
         Ok(self.catalog.lock().create_cut(def)?)
     }
 
+    /// Records the view checkpoints a cut keeps.
+    pub fn set_cut_view_checkpoints(
+        &self,
+        name: &str,
+        kept: Vec<sluice_catalog::CutViewCheckpoint>,
+    ) -> Result<(), LogError> {
+        Ok(self.catalog.lock().set_cut_view_checkpoints(name, kept)?)
+    }
+
     pub fn drop_cut_def(&self, name: &str) -> Result<CutDef, LogError> {
         Ok(self.catalog.lock().drop_cut(name)?)
     }

@@ -3,8 +3,9 @@
 //! In layers, each importing only those before it: the operators
 //! ([`operators`], one file each), a view as readers see it (`view.rs`,
 //! with its change log and point index), the compiler of a query into
-//! operators ([`compile`]), and the runner of each view's task
-//! (`runner.rs`, [`ViewManager`]).
+//! operators ([`compile`]), the runner of each view's task
+//! (`runner.rs`, [`ViewManager`]), and views read at a position of the
+//! log, from the checkpoints cuts keep (`at_cut.rs`).
 //!
 //! A view is a graph of incremental operators ([`operators::operator::Operator`]):
 //! its sources (tables and views) send deltas, DataFusion plans filter
@@ -18,6 +19,7 @@
 //! the offsets it has consumed. Readers see the last published snapshot: a
 //! consistent cut at commits of the sources, never half a statement.
 
+mod at_cut;
 mod changes;
 pub mod compile;
 pub mod operators;

@@ -40,25 +40,21 @@ use super::view::{
     LATE_ROWS_KEPT,
 };
 
-/// Ids of the views computed at a cut, counted down from the top so that
-/// they meet no catalog id.
-static AT_CUT_IDS: AtomicU64 = AtomicU64::new(0);
-
 /// Frames read from the log per pipeline run.
 const FRAMES_PER_DELTA: usize = 16;
 
 /// All running views.
 pub struct ViewManager {
-    store: Arc<LogStore>,
-    checkpoints: Arc<Checkpoints>,
-    config: SessionConfig,
+    pub(super) store: Arc<LogStore>,
+    pub(super) checkpoints: Arc<Checkpoints>,
+    pub(super) config: SessionConfig,
     views: RwLock<HashMap<String, Arc<View>>>,
     /// Rebuilds under way: the new view, by name, until it replaces the
     /// old one.
     rebuilding: RwLock<HashMap<String, Arc<View>>>,
 }
 
-fn parse_query(sql: &str) -> Result<ast::Query, SluiceError> {
+pub(super) fn parse_query(sql: &str) -> Result<ast::Query, SluiceError> {
     Parser::new(&PostgreSqlDialect {})
         .try_with_sql(sql)
         .and_then(|mut p| p.parse_query())
@@ -87,6 +83,8 @@ impl ViewManager {
             views: RwLock::new(HashMap::new()),
             rebuilding: RwLock::new(HashMap::new()),
         });
+        // Before any view collects its old epochs.
+        manager.keep_cut_checkpoints().await;
         for def in store.view_defs() {
             let compiled = manager.compile_stored(&def).await?;
             // A view over a view that changes rows in place starts again
@@ -517,91 +515,6 @@ impl ViewManager {
         Ok(())
     }
 
-    /// The rows of view `name` as of `ends_of` each table it reads (per
-    /// partition): the view computed again from where it started up to
-    /// exactly those offsets, by a task of its own that nobody else sees
-    /// and that never checkpoints. Its clock moves commit by commit as the
-    /// view's did, so it makes the same decisions (late rows, closed
-    /// windows). Fails where the log no longer holds rows the view read
-    /// below those offsets, or the view started after them.
-    pub async fn rows_at(
-        &self,
-        name: &str,
-        at: &str,
-        ends_of: impl Fn(&TableLog) -> Result<Vec<u64>, SluiceError>,
-    ) -> Result<Vec<RecordBatch>, SluiceError> {
-        let view = self
-            .view(name)
-            .ok_or_else(|| SluiceError::UndefinedTable(name.to_string()))?;
-        if matches!(view.source, ViewSource::Constant) {
-            // Computed once, from no table: the same at every cut.
-            return Ok(view.snapshot());
-        }
-        let starts = view
-            .def
-            .start_offsets
-            .clone()
-            .filter(|o| o.len() == view.source.offsets())
-            .unwrap_or_else(|| vec![0; view.source.offsets()]);
-        let mut until = Vec::with_capacity(starts.len());
-        for input in view.source.inputs() {
-            let ViewSource::Table(table) = &input else {
-                return Err(SluiceError::Unsupported(format!(
-                    "materialized view \"{name}\" reads materialized view \"{}\"; a view over a view cannot be read {at} yet",
-                    input.name()
-                )));
-            };
-            let ends = ends_of(table)?;
-            for (k, (part, end)) in table.partitions().iter().zip(&ends).enumerate() {
-                // The view moved one commit at a time; its clock knows no
-                // place inside one.
-                if let Some((from, to)) = part.frame_around(*end) {
-                    return Err(SluiceError::Evaluation {
-                        sqlstate: "22023",
-                        message: format!(
-                            "offset {end} of partition {k} of \"{}\" is inside a commit (offsets {from} to {to}); materialized view \"{name}\" is computed at the end of a commit: use {from} or {to}",
-                            table.name()
-                        ),
-                    });
-                }
-                let start = starts[until.len() + k];
-                if start > *end {
-                    return Err(SluiceError::ObjectNotReady(format!(
-                        "materialized view \"{name}\" was rebuilt from offset {start} of partition {k} of \"{}\", after {at}: it has no state there",
-                        table.name()
-                    )));
-                }
-                if *end > start && part.start_offset() > start {
-                    return Err(SluiceError::ObjectNotReady(format!(
-                        "materialized view \"{name}\" holds rows of partition {k} of \"{}\" from offset {start} on, and retention has deleted those below {}: it cannot be computed {at}",
-                        table.name(),
-                        part.start_offset()
-                    )));
-                }
-            }
-            until.extend(ends);
-        }
-        let query = parse_query(&view.def.query)?;
-        let emit = EmitOptions {
-            emit_on_window_close: view.def.emit_on_window_close,
-            allowed_lateness_us: view.def.allowed_lateness_us,
-        };
-        let compiled = compile(&query, &self.store, self, self.config.clone(), emit).await?;
-        if compiled.source.offsets() != until.len() {
-            return Err(SluiceError::Internal(format!(
-                "materialized view \"{name}\" reads other tables than it did"
-            )));
-        }
-        let def = ViewDef {
-            id: u64::MAX - AT_CUT_IDS.fetch_add(1, Ordering::Relaxed),
-            start_offsets: Some(starts),
-            ..view.def.clone()
-        };
-        let replay = self.start_view(def, compiled, None, "at a cut", Some(until.clone()))?;
-        replay.wait_for(&until).await?;
-        Ok(replay.snapshot())
-    }
-
     /// Refuses a view that reads a relation `AS OF` a position or through
     /// `TABLESAMPLE`, and a view over tables whose query calls a function
     /// its inputs do not fix (`now()`, `random()`, `current_user`): the
@@ -752,7 +665,7 @@ impl ViewManager {
     /// Builds a view and starts its task, without making it visible.
     /// With `until`, the task reads its sources up to those offsets only
     /// and never checkpoints (a view computed at a cut).
-    fn start_view(
+    pub(super) fn start_view(
         &self,
         def: ViewDef,
         mut compiled: CompiledView,
