@@ -637,18 +637,35 @@ async fn statement_size_limit_and_segment_rolling() {
     c.batch_execute("CREATE TABLE t (id BIGINT, body TEXT) APPEND ONLY WITH (partitions = 2)")
         .await
         .unwrap();
-    // A COPY larger than the limit fails whole, with 54000.
+    // Inside a transaction block, a COPY larger than the limit fails
+    // whole, with 54000: what a transaction stages is held in memory.
     let mut data = String::new();
     for i in 0..100_000 {
         data.push_str(&format!("{i}\tsome text to make the row wider\n"));
     }
-    let sink = c.copy_in("COPY t FROM STDIN").await.unwrap();
-    futures::pin_mut!(sink);
-    sink.send(bytes::Bytes::from(data)).await.unwrap();
-    let e = sink.finish().await.unwrap_err();
-    assert_eq!(sqlstate(&e), "54000", "{e}");
+    c.batch_execute("BEGIN").await.unwrap();
+    {
+        let sink = c.copy_in("COPY t FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(data.clone())).await.unwrap();
+        let e = sink.finish().await.unwrap_err();
+        assert_eq!(sqlstate(&e), "54000", "{e}");
+    }
+    c.batch_execute("ROLLBACK").await.unwrap();
     let n: i64 = scalar(&c, "SELECT COUNT(*) FROM t").await;
     assert_eq!(n, 0);
+    // Outside one, a COPY of any size streams to disk past the limit and
+    // loads every row, rows wider than the limit too.
+    c.batch_execute("CREATE TABLE wide (id BIGINT, body TEXT) APPEND ONLY")
+        .await
+        .unwrap();
+    data.push_str(&format!("100000\t{}\n", "w".repeat(300_000)));
+    let sink = c.copy_in("COPY wide FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), 100_001);
+    let widest: i64 = scalar(&c, "SELECT max(length(body)) FROM wide").await;
+    assert_eq!(widest, 300_000);
     // Small statements roll segments at 8 KiB; all rows survive a restart.
     for i in 0..200 {
         c.batch_execute(&format!("INSERT INTO t VALUES ({i}, 'row {i}')"))
