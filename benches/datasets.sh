@@ -8,6 +8,11 @@
 #   against DuckDB writing the same rows to Parquet (COPY ... TO, with and
 #   without ORDER BY of every column, the order a dataset file has).
 #
+# With QUERY_MEMORY set (bytes), the server runs with `--query-memory`
+# and DuckDB with the same `memory_limit`; the server's peak RSS during
+# CREATE DATASET and during COPY DATASET is printed (its peak is reset
+# before each, through /proc/PID/clear_refs).
+#
 #   bash benches/datasets.sh [rows]      (default 10000000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +33,9 @@ trap cleanup EXIT
 echo "generating $ROWS + $((ROWS / 10)) rows"
 python3 benches/gen_usage.py "$ROWS" "$WORK/usage.csv"
 python3 benches/gen_usage.py "$((ROWS / 10))" "$WORK/more.csv"
-"$SLUICE" serve --listen "127.0.0.1:$SLUICE_PORT" --data-dir "$WORK/sluice" --http-listen off 2>"$WORK/sluice.log" &
+MEMORY_FLAGS=()
+[ -n "${QUERY_MEMORY:-}" ] && MEMORY_FLAGS=(--query-memory "$QUERY_MEMORY")
+"$SLUICE" serve --listen "127.0.0.1:$SLUICE_PORT" --data-dir "$WORK/sluice" --http-listen off "${MEMORY_FLAGS[@]}" 2>"$WORK/sluice.log" &
 SLUICE_PID=$!
 sluice_sql() { psql -q -h 127.0.0.1 -p "$SLUICE_PORT" -U sluice -d sluice -c "$1"; }
 for _ in $(seq 100); do sluice_sql 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
@@ -46,6 +53,16 @@ TICK = 100
 def cpu():
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+def reset_peak():
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+def peak_mb():
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 s = psycopg.connect(f"host=127.0.0.1 port={port} user=sluice dbname=sluice", autocommit=True)
 s.execute("CREATE MATERIALIZED VIEW per_minute AS SELECT tenant, window_start, count(*) AS n, sum(tokens) AS t "
@@ -71,18 +88,22 @@ s.execute("ALTER MATERIALIZED VIEW per_minute REBUILD")
 rebuild = time.time() - t0
 print(f"| REBUILD of the view (whole log) | {rebuild:.1f} | {cpu() - c0:.1f} | {rows * 1.1 / rebuild:,.0f} |")
 
+reset_peak()
 c0, t0 = cpu(), time.time()
 s.execute("CREATE DATASET ds AS SELECT event_id, tenant, tokens, event_time FROM usage AS OF CUT bench")
 create = time.time() - t0
-print(f"| CREATE DATASET (computed, ordered, hashed) | {create:.1f} | {cpu() - c0:.1f} | {rows / create:,.0f} |")
+print(f"| CREATE DATASET (computed, ordered, hashed; peak RSS {peak_mb():,.0f} MB) | {create:.1f} | {cpu() - c0:.1f} | {rows / create:,.0f} |")
+reset_peak()
 c0, t0 = cpu(), time.time()
 s.execute(f"COPY DATASET ds TO '{work}/ds.parquet'")
 export = time.time() - t0
 size = os.path.getsize(f"{work}/ds.parquet")
-print(f"| COPY DATASET to Parquet ({size / 1e6:,.0f} MB) | {export:.1f} | {cpu() - c0:.1f} | {rows / export:,.0f} |")
+print(f"| COPY DATASET to Parquet ({size / 1e6:,.0f} MB; peak RSS {peak_mb():,.0f} MB) | {export:.1f} | {cpu() - c0:.1f} | {rows / export:,.0f} |")
 
 d = duckdb.connect()
 d.execute("SET threads = 2")
+if os.environ.get("QUERY_MEMORY"):
+    d.execute(f"SET memory_limit = '{int(os.environ['QUERY_MEMORY']) // (1 << 20)}MB'")
 d.execute(f"CREATE TABLE usage AS SELECT * FROM read_csv('{work}/usage.csv', header=false, columns={{'event_id':'VARCHAR','tenant':'VARCHAR','tokens':'BIGINT','event_time':'TIMESTAMP'}})")
 t0 = time.time()
 d.execute(f"COPY usage TO '{work}/duck.parquet' (FORMAT parquet)")

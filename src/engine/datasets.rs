@@ -32,17 +32,8 @@ use crate::types::PgType;
 
 use super::*;
 
-/// A version's rows, computed.
-pub(super) struct Computed {
-    pub(super) batch: RecordBatch,
-    pub(super) split_rows: Vec<(String, u64)>,
-    pub(super) content_hash: String,
-}
-
 /// What streaming a version's rows gives besides the rows.
 pub(super) struct Summary {
-    /// The file's columns.
-    pub(super) schema: SchemaRef,
     pub(super) rows: u64,
     pub(super) split_rows: Vec<(String, u64)>,
     pub(super) content_hash: String,
@@ -106,7 +97,15 @@ impl Engine {
                 let def = self.dataset(&name)?;
                 let v = version_of(&def, version)?;
                 let location = file_in_directory(&location, &name, v.version);
-                let (summary, written) = self.write_version(session, &def, &v, &location).await?;
+                let (summary, written) = write_version(
+                    &self.planner,
+                    &self.views,
+                    &session.role(),
+                    &def,
+                    &v,
+                    &location,
+                )
+                .await?;
                 let rows = summary.rows;
                 let manifest = dataset_manifest(&self.store, &def, &v, rows)?;
                 let sha256 = written.sha256()?;
@@ -275,86 +274,83 @@ impl Engine {
         def: &DatasetDef,
         cut: &str,
     ) -> Result<Summary, SluiceError> {
-        stream_version(
-            &self.planner,
-            &self.views,
-            &session.role(),
-            def,
-            cut,
-            |_| Ok(()),
-        )
-        .await
+        summarize(&self.planner, &self.views, &session.role(), def, cut).await
     }
+}
 
-    /// Writes version `v` as Parquet as its rows stream, to a file beside
-    /// `location` (or a local one for an object store), checking its hash
-    /// at the end: a version that no longer computes to it leaves no file
-    /// and fails with 55000.
-    async fn write_version(
-        &self,
-        session: &Session,
-        def: &DatasetDef,
-        v: &DatasetVersion,
-        location: &str,
-    ) -> Result<(Summary, WrittenFile), SluiceError> {
-        let file = WrittenFile::beside(location)?;
-        let mut writer: Option<ParquetStreamWriter<std::io::BufWriter<std::fs::File>>> = None;
-        let mut pending = Rechunked::default();
-        let write = |b: &RecordBatch, writer: &mut Option<_>| -> Result<(), SluiceError> {
-            let w = match writer {
-                Some(w) => w,
-                None => writer.insert(
-                    ParquetStreamWriter::try_new(
-                        std::io::BufWriter::new(file.create()?),
-                        &b.schema(),
-                    )
+/// The dataset's rows at `cut` counted and hashed as they stream, none
+/// kept.
+pub(super) async fn summarize(
+    planner: &Planner,
+    views: &ViewManager,
+    role: &SessionRole,
+    def: &DatasetDef,
+    cut: &str,
+) -> Result<Summary, SluiceError> {
+    stream_version(planner, views, role, def, cut, |_| Ok(())).await
+}
+
+/// Writes version `v` as Parquet as its rows stream, to a file beside
+/// `location` (or a local one for an object store), checking its hash at
+/// the end: a version that no longer computes to it leaves no file and
+/// fails with 55000. `COPY DATASET` and an erasure's rewrite of a
+/// version's export both write through here, so the same rows make the
+/// same bytes.
+pub(super) async fn write_version(
+    planner: &Planner,
+    views: &ViewManager,
+    role: &SessionRole,
+    def: &DatasetDef,
+    v: &DatasetVersion,
+    location: &str,
+) -> Result<(Summary, WrittenFile), SluiceError> {
+    let file = WrittenFile::beside(location)?;
+    let mut writer: Option<ParquetStreamWriter<std::io::BufWriter<std::fs::File>>> = None;
+    let mut pending = Rechunked::default();
+    let write = |b: &RecordBatch, writer: &mut Option<_>| -> Result<(), SluiceError> {
+        let w = match writer {
+            Some(w) => w,
+            None => writer.insert(
+                ParquetStreamWriter::try_new(std::io::BufWriter::new(file.create()?), &b.schema())
                     .map_err(parquet_error)?,
-                ),
-            };
-            w.write(b).map_err(parquet_error)
+            ),
         };
-        let streamed = stream_version(
-            &self.planner,
-            &self.views,
-            &session.role(),
-            def,
-            &v.cut,
-            |b| {
-                for chunk in pending.push(b)? {
-                    write(&chunk, &mut writer)?;
-                }
-                Ok(())
-            },
-        )
-        .await;
-        let summary = match streamed {
-            Ok(s) => s,
-            Err(e) => {
-                file.remove();
-                return Err(e);
-            }
-        };
-        let finished = pending
-            .finish()
-            .and_then(|last| last.iter().try_for_each(|b| write(b, &mut writer)))
-            .and_then(|_| match writer.take() {
-                Some(w) => w.finish().map_err(parquet_error),
-                // No rows: the file is empty, as before.
-                None => file.create().map(|_| ()),
-            });
-        if let Err(e) = finished {
+        w.write(b).map_err(parquet_error)
+    };
+    let streamed = stream_version(planner, views, role, def, &v.cut, |b| {
+        for chunk in pending.push(b)? {
+            write(&chunk, &mut writer)?;
+        }
+        Ok(())
+    })
+    .await;
+    let summary = match streamed {
+        Ok(s) => s,
+        Err(e) => {
             file.remove();
             return Err(e);
         }
-        if summary.content_hash != v.content_hash {
-            file.remove();
-            return Err(SluiceError::ObjectNotReady(format!(
-                "dataset \"{}\" version {} no longer computes to its content hash (the log under its cut changed: an erasure?); VERIFY DATASET {} VERSION {} says more",
-                def.name, v.version, def.name, v.version
-            )));
-        }
-        Ok((summary, file))
+    };
+    let finished = pending
+        .finish()
+        .and_then(|last| last.iter().try_for_each(|b| write(b, &mut writer)))
+        .and_then(|_| match writer.take() {
+            Some(w) => w.finish().map_err(parquet_error),
+            // No rows: the file is empty, as before.
+            None => file.create().map(|_| ()),
+        });
+    if let Err(e) = finished {
+        file.remove();
+        return Err(e);
     }
+    if summary.content_hash != v.content_hash {
+        file.remove();
+        return Err(SluiceError::ObjectNotReady(format!(
+            "dataset \"{}\" version {} no longer computes to its content hash (the log under its cut changed: an erasure?); VERIFY DATASET {} VERSION {} says more",
+            def.name, v.version, def.name, v.version
+        )));
+    }
+    Ok((summary, file))
 }
 
 fn parquet_error(e: parquet::errors::ParquetError) -> SluiceError {
@@ -408,8 +404,8 @@ impl Rechunked {
 
 /// A dataset file being written: beside its destination on a server path
 /// (renamed into place at the end), or a local file for an object store
-/// (uploaded at the end).
-struct WrittenFile {
+/// (uploaded in parts at the end).
+pub(super) struct WrittenFile {
     path: std::path::PathBuf,
 }
 
@@ -441,7 +437,7 @@ impl WrittenFile {
     }
 
     /// SHA-256 of the file's bytes, read in pieces.
-    fn sha256(&self) -> Result<String, SluiceError> {
+    pub(super) fn sha256(&self) -> Result<String, SluiceError> {
         use std::io::Read;
         let mut f = std::fs::File::open(&self.path)
             .map_err(|e| SluiceError::Io(format!("reading {}: {e}", self.path.display())))?;
@@ -466,12 +462,11 @@ impl WrittenFile {
 
     /// Puts the file at `location`: renamed there on a server path,
     /// uploaded to an object store.
-    async fn publish(self, location: &str) -> Result<(), SluiceError> {
+    pub(super) async fn publish(self, location: &str) -> Result<(), SluiceError> {
         if location.starts_with("s3://") {
-            let data = std::fs::read(&self.path)
-                .map_err(|e| SluiceError::Io(format!("reading {}: {e}", self.path.display())));
+            let put = export::put_file(location, &self.path).await;
             self.remove();
-            return export::put(location, data?.into()).await;
+            return put;
         }
         std::fs::rename(&self.path, location).map_err(|e| {
             self.remove();
@@ -518,29 +513,6 @@ pub(super) fn dataset_manifest(
         "format": "parquet",
     });
     serde_json::to_string_pretty(&manifest).map_err(|e| SluiceError::Internal(e.to_string()))
-}
-
-/// The dataset's rows at `cut`, in their order, split, and hashed, held
-/// whole (an erasure's rewrite of an export; see [`stream_version`]).
-pub(super) async fn compute_version(
-    planner: &Planner,
-    views: &ViewManager,
-    role: &SessionRole,
-    def: &DatasetDef,
-    cut: &str,
-) -> Result<Computed, SluiceError> {
-    let mut batches = Vec::new();
-    let summary = stream_version(planner, views, role, def, cut, |b| {
-        batches.push(b.clone());
-        Ok(())
-    })
-    .await?;
-    let batch = arrow::compute::concat_batches(&summary.schema, &batches)?;
-    Ok(Computed {
-        batch,
-        split_rows: summary.split_rows,
-        content_hash: summary.content_hash,
-    })
 }
 
 /// The rows of a batch a version is computed in.
@@ -678,7 +650,6 @@ pub(super) async fn stream_version(
         each(&batch)?;
     }
     Ok(Summary {
-        schema,
         rows,
         split_rows,
         content_hash: hasher.finish(),

@@ -414,13 +414,14 @@ impl ErasureWork {
         Ok(datafusion::physical_plan::collect(physical, task).await?)
     }
 
-    /// A dataset version as it computes now, read as the server.
-    async fn compute_version(
+    /// A dataset version's rows as they compute now, counted and hashed
+    /// as they stream (none kept), read as the server.
+    async fn summarize_version(
         &self,
         def: &sluice_catalog::DatasetDef,
         cut: &str,
-    ) -> Result<datasets::Computed, SluiceError> {
-        datasets::compute_version(
+    ) -> Result<datasets::Summary, SluiceError> {
+        datasets::summarize(
             &self.planner,
             &self.views,
             &SessionRole::default(),
@@ -501,7 +502,7 @@ impl ErasureWork {
                         .cloned()?;
                     Some((d, v))
                 });
-            let new = match dataset {
+            let new_sha256 = match dataset {
                 Some((def, v)) => {
                     let covers = self
                         .store
@@ -510,21 +511,27 @@ impl ErasureWork {
                     if !covers || crate::log::erasure::sha256_hex(&old) == v.content_hash {
                         continue;
                     }
-                    let computed = self.compute_version(&def, &v.cut).await?;
-                    let manifest = datasets::dataset_manifest(
-                        &self.store,
+                    // Written as COPY DATASET writes it (the same bytes),
+                    // as the rows stream.
+                    let (summary, written) = datasets::write_version(
+                        &self.planner,
+                        &self.views,
+                        &SessionRole::default(),
                         &def,
                         &v,
-                        computed.batch.num_rows() as u64,
-                    )?;
-                    export.rows = computed.batch.num_rows() as u64;
-                    let data = encode(vec![computed.batch]).await?;
+                        &export.location,
+                    )
+                    .await?;
+                    let manifest = datasets::dataset_manifest(&self.store, &def, &v, summary.rows)?;
+                    export.rows = summary.rows;
+                    let new_sha256 = written.sha256()?;
+                    written.publish(&export.location).await?;
                     export::put(
                         &format!("{}.manifest.json", export.location),
                         manifest.into(),
                     )
                     .await?;
-                    data
+                    new_sha256
                 }
                 None => {
                     let batches = match decode_parquet(&old) {
@@ -564,11 +571,12 @@ impl ErasureWork {
                         continue;
                     }
                     export.rows -= removed as u64;
-                    encode(kept).await?
+                    let new = encode(kept).await?;
+                    let new_sha256 = crate::log::erasure::sha256_hex(&new);
+                    export::put(&export.location, new).await?;
+                    new_sha256
                 }
             };
-            let new_sha256 = crate::log::erasure::sha256_hex(&new);
-            export::put(&export.location, new).await?;
             record
                 .files_rewritten
                 .push(crate::log::erasure::RewrittenFile {
@@ -685,7 +693,7 @@ impl ErasureWork {
                 }
                 record.step = format!("hashing dataset version {} again", v.cut);
                 self.save(record)?;
-                let computed = self.compute_version(&dataset, &v.cut).await?;
+                let computed = self.summarize_version(&dataset, &v.cut).await?;
                 if computed.content_hash == v.content_hash {
                     continue;
                 }
@@ -697,7 +705,7 @@ impl ErasureWork {
                         new_sha256: computed.content_hash.clone(),
                     });
                 let version = &mut dataset.versions[i];
-                version.rows = computed.batch.num_rows() as u64;
+                version.rows = computed.rows;
                 version.split_rows = computed.split_rows;
                 version.content_hash = computed.content_hash;
                 changed = true;

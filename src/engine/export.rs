@@ -44,6 +44,14 @@ pub async fn put(location: &str, data: bytes::Bytes) -> Result<(), SluiceError> 
     Ok(())
 }
 
+/// Writes the local file `file` to an `s3://bucket/key` URL (or a server
+/// path), read in parts: a file of any size in bounded memory.
+pub async fn put_file(location: &str, file: &std::path::Path) -> Result<(), SluiceError> {
+    let (store, key) = store_of(location)?;
+    store.put_file(&key, file).await?;
+    Ok(())
+}
+
 /// Reads back what [`put`] wrote at `location`.
 pub async fn get(location: &str) -> Result<bytes::Bytes, SluiceError> {
     let (store, key) = store_of(location)?;

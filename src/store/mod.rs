@@ -79,6 +79,8 @@ const TEMP_SUFFIX: &str = ".tmp";
 /// Objects larger than this go to S3 as multipart uploads of `PART_SIZE`.
 const MULTIPART_THRESHOLD: usize = 16 << 20;
 const PART_SIZE: usize = 8 << 20;
+/// Parts of one file upload in flight at once (see `put_file`).
+const UPLOADS_IN_FLIGHT: usize = 4;
 
 impl DurableStore {
     /// The local file system under `root`.
@@ -227,6 +229,51 @@ impl DurableStore {
                 Ok(())
             }
         }
+    }
+
+    /// Stores the local file at `file` under `key`, read in parts of a
+    /// few MB (an object store takes them as a multipart upload, at most
+    /// a few parts in flight), so that a file of any size goes up in
+    /// bounded memory. The object appears when the upload completes.
+    pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), StoreError> {
+        counted("put", self.put_file_uncounted(key, file).await)
+    }
+
+    async fn put_file_uncounted(&self, key: &str, file: &Path) -> Result<(), StoreError> {
+        use tokio::io::AsyncReadExt;
+        let io = |source| StoreError::Io {
+            path: file.to_path_buf(),
+            source,
+        };
+        // An object store always takes it in parts (one for a small file),
+        // so that one path serves every size.
+        if self.local_root.is_some() {
+            let bytes = tokio::fs::read(file).await.map_err(io)?;
+            return self
+                .put_all_uncounted(vec![(key.to_string(), bytes.into())])
+                .await;
+        }
+        let upload = self.inner.put_multipart(&self.path(key)).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut reader = tokio::fs::File::open(file).await.map_err(io)?;
+        let mut part = vec![0u8; PART_SIZE];
+        loop {
+            let mut filled = 0;
+            while filled < part.len() {
+                let n = reader.read(&mut part[filled..]).await.map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            writer.wait_for_capacity(UPLOADS_IN_FLIGHT).await?;
+            writer.write(&part[..filled]);
+        }
+        writer.finish().await?;
+        Ok(())
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
