@@ -295,7 +295,10 @@ struct RightBatch {
 struct Candidate {
     batch: u64,
     row: usize,
-    time: OwnedRow,
+    /// Its time in row form; None while it is in the cursor's batch (read
+    /// there: most rows passed are never a probe's match, and owning each
+    /// one's time cost an allocation per right row).
+    time: Option<OwnedRow>,
     rank: Option<OwnedRow>,
 }
 
@@ -383,13 +386,13 @@ fn key_columns(keys: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Ve
         .collect()
 }
 
-/// A right row as a candidate, its batch kept while it is one.
-fn candidate_at(c: &RightBatch, at: usize, batches: &mut HashMap<u64, RecordBatch>) -> Candidate {
-    batches.entry(c.id).or_insert_with(|| c.batch.clone());
+/// A right row of the cursor's batch as a candidate; `own`: with its
+/// time copied out (a row kept past the batch, as a waiting one is).
+fn candidate_at(c: &RightBatch, at: usize, own: bool) -> Candidate {
     Candidate {
         batch: c.id,
         row: at,
-        time: c.times.row(at).owned(),
+        time: own.then(|| c.times.row(at).owned()),
         rank: c.ranks.as_ref().map(|r| r.row(at).owned()),
     }
 }
@@ -456,6 +459,13 @@ impl AsofMerge {
             {
                 return Ok(true);
             }
+            // The cursor leaves its batch: the best candidate keeps its
+            // time.
+            if let (Some(best), Some(c)) = (self.best.as_mut(), self.current.as_ref()) {
+                if best.time.is_none() && best.batch == c.id {
+                    best.time = Some(c.times.row(best.row).owned());
+                }
+            }
             if self.right_done {
                 return Ok(false);
             }
@@ -490,6 +500,8 @@ impl AsofMerge {
             };
             let id = self.next_id;
             self.next_id += 1;
+            // Kept while a candidate or the cursor points into it.
+            self.batches.insert(id, batch.clone());
             self.current = Some(RightBatch {
                 id,
                 keys: self.keys.convert_columns(&key_columns)?,
@@ -595,13 +607,15 @@ impl AsofMerge {
                         break;
                     }
                     let ingested = c.ingested.as_ref().map(|g| g[r]);
-                    let candidate = candidate_at(c, r, &mut self.batches);
                     match (ingested, known_at) {
-                        (None, _) => self.best = Some(candidate),
-                        (Some(Some(ing)), Some(Some(at))) if ing <= at => self.offer(candidate),
+                        (None, _) => self.best = Some(candidate_at(c, r, false)),
+                        (Some(Some(ing)), Some(Some(at))) if ing <= at => {
+                            let candidate = candidate_at(c, r, true);
+                            self.offer(candidate)
+                        }
                         (Some(Some(ing)), _) => self.waiting.push(Reverse(Waiting {
                             ingested: ing,
-                            candidate,
+                            candidate: candidate_at(c, r, true),
                         })),
                         // Never ingested: never known.
                         (Some(None), _) => {}
@@ -616,7 +630,7 @@ impl AsofMerge {
                         self.step();
                         continue;
                     }
-                    ahead = Some(candidate_at(c, r, &mut self.batches));
+                    ahead = Some(candidate_at(c, r, false));
                     break;
                 }
             }
@@ -631,7 +645,13 @@ impl AsofMerge {
                 None => true,
                 Some((_, nulls)) if nulls[i] => false,
                 Some((b, _)) => {
-                    let (rt, b) = (c.time.row(), b.row(i));
+                    // A candidate without its time is in the cursor's batch.
+                    let rt = match (&c.time, &self.current) {
+                        (Some(t), _) => t.row(),
+                        (None, Some(cur)) => cur.times.row(c.row),
+                        (None, None) => return false,
+                    };
+                    let b = b.row(i);
                     match (backward, spec.bound_strict) {
                         (true, false) => rt >= b,
                         (true, true) => rt > b,
