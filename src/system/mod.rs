@@ -7,6 +7,7 @@
 //! machinery (dialect, functions, table providers of the log, execution).
 
 mod access;
+mod catalog_cuts;
 mod catalog_views;
 mod context;
 mod information_schema;
