@@ -312,7 +312,17 @@ async fn check_at_c1(server: &Server, at_cut: &[Vec<String>], when: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_with(dir.path(), &["--checkpoint-interval-ms", "100"]);
+    let sluice_dir = dir.path().join("sluice");
+    std::fs::create_dir_all(&sluice_dir).unwrap();
+    let mut server = Server::start_with(&sluice_dir, &["--checkpoint-interval-ms", "100"]);
+    // The same rows in PostgreSQL 15 give each expected answer.
+    let postgres = Postgres::start(dir.path());
+    let pg = postgres.connect().await;
+    pg.batch_execute(
+        "CREATE TABLE ev (id BIGINT NOT NULL, k TEXT NOT NULL, v BIGINT, ts TIMESTAMP NOT NULL)",
+    )
+    .await
+    .unwrap();
     let c = server.connect().await;
     c.batch_execute(
         "CREATE TABLE ev (id BIGINT NOT NULL, k TEXT NOT NULL, v BIGINT, ts TIMESTAMP NOT NULL,
@@ -332,33 +342,34 @@ async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
              FROM generate_series({from}, {to}) AS s(i)"
         )
     };
-    c.batch_execute(&insert(1, 500)).await.unwrap();
-    c.batch_execute(&insert(501, 1000)).await.unwrap();
+    for (from, to) in [(1, 500), (501, 1000)] {
+        c.batch_execute(&insert(from, to)).await.unwrap();
+        pg.batch_execute(&insert(from, to)).await.unwrap();
+    }
     c.batch_execute("CREATE CUT c1").await.unwrap();
-    // The views' rows at the cut, as the table's rows there compute them.
+    // The views' rows at the cut, as PostgreSQL computes them over the
+    // same rows.
+    const PER_K: &str = "SELECT k, count(*), sum(v) FROM ev GROUP BY k";
     let expected = [
-        (
-            "per_k",
-            "SELECT k, count(*), sum(v) FROM ev AS OF CUT c1 GROUP BY k",
-        ),
+        ("per_k", PER_K),
         (
             "per_minute",
-            "SELECT date_bin('1 minute', ts, TIMESTAMP '1970-01-01'), count(*) FROM ev AS OF CUT c1 GROUP BY 1",
+            "SELECT date_bin('1 minute', ts, TIMESTAMP '1970-01-01'), count(*) FROM ev GROUP BY 1",
         ),
     ];
     let mut at_cut = Vec::new();
     for (view, query) in expected {
         let (rows, replayed_rows) =
             view_at(&server, &c, &format!("SELECT * FROM {view} AS OF CUT c1")).await;
-        let want = sorted(text_rows(&c, query).await);
+        let want = sorted(text_rows(&pg, query).await);
         assert_eq!(rows, want, "{view} AS OF CUT c1");
         assert_eq!(replayed_rows, 0, "{view} at the cut replays no row");
         at_cut.push(rows);
     }
     for i in 0..10 {
-        c.batch_execute(&insert(1001 + i * 1000, 2000 + i * 1000))
-            .await
-            .unwrap();
+        let rows = insert(1001 + i * 1000, 2000 + i * 1000);
+        c.batch_execute(&rows).await.unwrap();
+        pg.batch_execute(&rows).await.unwrap();
     }
     c.batch_execute("FLUSH").await.unwrap();
     check_at_c1(&server, &at_cut, "after 10x more rows").await;
@@ -376,10 +387,7 @@ async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
     c.batch_execute("CREATE CUT c2").await.unwrap();
     let (rows, replayed_rows) = view_at(&server, &c, "SELECT * FROM per_k AS OF CUT c2").await;
     assert_eq!(replayed_rows, 0);
-    assert_eq!(
-        rows,
-        sorted(text_rows(&c, "SELECT k, count(*), sum(v) FROM ev GROUP BY k").await)
-    );
+    assert_eq!(rows, sorted(text_rows(&pg, PER_K).await));
     c.batch_execute("DROP CUT c2").await.unwrap();
     let c2_ends = text_rows(
         &c,
@@ -397,7 +405,7 @@ async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
         rows,
         sorted(
             text_rows(
-                &c,
+                &pg,
                 "SELECT k, count(*), sum(v) FROM ev WHERE id <= 2000 GROUP BY k"
             )
             .await
@@ -431,11 +439,11 @@ async fn a_view_read_at_a_cut_starts_from_the_checkpoint_the_cut_keeps() {
     c.batch_execute("DELETE FROM ev WHERE k = 'k3'")
         .await
         .unwrap();
+    pg.batch_execute("DELETE FROM ev WHERE k = 'k3'")
+        .await
+        .unwrap();
     let (rows, replayed_rows) = view_at(&server, &c, "SELECT * FROM per_k AS OF CUT c3").await;
-    assert_eq!(
-        rows,
-        sorted(text_rows(&c, "SELECT k, count(*), sum(v) FROM ev GROUP BY k").await)
-    );
+    assert_eq!(rows, sorted(text_rows(&pg, PER_K).await));
     assert!(rows.iter().all(|r| !r.starts_with("k3|")));
     assert_eq!(replayed_rows, 11_000, "replayed from the start");
 }
