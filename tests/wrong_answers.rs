@@ -382,6 +382,18 @@ async fn views_over_rows_that_fail() {
             "SELECT n.label, s.total FROM names n \
              JOIN (SELECT k, sum(100 / x) AS total FROM m GROUP BY k) s ON n.k = s.k",
         ),
+        // The join's own expressions: a key and a condition over both
+        // sides that divide by a row's x.
+        (
+            "m_keyed",
+            "SELECT m.id, n.label FROM m JOIN names n \
+             ON n.k = CASE WHEN 100 / m.x > -1000 THEN m.k END",
+        ),
+        (
+            "m_paired",
+            "SELECT m.id, n.label FROM m JOIN names n \
+             ON n.k = m.k AND length(n.label) * 10 / m.x >= 0",
+        ),
     ];
     for (view, query) in views {
         view_agrees(&mut oracle, view, query).await;

@@ -127,13 +127,10 @@ impl VisitorMut for SetReturning {
                         None => elements,
                     };
                 }
+                // The server's generate_series types the values as
+                // PostgreSQL does (integer, bigint or numeric).
                 ("generate_series", 2 | 3) => {
-                    let series = call("unnest", vec![call("generate_series", args.clone())]);
-                    *expr = if int4_literals(&args) {
-                        int4(series)
-                    } else {
-                        series
-                    };
+                    *expr = call("unnest", vec![call("generate_series", args)]);
                 }
                 ("_pg_expandarray", 1) => {
                     *expr = call("unnest", vec![call("_pg_expandarray", args)]);
@@ -236,6 +233,18 @@ fn int4_literals(args: &[Expr]) -> bool {
     })
 }
 
+/// An integer literal, maybe negated.
+fn integer_literal(e: &Expr) -> bool {
+    let e = match e {
+        Expr::UnaryOp {
+            op: sqlparser::ast::UnaryOperator::Minus,
+            expr,
+        } => expr.as_ref(),
+        e => e,
+    };
+    matches!(e, Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if n.parse::<i64>().is_ok()))
+}
+
 fn int4(e: Expr) -> Expr {
     Expr::Cast {
         kind: sqlparser::ast::CastKind::Cast,
@@ -284,23 +293,32 @@ fn generate_series_relation(factor: &mut sqlparser::ast::TableFactor) {
     let Some(plain) = plain else {
         return;
     };
-    let value = Expr::Identifier(Ident::new("value"));
-    let value = if int4_literals(&plain) {
-        int4(value)
-    } else {
-        value
-    };
     let args_text: Vec<String> = plain.iter().map(|e| e.to_string()).collect();
+    // DataFusion's table function counts in bigint, lazily: it serves
+    // integer literals. Other series (numeric, dates as timestamptz,
+    // columns) are the server's generate_series in a select list, which
+    // types them as PostgreSQL does (this visitor then unnests it).
+    let (value, from) = if int4_literals(&plain) {
+        (int4(Expr::Identifier(Ident::new("value"))), true)
+    } else if plain.iter().all(integer_literal) {
+        (Expr::Identifier(Ident::new("value")), true)
+    } else {
+        (call("generate_series", plain.clone()), false)
+    };
     // As in PostgreSQL, a function returning one column takes the table
     // alias as its column name too (`FROM generate_series(1, 3) x`).
     let column = match alias {
         Some(a) if a.columns.is_empty() => a.name.to_string(),
         _ => "generate_series".to_string(),
     };
-    let sql = format!(
-        "SELECT {value} AS {column} FROM generate_series({}) AS {SERIES_ALIAS}",
-        args_text.join(", ")
-    );
+    let sql = if from {
+        format!(
+            "SELECT {value} AS {column} FROM generate_series({}) AS {SERIES_ALIAS}",
+            args_text.join(", ")
+        )
+    } else {
+        format!("SELECT {value} AS {column}")
+    };
     let Some(query) = parse_query(&sql) else {
         return;
     };
@@ -410,6 +428,7 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
     // named in its arguments: unnesting that relation before the joins
     // gives the same rows; an outer join could NULL it).
     let mut relations: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut outer_join_before = false;
     for (i, item) in select.from.iter().enumerate() {
         if i == last && function_join.is_none() {
             break;
@@ -423,7 +442,7 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
                 join.join_operator,
                 JoinOperator::CrossJoin(_) | JoinOperator::Inner(_) | JoinOperator::Join(_)
             ) {
-                return;
+                outer_join_before = true;
             }
             relations.push((i, Some(j)));
         }
@@ -560,42 +579,21 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         } => Some(alias.name.clone()),
         _ => None,
     };
-    // The relation the call reads: the only one, or the one its
-    // arguments name.
-    let position = match relations.as_slice() {
-        [one] => *one,
-        _ => {
-            let mut named = Vec::new();
-            for a in &arguments {
-                let _ = sqlparser::ast::visit_expressions(a, |e| {
-                    match e {
-                        Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
-                            named.push(Some(parts[0].value.clone()))
-                        }
-                        Expr::Identifier(_) => named.push(None),
-                        _ => {}
-                    }
-                    ControlFlow::<()>::Continue(())
-                });
+    // The relations the arguments name (None: a column named alone).
+    let mut named = Vec::new();
+    for a in &arguments {
+        let _ = sqlparser::ast::visit_expressions(a, |e| {
+            match e {
+                Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+                    named.push(Some(parts[0].value.clone()))
+                }
+                Expr::Identifier(_) => named.push(None),
+                _ => {}
             }
-            named.dedup();
-            let [Some(name)] = named.as_slice() else {
-                return;
-            };
-            let found: Vec<_> = relations
-                .iter()
-                .filter(|r| qualifier_of(&factor(select, **r)).is_some_and(|q| q.value == *name))
-                .collect();
-            match found.as_slice() {
-                [one] => **one,
-                _ => return,
-            }
-        }
-    };
-    let left = factor(select, position);
-    let Some(qualifier) = qualifier_of(&left) else {
-        return;
-    };
+            ControlFlow::<()>::Continue(())
+        });
+    }
+    named.dedup();
     // A one-column function takes its alias as the column's name.
     let names: Vec<String> = match alias {
         Some(a) if !a.columns.is_empty() => a.columns.iter().map(|c| c.name.to_string()).collect(),
@@ -613,6 +611,62 @@ fn lateral_functions(query: &mut sqlparser::ast::Query) {
         .zip(&names)
         .map(|((_, e), n)| format!("{e} AS {n}"))
         .collect();
+    // The relation the call reads: the only one, or the one its
+    // arguments name.
+    let position = match relations.as_slice() {
+        _ if outer_join_before => None,
+        [one] => Some(*one),
+        _ => match named.as_slice() {
+            [Some(name)] => {
+                let found: Vec<_> = relations
+                    .iter()
+                    .filter(|r| {
+                        qualifier_of(&factor(select, **r)).is_some_and(|q| q.value == *name)
+                    })
+                    .collect();
+                match found.as_slice() {
+                    [one] => Some(**one),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+    };
+    let Some(position) = position.filter(|p| qualifier_of(&factor(select, *p)).is_some()) else {
+        // A call reading several relations (or one after an outer join):
+        // a LATERAL subquery computing the call per row of the relations
+        // before it, under the function's name.
+        if named.is_empty() {
+            return;
+        }
+        let Some(subquery) = parse_query(&format!("SELECT {}", items.join(", "))) else {
+            return;
+        };
+        let relation_name = alias
+            .as_ref()
+            .map(|a| a.name.clone())
+            .unwrap_or_else(|| Ident::new(name.as_str()));
+        let derived = TableFactor::Derived {
+            lateral: true,
+            subquery,
+            alias: Some(sqlparser::ast::TableAlias {
+                explicit: true,
+                name: relation_name,
+                columns: vec![],
+                at: None,
+            }),
+            sample: None,
+        };
+        match function_join {
+            Some(j) => select.from[last].joins[j].relation = derived,
+            None => select.from[last].relation = derived,
+        }
+        return;
+    };
+    let left = factor(select, position);
+    let Some(qualifier) = qualifier_of(&left) else {
+        return;
+    };
     let mut sql = format!("SELECT {qualifier}.*, {} FROM {left}", items.join(", "));
     if keeps_empty {
         // The rows whose call gives no element: the list it unnests is
@@ -757,15 +811,25 @@ mod tests {
             ),
             "SELECT * FROM (SELECT a.*, unnest(a.xs) AS x FROM a) AS a, b WHERE a.id = b.id"
         );
-        // After an outer join (its relation may be NULL there), or with
-        // arguments that name no relation: left alone.
+        // After an outer join (its relation may be NULL there), with
+        // arguments that name no relation or several: a LATERAL subquery
+        // computing the call per row before it.
         assert_eq!(
             rewritten("SELECT * FROM a LEFT JOIN b ON a.id = b.id, LATERAL unnest(b.xs) AS x"),
-            "SELECT * FROM a LEFT JOIN b ON a.id = b.id, LATERAL unnest(b.xs) AS x"
+            "SELECT * FROM a LEFT JOIN b ON a.id = b.id, LATERAL (SELECT unnest(b.xs) AS x) AS x"
         );
         assert_eq!(
             rewritten("SELECT * FROM a JOIN b ON a.id = b.id, LATERAL unnest(xs) AS x"),
-            "SELECT * FROM a JOIN b ON a.id = b.id, LATERAL unnest(xs) AS x"
+            "SELECT * FROM a JOIN b ON a.id = b.id, LATERAL (SELECT unnest(xs) AS x) AS x"
+        );
+        assert_eq!(
+            rewritten("SELECT * FROM x x1, x x2, generate_series(x1.a, x2.b)"),
+            "SELECT * FROM x x1, x x2, LATERAL (SELECT unnest(generate_series(x1.a, x2.b)) AS generate_series) AS generate_series"
+        );
+        // Literal arguments: DataFusion's table function as it is.
+        assert_eq!(
+            rewritten("SELECT * FROM a, b, unnest(ARRAY[1, 2]) AS u"),
+            "SELECT * FROM a, b, UNNEST(ARRAY[1, 2]) AS u (u)"
         );
     }
 

@@ -206,37 +206,36 @@ pub fn postgres_plan(plan: LogicalPlan) -> Result<LogicalPlan> {
             }
             LogicalPlan::Distinct(d) => super::interval_keys::distinct_by_span(d),
             // The recursive term reads a work table typed as the static term
-            // was planned: a static term whose literals narrowed above
-            // (`SELECT 1` as integer) is cast back to those types.
+            // was planned, before its literals narrowed above (`SELECT 1`
+            // as integer). Both terms run with the work table's types and
+            // no field metadata (the executor wants them alike); the
+            // result then takes the static term's types, as PostgreSQL
+            // types a recursive query by its non-recursive term.
             LogicalPlan::RecursiveQuery(mut rq) => {
                 let wanted = rq.recursive_term.schema().clone();
                 let have = rq.static_term.schema().clone();
-                let differs = have.fields().len() == wanted.fields().len()
-                    && have
-                        .fields()
-                        .iter()
-                        .zip(wanted.fields())
-                        .any(|(h, w)| h.data_type() != w.data_type());
-                if !differs {
+                if have.fields().len() != wanted.fields().len()
+                    || have.fields().iter().zip(wanted.fields()).all(|(h, w)| {
+                        h.data_type() == w.data_type()
+                            && h.metadata() == w.metadata()
+                            && h.is_nullable() == w.is_nullable()
+                    })
+                {
                     return Ok(Transformed::no(LogicalPlan::RecursiveQuery(rq)));
                 }
-                let exprs: Vec<Expr> = have
-                    .iter()
-                    .zip(wanted.fields())
-                    .map(|((q, f), w)| {
-                        datafusion::logical_expr::cast(
-                            Expr::Column(datafusion::common::Column::from((q, f))),
-                            w.data_type().clone(),
-                        )
-                        .alias_qualified(q.cloned(), f.name())
-                    })
-                    .collect();
-                rq.static_term = Arc::new(
-                    LogicalPlanBuilder::from(rq.static_term.as_ref().clone())
-                        .project(exprs)?
-                        .build()?,
-                );
-                Transformed::yes(LogicalPlan::RecursiveQuery(rq)).map_data(|p| p.recompute_schema())
+                let work_types: Vec<_> =
+                    wanted.fields().iter().map(|f| f.data_type().clone()).collect();
+                rq.static_term = Arc::new(cast_columns(&rq.static_term, &work_types, None)?);
+                rq.recursive_term =
+                    Arc::new(cast_columns(&rq.recursive_term, &work_types, None)?);
+                let result_types: Vec<_> =
+                    have.fields().iter().map(|f| f.data_type().clone()).collect();
+                let recursive = LogicalPlan::RecursiveQuery(rq).recompute_schema()?;
+                Ok(Transformed::yes(cast_columns(
+                    &recursive,
+                    &result_types,
+                    Some(&have),
+                )?))
             }
             LogicalPlan::Join(join) => {
                 let j = super::interval_keys::join_by_span(join)?;
@@ -380,6 +379,35 @@ fn in_filter_as_case(predicate: Expr) -> Result<Transformed<Expr>> {
 
 /// A node whose expressions take PostgreSQL's literal types, subquery
 /// forms and declared types (see [`postgres_plan`]).
+/// `plan`'s columns cast to `types`, each nullable and with the metadata
+/// of `like`'s field (none without `like`), under the same names.
+fn cast_columns(
+    plan: &LogicalPlan,
+    types: &[arrow::datatypes::DataType],
+    like: Option<&datafusion::common::DFSchemaRef>,
+) -> Result<LogicalPlan> {
+    let exprs: Vec<Expr> = plan
+        .schema()
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, ((q, f), t))| {
+            let mut target = arrow::datatypes::Field::new(f.name(), t.clone(), true);
+            if let Some(like) = like {
+                target = target.with_metadata(like.field(i).metadata().clone());
+            }
+            Expr::Cast(datafusion::logical_expr::Cast::new_from_field(
+                Box::new(Expr::Column(datafusion::common::Column::from((q, f)))),
+                Arc::new(target),
+            ))
+            .alias_qualified(q.cloned(), f.name())
+        })
+        .collect();
+    LogicalPlanBuilder::from(plan.clone())
+        .project(exprs)?
+        .build()
+}
+
 fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let preserver = NamePreserver::new(&node);
     let in_filter = matches!(node, LogicalPlan::Filter(_));

@@ -23,6 +23,7 @@ pub mod per_outer_value;
 mod pg_array_remove;
 mod pg_casts;
 pub(crate) mod pg_functions;
+mod pg_generate_series;
 mod pg_hash;
 mod pg_json;
 mod pg_number_functions;

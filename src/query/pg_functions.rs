@@ -380,6 +380,12 @@ impl ScalarUDFImpl for ExpandArray {
 
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::pg_array_remove::array_remove());
+    // Typed as PostgreSQL's; sized_functions then wraps this one.
+    if let Ok(datafusion) = datafusion::execution::FunctionRegistry::udf(ctx, "generate_series") {
+        ctx.register_udf(super::pg_generate_series::generate_series(
+            datafusion.as_ref().clone(),
+        ));
+    }
     // Replaces datafusion-pg-catalog's, which keeps the spaces around a
     // dot as parts; `'name'::regclass` looks names up through it.
     ctx.register_udf(create_udf(

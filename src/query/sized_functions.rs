@@ -145,12 +145,25 @@ fn series_length(
     stop: &ScalarValue,
     step: Option<&ScalarValue>,
 ) -> Option<i128> {
+    // Numerics at the finest scale among the arguments.
+    let finest = [Some(start), Some(stop), step]
+        .into_iter()
+        .flatten()
+        .filter_map(|v| match v {
+            ScalarValue::Decimal128(_, _, s) => Some((*s).max(0)),
+            _ => None,
+        })
+        .max();
+    let numeric = |x: i128, s: i8| {
+        x.checked_mul(10i128.checked_pow((finest.unwrap_or(s) - s.max(0)).max(0) as u32)?)
+    };
     // Both ends on one scale: integers as they are, dates and timestamps
     // in nanoseconds.
     let scale = |v: &ScalarValue| -> Option<i128> {
         Some(match v {
             ScalarValue::Int64(Some(x)) => *x as i128,
             ScalarValue::Int32(Some(x)) => *x as i128,
+            ScalarValue::Decimal128(Some(x), _, s) => numeric(*x, *s)?,
             ScalarValue::Date32(Some(d)) => *d as i128 * NANOS_PER_DAY,
             ScalarValue::Date64(Some(ms)) => *ms as i128 * 1_000_000,
             ScalarValue::TimestampSecond(Some(x), _) => *x as i128 * 1_000_000_000,
@@ -163,9 +176,11 @@ fn series_length(
     let (a, b) = (scale(start)?, scale(stop)?);
     // The smallest a step can move: a month is at least 28 days.
     let step = match step {
-        None => 1,
+        // A numeric 1 at the arguments' scale.
+        None => numeric(1, 0)?,
         Some(ScalarValue::Int64(Some(s))) => *s as i128,
         Some(ScalarValue::Int32(Some(s))) => *s as i128,
+        Some(ScalarValue::Decimal128(Some(x), _, s)) => numeric(*x, *s)?,
         Some(ScalarValue::IntervalMonthDayNano(Some(i))) => {
             i.months as i128 * 28 * NANOS_PER_DAY
                 + i.days as i128 * NANOS_PER_DAY
@@ -616,5 +631,9 @@ mod tests {
             Some(31_536_000_001)
         );
         assert_eq!(series_length(&ScalarValue::Utf8(None), &i(1), None), None);
+        // 0.1 to 0.35 by 0.1, and 1.5 to 3 by 1.
+        let n = |x: i128, s: i8| ScalarValue::Decimal128(Some(x), 38, s);
+        assert_eq!(series_length(&n(1, 1), &n(35, 2), Some(&n(1, 1))), Some(3));
+        assert_eq!(series_length(&n(15, 1), &n(30, 1), None), Some(2));
     }
 }

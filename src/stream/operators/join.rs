@@ -4,7 +4,11 @@
 //! and -1). A delta on one side is joined with the other side's state and
 //! then added to its own (ΔL⋈R, then L+=ΔL; the same for the right), so
 //! that applying the left's delta and then the right's gives exactly
-//! (L+ΔL)⋈(R+ΔR) − L⋈R, self-joins included.
+//! (L+ΔL)⋈(R+ΔR) − L⋈R, self-joins included. A delta row whose join key
+//! fails with an error of the data (a division by zero), and a joined
+//! pair whose residual condition fails so, are set aside with their weight
+//! for the graph to count (`stream::compile::failed_rows`), neither stored
+//! nor emitted: taken back, they fail again and count back out.
 //!
 //! State: every live row of each side, indexed by the arrow-row bytes of
 //! its join key (rows whose key has a NULL never match and are kept apart).
@@ -363,6 +367,10 @@ pub struct JoinOperator {
     description: String,
     pub rows_in: u64,
     pub rows_out: u64,
+    /// Input rows whose join key, and joined rows whose condition, failed
+    /// with an error of the data since the graph last took them
+    /// ([`Operator::take_failed_rows`]); the join went on without them.
+    failed_rows: Vec<super::operator::FailedRow>,
 }
 
 impl JoinOperator {
@@ -404,7 +412,77 @@ impl JoinOperator {
             description,
             rows_in: 0,
             rows_out: 0,
+            failed_rows: Vec::new(),
         })
+    }
+
+    /// The rows of `batch` (a delta of `side`) whose join key computes;
+    /// each row on which it fails with an error of the data goes to
+    /// `failed_rows` with `weight` instead, so that a row set aside when
+    /// inserted is set aside again (not looked for) when taken back.
+    fn keyable_rows(
+        &mut self,
+        side: usize,
+        batch: &RecordBatch,
+        weight: i8,
+    ) -> Result<RecordBatch, SluiceError> {
+        match self.sides[side].keys_of(batch) {
+            Ok(_) => return Ok(batch.clone()),
+            Err(e) if e.is_data_exception() => {}
+            Err(e) => return Err(e),
+        }
+        let mut keep = Vec::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let one = batch.slice(row, 1);
+            match self.sides[side].keys_of(&one) {
+                Ok(_) => keep.push(true),
+                Err(e) if e.is_data_exception() => {
+                    keep.push(false);
+                    self.failed_rows.push((one, i64::from(weight), e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(compute::filter_record_batch(
+            batch,
+            &BooleanArray::from(keep),
+        )?)
+    }
+
+    /// The joined rows the residual condition keeps; where it fails on a
+    /// row with an error of the data, that row goes to `failed_rows` with
+    /// `weight` (a pair failing when it came fails again when it goes).
+    fn filtered(&mut self, joined: RecordBatch, weight: i8) -> Result<RecordBatch, SluiceError> {
+        let Some(filter) = self.filter.clone() else {
+            return Ok(joined);
+        };
+        let condition = |rows: &RecordBatch| -> Result<BooleanArray, SluiceError> {
+            let keep = filter.evaluate(rows)?.into_array(rows.num_rows())?;
+            keep.as_any()
+                .downcast_ref::<BooleanArray>()
+                .cloned()
+                .ok_or_else(|| SluiceError::Internal("join condition is not boolean".into()))
+        };
+        let keep = match condition(&joined) {
+            Ok(keep) => keep,
+            Err(e) if e.is_data_exception() => {
+                let mut keep = Vec::with_capacity(joined.num_rows());
+                for row in 0..joined.num_rows() {
+                    let one = joined.slice(row, 1);
+                    match condition(&one) {
+                        Ok(k) => keep.push(k.is_valid(0) && k.value(0)),
+                        Err(e) if e.is_data_exception() => {
+                            keep.push(false);
+                            self.failed_rows.push((one, i64::from(weight), e));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                BooleanArray::from(keep)
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(compute::filter_record_batch(&joined, &keep)?)
     }
 
     /// Whether an outer, semi or anti join keeps the rows of `side` (a
@@ -451,28 +529,20 @@ impl JoinOperator {
                 continue;
             }
             self.rows_in += batch.num_rows() as u64;
+            let batch = &self.keyable_rows(side, batch, weight)?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
             let found = self.apply_batch(side, batch, weight)?;
-            for (rows, into) in [
-                (&found.insert, &mut out.insert),
-                (&found.retract, &mut out.retract),
+            for (rows, into, sign) in [
+                (&found.insert, &mut out.insert, 1i8),
+                (&found.retract, &mut out.retract, -1i8),
             ] {
                 if rows.is_empty() {
                     continue;
                 }
                 let joined = self.build(side, batch, rows)?;
-                let joined = match &self.filter {
-                    Some(f) => {
-                        let keep = f.evaluate(&joined)?.into_array(joined.num_rows())?;
-                        let keep =
-                            keep.as_any()
-                                .downcast_ref::<BooleanArray>()
-                                .ok_or_else(|| {
-                                    SluiceError::Internal("join condition is not boolean".into())
-                                })?;
-                        compute::filter_record_batch(&joined, keep)?
-                    }
-                    None => joined,
-                };
+                let joined = self.filtered(joined, sign)?;
                 self.rows_out += joined.num_rows() as u64;
                 if joined.num_rows() > 0 {
                     into.push(joined);
@@ -635,6 +705,10 @@ impl Operator for JoinOperator {
         side.captured = side.batches.len();
         side.rewritten = false;
         Ok(())
+    }
+
+    fn take_failed_rows(&mut self) -> Vec<super::operator::FailedRow> {
+        std::mem::take(&mut self.failed_rows)
     }
 
     fn stats(&self) -> OperatorStats {
