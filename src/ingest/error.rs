@@ -40,6 +40,14 @@ pub enum IngestError {
         place: RowPlace,
         column: String,
     },
+    /// A number PostgreSQL's input does not read (22P02), one its type
+    /// cannot hold (22003), or a numeric NaN (0A000).
+    #[error("{error} ({place}, column {column})")]
+    Number {
+        error: crate::types::number_text::NumberTextError,
+        place: RowPlace,
+        column: String,
+    },
     #[error("malformed array literal: \"{value}\" ({place}, column {column})")]
     MalformedArray {
         value: String,
@@ -82,6 +90,7 @@ impl IngestError {
             IngestError::InvalidText { .. } | IngestError::MalformedArray { .. } => "22P02",
             IngestError::OutOfRange { .. } => "22003",
             IngestError::DateTime { error, .. } => error.sqlstate(),
+            IngestError::Number { error, .. } => error.sqlstate(),
             IngestError::NotNull { .. } => "23502",
             IngestError::TooLong { .. } => "22001",
             IngestError::ExtraColumns { .. }

@@ -424,6 +424,52 @@ fn convert_text(
             }
             Ok(Arc::new(b.finish()))
         }
+        SqlType::Real | SqlType::Double | SqlType::Numeric { .. } => {
+            use crate::types::number_text::{parse_float4, parse_float8, parse_numeric};
+            let bad = |i: usize, error| IngestError::Number {
+                error,
+                place: place(places, lines, i),
+                column: col.name.clone(),
+            };
+            let valid = |i: usize| text.is_valid(i).then(|| text.value(i));
+            Ok(match &col.ty {
+                SqlType::Real => Arc::new(
+                    (0..text.len())
+                        .map(|i| {
+                            valid(i)
+                                .map(parse_float4)
+                                .transpose()
+                                .map_err(|e| bad(i, e))
+                        })
+                        .collect::<Result<arrow::array::Float32Array, _>>()?,
+                ),
+                SqlType::Double => Arc::new(
+                    (0..text.len())
+                        .map(|i| {
+                            valid(i)
+                                .map(parse_float8)
+                                .transpose()
+                                .map_err(|e| bad(i, e))
+                        })
+                        .collect::<Result<arrow::array::Float64Array, _>>()?,
+                ),
+                ty => {
+                    let arrow::datatypes::DataType::Decimal128(precision, scale) = ty.to_arrow()
+                    else {
+                        return Err(IngestError::Internal(format!("{ty:?} is not a decimal")));
+                    };
+                    let values = (0..text.len())
+                        .map(|i| {
+                            valid(i)
+                                .map(|v| parse_numeric(v, precision, scale))
+                                .transpose()
+                                .map_err(|e| bad(i, e))
+                        })
+                        .collect::<Result<arrow::array::Decimal128Array, _>>()?;
+                    Arc::new(values.with_precision_and_scale(precision, scale)?)
+                }
+            })
+        }
         SqlType::Interval => {
             let mut out = Vec::with_capacity(text.len());
             for i in 0..text.len() {

@@ -234,15 +234,23 @@ impl ScalarUDFImpl for CheckedOp {
                 other => other,
             })
         })?;
-        if matches!(self.ty, NumType::Real | NumType::Double)
-            && overflowed(l, r, &out, args.number_rows)?
-        {
-            return Err(DataFusionError::ArrowError(
-                Box::new(ArrowError::ArithmeticOverflow(
-                    "value out of range: overflow".into(),
-                )),
-                None,
-            ));
+        if matches!(self.ty, NumType::Real | NumType::Double) {
+            if overflowed(l, r, &out, args.number_rows)? {
+                return Err(DataFusionError::ArrowError(
+                    Box::new(ArrowError::ArithmeticOverflow(
+                        "value out of range: overflow".into(),
+                    )),
+                    None,
+                ));
+            }
+            if matches!(self.op, Operator::Multiply | Operator::Divide)
+                && underflowed(self.op, l, r, &out, args.number_rows)?
+            {
+                return Err(super::udf::pg_error(
+                    "22003",
+                    "value out of range: underflow",
+                ));
+            }
         }
         Ok(out)
     }
@@ -277,6 +285,44 @@ fn overflowed(
             && out.value(i).is_infinite()
             && l.value(i).is_finite()
             && r.value(i).is_finite()
+    }))
+}
+
+/// True when a float product is zero in a row where neither operand is,
+/// or a quotient is zero where the dividend is not and the divisor is
+/// finite: PostgreSQL's `float8mul` and `float8div` fail there.
+fn underflowed(
+    op: Operator,
+    l: &ColumnarValue,
+    r: &ColumnarValue,
+    out: &ColumnarValue,
+    rows: usize,
+) -> Result<bool> {
+    let doubles = |v: &ColumnarValue| -> Result<ArrayRef> {
+        Ok(arrow::compute::cast(
+            &v.to_array(rows)?,
+            &DataType::Float64,
+        )?)
+    };
+    let out = doubles(out)?;
+    let out = out.as_primitive::<Float64Type>();
+    // Almost always no result is zero: answer that without copying.
+    if !out.iter().flatten().any(|v| v == 0.0) {
+        return Ok(false);
+    }
+    let (l, r) = (doubles(l)?, doubles(r)?);
+    let (l, r) = (
+        l.as_primitive::<Float64Type>(),
+        r.as_primitive::<Float64Type>(),
+    );
+    Ok((0..out.len()).any(|i| {
+        out.is_valid(i)
+            && out.value(i) == 0.0
+            && l.value(i) != 0.0
+            && match op {
+                Operator::Multiply => r.value(i) != 0.0,
+                _ => r.value(i).is_finite(),
+            }
     }))
 }
 

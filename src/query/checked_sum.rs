@@ -1,16 +1,20 @@
 //! `SUM` of integers that fails on overflow (22003 `bigint out of range`)
-//! where DataFusion's wraps around. It replaces DataFusion's `sum` under the
-//! same name and delegates everything but the integer accumulators to it:
-//! same signature, return type and state fields, so checkpoints written by
-//! either read back in the other. (PostgreSQL's SUM of bigint is numeric and
-//! cannot overflow; a bigint result that fails is the nearest exact answer.)
+//! and of numerics that fails past 38 digits (22003 `value overflows
+//! numeric format`), where DataFusion's wraps around into a wrong number.
+//! It replaces DataFusion's `sum` under the same name and delegates
+//! everything but these accumulators to it: same signature, return type
+//! and state fields, so checkpoints written by either read back in the
+//! other. (PostgreSQL's SUM of bigint is numeric and cannot overflow; a
+//! bigint result that fails is the nearest exact answer. Its numeric has
+//! no 38-digit bound; this one does, DESIGN.md.)
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray};
 use arrow::buffer::NullBuffer;
-use arrow::compute::sum_checked;
-use arrow::datatypes::{DataType, FieldRef, Int64Type, UInt64Type};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Decimal128Type, FieldRef, Int64Type, UInt64Type,
+};
 use arrow::error::ArrowError;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::error::DataFusionError;
@@ -40,18 +44,80 @@ pub fn out_of_range() -> DataFusionError {
     )
 }
 
-/// An integer SUM (DataFusion sums every integer type as bigint).
-fn sums_bigint(args: &AccumulatorArgs) -> bool {
-    !args.is_distinct && args.return_field.data_type() == &DataType::Int64
+/// A type this SUM adds with checks.
+trait Summed: ArrowPrimitiveType + std::fmt::Debug {
+    fn add(a: Self::Native, b: Self::Native) -> Result<Self::Native>;
+    fn sub(a: Self::Native, b: Self::Native) -> Result<Self::Native>;
+    fn scalar(v: Option<Self::Native>, data_type: &DataType) -> ScalarValue;
 }
 
-fn checked_add(a: i64, b: i64) -> Result<i64> {
-    a.checked_add(b).ok_or_else(out_of_range)
+impl Summed for Int64Type {
+    fn add(a: i64, b: i64) -> Result<i64> {
+        a.checked_add(b).ok_or_else(out_of_range)
+    }
+    fn sub(a: i64, b: i64) -> Result<i64> {
+        a.checked_sub(b).ok_or_else(out_of_range)
+    }
+    fn scalar(v: Option<i64>, _: &DataType) -> ScalarValue {
+        ScalarValue::Int64(v)
+    }
 }
 
-/// Sum of one batch's values, or an error if it leaves bigint.
-fn batch_sum(values: &ArrayRef) -> Result<Option<i64>> {
-    sum_checked(values.as_primitive::<Int64Type>()).map_err(|_| out_of_range())
+/// The largest magnitude a 38-digit numeric holds, plus one.
+const NUMERIC_LIMIT: i128 = 10i128.pow(38);
+
+fn numeric_overflow() -> DataFusionError {
+    super::udf::pg_error("22003", "value overflows numeric format")
+}
+
+impl Summed for Decimal128Type {
+    fn add(a: i128, b: i128) -> Result<i128> {
+        a.checked_add(b)
+            .filter(|v| v.unsigned_abs() < NUMERIC_LIMIT as u128)
+            .ok_or_else(numeric_overflow)
+    }
+    fn sub(a: i128, b: i128) -> Result<i128> {
+        a.checked_sub(b)
+            .filter(|v| v.unsigned_abs() < NUMERIC_LIMIT as u128)
+            .ok_or_else(numeric_overflow)
+    }
+    fn scalar(v: Option<i128>, data_type: &DataType) -> ScalarValue {
+        match data_type {
+            DataType::Decimal128(p, s) => ScalarValue::Decimal128(v, *p, *s),
+            _ => ScalarValue::Decimal128(v, 38, 0),
+        }
+    }
+}
+
+/// Which checked accumulators a SUM takes (DataFusion sums every integer
+/// type as bigint), or None for DataFusion's own.
+enum Kind {
+    Bigint,
+    Numeric,
+}
+
+fn kind_of(args: &AccumulatorArgs) -> Option<Kind> {
+    if args.is_distinct {
+        return None;
+    }
+    match args.return_field.data_type() {
+        DataType::Int64 => Some(Kind::Bigint),
+        DataType::Decimal128(..) => Some(Kind::Numeric),
+        _ => None,
+    }
+}
+
+/// Sum of one batch's values, checked at every step.
+fn batch_sum<T: Summed>(values: &ArrayRef) -> Result<Option<T::Native>> {
+    let values = values.as_primitive::<T>();
+    let mut sum: Option<T::Native> = None;
+    for v in values.iter().flatten() {
+        sum = Some(match sum {
+            None => v,
+            Some(s) => T::add(s, v)?,
+        });
+    }
+    Ok(sum)
 }
 
 impl AggregateUDFImpl for CheckedSum {
@@ -68,10 +134,12 @@ impl AggregateUDFImpl for CheckedSum {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        if sums_bigint(&args) {
-            return Ok(Box::new(SumAccumulator::default()));
+        let data_type = args.return_field.data_type().clone();
+        match kind_of(&args) {
+            Some(Kind::Bigint) => Ok(Box::new(SumAccumulator::<Int64Type>::new(data_type))),
+            Some(Kind::Numeric) => Ok(Box::new(SumAccumulator::<Decimal128Type>::new(data_type))),
+            None => self.inner.accumulator(args),
         }
-        self.inner.accumulator(args)
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -86,17 +154,23 @@ impl AggregateUDFImpl for CheckedSum {
         &self,
         args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
-        if !sums_bigint(&args) {
-            return self.inner.create_groups_accumulator(args);
+        let data_type = args.return_field.data_type().clone();
+        match kind_of(&args) {
+            Some(Kind::Bigint) => Ok(Box::new(GroupSums::<Int64Type>::new(data_type))),
+            Some(Kind::Numeric) => Ok(Box::new(GroupSums::<Decimal128Type>::new(data_type))),
+            None => self.inner.create_groups_accumulator(args),
         }
-        Ok(Box::new(GroupSums::default()))
     }
 
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        if sums_bigint(&args) {
-            return Ok(Box::new(SlidingSumAccumulator::default()));
+        let data_type = args.return_field.data_type().clone();
+        match kind_of(&args) {
+            Some(Kind::Bigint) => Ok(Box::new(SlidingSumAccumulator::<Int64Type>::new(data_type))),
+            Some(Kind::Numeric) => Ok(Box::new(SlidingSumAccumulator::<Decimal128Type>::new(
+                data_type,
+            ))),
+            None => self.inner.create_sliding_accumulator(args),
         }
-        self.inner.create_sliding_accumulator(args)
     }
 
     fn reverse_expr(&self) -> ReversedUDAF {
@@ -117,19 +191,32 @@ impl AggregateUDFImpl for CheckedSum {
 }
 
 /// State: `[sum]`, as DataFusion's.
-#[derive(Debug, Default)]
-struct SumAccumulator {
-    sum: Option<i64>,
+#[derive(Debug)]
+struct SumAccumulator<T: Summed> {
+    sum: Option<T::Native>,
+    data_type: DataType,
 }
 
-impl Accumulator for SumAccumulator {
+impl<T: Summed> SumAccumulator<T> {
+    fn new(data_type: DataType) -> Self {
+        SumAccumulator {
+            sum: None,
+            data_type,
+        }
+    }
+}
+
+impl<T: Summed> Accumulator for SumAccumulator<T> {
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
         Ok(vec![self.evaluate()?])
     }
 
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        if let Some(x) = batch_sum(&values[0])? {
-            self.sum = Some(checked_add(self.sum.unwrap_or(0), x)?);
+        if let Some(x) = batch_sum::<T>(&values[0])? {
+            self.sum = Some(match self.sum {
+                None => x,
+                Some(s) => T::add(s, x)?,
+            });
         }
         Ok(())
     }
@@ -139,7 +226,7 @@ impl Accumulator for SumAccumulator {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(self.sum))
+        Ok(T::scalar(self.sum, &self.data_type))
     }
 
     fn size(&self) -> usize {
@@ -148,28 +235,39 @@ impl Accumulator for SumAccumulator {
 }
 
 /// State: `[sum, count]`, as DataFusion's sliding sum.
-#[derive(Debug, Default)]
-struct SlidingSumAccumulator {
-    sum: i64,
+#[derive(Debug)]
+struct SlidingSumAccumulator<T: Summed> {
+    sum: T::Native,
     count: u64,
+    data_type: DataType,
 }
 
-impl Accumulator for SlidingSumAccumulator {
+impl<T: Summed> SlidingSumAccumulator<T> {
+    fn new(data_type: DataType) -> Self {
+        SlidingSumAccumulator {
+            sum: T::Native::default(),
+            count: 0,
+            data_type,
+        }
+    }
+}
+
+impl<T: Summed> Accumulator for SlidingSumAccumulator<T> {
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
         Ok(vec![self.evaluate()?, self.count.into()])
     }
 
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        if let Some(x) = batch_sum(&values[0])? {
-            self.sum = checked_add(self.sum, x)?;
+        if let Some(x) = batch_sum::<T>(&values[0])? {
+            self.sum = T::add(self.sum, x)?;
         }
         self.count += (values[0].len() - values[0].null_count()) as u64;
         Ok(())
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        if let Some(x) = batch_sum(&states[0])? {
-            self.sum = checked_add(self.sum, x)?;
+        if let Some(x) = batch_sum::<T>(&states[0])? {
+            self.sum = T::add(self.sum, x)?;
         }
         if let Some(n) = arrow::compute::sum(states[1].as_primitive::<UInt64Type>()) {
             self.count += n;
@@ -178,8 +276,8 @@ impl Accumulator for SlidingSumAccumulator {
     }
 
     fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        if let Some(x) = batch_sum(&values[0])? {
-            self.sum = self.sum.checked_sub(x).ok_or_else(out_of_range)?;
+        if let Some(x) = batch_sum::<T>(&values[0])? {
+            self.sum = T::sub(self.sum, x)?;
         }
         self.count = self
             .count
@@ -192,7 +290,10 @@ impl Accumulator for SlidingSumAccumulator {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64((self.count != 0).then_some(self.sum)))
+        Ok(T::scalar(
+            (self.count != 0).then_some(self.sum),
+            &self.data_type,
+        ))
     }
 
     fn size(&self) -> usize {
@@ -202,13 +303,24 @@ impl Accumulator for SlidingSumAccumulator {
 
 /// Sums of many groups at once (DataFusion's hash aggregation), each
 /// group's sum NULL until it sees a value. State: `[sum]` per group.
-#[derive(Debug, Default)]
-struct GroupSums {
-    sums: Vec<i64>,
+#[derive(Debug)]
+struct GroupSums<T: Summed> {
+    sums: Vec<T::Native>,
     seen: Vec<bool>,
+    data_type: DataType,
 }
 
-impl GroupsAccumulator for GroupSums {
+impl<T: Summed> GroupSums<T> {
+    fn new(data_type: DataType) -> Self {
+        GroupSums {
+            sums: Vec::new(),
+            seen: Vec::new(),
+            data_type,
+        }
+    }
+}
+
+impl<T: Summed> GroupsAccumulator for GroupSums<T> {
     fn update_batch(
         &mut self,
         values: &[ArrayRef],
@@ -216,15 +328,15 @@ impl GroupsAccumulator for GroupSums {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> Result<()> {
-        self.sums.resize(total_num_groups, 0);
+        self.sums.resize(total_num_groups, T::Native::default());
         self.seen.resize(total_num_groups, false);
-        let values = values[0].as_primitive::<Int64Type>();
+        let values = values[0].as_primitive::<T>();
         for (row, &g) in group_indices.iter().enumerate() {
             let wanted = opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row));
             if !wanted || values.is_null(row) {
                 continue;
             }
-            self.sums[g] = checked_add(self.sums[g], values.value(row))?;
+            self.sums[g] = T::add(self.sums[g], values.value(row))?;
             self.seen[g] = true;
         }
         Ok(())
@@ -246,25 +358,27 @@ impl GroupsAccumulator for GroupSums {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
-        let values = values[0].as_primitive::<Int64Type>();
         let Some(filter) = opt_filter else {
-            return Ok(vec![Arc::new(values.clone())]);
+            return Ok(vec![values[0].clone()]);
         };
-        let kept: Int64Array = values
+        let values = values[0].as_primitive::<T>();
+        let kept: PrimitiveArray<T> = values
             .iter()
             .enumerate()
             .map(|(i, v)| v.filter(|_| filter.is_valid(i) && filter.value(i)))
             .collect();
-        Ok(vec![Arc::new(kept)])
+        Ok(vec![Arc::new(
+            kept.with_data_type(values.data_type().clone()),
+        )])
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
         let sums = emit_to.take_needed(&mut self.sums);
         let seen = emit_to.take_needed(&mut self.seen);
-        Ok(Arc::new(Int64Array::new(
-            sums.into(),
-            Some(NullBuffer::from(seen)),
-        )))
+        Ok(Arc::new(
+            PrimitiveArray::<T>::new(sums.into(), Some(NullBuffer::from(seen)))
+                .with_data_type(self.data_type.clone()),
+        ))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
@@ -272,7 +386,7 @@ impl GroupsAccumulator for GroupSums {
     }
 
     fn size(&self) -> usize {
-        self.sums.capacity() * 8 + self.seen.capacity()
+        self.sums.capacity() * std::mem::size_of::<T::Native>() + self.seen.capacity()
     }
 }
 
@@ -310,14 +424,22 @@ mod tests {
             text.contains("| 1 | 1 ") && text.contains("| 2 | -5 "),
             "{text}"
         );
-        // Other types keep DataFusion's SUM.
         let text = pretty(&ctx, "SELECT SUM(x) FROM (VALUES (1.5), (2.0)) t(x)").await;
         assert!(text.contains("3.5"), "{text}");
+        // Numerics fail past 38 digits rather than wrap.
+        let big = "(VALUES (CAST(9e27 AS DECIMAL(38, 10)), 1), (CAST(9e27 AS DECIMAL(38, 10)), 1)) t(a, g)";
+        for sql in [
+            format!("SELECT SUM(a) FROM {big}"),
+            format!("SELECT g, SUM(a) FROM {big} GROUP BY g"),
+        ] {
+            let err = ctx.sql(&sql).await.unwrap().collect().await.unwrap_err();
+            assert!(err.to_string().contains("numeric format"), "{sql}: {err}");
+        }
     }
 
     #[test]
     fn sliding_sum_retracts_and_keeps_datafusions_state() {
-        let mut acc = SlidingSumAccumulator::default();
+        let mut acc = SlidingSumAccumulator::<Int64Type>::new(DataType::Int64);
         let values: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![
             Some(5),
             None,

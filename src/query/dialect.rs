@@ -772,35 +772,53 @@ fn numeric_cast_scale(e: Expr, schema: &datafusion::common::DFSchema) -> Result<
     if !unconstrained {
         return Ok(Transformed::no(e));
     }
+    let mut field = cast.field.as_ref().clone();
     let scale = match cast.expr.get_type(schema) {
         Ok(DataType::Decimal128(_, s)) => s,
         Ok(t) if t.is_integer() => 0,
+        // A float's digits differ by value: the column keeps the default
+        // scale and shows each value without trailing zeros, as
+        // PostgreSQL's `float8_numeric` prints it.
+        Ok(DataType::Float32 | DataType::Float64) => {
+            let mut metadata = field.metadata().clone();
+            metadata.insert(
+                crate::types::SQL_TYPE_METADATA_KEY.to_string(),
+                "numeric".to_string(),
+            );
+            field = field.with_metadata(metadata);
+            match crate::types::unconstrained_numeric() {
+                DataType::Decimal128(_, s) => s,
+                _ => return Ok(Transformed::no(e)),
+            }
+        }
         _ => match cast.expr.as_ref() {
-            Expr::Literal(ScalarValue::Utf8(Some(text)), _) => text
-                .trim()
-                .split_once('.')
-                .map(|(_, frac)| {
-                    frac.chars()
-                        .take_while(|c| c.is_ascii_digit())
-                        .count()
-                        .min(30) as i8
-                })
-                .unwrap_or(0),
+            Expr::Literal(ScalarValue::Utf8(Some(text)), _) => literal_scale(text),
             _ => return Ok(Transformed::no(e)),
         },
     };
-    let field = Arc::new(
-        cast.field
-            .as_ref()
-            .clone()
-            .with_data_type(DataType::Decimal128(38, scale)),
-    );
+    let field = Arc::new(field.with_data_type(DataType::Decimal128(38, scale)));
     Ok(Transformed::yes(Expr::Cast(
         datafusion::logical_expr::expr::Cast {
             expr: cast.expr.clone(),
             field,
         },
     )))
+}
+
+/// The digits after the point a numeric literal's text shows, as
+/// PostgreSQL's `numeric_in` keeps them (`1.50` two, `1.5e2` none, `1e-3`
+/// three).
+fn literal_scale(text: &str) -> i8 {
+    let t = text.trim();
+    let (mantissa, exponent) = match t.find(['e', 'E']) {
+        Some(at) => (&t[..at], t[at + 1..].parse::<i64>().unwrap_or(0)),
+        None => (t, 0),
+    };
+    let fraction = mantissa
+        .split_once('.')
+        .map(|(_, f)| f.chars().take_while(|c| c.is_ascii_digit()).count() as i64)
+        .unwrap_or(0);
+    (fraction - exponent).clamp(0, 30) as i8
 }
 
 /// CASE, COALESCE, NULLIF, GREATEST and LEAST keep their arguments'

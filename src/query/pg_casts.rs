@@ -88,6 +88,15 @@ enum CastKind {
     /// literal apart, and the check with it: rows PostgreSQL refuses
     /// with 22003 would pass.
     NarrowInteger,
+    /// Text to `real`, `double precision` or `numeric`, as PostgreSQL
+    /// reads numbers (`crate::types::number_text`).
+    TextToNumber,
+    /// `double precision` to `real`: 22003 where the value does not fit.
+    NarrowFloat,
+    /// A float to `numeric`: its value to 15 significant digits (6 for
+    /// `real`), as PostgreSQL's `float8_numeric` prints it, not the binary
+    /// fraction's every digit.
+    FloatToNumeric,
     Varchar(u32),
     /// `char(n)`: cut or padded with spaces to n characters.
     Bpchar(u32),
@@ -132,8 +141,19 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
             DataType::Binary => Some(CastKind::TextToBytea),
             DataType::Boolean => Some(CastKind::TextToBool),
             DataType::List(_) => Some(CastKind::TextToArray),
+            DataType::Float32 | DataType::Float64 | DataType::Decimal128(..) => {
+                Some(CastKind::TextToNumber)
+            }
             _ => None,
         };
+    }
+    if *from == DataType::Float64 && *to_type == DataType::Float32 {
+        return Some(CastKind::NarrowFloat);
+    }
+    if matches!(from, DataType::Float32 | DataType::Float64)
+        && matches!(to_type, DataType::Decimal128(..))
+    {
+        return Some(CastKind::FloatToNumeric);
     }
     let width = |t: &DataType| match t {
         DataType::Int8 => 1,
@@ -269,6 +289,13 @@ impl ScalarUDFImpl for PgCast {
                 DataType::Int16 => "int2",
                 DataType::Int32 => "int4",
                 _ => "int8",
+            },
+            CastKind::NarrowFloat => "float4",
+            CastKind::FloatToNumeric => "numeric",
+            CastKind::TextToNumber => match self.to.data_type() {
+                DataType::Float32 => "float4",
+                DataType::Float64 => "float8",
+                _ => "numeric",
             },
             CastKind::TextToTemporal => match self.to.data_type() {
                 DataType::Date32 => "date",
@@ -407,6 +434,80 @@ impl PgCast {
                     });
                 }
                 Arc::new(BooleanArray::from(out))
+            }
+            CastKind::TextToNumber => {
+                use crate::types::number_text::{parse_float4, parse_float8, parse_numeric};
+                let text = arrow::compute::cast(input, &DataType::Utf8)?;
+                let text = text.as_string::<i32>();
+                let number_error = |e: crate::types::number_text::NumberTextError| {
+                    pg_error(e.sqlstate(), e.to_string())
+                };
+                match to {
+                    DataType::Float32 => Arc::new(
+                        text.iter()
+                            .map(|v| v.map(parse_float4).transpose().map_err(number_error))
+                            .collect::<Result<arrow::array::Float32Array>>()?,
+                    ),
+                    DataType::Float64 => Arc::new(
+                        text.iter()
+                            .map(|v| v.map(parse_float8).transpose().map_err(number_error))
+                            .collect::<Result<arrow::array::Float64Array>>()?,
+                    ),
+                    DataType::Decimal128(p, s) => Arc::new(
+                        text.iter()
+                            .map(|v| {
+                                v.map(|v| parse_numeric(v, *p, *s))
+                                    .transpose()
+                                    .map_err(number_error)
+                            })
+                            .collect::<Result<arrow::array::Decimal128Array>>()?
+                            .with_precision_and_scale(*p, *s)?,
+                    ),
+                    other => arrow::compute::cast(input, other)?,
+                }
+            }
+            CastKind::FloatToNumeric => {
+                let DataType::Decimal128(p, s) = to else {
+                    return Err(pg_error("XX000", format!("a float to {to:?}")));
+                };
+                let digits = match input.data_type() {
+                    DataType::Float32 => 6,
+                    _ => 15,
+                };
+                let doubles = arrow::compute::cast(input, &DataType::Float64)?;
+                let mut out = Vec::with_capacity(doubles.len());
+                for v in doubles.as_primitive::<Float64Type>().iter() {
+                    out.push(match v {
+                        Some(v) if v.is_finite() => Some(
+                            crate::types::number_text::parse_numeric(
+                                &format!("{:.*e}", digits - 1, v),
+                                *p,
+                                *s,
+                            )
+                            .map_err(|e| pg_error(e.sqlstate(), e.to_string()))?,
+                        ),
+                        Some(v) => {
+                            let e =
+                                crate::types::number_text::parse_numeric(&v.to_string(), *p, *s)
+                                    .err()
+                                    .unwrap_or(
+                                        crate::types::number_text::NumberTextError::NumericSpecial(
+                                            v.to_string(),
+                                        ),
+                                    );
+                            return Err(pg_error(e.sqlstate(), e.to_string()));
+                        }
+                        None => None,
+                    });
+                }
+                Arc::new(arrow::array::Decimal128Array::from(out).with_precision_and_scale(*p, *s)?)
+            }
+            CastKind::NarrowFloat => {
+                let doubles = input.as_primitive::<Float64Type>();
+                Arc::new(
+                    crate::types::number_text::narrow_to_real(doubles)
+                        .map_err(|e| pg_error(e.sqlstate(), e.to_string()))?,
+                )
             }
             CastKind::NarrowInteger => {
                 let (min, max, name) = match to {

@@ -9,6 +9,7 @@ pub mod datetime;
 pub mod format;
 pub mod interval;
 pub mod json;
+pub mod number_text;
 mod pg_type;
 pub mod text;
 

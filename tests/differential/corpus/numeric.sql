@@ -42,3 +42,26 @@ SELECT avg(i), avg(n), avg(x), avg(y) FROM t;
 SELECT 4 # 1, 5 & 3, 5 | 3, ~5, 1 << 4, 256 >> 2;
 SELECT @ -5, |/ 25, ||/ 27;
 SELECT to_char(1234.5, '9999.99'), to_char(0.5, '0.00'), to_char(-12, '999'), to_char(1234567, '9,999,999');
+-- Numbers read from text and their ranges (PostgreSQL's float8, float4
+-- and numeric regression topics): out of range fails with 22003, never
+-- infinity, zero or a wrapped number.
+SELECT '10e400'::float8;
+SELECT '-10e-400'::float8;
+SELECT '1e39'::float4;
+SELECT ' 12.5 '::float8, '-0'::float8, 'infinity'::float8, '-Infinity'::float8, '+inf'::float4, '1e3'::float4;
+SELECT 'abc'::float8;
+SELECT '1e'::float8;
+SELECT '1e-300'::float8 * '1e-200'::float8;
+SELECT 1e-200::float8 / 1e200::float8;
+SELECT 0::float8 * 1e-300::float8, 1e-300::float8 / 'inf'::float8;
+SELECT '2e40'::float8::float4;
+SELECT 1e-50::float8::float4;
+SELECT 1.5::float8::float4, 'inf'::float8::float4;
+SELECT '1e3'::numeric, ' 1.5e2 '::numeric, '-.5'::numeric, '1.'::numeric, '1e-3'::numeric, '2.50'::numeric;
+SELECT '12.345'::numeric(4,2), '-12.345'::numeric(4,2), '0.005'::numeric(3,2);
+SELECT '123.45'::numeric(4,2);
+SELECT 'abc'::numeric;
+SELECT 1.23::float4::numeric, 0.1::float8::numeric, 1e20::float8::numeric, 1.5e-7::float4::numeric;
+SELECT 3::float8::numeric, -2.5e-5::float8::numeric, 0.5::float4::numeric;
+SELECT sum(x) FROM (VALUES (9e27::numeric), (9e27::numeric)) t(x);
+SELECT sum(x) FROM (VALUES (9e27::numeric(30,1)), (9e27::numeric(30,1))) t(x);
