@@ -76,6 +76,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     let datafusion = |name: &str| ctx.udf(name).ok();
     let mut functions = super::pg_json::functions();
     functions.extend(super::pg_text_functions::functions());
+    functions.extend(super::pg_string_functions::functions());
     functions.extend(super::pg_hash::functions());
     functions.extend(super::stable_hash::functions());
     functions.extend(super::sized_functions::sized_functions(

@@ -30,6 +30,7 @@ mod pg_number_functions;
 mod pg_numeric;
 mod pg_operators;
 pub(crate) mod pg_roles;
+mod pg_string_functions;
 mod pg_text_functions;
 mod pg_time_bins;
 mod pg_time_functions;

@@ -186,37 +186,89 @@ impl ScalarUDFImpl for Format {
                     s.push(c);
                     continue;
                 }
-                let mut spec = String::new();
-                while let Some(d) = chars.next_if(|d| d.is_ascii_digit() || *d == '$') {
-                    spec.push(d);
+                // %[position$][-][width]type; width may be * or *n$.
+                let digits = |chars: &mut std::iter::Peekable<std::str::Chars>| {
+                    let mut d = String::new();
+                    while let Some(c) = chars.next_if(char::is_ascii_digit) {
+                        d.push(c);
+                    }
+                    d
+                };
+                let bad_position = || pg_error("22023", "invalid argument position in format()");
+                let mut ahead = chars.clone();
+                let lead = digits(&mut ahead);
+                let explicit = !lead.is_empty() && ahead.peek() == Some(&'$');
+                let mut position: Option<usize> = None;
+                if explicit {
+                    ahead.next();
+                    chars = ahead;
+                    position = Some(lead.parse::<usize>().map_err(|_| bad_position())?);
+                }
+                let mut left = chars.next_if_eq(&'-').is_some();
+                let mut width: Option<usize> = None;
+                if chars.next_if_eq(&'*').is_some() {
+                    let mut ahead = chars.clone();
+                    let n = digits(&mut ahead);
+                    let at = if !n.is_empty() && ahead.peek() == Some(&'$') {
+                        ahead.next();
+                        chars = ahead;
+                        let at = n.parse::<usize>().map_err(|_| bad_position())?;
+                        next = at + 1;
+                        at
+                    } else {
+                        next += 1;
+                        next - 1
+                    };
+                    if at >= texts.len() {
+                        return Err(pg_error("22023", "too few arguments for format()"));
+                    }
+                    if let Some(w) = value(at) {
+                        let w: i64 = w.trim().parse().map_err(|_| {
+                            pg_error(
+                                "22023",
+                                format!("invalid input syntax for type integer: \"{w}\""),
+                            )
+                        })?;
+                        left |= w < 0;
+                        width = Some(w.unsigned_abs() as usize);
+                    }
+                } else {
+                    let w = digits(&mut chars);
+                    if !w.is_empty() {
+                        width = Some(
+                            w.parse::<usize>()
+                                .map_err(|_| pg_error("22023", "number is out of range"))?,
+                        );
+                    }
                 }
                 let kind = chars
                     .next()
                     .ok_or_else(|| pg_error("22023", "unterminated format() type specifier"))?;
-                if kind == '%' {
+                if kind == '%' && position.is_none() && width.is_none() && !left {
                     s.push('%');
                     continue;
                 }
-                let position = match spec.strip_suffix('$') {
-                    Some(p) => p
-                        .parse::<usize>()
-                        .map_err(|_| pg_error("22023", "invalid argument position in format()"))?,
+                let position = match position {
+                    Some(p) => {
+                        next = p + 1;
+                        p
+                    }
                     None => {
                         next += 1;
                         next - 1
                     }
                 };
+                if position == 0 {
+                    return Err(bad_position());
+                }
                 if position >= texts.len() {
                     return Err(pg_error("22023", "too few arguments for format()"));
                 }
-                if spec.strip_suffix('$').is_some() {
-                    next = position + 1;
-                }
                 let arg = value(position);
-                match kind {
-                    's' => s.push_str(arg.as_deref().unwrap_or("")),
+                let piece = match kind {
+                    's' => arg.unwrap_or_default(),
                     'I' => match arg {
-                        Some(a) => s.push_str(&quote_ident(&a)),
+                        Some(a) => quote_ident(&a),
                         None => {
                             return Err(pg_error(
                                 "22004",
@@ -225,8 +277,8 @@ impl ScalarUDFImpl for Format {
                         }
                     },
                     'L' => match arg {
-                        Some(a) => s.push_str(&quote_literal(&a)),
-                        None => s.push_str("NULL"),
+                        Some(a) => quote_literal(&a),
+                        None => "NULL".to_string(),
                     },
                     other => {
                         return Err(pg_error(
@@ -234,6 +286,14 @@ impl ScalarUDFImpl for Format {
                             format!("unrecognized format() type specifier \"{other}\""),
                         ))
                     }
+                };
+                let pad = width.unwrap_or(0).saturating_sub(piece.chars().count());
+                if !left {
+                    s.extend(std::iter::repeat_n(' ', pad));
+                }
+                s.push_str(&piece);
+                if left {
+                    s.extend(std::iter::repeat_n(' ', pad));
                 }
             }
             out.push(Some(s));

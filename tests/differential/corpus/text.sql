@@ -35,3 +35,19 @@ SELECT length(lpad('a', 2147483647, 'x'));
 SELECT repeat('ab', 2000000000);
 SELECT s, hashtext(s) FROM (VALUES (''), ('a'), (NULL), ('twelve bytes'), ('thirteen bytes'), ('ünïcødé'), (repeat('x', 100))) t(s);
 SELECT abs(hashtext('user_' || g)) % 10 AS bucket, count(*) FROM generate_series(1, 1000) g GROUP BY 1 ORDER BY 1;
+-- String functions as PostgreSQL computes them (its strings topic):
+-- format's width and flags, output text in concat, base64 as PostgreSQL
+-- wraps it, NULL groups in regexp_match, regexp_substr, width_bucket.
+SELECT format('%-5s|', 'ab'), format('%5s|', 'ab'), format('%*s|', 4, 'x'), format('%-*s|', 4, 'x'), format('%*s|', -4, 'x'), format('%2$s %1$s', 'a', 'b'), format('%1$*2$s|', 'a', 3), format('100%%'), format('%s %s', 'a', NULL), format('%3$s', 1, 2);
+SELECT format('%I %L', 'XyZ', NULL), format('%-10I|', 'a b');
+SELECT quote_ident('XyZ'), quote_ident('abc'), quote_ident('a"b'), concat(true, 'x'), concat(1, NULL, 2.50, false), concat_ws('-', 'a', NULL, true, 1), concat_ws(NULL, 'a');
+SELECT concat(DATE '2024-01-02', ' ', 1.5::float8, ' ', ARRAY[1,2]);
+SELECT encode('se'::bytea, 'base64'), encode('\x00ff5c41'::bytea, 'escape'), encode('abc'::bytea, 'hex'), decode('c2U=', 'base64'), decode('616263', 'hex'), decode('a\\000b', 'escape');
+SELECT encode(repeat('x', 60)::bytea, 'base64');
+SELECT regexp_match('abc', '(b)(c)(d)?'), regexp_match('abc', 'B', 'i'), regexp_match('abc', 'z'), regexp_match('foobarbequebaz', 'ba.'), regexp_match('a' || chr(10) || 'b', 'a.b');
+SELECT regexp_substr('abc123def456', '[0-9]+'), regexp_substr('abc123def456', '[0-9]+', 1, 2), regexp_substr('abc123def456', '([a-z]+)([0-9]+)', 1, 2, '', 2), regexp_substr('ABC', 'b', 1, 1, 'i'), regexp_substr('abc', 'z');
+SELECT width_bucket(5.35, 0.024, 10.06, 5), width_bucket(-1, 0, 10, 5), width_bucket(10, 0, 10, 5), width_bucket(9, 10, 0, 5), width_bucket(5.35::float8, 0.024, 10.06, 5);
+SELECT width_bucket(1, 0, 10, 0);
+SELECT regexp_match('abc', 'b', 'g');
+SELECT id, concat(s, i, x) FROM t ORDER BY id;
+SELECT id, width_bucket(x, 0, 100, 4), regexp_match(s, '(.)(.)?') FROM t ORDER BY id;
