@@ -458,11 +458,22 @@ fn convert_text(
                     else {
                         return Err(IngestError::Internal(format!("{ty:?} is not a decimal")));
                     };
+                    let unconstrained = matches!(
+                        ty,
+                        SqlType::Numeric {
+                            unconstrained: true,
+                            ..
+                        }
+                    );
                     let values = (0..text.len())
                         .map(|i| {
                             valid(i)
                                 .map(|v| parse_numeric(v, precision, scale))
                                 .transpose()
+                                .map_err(|e| match unconstrained {
+                                    true => crate::types::number_text::unconstrained_overflow(e),
+                                    false => e,
+                                })
                                 .map_err(|e| bad(i, e))
                         })
                         .collect::<Result<arrow::array::Decimal128Array, _>>()?;

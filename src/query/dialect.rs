@@ -1014,7 +1014,16 @@ fn postgres_result_type(
             if matches!(f.func.name(), "array_length" | "cardinality")
                 && e.get_type(schema).is_ok_and(|t| t != DataType::Int32) =>
         {
-            Ok(Transformed::yes(retyped(e, DataType::Int32, "int4")))
+            // An empty array has no dimension to measure: PostgreSQL's
+            // array_length of it is NULL (its cardinality is 0).
+            let measured = match f.func.name() {
+                "array_length" => datafusion::functions::core::expr_fn::nullif(
+                    e.clone(),
+                    Expr::Literal(ScalarValue::UInt64(Some(0)), None),
+                ),
+                _ => e,
+            };
+            Ok(Transformed::yes(retyped(measured, DataType::Int32, "int4")))
         }
         e => Ok(Transformed::no(e)),
     }

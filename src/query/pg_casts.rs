@@ -338,6 +338,23 @@ impl ScalarUDFImpl for PgCast {
 }
 
 impl PgCast {
+    /// A numeric overflow as the target says it: past the declared
+    /// precision, or past what an unconstrained numeric holds at all.
+    fn numeric_overflow(
+        &self,
+        e: crate::types::number_text::NumberTextError,
+    ) -> crate::types::number_text::NumberTextError {
+        let unconstrained = self
+            .to
+            .metadata()
+            .get(crate::types::SQL_TYPE_METADATA_KEY)
+            .is_none_or(|d| d == "numeric" || d == "numeric(*)");
+        match unconstrained {
+            true => crate::types::number_text::unconstrained_overflow(e),
+            false => e,
+        }
+    }
+
     fn cast(&self, input: &ArrayRef, from: &Field) -> Result<ArrayRef> {
         let to = self.to.data_type();
         Ok(match self.kind {
@@ -458,7 +475,7 @@ impl PgCast {
                             .map(|v| {
                                 v.map(|v| parse_numeric(v, *p, *s))
                                     .transpose()
-                                    .map_err(number_error)
+                                    .map_err(|e| number_error(self.numeric_overflow(e)))
                             })
                             .collect::<Result<arrow::array::Decimal128Array>>()?
                             .with_precision_and_scale(*p, *s)?,
@@ -484,7 +501,10 @@ impl PgCast {
                                 *p,
                                 *s,
                             )
-                            .map_err(|e| pg_error(e.sqlstate(), e.to_string()))?,
+                            .map_err(|e| {
+                                let e = self.numeric_overflow(e);
+                                pg_error(e.sqlstate(), e.to_string())
+                            })?,
                         ),
                         Some(v) => {
                             let e =

@@ -29,7 +29,7 @@ use crate::types::datetime::{
     civil_from_days, days_from_civil, days_in_month, DATE_INFINITY, DATE_NEG_INFINITY,
     TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY, US_PER_DAY, US_PER_SEC,
 };
-use crate::types::format::{format_number, format_timestamp, parse_with_format};
+use crate::types::format::{format_interval, format_number, format_timestamp, parse_with_format};
 use crate::types::interval::Interval;
 use crate::types::UTC;
 
@@ -90,11 +90,11 @@ fn to_char(a: &[ArrayRef]) -> Result<ArrayRef> {
                 out.push(if iv.is_null(i) || formats.is_null(f) {
                     None
                 } else {
-                    // The time part of an interval, formatted as a time of
-                    // day (hours past 24 wrap, as in PostgreSQL's HH24 of
-                    // an interval only up to a day).
                     let v = Interval::from_arrow(iv.value(i));
-                    Some(format_timestamp(v.micros, formats.value(f), false))
+                    Some(
+                        format_interval(v.months, v.days, v.micros, formats.value(f))
+                            .map_err(|e| pg_error("22007", e.0))?,
+                    )
                 });
             }
         }

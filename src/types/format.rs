@@ -42,6 +42,13 @@ const PATTERNS: &[&str] = &[
     "TZ", "tz", "OF",
 ];
 
+/// The patterns of numbers, which PostgreSQL reads whatever their case.
+const CASELESS: &[&str] = &[
+    "HH24", "HH12", "HH", "MI", "SSSSS", "SSSS", "SS", "MS", "US", "FF1", "FF2", "FF3", "FF4",
+    "FF5", "FF6", "Y,YYY", "YYYY", "YYY", "YY", "Y", "IYYY", "IYY", "IY", "I", "MM", "DDD", "IDDD",
+    "DD", "D", "ID", "W", "WW", "IW", "CC", "J", "Q", "TZH", "TZM", "OF",
+];
+
 /// One piece of a pattern: a field with its modifiers, or literal text.
 #[derive(Debug, Clone, PartialEq)]
 enum Piece {
@@ -101,10 +108,23 @@ fn pieces(format: &str) -> Vec<Piece> {
                 break;
             }
         }
+        // Patterns of digits are read in any case (`hh24:mi`, `yyyy-mm-dd`);
+        // names keep the case they are written in (`Month`, `month`).
         let longest = PATTERNS
             .iter()
             .filter(|p| body.starts_with(**p))
-            .max_by_key(|p| p.len());
+            .max_by_key(|p| p.len())
+            .or_else(|| {
+                PATTERNS
+                    .iter()
+                    .filter(|p| {
+                        CASELESS.contains(p)
+                            && body
+                                .get(..p.len())
+                                .is_some_and(|b| b.eq_ignore_ascii_case(p))
+                    })
+                    .max_by_key(|p| p.len())
+            });
         if let Some(name) = longest {
             body = &body[name.len()..];
             let ordinal = if let Some(r) = body.strip_prefix("TH") {
@@ -171,13 +191,116 @@ pub fn format_timestamp(us: i64, format: &str, with_zone: bool) -> String {
     let in_day = us.rem_euclid(US_PER_DAY);
     let (year, month, day) = civil_from_days(days);
     let secs = in_day / US_PER_SEC;
-    let (hour, minute, second) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let micros = in_day % US_PER_SEC;
-    let weekday = (days + 4).rem_euclid(7); // Sunday = 0
-    let doy = days - days_from_civil(year, 1, 1) + 1;
     let (iso_year, iso_week_no) = iso_week(days);
     let bc = year <= 0;
-    let shown_year = if bc { 1 - year } else { year };
+    render(
+        &Fields {
+            days,
+            year,
+            month,
+            day,
+            hour: secs / 3600,
+            minute: secs / 60 % 60,
+            second: secs % 60,
+            secs,
+            micros: in_day % US_PER_SEC,
+            weekday: (days + 4).rem_euclid(7), // Sunday = 0
+            doy: days - days_from_civil(year, 1, 1) + 1,
+            iso_year,
+            iso_week_no,
+            bc,
+            shown_year: if bc { 1 - year } else { year },
+        },
+        format,
+        with_zone,
+    )
+}
+
+/// `to_char(interval, format)`: years and months from the months, days
+/// from the days, and hours counted past a day (`26:05` for `HH24:MI` of
+/// 26 hours 5 minutes), as PostgreSQL formats an interval.
+pub fn format_interval(
+    months: i32,
+    days: i32,
+    micros: i64,
+    format: &str,
+) -> Result<String, FormatError> {
+    // Names of months and days belong to dates, not to spans of time.
+    let named = pieces(format).into_iter().any(|p| {
+        matches!(p, Piece::Field { name, .. } if name.eq_ignore_ascii_case("month")
+            || name.eq_ignore_ascii_case("mon")
+            || name.eq_ignore_ascii_case("day")
+            || name.eq_ignore_ascii_case("dy"))
+    });
+    if named {
+        return Err(FormatError(
+            "invalid format specification for an interval value".into(),
+        ));
+    }
+    let secs = micros / US_PER_SEC;
+    let year = i64::from(months / 12);
+    Ok(render(
+        &Fields {
+            days: i64::from(days),
+            year,
+            month: (months % 12).unsigned_abs(),
+            day: days.unsigned_abs(),
+            hour: secs / 3600,
+            minute: secs / 60 % 60,
+            second: secs % 60,
+            secs,
+            micros: micros % US_PER_SEC,
+            weekday: 0,
+            doy: i64::from(days),
+            iso_year: year,
+            iso_week_no: 0,
+            bc: false,
+            shown_year: year,
+        },
+        format,
+        false,
+    ))
+}
+
+/// The fields a format can show.
+struct Fields {
+    days: i64,
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: i64,
+    minute: i64,
+    second: i64,
+    secs: i64,
+    micros: i64,
+    weekday: i64,
+    doy: i64,
+    iso_year: i64,
+    iso_week_no: i64,
+    bc: bool,
+    shown_year: i64,
+}
+
+fn render(fields: &Fields, format: &str, with_zone: bool) -> String {
+    let &Fields {
+        days,
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        secs,
+        micros,
+        weekday,
+        doy,
+        iso_year,
+        iso_week_no,
+        bc,
+        shown_year,
+    } = fields;
+    // An interval of no months still names a month.
+    let month_index = (month as usize).clamp(1, 12) - 1;
     let mut out = String::new();
     for piece in pieces(format) {
         let (name, fill, ordinal) = match piece {
@@ -244,12 +367,12 @@ pub fn format_timestamp(us: i64, format: &str, with_zone: bool) -> String {
             "bc" | "ad" => out.push_str(if bc { "bc" } else { "ad" }),
             "B.C." | "A.D." => out.push_str(if bc { "B.C." } else { "A.D." }),
             "b.c." | "a.d." => out.push_str(if bc { "b.c." } else { "a.d." }),
-            "MONTH" => word(&case(MONTHS[month as usize - 1], "upper"), 9, &mut out),
-            "Month" => word(MONTHS[month as usize - 1], 9, &mut out),
-            "month" => word(&case(MONTHS[month as usize - 1], "lower"), 9, &mut out),
-            "MON" => out.push_str(&MONTHS[month as usize - 1][..3].to_uppercase()),
-            "Mon" => out.push_str(&MONTHS[month as usize - 1][..3]),
-            "mon" => out.push_str(&MONTHS[month as usize - 1][..3].to_lowercase()),
+            "MONTH" => word(&case(MONTHS[month_index], "upper"), 9, &mut out),
+            "Month" => word(MONTHS[month_index], 9, &mut out),
+            "month" => word(&case(MONTHS[month_index], "lower"), 9, &mut out),
+            "MON" => out.push_str(&MONTHS[month_index][..3].to_uppercase()),
+            "Mon" => out.push_str(&MONTHS[month_index][..3]),
+            "mon" => out.push_str(&MONTHS[month_index][..3].to_lowercase()),
             "MM" => num(month as i64, 2, &mut out),
             "DAY" => word(&case(DAYS[weekday as usize], "upper"), 9, &mut out),
             "Day" => word(DAYS[weekday as usize], 9, &mut out),
@@ -280,8 +403,8 @@ pub fn format_timestamp(us: i64, format: &str, with_zone: bool) -> String {
             ),
             "J" => num(days + 2_440_588, 0, &mut out),
             "Q" => num((month as i64 - 1) / 3 + 1, 1, &mut out),
-            "RM" => word(ROMAN[month as usize - 1], 4, &mut out),
-            "rm" => word(&ROMAN[month as usize - 1].to_lowercase(), 4, &mut out),
+            "RM" => word(ROMAN[month_index], 4, &mut out),
+            "rm" => word(&ROMAN[month_index].to_lowercase(), 4, &mut out),
             "TZ" if with_zone => out.push_str("UTC"),
             "tz" if with_zone => out.push_str("utc"),
             "TZ" | "tz" => {}
@@ -344,7 +467,11 @@ pub fn parse_with_format(text: &str, format: &str) -> Result<i64, FormatError> {
         }
         None
     };
-    for piece in pieces(format) {
+    let pieces = pieces(format);
+    for (at, piece) in pieces.iter().cloned().enumerate() {
+        // A field right before another reads only its own width
+        // (`YYYYMMDD`), as PostgreSQL reads fields with no separator.
+        let packed = matches!(pieces.get(at + 1), Some(Piece::Field { .. }));
         match piece {
             Piece::Text(t) => {
                 // Each literal character skips one of the input; spaces
@@ -363,7 +490,9 @@ pub fn parse_with_format(text: &str, format: &str) -> Result<i64, FormatError> {
                 }
             }
             Piece::Field { name, .. } => match name {
-                "YYYY" | "IYYY" => year = Some(number(&mut rest, 6, name)?),
+                "YYYY" | "IYYY" => {
+                    year = Some(number(&mut rest, if packed { 4 } else { 6 }, name)?)
+                }
                 "Y,YYY" => {
                     let thousands = number(&mut rest, 3, name)?;
                     rest = rest.strip_prefix(',').unwrap_or(rest);

@@ -7,7 +7,7 @@
 //!
 //! NUMERIC here is a 128-bit decimal of a fixed scale (DESIGN.md): `NaN`,
 //! `Infinity` and values past 38 digits, which PostgreSQL's numeric holds,
-//! fail (0A000 and 22003) rather than read as another number.
+//! fail (22P02 and 22003) rather than read as another number.
 
 use arrow::array::{Float32Array, Float64Array};
 
@@ -21,7 +21,10 @@ pub enum NumberTextError {
     /// More digits before the point than NUMERIC(p, s) keeps.
     #[error("numeric field overflow")]
     NumericOverflow { precision: u8, scale: i8 },
-    #[error("numeric {0} is not supported: NUMERIC here is a 128-bit decimal (use double precision for {0})")]
+    /// More digits than the 128-bit decimal of an unconstrained numeric.
+    #[error("value overflows numeric format")]
+    NumericFormatOverflow,
+    #[error("invalid input syntax for type numeric: \"{0}\" (NUMERIC here is a 128-bit decimal without NaN or infinities; use double precision for them)")]
     NumericSpecial(String),
     #[error("value out of range: {0}")]
     FloatRange(&'static str),
@@ -30,8 +33,7 @@ pub enum NumberTextError {
 impl NumberTextError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
-            NumberTextError::Invalid { .. } => "22P02",
-            NumberTextError::NumericSpecial(_) => "0A000",
+            NumberTextError::Invalid { .. } | NumberTextError::NumericSpecial(_) => "22P02",
             _ => "22003",
         }
     }
@@ -122,6 +124,16 @@ pub fn parse_float4(text: &str) -> Result<f32, NumberTextError> {
         });
     }
     Ok(v)
+}
+
+/// What a value past an unconstrained numeric's digits fails with: the
+/// declared NUMERIC(p, s) overflows its field, an unconstrained one the
+/// 128-bit format itself.
+pub fn unconstrained_overflow(e: NumberTextError) -> NumberTextError {
+    match e {
+        NumberTextError::NumericOverflow { .. } => NumberTextError::NumericFormatOverflow,
+        other => other,
+    }
 }
 
 /// `text` as NUMERIC(precision, scale): the unscaled value, rounded half
@@ -259,7 +271,11 @@ mod tests {
         );
         assert_eq!(
             parse_numeric("NaN", 38, 10).unwrap_err().sqlstate(),
-            "0A000"
+            "22P02"
+        );
+        assert_eq!(
+            unconstrained_overflow(parse_numeric("1e28", 38, 10).unwrap_err()).to_string(),
+            "value overflows numeric format"
         );
         assert_eq!(
             parse_numeric("1e400", 38, 10).unwrap_err().sqlstate(),

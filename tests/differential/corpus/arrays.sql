@@ -16,3 +16,4 @@ SELECT id, array_remove(ARRAY['a', s, 'b'], s) FROM t ORDER BY id;
 SELECT ARRAY[[1,2]] || ARRAY[]::int[], ARRAY[]::int[] || ARRAY[[1,2]], ARRAY[1,2] || ARRAY[]::int[];
 SELECT ARRAY[[1,2]] || ARRAY[3,4]::int[], ARRAY[3,4]::int[] || ARRAY[[1,2]], ARRAY[[1,2]] || NULL::int[];
 SELECT NULL::int[] || ARRAY[1], ARRAY[1] || 2, 0 || ARRAY[1], ARRAY[[1,2]] || ARRAY[[3,4]];
+SELECT array_length(ARRAY[]::int[], 1), array_length(ARRAY[1,2], 1), cardinality(ARRAY[]::int[]), array_length(ARRAY[1], 2);

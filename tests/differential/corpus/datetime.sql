@@ -41,3 +41,11 @@ SELECT OVERLAPS_TEST FROM (SELECT (DATE '2026-01-01', DATE '2026-02-01') OVERLAP
 SELECT id FROM t WHERE ts >= '2026-01-01 10:00' ORDER BY id;
 SELECT id FROM t WHERE tz < '2026-01-01 09:00+00' AND d > '2025-12-30' ORDER BY id;
 SELECT id, ts BETWEEN '2025-12-31' AND '2026-01-01 10:00' FROM t ORDER BY id;
+-- to_char and to_timestamp templates as PostgreSQL reads them (its
+-- horology topic): patterns of digits in any case, an interval's hours
+-- past a day, fields with no separator read at their width.
+SELECT to_char(TIMESTAMP '2026-01-01 12:07:00', 'HH:mm'), to_char(TIMESTAMP '2026-03-04 05:06:07', 'yyyy-mm-dd hh24:mi:ss'), to_char(TIMESTAMP '2026-03-04 05:06:07', 'Month month MONTH Day dd');
+SELECT to_char(INTERVAL '26 hours 5 minutes', 'HH24:MI'), to_char(INTERVAL '1 year 2 months 3 days 04:05:06.789', 'YYYY MM DD HH24 MI SS MS'), to_char(INTERVAL '15 hours', 'HH HH12 HH24');
+SELECT to_timestamp('20240229134512', 'YYYYMMDDHH24MISS'), to_date('20240229', 'YYYYMMDD'), to_date('2024-02-29', 'YYYY-MM-DD'), to_timestamp('2024 2 9', 'YYYY MM DD');
+SELECT to_char(INTERVAL '-26 hours', 'HH24:MI');
+SELECT to_char(INTERVAL '3 days', 'Day');
