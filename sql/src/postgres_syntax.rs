@@ -23,6 +23,7 @@
 //!   are `array_agg` (with its ordering and filter) turned into JSON by
 //!   the server's `json_agg_of`, `jsonb_agg_of` and
 //!   `json_object_agg_of`;
+//! - `x LIKE 'a#_c' ESCAPE '#'` is the pattern with backslash escapes;
 //! - `x SIMILAR TO 'pattern'` is the regular expression PostgreSQL makes
 //!   of the pattern (`%` any text, `_` one character, anchored);
 //! - `COLLATE "C"` (and `POSIX`, `default`, `ucs_basic`) is how text
@@ -235,8 +236,84 @@ fn push_sign_into_power(op: UnaryOperator, e: Expr) -> Expr {
     }
 }
 
+/// `x LIKE 'a#_c' ESCAPE '#'` (and ILIKE, SIMILAR's cousins aside): the
+/// planner reads only a backslash as the escape, so a literal pattern is
+/// written again with backslashes (a backslash of its own doubled), and
+/// `ESCAPE ''` (no escape at all) doubles every backslash.
+fn like_escape(expr: &Expr) -> Option<Expr> {
+    let (Expr::Like {
+        pattern,
+        escape_char: Some(escape),
+        ..
+    }
+    | Expr::ILike {
+        pattern,
+        escape_char: Some(escape),
+        ..
+    }) = expr
+    else {
+        return None;
+    };
+    let Value::SingleQuotedString(e) = &escape.value else {
+        return None;
+    };
+    let escape = match e.chars().collect::<Vec<_>>().as_slice() {
+        [] => None,
+        ['\\'] => return None,
+        [c] => Some(*c),
+        _ => return None,
+    };
+    let Expr::Value(v) = pattern.as_ref() else {
+        return None;
+    };
+    let Value::SingleQuotedString(p) = &v.value else {
+        return None;
+    };
+    let mut out = String::with_capacity(p.len() + 4);
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if Some(c) == escape {
+            out.push('\\');
+            if let Some(n) = chars.next() {
+                out.push(n);
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    let pattern = Box::new(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
+        out,
+    ))));
+    Some(match expr.clone() {
+        Expr::Like {
+            negated, any, expr, ..
+        } => Expr::Like {
+            negated,
+            any,
+            expr,
+            pattern,
+            escape_char: None,
+        },
+        Expr::ILike {
+            negated, any, expr, ..
+        } => Expr::ILike {
+            negated,
+            any,
+            expr,
+            pattern,
+            escape_char: None,
+        },
+        _ => return None,
+    })
+}
+
 fn rewrite(expr: &Expr) -> Option<Expr> {
     if let Some(e) = crate::array_subquery::array_of_subquery(expr) {
+        return Some(e);
+    }
+    if let Some(e) = like_escape(expr) {
         return Some(e);
     }
     match expr {

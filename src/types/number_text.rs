@@ -82,44 +82,37 @@ fn plain_number(t: &str) -> bool {
 
 /// `text` as a double precision value.
 pub fn parse_float8(text: &str) -> Result<f64, NumberTextError> {
-    let t = text.trim();
-    let invalid = || NumberTextError::Invalid {
-        ty: DOUBLE,
-        text: text.to_string(),
-    };
-    if special_word(unsigned(t)) {
-        return t.parse::<f64>().map_err(|_| invalid());
-    }
-    if !plain_number(t) {
-        return Err(invalid());
-    }
-    let v = t.parse::<f64>().map_err(|_| invalid())?;
-    if v.is_infinite() || (v == 0.0 && nonzero_mantissa(t)) {
-        return Err(NumberTextError::OutOfRange {
-            ty: DOUBLE,
-            text: text.to_string(),
-        });
-    }
-    Ok(v)
+    parse_float(text, DOUBLE, |v: f64| v.is_infinite() || v == 0.0)
 }
 
 /// `text` as a real value.
 pub fn parse_float4(text: &str) -> Result<f32, NumberTextError> {
+    parse_float(text, REAL, |v: f32| v.is_infinite() || v == 0.0)
+}
+
+/// `text` as a float of type `ty`; `extreme` tells the values a number
+/// out of range reads as (an infinity, or zero for a nonzero mantissa).
+fn parse_float<F: std::str::FromStr + Copy>(
+    text: &str,
+    ty: &'static str,
+    extreme: fn(F) -> bool,
+) -> Result<F, NumberTextError> {
     let t = text.trim();
     let invalid = || NumberTextError::Invalid {
-        ty: REAL,
+        ty,
         text: text.to_string(),
     };
     if special_word(unsigned(t)) {
-        return t.parse::<f32>().map_err(|_| invalid());
+        return t.parse::<F>().map_err(|_| invalid());
     }
     if !plain_number(t) {
         return Err(invalid());
     }
-    let v = t.parse::<f32>().map_err(|_| invalid())?;
-    if v.is_infinite() || (v == 0.0 && nonzero_mantissa(t)) {
+    let v = t.parse::<F>().map_err(|_| invalid())?;
+    // Both extremes are out of range unless the text is a zero.
+    if extreme(v) && nonzero_mantissa(t) {
         return Err(NumberTextError::OutOfRange {
-            ty: REAL,
+            ty,
             text: text.to_string(),
         });
     }

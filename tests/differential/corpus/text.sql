@@ -51,3 +51,5 @@ SELECT width_bucket(1, 0, 10, 0);
 SELECT regexp_match('abc', 'b', 'g');
 SELECT id, concat(s, i, x) FROM t ORDER BY id;
 SELECT id, width_bucket(x, 0, 100, 4), regexp_match(s, '(.)(.)?') FROM t ORDER BY id;
+SELECT 'a_c' LIKE 'a#_c' ESCAPE '#', 'abc' LIKE 'a#_c' ESCAPE '#', 'a%c' NOT LIKE 'a!%c' ESCAPE '!', 'A_C' ILIKE 'a$_c' ESCAPE '$', 'a\c' LIKE 'a\c' ESCAPE '', 'a_c' LIKE 'a\_c' ESCAPE '\';
+SELECT id, s LIKE '%#%%' ESCAPE '#' FROM t ORDER BY id;
