@@ -319,6 +319,12 @@ fn extract_value(field: &str, t: &DataType, a: &ArrayRef, i: usize) -> Result<Op
             0,
         ),
         "julian" if is_date => ((days + 2_440_588) as i128, 0),
+        // The session's zone is UTC: a timestamptz is 0 seconds off it.
+        "timezone" | "timezone_hour" | "timezone_minute"
+            if matches!(t, DataType::Timestamp(_, Some(_))) =>
+        {
+            (0, 0)
+        }
         _ => return Err(unsupported()),
     }))
 }

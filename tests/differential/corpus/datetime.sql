@@ -49,3 +49,5 @@ SELECT to_char(INTERVAL '26 hours 5 minutes', 'HH24:MI'), to_char(INTERVAL '1 ye
 SELECT to_timestamp('20240229134512', 'YYYYMMDDHH24MISS'), to_date('20240229', 'YYYYMMDD'), to_date('2024-02-29', 'YYYY-MM-DD'), to_timestamp('2024 2 9', 'YYYY MM DD');
 SELECT to_char(INTERVAL '-26 hours', 'HH24:MI');
 SELECT to_char(INTERVAL '3 days', 'Day');
+SELECT extract(timezone FROM TIMESTAMPTZ '2024-01-01 00:00+00'), extract(timezone_hour FROM TIMESTAMPTZ '2024-01-01 05:00+03'), date_part('timezone_minute', TIMESTAMPTZ '2024-06-01 00:00+00'), pg_typeof(extract(timezone FROM TIMESTAMPTZ '2024-01-01 00:00+00'));
+SELECT extract(timezone FROM TIMESTAMP '2024-01-01 00:00');
