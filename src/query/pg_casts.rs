@@ -507,14 +507,14 @@ impl PgCast {
                             })?,
                         ),
                         Some(v) => {
-                            let e =
-                                crate::types::number_text::parse_numeric(&v.to_string(), *p, *s)
-                                    .err()
-                                    .unwrap_or(
-                                        crate::types::number_text::NumberTextError::NumericSpecial(
-                                            v.to_string(),
-                                        ),
-                                    );
+                            let word = match v {
+                                _ if v.is_nan() => "NaN",
+                                _ if v > 0.0 => "Infinity",
+                                _ => "-Infinity",
+                            };
+                            let e = crate::types::number_text::NumberTextError::NumericSpecial(
+                                word.to_string(),
+                            );
                             return Err(pg_error(e.sqlstate(), e.to_string()));
                         }
                         None => None,

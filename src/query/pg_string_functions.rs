@@ -23,7 +23,7 @@ use datafusion::logical_expr::{
 };
 
 use super::udf::{field_udf, pg_error, texts};
-use crate::types::text::{array_text, TextFor};
+use crate::types::text::{array_text, parse_bytea, TextFor};
 
 /// `concat(a, b, ...)` and `concat_ws(sep, a, b, ...)`.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -154,28 +154,6 @@ fn encode(a: &[ArrayRef]) -> Result<ArrayRef> {
     Ok(Arc::new(out.finish()))
 }
 
-fn decode_escape(text: &str) -> Result<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    let invalid = || pg_error("22P02", "invalid input syntax for type bytea");
-    while i < bytes.len() {
-        if bytes[i] != b'\\' {
-            out.push(bytes[i]);
-            i += 1;
-        } else if bytes.get(i + 1) == Some(&b'\\') {
-            out.push(b'\\');
-            i += 2;
-        } else {
-            let octal = bytes.get(i + 1..i + 4).ok_or_else(invalid)?;
-            let s = std::str::from_utf8(octal).map_err(|_| invalid())?;
-            out.push(u8::from_str_radix(s, 8).map_err(|_| invalid())?);
-            i += 4;
-        }
-    }
-    Ok(out)
-}
-
 fn decode(a: &[ArrayRef]) -> Result<ArrayRef> {
     let text = texts(&a[0])?;
     let formats = texts(&a[1])?;
@@ -193,25 +171,13 @@ fn decode(a: &[ArrayRef]) -> Result<ArrayRef> {
                     .decode(compact)
                     .map_err(|e| pg_error("22023", format!("invalid base64 input: {e}")))?
             }
-            "hex" => {
-                let compact: Vec<u8> = t.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-                if !compact.len().is_multiple_of(2) {
-                    return Err(pg_error(
-                        "22023",
-                        "invalid hexadecimal data: odd number of digits",
-                    ));
-                }
-                compact
-                    .chunks(2)
-                    .map(|p| {
-                        std::str::from_utf8(p)
-                            .ok()
-                            .and_then(|s| u8::from_str_radix(s, 16).ok())
-                            .ok_or_else(|| pg_error("22023", "invalid hexadecimal digit"))
-                    })
-                    .collect::<Result<Vec<u8>>>()?
-            }
-            _ => decode_escape(t)?,
+            // bytea's own input reads both: `\x` then hex digits, or
+            // escapes (a text starting `\x` is no escape form).
+            "hex" => parse_bytea(&format!("\\x{t}"))
+                .ok_or_else(|| pg_error("22023", "invalid hexadecimal data"))?,
+            _ => parse_bytea(t)
+                .filter(|_| !t.starts_with("\\x"))
+                .ok_or_else(|| pg_error("22P02", "invalid input syntax for type bytea"))?,
         }));
     }
     Ok(Arc::new(BinaryArray::from_iter(out)))
@@ -525,7 +491,7 @@ mod tests {
         let long = base64_text(&[0u8; 60]);
         assert_eq!(long.lines().map(str::len).collect::<Vec<_>>(), vec![76, 4]);
         assert_eq!(escape_text(b"a\\\x00\xff"), "a\\\\\\000\\377");
-        assert_eq!(decode_escape("a\\\\\\000\\377").unwrap(), b"a\\\x00\xff");
+        assert_eq!(parse_bytea("a\\\\\\000\\377").unwrap(), b"a\\\x00\xff");
     }
 
     #[test]
