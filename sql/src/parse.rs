@@ -1412,10 +1412,10 @@ fn literal_text(expr: &ast::Expr) -> Option<Option<String>> {
             }
             _ => None,
         },
-        ast::Expr::TypedString(ts) => match &ts.value.value {
-            ast::Value::SingleQuotedString(s) => Some(Some(s.clone())),
-            _ => None,
-        },
+        // A typed literal (`TIMESTAMPTZ '... +04:00'`, `DATE '2026-1-1'`)
+        // is a value of its type, which the column's type may read
+        // otherwise than its text (a timestamptz stored in a timestamp
+        // column is its UTC time): the planned INSERT casts it.
         ast::Expr::Nested(e) => literal_text(e),
         _ => None,
     }

@@ -58,7 +58,13 @@ use crate::set_returning::call;
 
 /// Rewrites `statement` as the module header says.
 pub fn rewrite_postgres_syntax(statement: &mut Statement) -> Result<(), crate::SqlError> {
-    let mut rewriter = PostgresSyntax { error: None };
+    // An INSERT's VALUES take each target column's type row by row, not
+    // one type per VALUES column.
+    let in_insert = matches!(statement, Statement::Insert(_));
+    let mut rewriter = PostgresSyntax {
+        error: None,
+        in_insert,
+    };
     let _ = statement.visit(&mut rewriter);
     rewriter.error.map_or(Ok(()), Err)
 }
@@ -66,6 +72,8 @@ pub fn rewrite_postgres_syntax(statement: &mut Statement) -> Result<(), crate::S
 struct PostgresSyntax {
     /// What PostgreSQL refuses that the rewrite found.
     error: Option<crate::SqlError>,
+    /// The statement is an INSERT.
+    in_insert: bool,
 }
 
 impl VisitorMut for PostgresSyntax {
@@ -105,6 +113,11 @@ impl VisitorMut for PostgresSyntax {
     }
 
     fn post_visit_query(&mut self, query: &mut sqlparser::ast::Query) -> ControlFlow<()> {
+        if let sqlparser::ast::SetExpr::Values(values) = query.body.as_mut() {
+            if !self.in_insert {
+                values_typed_by_their_column(&mut values.rows);
+            }
+        }
         // FETCH FIRST n ROWS ONLY is LIMIT n (WITH TIES and PERCENT stay
         // for the planner to refuse).
         if let Some(fetch) = &query.fetch {
@@ -517,6 +530,8 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
         }
         Expr::Function(f) => json_aggregate(f)
             .or_else(|| renamed_function(f))
+            .or_else(|| array_cat_operator(f))
+            .or_else(|| row_constructor(f))
             .or_else(|| named_make_interval(f))
             .or_else(|| distinct_in_order(f)),
         Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if too_large_for_numeric(n)) => {
@@ -573,7 +588,12 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
             )
             .then(|| inner.as_ref().clone())
         }
-        Expr::Interval(i) if i.last_field.is_none() => {
+        // `INTERVAL '1.5' MINUTE`, `INTERVAL '...' HOUR TO MINUTE`,
+        // `INTERVAL '1.2345' SECOND(2)`: a cast to the interval type with
+        // those fields and precision, which keeps only those fields
+        // (`query::pg_casts`). A bare number counts in the last field's
+        // unit, as PostgreSQL reads it.
+        Expr::Interval(i) => {
             let text = match i.value.as_ref() {
                 Expr::Value(v) => match &v.value {
                     Value::SingleQuotedString(t) => t.clone(),
@@ -581,19 +601,49 @@ fn rewrite(expr: &Expr) -> Option<Expr> {
                 },
                 _ => return None,
             };
-            let text = match &i.leading_field {
-                Some(field) => format!("{text} {field}"),
-                None => text,
+            let name = |f: &Option<sqlparser::ast::DateTimeField>| {
+                f.as_ref().map(|f| {
+                    f.to_string()
+                        .to_ascii_uppercase()
+                        .trim_end_matches('S')
+                        .to_string()
+                })
+            };
+            let (leading, last) = (name(&i.leading_field), name(&i.last_field));
+            use sqlparser::ast::IntervalFields as F;
+            let fields = match (leading.as_deref(), last.as_deref()) {
+                (None, None) => None,
+                (Some("YEAR"), None) => Some(F::Year),
+                (Some("MONTH"), None) => Some(F::Month),
+                (Some("DAY"), None) => Some(F::Day),
+                (Some("HOUR"), None) => Some(F::Hour),
+                (Some("MINUTE"), None) => Some(F::Minute),
+                (Some("SECOND"), None) => Some(F::Second),
+                (Some("YEAR"), Some("MONTH")) => Some(F::YearToMonth),
+                (Some("DAY"), Some("HOUR")) => Some(F::DayToHour),
+                (Some("DAY"), Some("MINUTE")) => Some(F::DayToMinute),
+                (Some("DAY"), Some("SECOND")) => Some(F::DayToSecond),
+                (Some("HOUR"), Some("MINUTE")) => Some(F::HourToMinute),
+                (Some("HOUR"), Some("SECOND")) => Some(F::HourToSecond),
+                (Some("MINUTE"), Some("SECOND")) => Some(F::MinuteToSecond),
+                _ => return None,
+            };
+            let bare_number = text.trim().parse::<f64>().is_ok();
+            let text = match (last.as_ref().or(leading.as_ref()), bare_number) {
+                (Some(unit), true) => format!("{text} {}", unit.to_ascii_lowercase()),
+                _ => text,
+            };
+            let precision = match (&fields, i.fractional_seconds_precision) {
+                (_, Some(p)) => Some(p),
+                (Some(F::Second), None) => i.leading_precision,
+                _ => None,
             };
             Some(Expr::Cast {
                 kind: sqlparser::ast::CastKind::DoubleColon,
                 expr: Box::new(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
                     text,
                 )))),
-                data_type: sqlparser::ast::DataType::Interval {
-                    fields: None,
-                    precision: None,
-                },
+                data_type: sqlparser::ast::DataType::Interval { fields, precision },
                 array: false,
                 format: None,
             })
@@ -735,6 +785,96 @@ fn named_make_interval(f: &Function) -> Option<Expr> {
     ))
 }
 
+/// In a `VALUES` list, a quoted literal or NULL beside a value of a
+/// stated type (`'{"a":1}'::jsonb`, `DATE '2026-01-01'`) in the same
+/// column takes that type, as PostgreSQL resolves the column's type before
+/// reading its untyped literals; the planner would otherwise read them as
+/// text and refuse the column's mixed types.
+fn values_typed_by_their_column(rows: &mut [sqlparser::ast::Parens<Vec<Expr>>]) {
+    let columns = rows.iter().map(|r| r.content.len()).max().unwrap_or(0);
+    for c in 0..columns {
+        let stated = rows.iter().find_map(|r| match r.content.get(c) {
+            Some(Expr::Cast {
+                data_type, array, ..
+            }) if !*array => Some(data_type.clone()),
+            Some(Expr::TypedString(t)) => Some(t.data_type.clone()),
+            _ => None,
+        });
+        let Some(data_type) = stated else { continue };
+        for row in rows.iter_mut() {
+            let Some(e) = row.content.get_mut(c) else {
+                continue;
+            };
+            let untyped = matches!(
+                e,
+                Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_) | Value::Null)
+            );
+            if untyped {
+                *e = Expr::Cast {
+                    kind: sqlparser::ast::CastKind::DoubleColon,
+                    expr: Box::new(e.clone()),
+                    data_type: data_type.clone(),
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+    }
+}
+
+/// `array_cat(a, b)` is `a || b` over arrays, which the planner reads as
+/// PostgreSQL does (an empty array adds nothing, one of fewer dimensions
+/// is an element).
+fn array_cat_operator(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    if name != "array_cat" || f.name.0.len() != 1 {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(a)), FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(b))] =
+        list.args.as_slice()
+    else {
+        return None;
+    };
+    if list.duplicate_treatment.is_some() || !list.clauses.is_empty() {
+        return None;
+    }
+    Some(Expr::Nested(Box::new(binary(
+        Expr::Nested(Box::new(a.clone())),
+        BinaryOperator::StringConcat,
+        Expr::Nested(Box::new(b.clone())),
+    ))))
+}
+
+/// `ROW(a, b)` names its fields `f1`, `f2`, as PostgreSQL's anonymous
+/// records do (`to_jsonb(ROW(1, 2))` is `{"f1": 1, "f2": 2}`); the
+/// planner's `row` names them `c0`, `c1`.
+fn row_constructor(f: &Function) -> Option<Expr> {
+    let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
+    if name != "row" || f.name.0.len() != 1 || f.over.is_some() {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    if list.duplicate_treatment.is_some() || !list.clauses.is_empty() || list.args.is_empty() {
+        return None;
+    }
+    let mut args = Vec::with_capacity(list.args.len() * 2);
+    for (i, a) in list.args.iter().enumerate() {
+        let FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e)) = a else {
+            return None;
+        };
+        args.push(Expr::Value(ValueWithSpan::from(Value::SingleQuotedString(
+            format!("f{}", i + 1),
+        ))));
+        args.push(e.clone());
+    }
+    Some(call("named_struct", args))
+}
+
 /// Aggregates PostgreSQL names otherwise: `every`, `variance`.
 fn renamed_function(f: &Function) -> Option<Expr> {
     let name = f.name.0.last()?.as_ident()?.value.to_lowercase();
@@ -818,6 +958,23 @@ fn json_aggregate(f: &Function) -> Option<Expr> {
         Expr::Function(inner)
     };
     match (name.as_str(), list.args.as_slice()) {
+        // Each value made JSON before it is gathered: a jsonb value (a
+        // text cast to jsonb) stays a number or an object. A DISTINCT
+        // aggregate gathers the values themselves, in their own order.
+        (
+            "json_agg" | "jsonb_agg",
+            [FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e))],
+        ) if list.duplicate_treatment.is_none() => {
+            let to_json = match name.as_str() {
+                "json_agg" => "to_json",
+                _ => "to_jsonb",
+            };
+            let arg = FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(call(
+                to_json,
+                vec![e.clone()],
+            )));
+            Some(call(&format!("{name}_of_json"), vec![array_agg(arg)]))
+        }
         ("json_agg" | "jsonb_agg", [arg]) => {
             Some(call(&format!("{name}_of"), vec![array_agg(arg.clone())]))
         }
@@ -909,6 +1066,30 @@ fn row_fields(e: &Expr) -> Option<Vec<Expr>> {
                     _ => None,
                 })
                 .collect()
+        }
+        // A `ROW(...)` already named as PostgreSQL names its fields
+        // (`row_constructor`): `named_struct('f1', a, 'f2', b)`.
+        Expr::Function(f)
+            if f.over.is_none()
+                && f.name.0.len() == 1
+                && f.name.to_string().eq_ignore_ascii_case("named_struct") =>
+        {
+            let FunctionArguments::List(list) = &f.args else {
+                return None;
+            };
+            let mut fields = Vec::new();
+            for (i, pair) in list.args.chunks(2).enumerate() {
+                let [FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(Expr::Value(k))), FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(v))] =
+                    pair
+                else {
+                    return None;
+                };
+                if k.value != Value::SingleQuotedString(format!("f{}", i + 1)) {
+                    return None;
+                }
+                fields.push(v.clone());
+            }
+            (!fields.is_empty()).then_some(fields)
         }
         _ => None,
     }

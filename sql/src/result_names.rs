@@ -264,6 +264,7 @@ fn type_name(t: &DataType) -> String {
         "timestamp with time zone" | "timestamptz" => "timestamptz",
         "timestamp" | "timestamp without time zone" => "timestamp",
         "time" | "time without time zone" => "time",
+        _ if base.starts_with("interval") => "interval",
         _ => "",
     };
     if !known.is_empty() {

@@ -290,6 +290,14 @@ fn intervals_by_span(
         ) {
             s.expr = super::temporal::interval_span().call(vec![s.expr.clone()]);
             changed = true;
+        } else if s
+            .expr
+            .to_field(schema)
+            .is_ok_and(|(_, f)| crate::types::PgType::of_field(&f).oid == crate::types::oid::JSONB)
+        {
+            // jsonb sorts by PostgreSQL's jsonb order, not its text.
+            s.expr = super::pg_json::jsonb_sort_key().call(vec![s.expr.clone()]);
+            changed = true;
         }
     }
     Ok(changed)
@@ -500,6 +508,7 @@ fn rewrite_node(node: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
                     .transform_data(|e| common_declared_type(e, &schema))?
                     .transform_data(|e| float_over_numeric(e, &schema))?
                     .transform_data(|e| bpchar_length(e, &schema))?
+                    .transform_data(|e| smallint_shift(e, &schema))?
                     .transform_data(|e| postgres_result_type(e, &schema))
             })
         })?;
@@ -1029,30 +1038,153 @@ fn postgres_result_type(
     }
 }
 
-/// `length` of a `char(n)` does not count its trailing spaces
-/// (PostgreSQL's `bpcharlen`).
+/// `char(n)` values as PostgreSQL reads them where they meet text: their
+/// trailing spaces do not count. `length` of one does not count them
+/// (`bpcharlen`); a cast to text or varchar, `||` and the text functions
+/// that take text drop them (the implicit cast `bpchar` to `text`);
+/// comparing one with another `char(n)`, a varchar or a literal compares
+/// both without them (`bpchareq`), while beside a `text` value only the
+/// `char(n)` loses them (`'a '::char(3) = 'a '::text` is false). Output,
+/// `concat` and `format` keep the padding, as PostgreSQL prints it.
 fn bpchar_length(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transformed<Expr>> {
-    use datafusion::logical_expr::ExprSchemable;
-    let Expr::ScalarFunction(mut f) = e else {
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator};
+    let declared = |e: &Expr| {
+        e.to_field(schema)
+            .map(|(_, field)| crate::types::PgType::of_field(&field).oid)
+            .ok()
+    };
+    let is_bpchar = |e: &Expr| declared(e) == Some(crate::types::oid::BPCHAR);
+    let trimmed = |e: Expr| {
+        datafusion::functions::string::expr_fn::rtrim(vec![e, datafusion::logical_expr::lit(" ")])
+    };
+    /// Functions of text a `char(n)` argument reaches through its cast.
+    const TEXT_FUNCTIONS: &[&str] = &[
+        "length",
+        "char_length",
+        "character_length",
+        "upper",
+        "lower",
+        "initcap",
+        "btrim",
+        "ltrim",
+        "rtrim",
+        "substr",
+        "substring",
+        "left",
+        "right",
+        "replace",
+        "strpos",
+        "split_part",
+        "md5",
+        "reverse",
+        "lpad",
+        "rpad",
+        "starts_with",
+        "translate",
+        "ascii",
+        "repeat",
+        "sha256",
+    ];
+    match e {
+        Expr::ScalarFunction(mut f) => {
+            if !TEXT_FUNCTIONS.contains(&f.func.name()) || !f.args.first().is_some_and(is_bpchar) {
+                return Ok(Transformed::no(Expr::ScalarFunction(f)));
+            }
+            let arg = f.args.remove(0);
+            f.args.insert(0, trimmed(arg));
+            Ok(Transformed::yes(Expr::ScalarFunction(f)))
+        }
+        Expr::Cast(c)
+            if is_bpchar(&c.expr)
+                && crate::types::PgType::of_field(&c.field).oid != crate::types::oid::BPCHAR
+                && matches!(
+                    c.field.data_type(),
+                    arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Utf8View
+                ) =>
+        {
+            let field = c.field.clone();
+            Ok(Transformed::yes(Expr::Cast(
+                datafusion::logical_expr::Cast::new_from_field(Box::new(trimmed(*c.expr)), field),
+            )))
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if (is_bpchar(&left) || is_bpchar(&right))
+                && matches!(
+                    op,
+                    Operator::Eq
+                        | Operator::NotEq
+                        | Operator::Lt
+                        | Operator::LtEq
+                        | Operator::Gt
+                        | Operator::GtEq
+                        | Operator::StringConcat
+                ) =>
+        {
+            let plain_text = |e: &Expr| {
+                !matches!(e, Expr::Literal(..)) && declared(e) == Some(crate::types::oid::TEXT)
+            };
+            let (l_bp, r_bp) = (is_bpchar(&left), is_bpchar(&right));
+            let concat = op == Operator::StringConcat;
+            let trim_left = l_bp || (!concat && !plain_text(&left));
+            let trim_right = r_bp || (!concat && !plain_text(&right));
+            let text_side = |e: Expr| {
+                matches!(
+                    e.get_type(schema),
+                    Ok(arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Utf8View)
+                )
+            };
+            let l = match trim_left && text_side(*left.clone()) {
+                true => trimmed(*left),
+                false => *left,
+            };
+            let r = match trim_right && text_side(*right.clone()) {
+                true => trimmed(*right),
+                false => *right,
+            };
+            Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+                Box::new(l),
+                op,
+                Box::new(r),
+            ))))
+        }
+        e => Ok(Transformed::no(e)),
+    }
+}
+
+/// `smallint << integer` is a smallint in PostgreSQL (`int2shl`: the
+/// shifted integer's low 16 bits), where the planner would make it an
+/// integer. The shift is done in integer and its low 16 bits
+/// sign-extended (`(v << 16) >> 16`), so the cast back to smallint always
+/// holds it.
+fn smallint_shift(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Transformed<Expr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator};
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
-    let is_bpchar = f.args.first().is_some_and(|a| {
-        a.to_field(schema).is_ok_and(|(_, field)| {
-            crate::types::PgType::of_field(&field).oid == crate::types::oid::BPCHAR
-        })
-    });
-    if !matches!(f.func.name(), "length" | "char_length" | "character_length") || !is_bpchar {
-        return Ok(Transformed::no(Expr::ScalarFunction(f)));
+    if !matches!(op, Operator::BitwiseShiftLeft | Operator::BitwiseShiftRight)
+        || left.get_type(schema).ok() != Some(DataType::Int16)
+    {
+        return Ok(Transformed::no(e));
     }
-    let arg = f.args.remove(0);
-    f.args.insert(
-        0,
-        datafusion::functions::string::expr_fn::rtrim(vec![
-            arg,
-            datafusion::logical_expr::lit(" "),
-        ]),
-    );
-    Ok(Transformed::yes(Expr::ScalarFunction(f)))
+    let left = Box::new(Expr::Cast(datafusion::logical_expr::Cast::new(
+        left.clone(),
+        DataType::Int32,
+    )));
+    let sixteen = || Box::new(Expr::Literal(ScalarValue::Int32(Some(16)), None));
+    let shifted = Expr::BinaryExpr(BinaryExpr::new(left, *op, right.clone()));
+    let low_bits = Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(Expr::BinaryExpr(BinaryExpr::new(
+            Box::new(shifted),
+            Operator::BitwiseShiftLeft,
+            sixteen(),
+        ))),
+        Operator::BitwiseShiftRight,
+        sixteen(),
+    ));
+    Ok(Transformed::yes(Expr::Cast(
+        datafusion::logical_expr::Cast::new(Box::new(low_bits), DataType::Int16),
+    )))
 }
 
 fn narrow_literal(e: Expr) -> Transformed<Expr> {

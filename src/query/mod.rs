@@ -20,6 +20,7 @@ pub mod index_bounds;
 mod interval_keys;
 pub mod join_keys;
 pub mod per_outer_value;
+mod pg_array_contains;
 mod pg_array_remove;
 mod pg_casts;
 pub(crate) mod pg_functions;

@@ -100,6 +100,12 @@ enum CastKind {
     Varchar(u32),
     /// `char(n)`: cut or padded with spaces to n characters.
     Bpchar(u32),
+    /// `timestamp(p)`, `timestamptz(p)`: rounded to p digits of a second
+    /// (half away from zero, as `AdjustTimestampForTypmod`).
+    TimestampPrecision(u8),
+    /// `interval <fields>(p)`: the fields below the last one dropped, the
+    /// seconds rounded to p digits (`AdjustIntervalForTypmod`).
+    IntervalTypmod(i32),
     /// Text checked as JSON; `jsonb` in its canonical text.
     Json {
         canonical: bool,
@@ -175,7 +181,56 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
     None
 }
 
+/// The rounding a temporal target's typmod asks for, if any.
+fn temporal_typmod(to: &Field) -> Option<CastKind> {
+    let t = PgType::of_field(to);
+    match (t.oid, to.data_type()) {
+        (
+            crate::types::oid::TIMESTAMP | crate::types::oid::TIMESTAMPTZ,
+            DataType::Timestamp(..),
+        ) if (0..6).contains(&t.typmod) => Some(CastKind::TimestampPrecision(t.typmod as u8)),
+        (crate::types::oid::INTERVAL, DataType::Interval(_)) if t.typmod >= 0 => {
+            Some(CastKind::IntervalTypmod(t.typmod))
+        }
+        _ => None,
+    }
+}
+
 fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let t = rewrite_kind(e, schema)?;
+    let (to, is_typmod_cast) = match &t.data {
+        Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. }) => {
+            (Some(field.clone()), false)
+        }
+        Expr::ScalarFunction(f) => match f.func.inner().downcast_ref::<PgCast>() {
+            Some(c) => (
+                Some(c.to.clone()),
+                matches!(
+                    c.kind,
+                    CastKind::TimestampPrecision(_) | CastKind::IntervalTypmod(_)
+                ),
+            ),
+            None => (None, false),
+        },
+        _ => (None, false),
+    };
+    let Some(to) = to.filter(|_| !is_typmod_cast) else {
+        return Ok(t);
+    };
+    let Some(kind) = temporal_typmod(&to) else {
+        return Ok(t);
+    };
+    let udf = ScalarUDF::new_from_impl(PgCast {
+        kind,
+        to,
+        signature: Signature::any(1, Volatility::Immutable),
+    });
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(Arc::new(udf), vec![t.data]),
+    )))
+}
+
+fn rewrite_kind(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let (inner, to) = match &e {
         Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field }) => {
             (expr.as_ref(), field.clone())
@@ -215,6 +270,74 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     Ok(Transformed::yes(Expr::ScalarFunction(
         ScalarFunction::new_udf(Arc::new(udf), vec![arg]),
     )))
+}
+
+/// `v` rounded to a multiple of `scale`, half away from zero.
+fn round_half_away(v: i64, scale: i64) -> i64 {
+    let offset = scale / 2;
+    match v >= 0 {
+        true => (v.saturating_add(offset) / scale) * scale,
+        false => -((v.saturating_neg().saturating_add(offset) / scale) * scale),
+    }
+}
+
+/// Timestamps (microseconds) rounded to `p` digits of a second.
+fn round_timestamps(input: &ArrayRef, p: u8) -> Result<ArrayRef> {
+    let DataType::Timestamp(unit, zone) = input.data_type() else {
+        return Ok(input.clone());
+    };
+    let us_type = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
+    let us = arrow::compute::cast(input, &us_type)?;
+    let scale = 10i64.pow(6 - u32::from(p));
+    let rounded: arrow::array::TimestampMicrosecondArray = us
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+        .unary(|v| round_half_away(v, scale));
+    let rounded: ArrayRef = Arc::new(rounded.with_timezone_opt(zone.clone()));
+    Ok(match unit {
+        TimeUnit::Microsecond => rounded,
+        _ => arrow::compute::cast(&rounded, input.data_type())?,
+    })
+}
+
+/// Intervals kept to a typmod's fields and precision.
+fn intervals_for_typmod(input: &ArrayRef, typmod: i32) -> Result<ArrayRef> {
+    use crate::types::interval::Interval;
+    use crate::types::interval_mask as m;
+    const HOUR: i64 = 3_600_000_000;
+    const MINUTE: i64 = 60_000_000;
+    let Some(values) = input.as_primitive_opt::<arrow::datatypes::IntervalMonthDayNanoType>()
+    else {
+        return Ok(input.clone());
+    };
+    let (range, precision) = (typmod >> 16, typmod & 0xFFFF);
+    let out: arrow::array::IntervalMonthDayNanoArray = values.unary(|v| {
+        let mut i = Interval::from_arrow(v);
+        let day_time = |i: &mut Interval| {
+            i.days = 0;
+            i.micros = 0;
+        };
+        match range {
+            m::YEAR => {
+                i.months = (i.months / 12) * 12;
+                day_time(&mut i);
+            }
+            m::MONTH => day_time(&mut i),
+            r if r == m::YEAR | m::MONTH => day_time(&mut i),
+            m::DAY => i.micros = 0,
+            m::HOUR => i.micros = (i.micros / HOUR) * HOUR,
+            m::MINUTE => i.micros = (i.micros / MINUTE) * MINUTE,
+            r if r == m::DAY | m::HOUR => i.micros = (i.micros / HOUR) * HOUR,
+            r if r == m::DAY | m::HOUR | m::MINUTE || r == m::HOUR | m::MINUTE => {
+                i.micros = (i.micros / MINUTE) * MINUTE
+            }
+            _ => {}
+        }
+        if (0..6).contains(&precision) {
+            i.micros = round_half_away(i.micros, 10i64.pow(6 - precision as u32));
+        }
+        i.to_arrow()
+    });
+    Ok(Arc::new(out))
 }
 
 /// Array literals (`'{1,2}'`) read as arrays of type `to`: the elements'
@@ -280,6 +403,11 @@ impl ScalarUDFImpl for PgCast {
             CastKind::ToText => "text",
             CastKind::Varchar(_) => "varchar",
             CastKind::Bpchar(_) => "bpchar",
+            CastKind::TimestampPrecision(_) => match self.to.data_type() {
+                DataType::Timestamp(_, Some(_)) => "timestamptz",
+                _ => "timestamp",
+            },
+            CastKind::IntervalTypmod(_) => "interval",
             CastKind::Json { canonical: true } => "jsonb",
             CastKind::Json { canonical: false } => "json",
             CastKind::TextToBytea => "bytea",
@@ -370,6 +498,8 @@ impl PgCast {
                 arrow::compute::cast(&text, to)?
             }
             CastKind::TextToArray => text_to_array(input, to)?,
+            CastKind::TimestampPrecision(p) => round_timestamps(input, p)?,
+            CastKind::IntervalTypmod(typmod) => intervals_for_typmod(input, typmod)?,
             CastKind::Bpchar(n) => {
                 let text = arrow::compute::cast(input, &DataType::Utf8)?;
                 let fitted: StringArray = text

@@ -485,6 +485,15 @@ fn list_field(inner: Field) -> Field {
 }
 
 cached_udf!(
+    jsonb_sort_key,
+    field_udf(
+        "jsonb_sort_key",
+        Signature::any(1, Volatility::Immutable),
+        Field::new("jsonb_sort_key", DataType::Binary, true),
+        jsonb_sort_keys,
+    )
+);
+cached_udf!(
     jsonb_get,
     field_udf(
         "jsonb_get",
@@ -677,11 +686,22 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         ),
     ];
     out.push(field_udf("json_agg_of", any1(), json_field(""), |a| {
-        list_to_json(&a[0], false)
+        list_to_json(&a[0], false, false)
     }));
     out.push(field_udf("jsonb_agg_of", any1(), jsonb_field(""), |a| {
-        list_to_json(&a[0], true)
+        list_to_json(&a[0], true, false)
     }));
+    // Over `array_agg(to_json(x))`: items already JSON text (a jsonb
+    // value stays a number, an object).
+    out.push(field_udf("json_agg_of_json", any1(), json_field(""), |a| {
+        list_to_json(&a[0], false, true)
+    }));
+    out.push(field_udf(
+        "jsonb_agg_of_json",
+        any1(),
+        jsonb_field(""),
+        |a| list_to_json(&a[0], true, true),
+    ));
     out.push(field_udf(
         "json_object_agg_of",
         Signature::any(2, Volatility::Immutable),
@@ -701,6 +721,7 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         ("json_build_array", Build::JsonArray),
         ("to_jsonb", Build::ToJsonb),
         ("to_json", Build::ToJson),
+        ("row_to_json", Build::ToJson),
     ] {
         out.push(ScalarUDF::new_from_impl(BuildJson {
             name,
@@ -712,6 +733,24 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         }));
     }
     out
+}
+
+/// Each jsonb value's key in PostgreSQL's jsonb order
+/// (`Json::sort_key`), for ORDER BY.
+fn jsonb_sort_keys(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let docs = documents(&a[0])?;
+    let mut out = arrow::array::BinaryBuilder::new();
+    for d in docs {
+        match d {
+            Some(d) => {
+                let mut key = Vec::new();
+                d.sort_key(&mut key);
+                out.append_value(key);
+            }
+            None => out.append_null(),
+        }
+    }
+    Ok(Arc::new(out.finish()))
 }
 
 fn extract_path(a: &[ArrayRef], as_text: bool) -> Result<ArrayRef> {
@@ -824,6 +863,11 @@ impl ScalarUDFImpl for BuildJson {
                 Build::JsonbObject | Build::JsonbArray | Build::ToJsonb => {
                     doc.canonical().to_string()
                 }
+                Build::ToJson => {
+                    let mut s = String::new();
+                    doc.write_compact(&mut s);
+                    s
+                }
                 _ => doc.to_string(),
             };
             out.append_value(text);
@@ -933,8 +977,9 @@ pub(crate) fn to_json(a: &ArrayRef, field: &Field, i: usize) -> Result<Json> {
 }
 
 /// A JSON array of each list's values (`json_agg`, `jsonb_agg` over the
-/// list `array_agg` gathered); `jsonb` makes jsonb's text.
-fn list_to_json(a: &ArrayRef, jsonb: bool) -> Result<ArrayRef> {
+/// list `array_agg` gathered); `jsonb` makes jsonb's text; `items_json`:
+/// the items are JSON text already.
+fn list_to_json(a: &ArrayRef, jsonb: bool, items_json: bool) -> Result<ArrayRef> {
     let DataType::List(item) = a.data_type() else {
         return Err(DataFusionError::Internal(format!(
             "json_agg over {}",
@@ -951,13 +996,28 @@ fn list_to_json(a: &ArrayRef, jsonb: bool) -> Result<ArrayRef> {
         let values = lists.value(i);
         let doc = Json::Array(
             (0..values.len())
-                .map(|j| to_json(&values, item, j))
+                .map(|j| match items_json {
+                    true if values.is_null(j) => Ok(Json::Null),
+                    true => parse(texts(&values)?.value(j)).map_err(json_error),
+                    false => to_json(&values, item, j),
+                })
                 .collect::<Result<_>>()?,
         );
-        out.append_value(if jsonb {
-            doc.canonical().to_string()
-        } else {
-            doc.to_string()
+        out.append_value(match (jsonb, doc) {
+            (true, doc) => doc.canonical().to_string(),
+            // json_agg: ", " between items, each as to_json writes it.
+            (false, Json::Array(ref items)) => {
+                let mut s = String::from("[");
+                for (n, item) in items.iter().enumerate() {
+                    if n > 0 {
+                        s.push_str(", ");
+                    }
+                    item.write_compact(&mut s);
+                }
+                s.push(']');
+                s
+            }
+            (false, doc) => doc.to_string(),
         });
     }
     Ok(Arc::new(out.finish()))

@@ -33,6 +33,8 @@ pub const AVERAGE_SCALE: i8 = 16;
 pub fn decimal_of(t: &DataType) -> Option<(u8, i8)> {
     Some(match t {
         DataType::Decimal128(p, s) => (*p, *s),
+        // A literal of more than 38 digits, read here rounded to 38.
+        DataType::Decimal256(p, s) => decimal128_of_wider(*p, *s),
         DataType::Int8 | DataType::Int16 => (5, 0),
         DataType::Int32 => (10, 0),
         DataType::Int64 => (19, 0),
@@ -67,9 +69,33 @@ impl Default for NumericDivide {
     }
 }
 
+/// The 128-bit decimal type a wider decimal is read as: its integer
+/// digits kept, its fraction rounded to what is left of 38 digits.
+fn decimal128_of_wider(p: u8, s: i8) -> (u8, i8) {
+    let integer_digits = (p as i16 - s as i16).max(0);
+    let scale = (s as i16).min(38 - integer_digits.min(38)).max(0);
+    (38, scale as i8)
+}
+
 fn unscaled(a: &ArrayRef) -> Result<(Vec<Option<i128>>, i8)> {
     Ok(match a.data_type() {
         DataType::Decimal128(_, s) => (a.as_primitive::<Decimal128Type>().iter().collect(), *s),
+        DataType::Decimal256(p, s) => {
+            let (p, s) = decimal128_of_wider(*p, *s);
+            let narrowed = arrow::compute::cast_with_options(
+                a,
+                &DataType::Decimal128(p, s),
+                &arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                },
+            )
+            .map_err(|_| pg_error("22003", "value overflows numeric format"))?;
+            (
+                narrowed.as_primitive::<Decimal128Type>().iter().collect(),
+                s,
+            )
+        }
         _ => {
             let v = arrow::compute::cast(a, &DataType::Int64)?;
             (
@@ -174,10 +200,22 @@ impl ScalarUDFImpl for NumericDivide {
         for (x, y) in x.into_iter().zip(y) {
             out.push(match (x, y) {
                 (Some(_), Some(0)) => return Err(pg_error("22012", "division by zero")),
-                (Some(x), Some(y)) => Some(
-                    divide(x, sx, y, sy, scale)
-                        .ok_or_else(|| pg_error("22003", "value overflows numeric format"))?,
-                ),
+                (Some(x), Some(y)) => {
+                    let q = divide(x, sx, y, sy, scale)
+                        .ok_or_else(|| pg_error("22003", "value overflows numeric format"))?;
+                    // A quotient of a value that is not zero is never zero
+                    // in PostgreSQL (it keeps 16 significant digits); here
+                    // it would be all zeros of this column's scale.
+                    if q == 0 && x != 0 {
+                        return Err(pg_error(
+                            "22003",
+                            format!(
+                                "numeric quotient too small for {scale} digits after the point"
+                            ),
+                        ));
+                    }
+                    Some(q)
+                }
                 _ => None,
             });
         }

@@ -80,6 +80,27 @@ fn comparison(op: &BinaryOperator) -> Option<Operator> {
 }
 
 impl ExprPlanner for PgOperators {
+    /// `ROW(a, b)` and `(a, b)` name their fields `f1`, `f2`, as
+    /// PostgreSQL's anonymous records do (`to_jsonb(ROW(1, 2))` is
+    /// `{"f1": 1, "f2": 2}`); DataFusion's are `c0`, `c1`.
+    fn plan_struct_literal(
+        &self,
+        args: Vec<Expr>,
+        is_named_struct: bool,
+    ) -> Result<PlannerResult<Vec<Expr>>> {
+        if is_named_struct {
+            return Ok(PlannerResult::Original(args));
+        }
+        let named = args
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, a)| [datafusion::logical_expr::lit(format!("f{}", i + 1)), a])
+            .collect();
+        Ok(PlannerResult::Planned(
+            datafusion::functions::core::named_struct().call(named),
+        ))
+    }
+
     /// `extract(field FROM x)` is an exact numeric, as in PostgreSQL.
     fn plan_extract(&self, args: Vec<Expr>) -> Result<PlannerResult<Vec<Expr>>> {
         Ok(PlannerResult::Planned(call(
@@ -114,6 +135,7 @@ impl ExprPlanner for PgOperators {
                 | BinaryOperator::HashLongArrow
                 | BinaryOperator::AtArrow
                 | BinaryOperator::ArrowAt
+                | BinaryOperator::PGOverlap
                 | BinaryOperator::Question
                 | BinaryOperator::QuestionPipe
                 | BinaryOperator::QuestionAnd
@@ -142,10 +164,23 @@ impl ExprPlanner for PgOperators {
                 return Ok(PlannerResult::Planned(e));
             }
         }
+        let arrays = list_depth(&lt) > 0 && list_depth(&rt) > 0;
         let planned = match (&op, &lt, &rt) {
-            (BinaryOperator::StringConcat, l, r) if list_depth(l) > 0 && list_depth(r) > 0 => {
+            (BinaryOperator::StringConcat, l, r) if arrays => {
                 Some(array_concat(&left, l, &right, r))
             }
+            (BinaryOperator::AtArrow, _, _) if arrays => Some(call(
+                Arc::new(super::pg_array_contains::array_contains()),
+                vec![left.clone(), right.clone()],
+            )),
+            (BinaryOperator::ArrowAt, _, _) if arrays => Some(call(
+                Arc::new(super::pg_array_contains::array_contains()),
+                vec![right.clone(), left.clone()],
+            )),
+            (BinaryOperator::PGOverlap, _, _) if arrays => Some(call(
+                Arc::new(super::pg_array_contains::array_overlap()),
+                vec![left.clone(), right.clone()],
+            )),
             (BinaryOperator::Divide, l, r)
                 if (is_decimal(l) || is_decimal(r))
                     && (is_decimal(l) || l.is_integer())

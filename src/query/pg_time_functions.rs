@@ -29,8 +29,9 @@ use crate::types::datetime::{
     civil_from_days, days_from_civil, days_in_month, DATE_INFINITY, DATE_NEG_INFINITY,
     TIMESTAMP_INFINITY, TIMESTAMP_NEG_INFINITY, US_PER_DAY, US_PER_SEC,
 };
-use crate::types::format::{format_interval, format_number, format_timestamp, parse_with_format};
+use crate::types::format::{format_interval, format_timestamp, parse_with_format};
 use crate::types::interval::Interval;
+use crate::types::number_format::{format_number, NumberValue};
 use crate::types::UTC;
 
 fn timestamptz() -> DataType {
@@ -123,16 +124,27 @@ fn to_char(a: &[ArrayRef]) -> Result<ArrayRef> {
             };
             let floats = arrow::compute::cast(value, &DataType::Float64)?;
             let floats = floats.as_primitive::<Float64Type>();
+            // The significant digits the float type holds (DBL_DIG, FLT_DIG).
+            let digits = match t {
+                DataType::Float32 | DataType::Float16 => 6,
+                _ => 15,
+            };
             for (i, exact) in exact.iter().enumerate().take(n) {
                 let f = format_at(i);
                 out.push(if floats.is_null(i) || formats.is_null(f) {
                     None
                 } else {
-                    Some(format_number(
-                        floats.value(i),
-                        exact.as_deref(),
-                        formats.value(f),
-                    ))
+                    let value = match exact {
+                        Some(e) => NumberValue::Exact(e),
+                        None => NumberValue::Float {
+                            value: floats.value(i),
+                            digits,
+                        },
+                    };
+                    Some(
+                        format_number(value, formats.value(f))
+                            .map_err(|e| pg_error(e.sqlstate, e.message))?,
+                    )
                 });
             }
         }

@@ -289,39 +289,45 @@ pub fn parse_interval(text: &str) -> Result<Interval, IntervalError> {
                 _ => (1.0, t),
             };
             let us = parse_interval_clock(clock).ok_or_else(syntax)?;
-            acc.micros += sign * us;
+            acc.clock += sign * us;
             i += 1;
             continue;
         }
         // `1-2`: years and months.
         if let Some((y, m)) = t.split_once('-').filter(|(y, _)| !y.is_empty()) {
-            let (y, m): (f64, f64) = (
+            let (y, m): (i64, i64) = (
                 y.parse().map_err(|_| syntax())?,
                 m.parse().map_err(|_| syntax())?,
             );
-            let sign = if y < 0.0 { -1.0 } else { 1.0 };
-            acc.months += y * 12.0 + sign * m;
+            let sign = if y < 0 { -1 } else { 1 };
+            acc.months = y
+                .checked_mul(12)
+                .and_then(|y| y.checked_add(sign * m))
+                .and_then(|ym| acc.months.checked_add(ym))
+                .ok_or(IntervalError::OutOfRange)?;
             i += 1;
             continue;
         }
-        let value: f64 = t.parse().map_err(|_| syntax())?;
+        let _: f64 = t.parse().map_err(|_| syntax())?;
         if !t.bytes().any(|b| b.is_ascii_digit()) {
             return Err(syntax());
         }
-        match tokens.get(i + 1).and_then(|u| unit(u)) {
+        let (whole, frac) = whole_and_fraction(t).ok_or(IntervalError::OutOfRange)?;
+        let u = match tokens.get(i + 1).and_then(|u| unit(u)) {
             Some(u) => {
-                acc.add(value, u);
                 i += 2;
+                u
             }
             None => {
                 // A bare number is seconds, and only at the end.
                 if i + 1 < tokens.len() {
                     return Err(syntax());
                 }
-                acc.add(value, Unit::Second);
                 i += 1;
+                Unit::Second
             }
-        }
+        };
+        acc.add(whole, frac, u).ok_or(IntervalError::OutOfRange)?;
     }
     let mut v = acc.finish().ok_or(IntervalError::OutOfRange)?;
     if ago {
@@ -401,51 +407,137 @@ fn unit(word: &str) -> Option<Unit> {
     })
 }
 
-/// Parts as they are read, fractions cascading down as PostgreSQL's
-/// `AdjustFractDays` and friends do.
+/// Parts as they are read, each number's whole part and fraction apart
+/// (the fraction read from its own digits, so `2.3` is 2 and .3, not
+/// 2.3 - 2), fractions cascading down as PostgreSQL 15's `DecodeInterval`
+/// does: a year's fraction to whole months (rounded), a month's to days
+/// of 30 and on to microseconds, a week's to days, a day's to
+/// microseconds. Every sum is checked (22008 past the range).
 #[derive(Default)]
 struct Accumulator {
-    months: f64,
-    days: f64,
-    micros: f64,
+    months: i64,
+    days: i64,
+    micros: i64,
+    /// A clock part's microseconds (`01:02:03.5`), added at the end.
+    clock: f64,
 }
 
 impl Accumulator {
-    fn add(&mut self, v: f64, u: Unit) {
+    /// `frac * scale` microseconds, rounded (`AdjustFractMicroseconds`).
+    fn fract_micros(&mut self, frac: f64, scale: f64) -> Option<()> {
+        if frac == 0.0 {
+            return Some(());
+        }
+        let v = frac * scale;
+        let mut us = v.trunc();
+        let rest = v - us;
+        if rest > 0.5 {
+            us += 1.0;
+        } else if rest < -0.5 {
+            us -= 1.0;
+        }
+        if us.abs() >= i64::MAX as f64 {
+            return None;
+        }
+        self.micros = self.micros.checked_add(us as i64)?;
+        Some(())
+    }
+
+    /// `frac * scale` days, the rest as microseconds (`AdjustFractDays`).
+    fn fract_days(&mut self, frac: f64, scale: f64) -> Option<()> {
+        if frac == 0.0 {
+            return Some(());
+        }
+        let v = frac * scale;
+        let days = v.trunc();
+        self.days = self.days.checked_add(days as i64)?;
+        self.fract_micros(v - days, US_PER_DAY as f64)
+    }
+
+    fn add_micros(&mut self, whole: i64, frac: f64, scale: i64) -> Option<()> {
+        self.micros = self.micros.checked_add(whole.checked_mul(scale)?)?;
+        self.fract_micros(frac, scale as f64)
+    }
+
+    fn add_years(&mut self, whole: i64, frac: f64, scale: i64) -> Option<()> {
+        self.months = self.months.checked_add(whole.checked_mul(scale * 12)?)?;
+        let extra = (frac * scale as f64 * 12.0).round_ties_even();
+        self.months = self.months.checked_add(extra as i64)?;
+        Some(())
+    }
+
+    fn add(&mut self, whole: i64, frac: f64, u: Unit) -> Option<()> {
         match u {
-            Unit::Microsecond => self.micros += v,
-            Unit::Millisecond => self.micros += v * 1000.0,
-            Unit::Second => self.micros += v * US_PER_SEC as f64,
-            Unit::Minute => self.micros += v * US_PER_MINUTE as f64,
-            Unit::Hour => self.micros += v * US_PER_HOUR as f64,
-            Unit::Day => self.days += v,
-            Unit::Week => self.days += v * 7.0,
-            Unit::Month => self.months += v,
-            Unit::Year => self.months += v * 12.0,
-            Unit::Decade => self.months += v * 120.0,
-            Unit::Century => self.months += v * 1200.0,
-            Unit::Millennium => self.months += v * 12000.0,
+            Unit::Microsecond => self.add_micros(whole, frac, 1),
+            Unit::Millisecond => self.add_micros(whole, frac, 1000),
+            Unit::Second => self.add_micros(whole, frac, US_PER_SEC),
+            Unit::Minute => self.add_micros(whole, frac, US_PER_MINUTE),
+            Unit::Hour => self.add_micros(whole, frac, US_PER_HOUR),
+            Unit::Day => {
+                self.days = self.days.checked_add(whole)?;
+                self.fract_micros(frac, US_PER_DAY as f64)
+            }
+            Unit::Week => {
+                self.days = self.days.checked_add(whole.checked_mul(7)?)?;
+                self.fract_days(frac, 7.0)
+            }
+            Unit::Month => {
+                self.months = self.months.checked_add(whole)?;
+                self.fract_days(frac, DAYS_PER_MONTH as f64)
+            }
+            Unit::Year => self.add_years(whole, frac, 1),
+            Unit::Decade => self.add_years(whole, frac, 10),
+            Unit::Century => self.add_years(whole, frac, 100),
+            Unit::Millennium => self.add_years(whole, frac, 1000),
         }
     }
 
+    /// The interval, or None past what it holds: months and days in 32
+    /// bits, and microseconds that fit Arrow's nanoseconds (about 2.56
+    /// million hours; PostgreSQL's microseconds reach a thousand times
+    /// further).
     fn finish(self) -> Option<Interval> {
-        let months = self.months.trunc();
-        let month_fraction_days = (self.months - months) * DAYS_PER_MONTH as f64;
-        let days_total = self.days + month_fraction_days;
-        let days = days_total.trunc();
-        let micros = self.micros + (days_total - days) * US_PER_DAY as f64;
-        if months.abs() > i32::MAX as f64
-            || days.abs() > i32::MAX as f64
-            || micros.abs() >= i64::MAX as f64
-        {
+        if self.clock.abs() >= i64::MAX as f64 {
             return None;
         }
+        let micros = self.micros.checked_add(self.clock.round() as i64)?;
+        micros.checked_mul(1000)?;
         Some(Interval {
-            months: months as i32,
-            days: days as i32,
-            micros: micros.round() as i64,
+            months: i32::try_from(self.months).ok()?,
+            days: i32::try_from(self.days).ok()?,
+            micros,
         })
     }
+}
+
+/// A number's whole part and its fraction, both with its sign: `-1.2` is
+/// (-1, -0.2), the fraction read from its own digits.
+fn whole_and_fraction(t: &str) -> Option<(i64, f64)> {
+    if t.contains(['e', 'E']) {
+        let v: f64 = t.parse().ok()?;
+        if !v.is_finite() || v.abs() >= i64::MAX as f64 {
+            return None;
+        }
+        return Some((v.trunc() as i64, v - v.trunc()));
+    }
+    let negative = t.starts_with('-');
+    let unsigned = t.trim_start_matches(['-', '+']);
+    let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    if !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: i64 = match int {
+        "" => 0,
+        i => i.parse().ok()?,
+    };
+    let fraction: f64 = match frac {
+        "" => 0.0,
+        f => format!("0.{f}").parse().ok()?,
+    };
+    Some(match negative {
+        true => (-whole, -fraction),
+        false => (whole, fraction),
+    })
 }
 
 /// ISO 8601's `1Y2M3DT4H5M6S` (after the `P`).
@@ -458,7 +550,7 @@ fn parse_iso(text: &str) -> Option<Interval> {
             'T' | 't' => in_time = true,
             '0'..='9' | '.' | '-' => number.push(c),
             _ => {
-                let v: f64 = number.parse().ok()?;
+                let (whole, frac) = whole_and_fraction(&number)?;
                 number.clear();
                 let u = match (c.to_ascii_uppercase(), in_time) {
                     ('Y', false) => Unit::Year,
@@ -470,7 +562,7 @@ fn parse_iso(text: &str) -> Option<Interval> {
                     ('S', true) => Unit::Second,
                     _ => return None,
                 };
-                acc.add(v, u);
+                acc.add(whole, frac, u)?;
             }
         }
     }
@@ -508,6 +600,11 @@ mod tests {
             ("1.5 days", "1 day 12:00:00"),
             ("P1Y2M3DT4H5M6S", "1 year 2 mons 3 days 04:05:06"),
             ("1-2", "1 year 2 mons"),
+            ("-1.2 year", "-1 years -2 mons"),
+            ("2.3 month", "2 mons 9 days"),
+            ("1.5 week", "10 days 12:00:00"),
+            ("1.5 decades", "15 years"),
+            ("0.7 day", "16:48:00"),
             ("10 mins", "00:10:00"),
             ("3600", "01:00:00"),
             ("2 days 01:30", "2 days 01:30:00"),

@@ -466,6 +466,95 @@ impl Json {
         }
     }
 
+    /// Bytes that sort as jsonb values sort in PostgreSQL
+    /// (`compareJsonbContainers`): an object above an array, above a
+    /// boolean, a number, a string, null; more pairs or elements above
+    /// fewer; then pair by pair in jsonb's key order (shorter keys
+    /// first), keys before their values; numbers by value (as doubles),
+    /// strings by their bytes.
+    pub fn sort_key(&self, out: &mut Vec<u8>) {
+        // Strings end in 0x00 0x00, a 0x00 inside them is 0x00 0xFF, so
+        // a string never sorts by what follows it.
+        let string = |s: &str, out: &mut Vec<u8>| {
+            for b in s.bytes() {
+                out.push(b);
+                if b == 0 {
+                    out.push(0xFF);
+                }
+            }
+            out.extend_from_slice(&[0, 0]);
+        };
+        match self {
+            Json::Null => out.push(1),
+            Json::String(s) => {
+                out.push(2);
+                string(s, out);
+            }
+            Json::Number(n) => {
+                out.push(3);
+                let v: f64 = n.parse().unwrap_or(0.0);
+                let v = if v == 0.0 { 0.0 } else { v };
+                let bits = v.to_bits();
+                let ordered = match v.is_sign_negative() {
+                    true => !bits,
+                    false => bits | (1 << 63),
+                };
+                out.extend_from_slice(&ordered.to_be_bytes());
+            }
+            Json::Bool(b) => {
+                out.push(4);
+                out.push(u8::from(*b));
+            }
+            Json::Array(items) => {
+                out.push(5);
+                out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+                for v in items {
+                    v.sort_key(out);
+                }
+            }
+            Json::Object(items) => {
+                out.push(6);
+                out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+                let mut pairs: Vec<&(String, Json)> = items.iter().collect();
+                pairs.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then_with(|| a.0.cmp(&b.0)));
+                for (k, v) in pairs {
+                    string(k, out);
+                    v.sort_key(out);
+                }
+            }
+        }
+    }
+
+    /// The text `to_json` gives a composite value: no spaces
+    /// (`{"f1":1,"f2":[1,2]}`).
+    pub fn write_compact(&self, out: &mut String) {
+        match self {
+            Json::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.write_compact(out);
+                }
+                out.push(']');
+            }
+            Json::Object(items) => {
+                out.push('{');
+                for (i, (k, v)) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(k, out);
+                    out.push(':');
+                    v.write_compact(out);
+                }
+                out.push('}');
+            }
+            scalar => scalar.write(out),
+        }
+    }
+
     /// `jsonb_pretty`'s text: four spaces an indent level.
     pub fn write_pretty(&self, level: usize, out: &mut String) {
         let pad = |n: usize, out: &mut String| out.push_str(&" ".repeat(4 * n));

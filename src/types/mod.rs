@@ -9,11 +9,12 @@ pub mod datetime;
 pub mod format;
 pub mod interval;
 pub mod json;
+pub mod number_format;
 pub mod number_text;
 mod pg_type;
 pub mod text;
 
 pub use pg_type::{
-    array_of, declared, declared_field, is_json, known_type_oids, oid, oid_alias_value,
-    unconstrained_numeric, PgType, SQL_TYPE_METADATA_KEY, UTC,
+    array_of, declared, declared_field, interval_mask, is_json, known_type_oids, oid,
+    oid_alias_value, unconstrained_numeric, PgType, SQL_TYPE_METADATA_KEY, UTC,
 };

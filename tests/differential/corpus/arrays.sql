@@ -17,3 +17,7 @@ SELECT ARRAY[[1,2]] || ARRAY[]::int[], ARRAY[]::int[] || ARRAY[[1,2]], ARRAY[1,2
 SELECT ARRAY[[1,2]] || ARRAY[3,4]::int[], ARRAY[3,4]::int[] || ARRAY[[1,2]], ARRAY[[1,2]] || NULL::int[];
 SELECT NULL::int[] || ARRAY[1], ARRAY[1] || 2, 0 || ARRAY[1], ARRAY[[1,2]] || ARRAY[[3,4]];
 SELECT array_length(ARRAY[]::int[], 1), array_length(ARRAY[1,2], 1), cardinality(ARRAY[]::int[]), array_length(ARRAY[1], 2);
+-- Containment and overlap: NULL elements match nothing (issue 72).
+SELECT ARRAY[1,3,NULL] @> ARRAY[1,NULL], ARRAY[1,2] @> ARRAY[]::int[], ARRAY[1,2] <@ ARRAY[2,1,3], ARRAY[1,2] && ARRAY[2,NULL], ARRAY[NULL]::int[] && ARRAY[NULL]::int[];
+SELECT ARRAY[[1,2],[3,4]] @> ARRAY[4], NULL::int[] @> ARRAY[1];
+SELECT array_cat(ARRAY[[1,2]], ARRAY[]::int[]), array_cat(ARRAY[1], ARRAY[2,3]), array_cat(ARRAY[]::int[], ARRAY[[5,6]]);

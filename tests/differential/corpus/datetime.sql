@@ -51,3 +51,12 @@ SELECT to_char(INTERVAL '-26 hours', 'HH24:MI');
 SELECT to_char(INTERVAL '3 days', 'Day');
 SELECT extract(timezone FROM TIMESTAMPTZ '2024-01-01 00:00+00'), extract(timezone_hour FROM TIMESTAMPTZ '2024-01-01 05:00+03'), date_part('timezone_minute', TIMESTAMPTZ '2024-06-01 00:00+00'), pg_typeof(extract(timezone FROM TIMESTAMPTZ '2024-01-01 00:00+00'));
 SELECT extract(timezone FROM TIMESTAMP '2024-01-01 00:00');
+-- Precision and fields of timestamp and interval types (issue 72).
+SELECT '2003-04-12 04:05:06.666666666'::timestamp(0), '2003-04-12 04:05:06.666666'::timestamp(2), '2003-04-12 04:05:06.666666+00'::timestamptz(1);
+SELECT TIMESTAMP '1960-01-01 00:00:00.5'::timestamp(0), CAST(TIMESTAMP '2026-01-01 10:00:00.123456' AS timestamp(3));
+SELECT INTERVAL '1.23456789' SECOND(2), '1 day 01:02:03.456789'::interval(1), '1 day 01:02:03.456789'::interval minute;
+SELECT INTERVAL '1.5' MINUTE, INTERVAL '1 day 2 hours 3 minutes 4.5 seconds' HOUR TO MINUTE, INTERVAL '1' DAY TO HOUR, INTERVAL '2 years 3 months 4 days' YEAR, INTERVAL '-1.5' HOUR TO MINUTE;
+SELECT format_type(1114, 0), format_type(1184, 3);
+-- Interval input spreads fractions as PostgreSQL 15 does.
+SELECT INTERVAL '-1.2 year', INTERVAL '2.3 month', INTERVAL '1.5 week', INTERVAL '1.5 decades', INTERVAL '0.7 day', INTERVAL '1.5 years 2.5 months';
+SELECT INTERVAL '2562047 hours', INTERVAL '-2562047 hours';

@@ -14,3 +14,11 @@ SELECT jsonb_object_keys('{"b": 1, "a": 2}'::jsonb);
 SELECT jsonb_pretty('{"a": [1, 2]}'::jsonb);
 SELECT '{"a": 1}'::jsonb || '{"b": 2}'::jsonb, '{"a": 1, "b": 2}'::jsonb - 'a', j = '{}'::jsonb FROM t ORDER BY id;
 SELECT jsonb_set('{"a": 1}'::jsonb, '{a}', '2'), jsonb_strip_nulls('{"a": null, "b": 1}'::jsonb);
+-- Records name their fields f1, f2; to_json writes them without spaces;
+-- a jsonb value gathered stays a number (issue 72).
+SELECT to_jsonb(ROW(1,2)), to_jsonb(ROW(1,'a')), to_json(ROW(1,ARRAY[1,2])), row_to_json(ROW(1,2)), to_jsonb((1,2));
+SELECT jsonb_agg(a::text::jsonb), json_agg(a) FROM (VALUES (1),(NULL),(3)) v(a);
+SELECT jsonb_agg(a ORDER BY a DESC) FROM (VALUES (1),(NULL),(3)) v(a);
+SELECT x FROM (VALUES ('{"a":1}'::jsonb),('{"a":"x"}'),('{"a":null}'),(NULL)) v(x) ORDER BY x;
+SELECT x FROM (VALUES ('{"a":1}'::jsonb),('{"a":"x"}'),('[1]'),('2'),('"s"'),('true'),('null'),('{"a":1,"b":1}'),('{"bb":0}'),('{"c":5}')) v(x) ORDER BY x;
+SELECT x FROM (VALUES ('{"a":1}'::jsonb),('{"a":"x"}'),('{"a":null}'),('{"b":2}')) v(x) ORDER BY x -> 'a', x;

@@ -65,3 +65,15 @@ SELECT 1.23::float4::numeric, 0.1::float8::numeric, 1e20::float8::numeric, 1.5e-
 SELECT 3::float8::numeric, -2.5e-5::float8::numeric, 0.5::float4::numeric;
 SELECT sum(x) FROM (VALUES (9e27::numeric), (9e27::numeric)) t(x);
 SELECT sum(x) FROM (VALUES (9e27::numeric(30,1)), (9e27::numeric(30,1))) t(x);
+-- to_char's number template language (issue 72): ordinals, sign patterns,
+-- EEEE, roman numerals, V, fill mode, '#' on overflow.
+SELECT to_char(42, 'FM999th'), to_char(11, '99th'), to_char(3, '99TH'), to_char(-3, 'FM99th'), to_char(3.7, 'FM9th');
+SELECT to_char(-42, 'S99'), to_char(42, 'S99'), to_char(-5, '999S'), to_char(5, '999MI'), to_char(-5, 'MI999'), to_char(5, 'PL999'), to_char(-5, 'SG999');
+SELECT to_char(-5, '999PR'), to_char(5, '999PR'), to_char(1, 'L999'), to_char(12, '99V9'), to_char(1.5, '9V99');
+SELECT to_char(1234.5, '9.99EEEE'), to_char(-0.000123, '9.99EEEE'), to_char(0, '9.99EEEE'), to_char(1e20::float8, '9.9EEEE');
+SELECT to_char(0.5, 'FM990.0'), to_char(0.5, 'FM999.999'), to_char(12, 'FM999.'), to_char(100, 'FM999.99'), to_char(0.1, '9.9'), to_char(-0.1, '9.9'), to_char(-0.1, 'FM9.9');
+SELECT to_char(3, 'FMRN'), to_char(1994, 'RN'), to_char(4000, 'RN'), to_char(14, 'rn');
+SELECT to_char(123, '00000'), to_char(123, '09999'), to_char(123, '99099'), to_char(0, '999'), to_char(12345, '99'), to_char(-12.5, '99');
+SELECT to_char(-1234567.891, 'FM9G999G999D00'), to_char(1234567, '9,999,999'), to_char(1.23::float4, '9.99'), to_char(2.5::float8, '9');
+-- smallint shifts are smallints (their low 16 bits).
+SELECT 1::int2 << 15, 5::int2 << 20, 1::int2 >> 1, pg_typeof(1::int2 << 1);

@@ -53,3 +53,6 @@ SELECT id, concat(s, i, x) FROM t ORDER BY id;
 SELECT id, width_bucket(x, 0, 100, 4), regexp_match(s, '(.)(.)?') FROM t ORDER BY id;
 SELECT 'a_c' LIKE 'a#_c' ESCAPE '#', 'abc' LIKE 'a#_c' ESCAPE '#', 'a%c' NOT LIKE 'a!%c' ESCAPE '!', 'A_C' ILIKE 'a$_c' ESCAPE '$', 'a\c' LIKE 'a\c' ESCAPE '', 'a_c' LIKE 'a\_c' ESCAPE '\';
 SELECT id, s LIKE '%#%%' ESCAPE '#' FROM t ORDER BY id;
+-- char(n): trailing spaces do not count where it meets text (issue 72).
+SELECT 'a'::char(3) = 'a '::varchar(3), 'a '::char(3) = 'a ', 'a '::char(3) = 'a '::text, 'a'::char(3) < 'a '::varchar;
+SELECT 'ab'::char(4) || 'x', 'ab'::char(4)::text || 'x', upper('ab'::char(4)) || 'x', concat('ab'::char(4), 'x'), 'ab'::char(4)::varchar || '|', 'ab'::char(4) LIKE 'ab', length('ab '::char(5));
