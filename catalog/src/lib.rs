@@ -18,10 +18,10 @@ pub use store::{
     CatalogError,
 };
 pub use types::{
-    dead_letter_column_defs, kafka_column_defs, row_partition, row_position, ColumnDef, CutDef,
-    CutTable, CutViewCheckpoint, DatasetDef, DatasetSplit, DatasetVersion, IndexDef, KafkaSink,
-    KafkaSource, QueryViewDef, SourceFormat, SourceStart, SqlType, SubscriptionDef,
-    SubscriptionStart, TableDef, TableOptions, ViewDef, WatermarkDef,
-    DEFAULT_DELETE_RETENTION_SECS, DEFAULT_IDLE_TIMEOUT_MS, DELETED_COLUMN, HIDDEN_COLUMNS,
-    KAFKA_COLUMNS, OP_COLUMN, ROW_COLUMN, SQL_TYPE_METADATA_KEY,
+    dead_letter_column_defs, interval_mask, interval_type_name, interval_typmod, kafka_column_defs,
+    row_partition, row_position, ColumnDef, CutDef, CutTable, CutViewCheckpoint, DatasetDef,
+    DatasetSplit, DatasetVersion, IndexDef, KafkaSink, KafkaSource, QueryViewDef, SourceFormat,
+    SourceStart, SqlType, SubscriptionDef, SubscriptionStart, TableDef, TableOptions, ViewDef,
+    WatermarkDef, DEFAULT_DELETE_RETENTION_SECS, DEFAULT_IDLE_TIMEOUT_MS, DELETED_COLUMN,
+    HIDDEN_COLUMNS, KAFKA_COLUMNS, OP_COLUMN, ROW_COLUMN, SQL_TYPE_METADATA_KEY,
 };

@@ -41,6 +41,70 @@ pub enum SqlType {
     /// A one-dimensional array of another type (`INT[]`, `TEXT[]`), whose
     /// elements may be NULL; stored as an Arrow list.
     Array(Box<SqlType>),
+    /// `TIMESTAMP(p)` or `TIMESTAMPTZ(p)` with p below 6, or an `INTERVAL`
+    /// with fields or a precision (`INTERVAL HOUR TO MINUTE`,
+    /// `INTERVAL(2)`): the base type's values, rounded or cut on every
+    /// write as PostgreSQL's typmod says (`typmod`: p, or an interval's
+    /// fields mask above 16 bits and its precision below).
+    WithTypmod {
+        base: Box<SqlType>,
+        typmod: i32,
+    },
+}
+
+/// PostgreSQL's `INTERVAL_MASK` bits of an interval typmod's fields.
+pub mod interval_mask {
+    pub const MONTH: i32 = 1 << 1;
+    pub const YEAR: i32 = 1 << 2;
+    pub const DAY: i32 = 1 << 3;
+    pub const HOUR: i32 = 1 << 10;
+    pub const MINUTE: i32 = 1 << 11;
+    pub const SECOND: i32 = 1 << 12;
+    pub const FULL_RANGE: i32 = 0x7FFF;
+    pub const FULL_PRECISION: i32 = 0xFFFF;
+}
+
+/// PostgreSQL's typmod of `interval <fields>(<precision>)` for a fields
+/// mask (`interval_mask`); a precision needs the seconds among the fields.
+pub fn interval_typmod(range: i32, precision: Option<u64>) -> Result<i32, String> {
+    use interval_mask as m;
+    let precision = match precision {
+        None => m::FULL_PRECISION,
+        Some(p) if range & m::SECOND == 0 => {
+            return Err(format!(
+                "interval precision {p} specified, but fields do not include seconds"
+            ))
+        }
+        Some(p) => p.min(6) as i32,
+    };
+    Ok((range << 16) | precision)
+}
+
+/// `format_type` of an interval typmod: `interval hour to minute`,
+/// `interval(2)`, `interval second(3)`.
+pub fn interval_type_name(typmod: i32) -> String {
+    use interval_mask as m;
+    let (range, precision) = (typmod >> 16, typmod & 0xFFFF);
+    let fields = match range {
+        m::YEAR => " year",
+        m::MONTH => " month",
+        m::DAY => " day",
+        m::HOUR => " hour",
+        m::MINUTE => " minute",
+        m::SECOND => " second",
+        r if r == m::YEAR | m::MONTH => " year to month",
+        r if r == m::DAY | m::HOUR => " day to hour",
+        r if r == m::DAY | m::HOUR | m::MINUTE => " day to minute",
+        r if r == m::DAY | m::HOUR | m::MINUTE | m::SECOND => " day to second",
+        r if r == m::HOUR | m::MINUTE => " hour to minute",
+        r if r == m::HOUR | m::MINUTE | m::SECOND => " hour to second",
+        r if r == m::MINUTE | m::SECOND => " minute to second",
+        _ => "",
+    };
+    match precision {
+        m::FULL_PRECISION => format!("interval{fields}"),
+        p => format!("interval{fields}({p})"),
+    }
 }
 
 /// Field metadata key that says what SQL type a column was declared with
@@ -76,6 +140,16 @@ impl SqlType {
             SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
             SqlType::Array(element) => DataType::List(Arc::new(element.element_field())),
+            SqlType::WithTypmod { base, .. } => base.to_arrow(),
+        }
+    }
+
+    /// The type whose values a column of this type stores: the base type of
+    /// one with a typmod (whose values are then rounded to it).
+    pub fn storage(&self) -> &SqlType {
+        match self {
+            SqlType::WithTypmod { base, .. } => base,
+            other => other,
         }
     }
 
@@ -114,6 +188,12 @@ impl SqlType {
             SqlType::Interval => "interval".into(),
             SqlType::Time => "time without time zone".into(),
             SqlType::Array(element) => format!("{}[]", element.pg_name()),
+            SqlType::WithTypmod { base, typmod } => match base.as_ref() {
+                SqlType::Timestamp => format!("timestamp({typmod}) without time zone"),
+                SqlType::TimestampTz => format!("timestamp({typmod}) with time zone"),
+                SqlType::Interval => interval_type_name(*typmod),
+                other => other.pg_name(),
+            },
         }
     }
 
@@ -132,12 +212,18 @@ impl SqlType {
             SqlType::Numeric {
                 precision, scale, ..
             } => Some(format!("numeric({precision},{scale})")),
+            SqlType::WithTypmod { base, typmod } => match base.as_ref() {
+                SqlType::Timestamp => Some(format!("timestamp({typmod})")),
+                SqlType::TimestampTz => Some(format!("timestamptz({typmod})")),
+                SqlType::Interval => Some(format!("interval({typmod})")),
+                other => other.declared(),
+            },
             _ => None,
         }
     }
 
     pub fn is_timestamp(&self) -> bool {
-        matches!(self, SqlType::Timestamp | SqlType::TimestampTz)
+        matches!(self.storage(), SqlType::Timestamp | SqlType::TimestampTz)
     }
 }
 

@@ -584,12 +584,28 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
         }
         DataType::Bytea => SqlType::Bytea,
         DataType::Date => SqlType::Date,
-        DataType::Timestamp(_, tz) => match tz {
-            ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::TimestampTz,
-            _ => SqlType::Timestamp,
-        },
+        DataType::Timestamp(p, tz) => {
+            let base = match tz {
+                ast::TimezoneInfo::WithTimeZone | ast::TimezoneInfo::Tz => SqlType::TimestampTz,
+                _ => SqlType::Timestamp,
+            };
+            // `TIMESTAMP(p)`: below 6 digits the values are rounded;
+            // 6 or more keeps every digit there is.
+            match p {
+                Some(p) if *p < 6 => SqlType::WithTypmod {
+                    base: Box::new(base),
+                    typmod: *p as i32,
+                },
+                _ => base,
+            }
+        }
         DataType::JSONB | DataType::JSON => SqlType::Jsonb,
         DataType::Interval { fields: None, precision: None } => SqlType::Interval,
+        DataType::Interval { fields, precision } => SqlType::WithTypmod {
+            base: Box::new(SqlType::Interval),
+            typmod: sluice_catalog::interval_typmod(interval_range(fields.as_ref()), *precision)
+                .map_err(SqlError::InvalidOption)?,
+        },
         DataType::Time(None, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
             SqlType::Time
         }
@@ -616,6 +632,29 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
             )))
         }
     })
+}
+
+/// PostgreSQL's fields mask (`sluice_catalog::interval_mask`) of an
+/// interval type's fields; all of them when none are named.
+pub fn interval_range(fields: Option<&ast::IntervalFields>) -> i32 {
+    use ast::IntervalFields as F;
+    use sluice_catalog::interval_mask as m;
+    match fields {
+        None => m::FULL_RANGE,
+        Some(F::Year) => m::YEAR,
+        Some(F::Month) => m::MONTH,
+        Some(F::Day) => m::DAY,
+        Some(F::Hour) => m::HOUR,
+        Some(F::Minute) => m::MINUTE,
+        Some(F::Second) => m::SECOND,
+        Some(F::YearToMonth) => m::YEAR | m::MONTH,
+        Some(F::DayToHour) => m::DAY | m::HOUR,
+        Some(F::DayToMinute) => m::DAY | m::HOUR | m::MINUTE,
+        Some(F::DayToSecond) => m::DAY | m::HOUR | m::MINUTE | m::SECOND,
+        Some(F::HourToMinute) => m::HOUR | m::MINUTE,
+        Some(F::HourToSecond) => m::HOUR | m::MINUTE | m::SECOND,
+        Some(F::MinuteToSecond) => m::MINUTE | m::SECOND,
+    }
 }
 
 fn numeric(p: u64, s: i64) -> Result<SqlType, SqlError> {

@@ -42,7 +42,7 @@ pub use catalog_subquery::{protect_projection_subqueries, rewrite_catalog_subque
 pub use ctes::inline_ctes;
 pub use ctid::{rewrite_ctid_ranges, ROWS_PER_BLOCK as CTID_ROWS_PER_BLOCK};
 pub use datasets::{read_relations_at, CreateDataset, SplitSpec};
-pub use ddl::{parse_duration_secs, parse_duration_us, CreateTable};
+pub use ddl::{interval_range, parse_duration_secs, parse_duration_us, CreateTable};
 pub use depth::{MAX_NESTING_DEPTH, MAX_QUERY_BYTES};
 pub use determinism::unfixed_function;
 pub use driver_queries::driver_query;

@@ -1412,10 +1412,25 @@ fn literal_text(expr: &ast::Expr) -> Option<Option<String>> {
             }
             _ => None,
         },
-        // A typed literal (`TIMESTAMPTZ '... +04:00'`, `DATE '2026-1-1'`)
-        // is a value of its type, which the column's type may read
-        // otherwise than its text (a timestamptz stored in a timestamp
-        // column is its UTC time): the planned INSERT casts it.
+        // A typed literal's text is read as the column's type, except a
+        // timestamptz's: stored in a timestamp column it is its UTC time,
+        // not its text without the zone, so the planned INSERT casts it.
+        ast::Expr::TypedString(ts) => match (&ts.data_type, &ts.value.value) {
+            (
+                ast::DataType::Timestamp(
+                    _,
+                    ast::TimezoneInfo::Tz | ast::TimezoneInfo::WithTimeZone,
+                ),
+                _,
+            ) => None,
+            (ast::DataType::Custom(name, _), _)
+                if name.to_string().eq_ignore_ascii_case("timestamptz") =>
+            {
+                None
+            }
+            (_, ast::Value::SingleQuotedString(s)) => Some(Some(s.clone())),
+            _ => None,
+        },
         ast::Expr::Nested(e) => literal_text(e),
         _ => None,
     }

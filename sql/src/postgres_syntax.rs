@@ -114,9 +114,7 @@ impl VisitorMut for PostgresSyntax {
 
     fn post_visit_query(&mut self, query: &mut sqlparser::ast::Query) -> ControlFlow<()> {
         if let sqlparser::ast::SetExpr::Values(values) = query.body.as_mut() {
-            if !self.in_insert {
-                values_typed_by_their_column(&mut values.rows);
-            }
+            values_typed_by_their_column(&mut values.rows, self.in_insert);
         }
         // FETCH FIRST n ROWS ONLY is LIMIT n (WITH TIES and PERCENT stay
         // for the planner to refuse).
@@ -790,7 +788,10 @@ fn named_make_interval(f: &Function) -> Option<Expr> {
 /// column takes that type, as PostgreSQL resolves the column's type before
 /// reading its untyped literals; the planner would otherwise read them as
 /// text and refuse the column's mixed types.
-fn values_typed_by_their_column(rows: &mut [sqlparser::ast::Parens<Vec<Expr>>]) {
+/// In an INSERT's VALUES, whose rows each take the target column's type,
+/// only a NULL takes its sibling's type (so the column's values agree on
+/// it); a quoted literal stays as it is.
+fn values_typed_by_their_column(rows: &mut [sqlparser::ast::Parens<Vec<Expr>>], in_insert: bool) {
     let columns = rows.iter().map(|r| r.content.len()).max().unwrap_or(0);
     for c in 0..columns {
         let stated = rows.iter().find_map(|r| match r.content.get(c) {
@@ -805,10 +806,14 @@ fn values_typed_by_their_column(rows: &mut [sqlparser::ast::Parens<Vec<Expr>>]) 
             let Some(e) = row.content.get_mut(c) else {
                 continue;
             };
-            let untyped = matches!(
-                e,
-                Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_) | Value::Null)
-            );
+            let untyped = match e {
+                Expr::Value(v) => match v.value {
+                    Value::Null => true,
+                    Value::SingleQuotedString(_) => !in_insert,
+                    _ => false,
+                },
+                _ => false,
+            };
             if untyped {
                 *e = Expr::Cast {
                     kind: sqlparser::ast::CastKind::DoubleColon,

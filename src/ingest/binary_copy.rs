@@ -123,7 +123,7 @@ impl BinaryCopyReader {
 /// For types whose binary form is their text, the text read in place (or
 /// why it is not text); None for other types.
 pub(super) fn text_in_place<'a>(v: &'a [u8], ty: &SqlType) -> Option<Result<&'a str, String>> {
-    match ty {
+    match ty.storage() {
         SqlType::Text | SqlType::Varchar { .. } => Some(utf8(v)),
         // jsonb's binary form is a version byte (1) and the text; a client
         // that took the column for text sends the text alone (JSON text
@@ -178,6 +178,7 @@ pub fn field_text(v: &[u8], ty: &SqlType) -> Result<String, String> {
 pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Result<(), String> {
     use std::fmt::Write;
     let _ = match ty {
+        SqlType::WithTypmod { base, .. } => return field_text_into(v, base, out),
         SqlType::Boolean => {
             out.push(if fixed::<1>(v, "boolean")?[0] == 0 {
                 'f'

@@ -174,7 +174,7 @@ impl RowStager {
             let col = &self.columns[i];
             let a = a.unwrap_or_else(|| new_null_array(&col.ty.to_arrow(), n));
             check_not_null(&a, col, &self.places, self.lines)?;
-            out.push(a);
+            out.push(crate::types::typmod::for_column(&a, &col.ty)?);
         }
         let batch = RecordBatch::try_new(self.schema.clone(), out)?;
         self.staged_bytes += batch.get_array_memory_size() as u64;
@@ -226,7 +226,7 @@ enum StagedColumn {
 
 impl StagedColumn {
     fn for_binary(ty: &SqlType) -> StagedColumn {
-        match ty {
+        match ty.storage() {
             SqlType::Boolean => StagedColumn::Boolean(BooleanBuilder::new()),
             SqlType::SmallInt => StagedColumn::SmallInt(Int16Builder::new()),
             SqlType::Int => StagedColumn::Int(Int32Builder::new()),
@@ -363,7 +363,7 @@ fn convert_text(
         place: place(places, lines, i),
         column: col.name.clone(),
     };
-    match &col.ty {
+    match col.ty.storage() {
         SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
             let a: ArrayRef = Arc::new(text.clone());
             check_text(&a, col, places, lines)
@@ -519,7 +519,7 @@ fn convert_text(
                 place: place(places, lines, i),
                 column: col.name.clone(),
             };
-            Ok(match &col.ty {
+            Ok(match col.ty.storage() {
                 SqlType::Date => {
                     let mut out = Vec::with_capacity(text.len());
                     for i in 0..text.len() {
@@ -737,7 +737,8 @@ pub fn conform_batch(
             SqlType::Array(element) => checked_elements(&a, col, element, &places)?,
             _ => a,
         };
-        out.push(check_text(&a, col, &places, false)?);
+        let a = check_text(&a, col, &places, false)?;
+        out.push(crate::types::typmod::for_column(&a, &col.ty)?);
     }
     Ok(RecordBatch::try_new(table.data_schema(), out)?)
 }

@@ -272,74 +272,6 @@ fn rewrite_kind(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     )))
 }
 
-/// `v` rounded to a multiple of `scale`, half away from zero.
-fn round_half_away(v: i64, scale: i64) -> i64 {
-    let offset = scale / 2;
-    match v >= 0 {
-        true => (v.saturating_add(offset) / scale) * scale,
-        false => -((v.saturating_neg().saturating_add(offset) / scale) * scale),
-    }
-}
-
-/// Timestamps (microseconds) rounded to `p` digits of a second.
-fn round_timestamps(input: &ArrayRef, p: u8) -> Result<ArrayRef> {
-    let DataType::Timestamp(unit, zone) = input.data_type() else {
-        return Ok(input.clone());
-    };
-    let us_type = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
-    let us = arrow::compute::cast(input, &us_type)?;
-    let scale = 10i64.pow(6 - u32::from(p));
-    let rounded: arrow::array::TimestampMicrosecondArray = us
-        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-        .unary(|v| round_half_away(v, scale));
-    let rounded: ArrayRef = Arc::new(rounded.with_timezone_opt(zone.clone()));
-    Ok(match unit {
-        TimeUnit::Microsecond => rounded,
-        _ => arrow::compute::cast(&rounded, input.data_type())?,
-    })
-}
-
-/// Intervals kept to a typmod's fields and precision.
-fn intervals_for_typmod(input: &ArrayRef, typmod: i32) -> Result<ArrayRef> {
-    use crate::types::interval::Interval;
-    use crate::types::interval_mask as m;
-    const HOUR: i64 = 3_600_000_000;
-    const MINUTE: i64 = 60_000_000;
-    let Some(values) = input.as_primitive_opt::<arrow::datatypes::IntervalMonthDayNanoType>()
-    else {
-        return Ok(input.clone());
-    };
-    let (range, precision) = (typmod >> 16, typmod & 0xFFFF);
-    let out: arrow::array::IntervalMonthDayNanoArray = values.unary(|v| {
-        let mut i = Interval::from_arrow(v);
-        let day_time = |i: &mut Interval| {
-            i.days = 0;
-            i.micros = 0;
-        };
-        match range {
-            m::YEAR => {
-                i.months = (i.months / 12) * 12;
-                day_time(&mut i);
-            }
-            m::MONTH => day_time(&mut i),
-            r if r == m::YEAR | m::MONTH => day_time(&mut i),
-            m::DAY => i.micros = 0,
-            m::HOUR => i.micros = (i.micros / HOUR) * HOUR,
-            m::MINUTE => i.micros = (i.micros / MINUTE) * MINUTE,
-            r if r == m::DAY | m::HOUR => i.micros = (i.micros / HOUR) * HOUR,
-            r if r == m::DAY | m::HOUR | m::MINUTE || r == m::HOUR | m::MINUTE => {
-                i.micros = (i.micros / MINUTE) * MINUTE
-            }
-            _ => {}
-        }
-        if (0..6).contains(&precision) {
-            i.micros = round_half_away(i.micros, 10i64.pow(6 - precision as u32));
-        }
-        i.to_arrow()
-    });
-    Ok(Arc::new(out))
-}
-
 /// Array literals (`'{1,2}'`) read as arrays of type `to`: the elements'
 /// text, then cast to the element type.
 fn text_to_array(input: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
@@ -498,8 +430,10 @@ impl PgCast {
                 arrow::compute::cast(&text, to)?
             }
             CastKind::TextToArray => text_to_array(input, to)?,
-            CastKind::TimestampPrecision(p) => round_timestamps(input, p)?,
-            CastKind::IntervalTypmod(typmod) => intervals_for_typmod(input, typmod)?,
+            CastKind::TimestampPrecision(p) => crate::types::typmod::round_timestamps(input, p)?,
+            CastKind::IntervalTypmod(typmod) => {
+                crate::types::typmod::intervals_for_typmod(input, typmod)
+            }
             CastKind::Bpchar(n) => {
                 let text = arrow::compute::cast(input, &DataType::Utf8)?;
                 let fitted: StringArray = text

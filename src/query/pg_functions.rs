@@ -378,8 +378,73 @@ impl ScalarUDFImpl for ExpandArray {
     }
 }
 
+/// `format_type(oid, typmod)` that names an interval's fields and
+/// precision (`interval hour to minute`, `interval(2)`), over
+/// datafusion-pg-catalog's for every other type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct FormatType {
+    inner: Arc<ScalarUDF>,
+}
+
+impl ScalarUDFImpl for FormatType {
+    fn name(&self) -> &str {
+        "format_type"
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(args)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let as_i64 = |a: &ColumnarValue| -> Result<ArrayRef> {
+            Ok(arrow::compute::cast(&a.to_array(rows)?, &DataType::Int64)?)
+        };
+        let oids = args.args.first().map(as_i64).transpose()?;
+        let typmods = args.args.get(1).map(as_i64).transpose()?;
+        let named = self.inner.invoke_with_args(args)?.to_array(rows)?;
+        let (Some(oids), Some(typmods)) = (oids, typmods) else {
+            return Ok(ColumnarValue::Array(named));
+        };
+        let named = arrow::compute::cast(&named, &DataType::Utf8)?;
+        let (oids, typmods, named) = (
+            oids.as_primitive::<arrow::datatypes::Int64Type>(),
+            typmods.as_primitive::<arrow::datatypes::Int64Type>(),
+            named.as_string::<i32>(),
+        );
+        let out: StringArray = (0..named.len())
+            .map(|i| {
+                let interval = oids.is_valid(i)
+                    && oids.value(i) == i64::from(crate::types::oid::INTERVAL)
+                    && typmods.is_valid(i)
+                    && typmods.value(i) >= 0;
+                match interval {
+                    true => Some(sluice_catalog::interval_type_name(typmods.value(i) as i32)),
+                    false => named.is_valid(i).then(|| named.value(i).to_string()),
+                }
+            })
+            .collect();
+        let out: ArrayRef = Arc::new(out);
+        Ok(match scalar {
+            true => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+            false => ColumnarValue::Array(out),
+        })
+    }
+}
+
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::pg_array_remove::array_remove());
+    if let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, "format_type") {
+        ctx.register_udf(ScalarUDF::new_from_impl(FormatType { inner }));
+    }
     // Typed as PostgreSQL's; sized_functions then wraps this one.
     if let Ok(datafusion) = datafusion::execution::FunctionRegistry::udf(ctx, "generate_series") {
         ctx.register_udf(super::pg_generate_series::generate_series(

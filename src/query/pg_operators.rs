@@ -149,7 +149,60 @@ impl ExprPlanner for PgOperators {
         let (Ok(lt), Ok(rt)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
             return Ok(PlannerResult::Original(expr));
         };
-        let RawBinaryExpr { op, left, right } = expr;
+        let RawBinaryExpr {
+            op,
+            mut left,
+            mut right,
+        } = expr;
+        let (mut lt, mut rt) = (lt, rt);
+        // PostgreSQL's unknown-literal rule in arithmetic: a quoted
+        // literal beside a number takes the number's type (`1 + '2'` is
+        // 3), and added to a timestamp it is an interval.
+        let untyped = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Utf8(Some(_)), None));
+        let arithmetic = matches!(
+            op,
+            BinaryOperator::Plus
+                | BinaryOperator::Minus
+                | BinaryOperator::Multiply
+                | BinaryOperator::Divide
+        );
+        let fits_int4 = |e: &Expr| matches!(e, Expr::Literal(ScalarValue::Int64(Some(v)), _) if i32::try_from(*v).is_ok());
+        let int4_literal = fits_int4(&left) || fits_int4(&right);
+        // A numeric literal keeps its own digits after the point, as
+        // PostgreSQL's unknown becomes an unconstrained numeric.
+        let literal_type = |e: &Expr, other: &DataType| match (e, other) {
+            (Expr::Literal(ScalarValue::Utf8(Some(text)), _), DataType::Decimal128(..)) => {
+                let scale = text
+                    .trim()
+                    .split_once('.')
+                    .map_or(0, |(_, f)| f.bytes().take_while(u8::is_ascii_digit).count());
+                DataType::Decimal128(38, scale.min(38) as i8)
+            }
+            // Beside an integer literal that PostgreSQL reads as integer.
+            (_, DataType::Int64) if int4_literal => DataType::Int32,
+            (_, other) => other.clone(),
+        };
+        if arithmetic {
+            if untyped(&right) && is_number(&lt) {
+                rt = literal_type(&right, &lt);
+                right = cast(right, rt.clone());
+            } else if untyped(&left) && is_number(&rt) {
+                lt = literal_type(&left, &rt);
+                left = cast(left, lt.clone());
+            } else if op == BinaryOperator::Plus
+                && untyped(&right)
+                && matches!(lt, DataType::Timestamp(..))
+            {
+                rt = DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano);
+                right = cast(right, rt.clone());
+            } else if op == BinaryOperator::Plus
+                && untyped(&left)
+                && matches!(rt, DataType::Timestamp(..))
+            {
+                lt = DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano);
+                left = cast(left, lt.clone());
+            }
+        }
         // JSON travels as text with a metadata tag, so only text operands
         // need their field read.
         let json = |e: &Expr, t: &DataType| {
@@ -203,6 +256,22 @@ impl ExprPlanner for PgOperators {
                 interval_div(),
                 vec![left.clone(), cast(right.clone(), DataType::Float64)],
             )),
+            // A date compared with a timestamp is the timestamp of its
+            // midnight, in microseconds (the planner's common type,
+            // nanoseconds, holds only the years 1677 to 2262).
+            (op, DataType::Date32, DataType::Timestamp(_, zone))
+            | (op, DataType::Timestamp(_, zone), DataType::Date32)
+                if comparison(op).is_some() =>
+            {
+                let ts = DataType::Timestamp(TimeUnit::Microsecond, zone.clone());
+                comparison(op).map(|o| {
+                    binary(
+                        cast_from(&left, &lt, ts.clone()),
+                        o,
+                        cast_from(&right, &rt, ts),
+                    )
+                })
+            }
             (op, l, r) if is_interval(l) && is_interval(r) && comparison(op).is_some() => {
                 comparison(op).map(|o| {
                     binary(

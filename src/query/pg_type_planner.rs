@@ -53,8 +53,11 @@ impl datafusion::logical_expr::planner::TypePlanner for PgTypePlanner {
             // `interval hour to minute`, `interval(2)`: PostgreSQL's typmod
             // (the fields' mask and the precision) in the declaration.
             T::Interval { fields, precision } if fields.is_some() || precision.is_some() => {
-                let typmod =
-                    interval_typmod(fields.as_ref(), *precision).map_err(DataFusionError::Plan)?;
+                let typmod = sluice_catalog::interval_typmod(
+                    sluice_sql::interval_range(fields.as_ref()),
+                    *precision,
+                )
+                .map_err(DataFusionError::Plan)?;
                 marked(
                     DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano),
                     format!("interval({typmod})"),
@@ -163,43 +166,6 @@ impl datafusion::logical_expr::planner::TypePlanner for PgTypePlanner {
             _ => self.next.plan_type_field(sql_type),
         }
     }
-}
-
-/// PostgreSQL's typmod of `interval <fields>(<precision>)`: the fields'
-/// mask (`INTERVAL_MASK`) above 16 bits, the precision (0xFFFF for all
-/// digits) below.
-fn interval_typmod(
-    fields: Option<&ast::IntervalFields>,
-    precision: Option<u64>,
-) -> Result<i32, String> {
-    use crate::types::interval_mask as m;
-    use ast::IntervalFields as F;
-    let range = match fields {
-        None => m::FULL_RANGE,
-        Some(F::Year) => m::YEAR,
-        Some(F::Month) => m::MONTH,
-        Some(F::Day) => m::DAY,
-        Some(F::Hour) => m::HOUR,
-        Some(F::Minute) => m::MINUTE,
-        Some(F::Second) => m::SECOND,
-        Some(F::YearToMonth) => m::YEAR | m::MONTH,
-        Some(F::DayToHour) => m::DAY | m::HOUR,
-        Some(F::DayToMinute) => m::DAY | m::HOUR | m::MINUTE,
-        Some(F::DayToSecond) => m::DAY | m::HOUR | m::MINUTE | m::SECOND,
-        Some(F::HourToMinute) => m::HOUR | m::MINUTE,
-        Some(F::HourToSecond) => m::HOUR | m::MINUTE | m::SECOND,
-        Some(F::MinuteToSecond) => m::MINUTE | m::SECOND,
-    };
-    let precision = match precision {
-        None => m::FULL_PRECISION,
-        Some(p) if range & m::SECOND == 0 => {
-            return Err(format!(
-                "interval precision {p} specified, but fields do not include seconds"
-            ))
-        }
-        Some(p) => p.min(6) as i32,
-    };
-    Ok((range << 16) | precision)
 }
 
 /// datafusion-pg-catalog's SQL type planner, and `oid[]` as a list whose

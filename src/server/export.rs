@@ -6,6 +6,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use arrow_pg::encoder::encode_value;
 use bytes::Bytes;
+use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 use pgwire::api::portal::Format;
@@ -39,6 +40,8 @@ pub async fn to_stdout(
     let columns = fields.len();
     // In text and CSV, an array's value is its literal (`{1,2}`), written
     // as any text is; typed as an array, pgwire's encoder would quote it.
+    // A timestamp is PostgreSQL's text of it (`2026-01-01 10:00:00`, no
+    // zeros after the point), where the encoder writes six digits.
     let fields = match binary {
         true => fields,
         false => Arc::new(
@@ -47,7 +50,8 @@ pub async fn to_stdout(
                 .zip(schema.fields())
                 .map(|(f, column)| match column.data_type() {
                     arrow::datatypes::DataType::List(_)
-                    | arrow::datatypes::DataType::LargeList(_) => FieldInfo::new(
+                    | arrow::datatypes::DataType::LargeList(_)
+                    | arrow::datatypes::DataType::Timestamp(..) => FieldInfo::new(
                         f.name().to_string(),
                         None,
                         None,
@@ -99,6 +103,13 @@ pub async fn to_stdout(
     let rows = batches
         .scan(encoder, move |encoder, batch| {
             // Binary columns too: JSONB goes out with its version byte.
+            let batch = match binary {
+                true => batch,
+                false => batch.and_then(|b| {
+                    timestamps_as_text(b)
+                        .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+                }),
+            };
             let out: Vec<PgWireResult<CopyData>> = match batch {
                 Ok(b) => match super::encode::postgres_text(b, &fields) {
                     Ok(b) => encode_rows(encoder, &b, &fields),
@@ -115,6 +126,38 @@ pub async fn to_stdout(
         columns,
         stream,
     ))))
+}
+
+/// The batch with each timestamp column as PostgreSQL's text of it.
+fn timestamps_as_text(batch: RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)))
+    {
+        return Ok(batch);
+    }
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        match field.data_type() {
+            DataType::Timestamp(..) => {
+                columns.push(crate::types::text::array_text(
+                    column,
+                    field,
+                    crate::types::text::TextFor::Output,
+                )?);
+                fields.push(Field::new(field.name(), DataType::Utf8, true));
+            }
+            _ => {
+                columns.push(column.clone());
+                fields.push(field.as_ref().clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// What `COPY ... TO STDOUT` answers with.

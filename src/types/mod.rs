@@ -13,6 +13,7 @@ pub mod number_format;
 pub mod number_text;
 mod pg_type;
 pub mod text;
+pub mod typmod;
 
 pub use pg_type::{
     array_of, declared, declared_field, interval_mask, is_json, known_type_oids, oid,

@@ -86,17 +86,7 @@ pub mod oid {
     pub const JSONB: u32 = 3802;
 }
 
-/// PostgreSQL's `INTERVAL_MASK` bits of an interval typmod's fields.
-pub mod interval_mask {
-    pub const MONTH: i32 = 1 << 1;
-    pub const YEAR: i32 = 1 << 2;
-    pub const DAY: i32 = 1 << 3;
-    pub const HOUR: i32 = 1 << 10;
-    pub const MINUTE: i32 = 1 << 11;
-    pub const SECOND: i32 = 1 << 12;
-    pub const FULL_RANGE: i32 = 0x7FFF;
-    pub const FULL_PRECISION: i32 = 0xFFFF;
-}
+pub use sluice_catalog::interval_mask;
 
 /// Each element type's array type, and the names of both.
 const TYPES: &[(u32, u32, &str, &str)] = &[
@@ -328,7 +318,7 @@ impl PgType {
                 (oid::VARCHAR | oid::BPCHAR, m) if m >= 4 => format!("{name}({})", m - 4),
                 (oid::TIMESTAMP, p) if p >= 0 => format!("timestamp({p}) without time zone"),
                 (oid::TIMESTAMPTZ, p) if p >= 0 => format!("timestamp({p}) with time zone"),
-                (oid::INTERVAL, m) if m >= 0 => interval_name(m),
+                (oid::INTERVAL, m) if m >= 0 => sluice_catalog::interval_type_name(m),
                 (oid::NUMERIC, m) if m >= 4 => {
                     let m = m - 4;
                     format!("numeric({},{})", m >> 16, m & 0xffff)
@@ -356,33 +346,6 @@ impl PgType {
     pub fn precision_scale(&self) -> Option<(i32, i32)> {
         (self.oid == oid::NUMERIC && self.typmod >= 4)
             .then(|| ((self.typmod - 4) >> 16, (self.typmod - 4) & 0xffff))
-    }
-}
-
-/// `format_type` of an interval typmod: `interval hour to minute`,
-/// `interval(2)`, `interval second(3)`.
-fn interval_name(typmod: i32) -> String {
-    use interval_mask as m;
-    let (range, precision) = (typmod >> 16, typmod & 0xFFFF);
-    let fields = match range {
-        m::YEAR => " year",
-        m::MONTH => " month",
-        m::DAY => " day",
-        m::HOUR => " hour",
-        m::MINUTE => " minute",
-        m::SECOND => " second",
-        r if r == m::YEAR | m::MONTH => " year to month",
-        r if r == m::DAY | m::HOUR => " day to hour",
-        r if r == m::DAY | m::HOUR | m::MINUTE => " day to minute",
-        r if r == m::DAY | m::HOUR | m::MINUTE | m::SECOND => " day to second",
-        r if r == m::HOUR | m::MINUTE => " hour to minute",
-        r if r == m::HOUR | m::MINUTE | m::SECOND => " hour to second",
-        r if r == m::MINUTE | m::SECOND => " minute to second",
-        _ => "",
-    };
-    match precision {
-        m::FULL_PRECISION => format!("interval{fields}"),
-        p => format!("interval{fields}({p})"),
     }
 }
 

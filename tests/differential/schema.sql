@@ -54,3 +54,7 @@ INSERT INTO orders VALUES (1, 'paid', 50.00), (2, 'paid', 120.50), (3, 'cancelle
     (4, 'cancelled', NULL), (5, 'paid', 80.25), (6, 'open', NULL), (7, 'cancelled', 75.00);
 CREATE TABLE ivals (id INT, v INTERVAL);
 INSERT INTO ivals VALUES (1, '24 hours'), (2, '1 day'), (3, '1 mon'), (4, '30 days'), (5, NULL), (6, '1 day');
+CREATE TABLE typmods (id INT, t TIMESTAMP(0), tz TIMESTAMPTZ(2), i INTERVAL HOUR TO MINUTE, j INTERVAL(1), k INTERVAL YEAR);
+INSERT INTO typmods VALUES (1, '2003-04-12 04:05:06.666', '2003-04-12 04:05:06.666+00', '1 day 2 hours 3 minutes 4.5 seconds', '1.26 seconds', '2 years 5 months'),
+    (2, '1960-01-01 00:00:00.5', '2026-01-01 10:00:00.125+02', '-1.5 hours', '-0.05 seconds', '-1 year -11 months'), (3, NULL, NULL, NULL, NULL, NULL);
+INSERT INTO typmods SELECT id + 10, t + INTERVAL '0.5 second', tz, i + INTERVAL '30 seconds', j, k FROM typmods WHERE id < 3;

@@ -56,7 +56,12 @@ SELECT '2003-04-12 04:05:06.666666666'::timestamp(0), '2003-04-12 04:05:06.66666
 SELECT TIMESTAMP '1960-01-01 00:00:00.5'::timestamp(0), CAST(TIMESTAMP '2026-01-01 10:00:00.123456' AS timestamp(3));
 SELECT INTERVAL '1.23456789' SECOND(2), '1 day 01:02:03.456789'::interval(1), '1 day 01:02:03.456789'::interval minute;
 SELECT INTERVAL '1.5' MINUTE, INTERVAL '1 day 2 hours 3 minutes 4.5 seconds' HOUR TO MINUTE, INTERVAL '1' DAY TO HOUR, INTERVAL '2 years 3 months 4 days' YEAR, INTERVAL '-1.5' HOUR TO MINUTE;
-SELECT format_type(1114, 0), format_type(1184, 3);
+SELECT format_type(1186, 201392127), format_type(1186, 2147418114), format_type(1186, 327679), format_type(1114, 0), format_type(1184, 3), format_type(1186, NULL);
 -- Interval input spreads fractions as PostgreSQL 15 does.
 SELECT INTERVAL '-1.2 year', INTERVAL '2.3 month', INTERVAL '1.5 week', INTERVAL '1.5 decades', INTERVAL '0.7 day', INTERVAL '1.5 years 2.5 months';
 SELECT INTERVAL '2562047 hours', INTERVAL '-2562047 hours';
+-- Columns of types with a typmod keep their values to it on every write.
+SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'typmods'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT * FROM typmods ORDER BY id;
+SELECT DATE '5000-01-01' > TIMESTAMP '2000-01-01', DATE '0100-01-01' < TIMESTAMPTZ '2000-01-01 00:00+00', TIMESTAMP '2026-01-01 10:00' = DATE '2026-01-01';
+SELECT TIMESTAMP '2026-01-01 10:00' + '1 day', '1 hour' + TIMESTAMPTZ '2026-01-01 10:00+00';

@@ -77,3 +77,5 @@ SELECT to_char(123, '00000'), to_char(123, '09999'), to_char(123, '99099'), to_c
 SELECT to_char(-1234567.891, 'FM9G999G999D00'), to_char(1234567, '9,999,999'), to_char(1.23::float4, '9.99'), to_char(2.5::float8, '9');
 -- smallint shifts are smallints (their low 16 bits).
 SELECT 1::int2 << 15, 5::int2 << 20, 1::int2 >> 1, pg_typeof(1::int2 << 1);
+-- A quoted literal in arithmetic takes the other operand's type.
+SELECT '1'::int + '2', 1 + '2', 1.5 * '2', 10 / '4', '2.50' - 1.5, 2.5::float8 * '2';
