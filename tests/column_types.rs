@@ -407,7 +407,7 @@ async fn array_columns_round_trip_everywhere() {
 #[tokio::test]
 async fn typmod_columns_keep_their_values_to_the_typmod() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path());
+    let server = Server::start(dir.path());
     let c = server.connect().await;
     c.batch_execute(
         "CREATE TABLE tm (id INT, t TIMESTAMP(0), tz TIMESTAMPTZ(2), i INTERVAL HOUR TO MINUTE, j INTERVAL(1), k INTERVAL YEAR);

@@ -1053,7 +1053,12 @@ fn bpchar_length(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Trans
             .map(|(_, field)| crate::types::PgType::of_field(&field).oid)
             .ok()
     };
-    let is_bpchar = |e: &Expr| declared(e) == Some(crate::types::oid::BPCHAR);
+    let is_bpchar = |e: &Expr| {
+        matches!(
+            e.get_type(schema),
+            Ok(arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Utf8View)
+        ) && declared(e) == Some(crate::types::oid::BPCHAR)
+    };
     let trimmed = |e: Expr| {
         datafusion::functions::string::expr_fn::rtrim(vec![e, datafusion::logical_expr::lit(" ")])
     };
@@ -1094,13 +1099,14 @@ fn bpchar_length(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Trans
             f.args.insert(0, trimmed(arg));
             Ok(Transformed::yes(Expr::ScalarFunction(f)))
         }
+        // The cheap tests first: `to_field` names the whole expression, and
+        // a long AND/OR chain would be named once per link.
         Expr::Cast(c)
-            if is_bpchar(&c.expr)
-                && crate::types::PgType::of_field(&c.field).oid != crate::types::oid::BPCHAR
-                && matches!(
-                    c.field.data_type(),
-                    arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Utf8View
-                ) =>
+            if matches!(
+                c.field.data_type(),
+                arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Utf8View
+            ) && crate::types::PgType::of_field(&c.field).oid != crate::types::oid::BPCHAR
+                && is_bpchar(&c.expr) =>
         {
             let field = c.field.clone();
             Ok(Transformed::yes(Expr::Cast(
@@ -1108,17 +1114,16 @@ fn bpchar_length(e: Expr, schema: &datafusion::common::DFSchema) -> Result<Trans
             )))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
-            if (is_bpchar(&left) || is_bpchar(&right))
-                && matches!(
-                    op,
-                    Operator::Eq
-                        | Operator::NotEq
-                        | Operator::Lt
-                        | Operator::LtEq
-                        | Operator::Gt
-                        | Operator::GtEq
-                        | Operator::StringConcat
-                ) =>
+            if matches!(
+                op,
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::StringConcat
+            ) && (is_bpchar(&left) || is_bpchar(&right)) =>
         {
             let plain_text = |e: &Expr| {
                 !matches!(e, Expr::Literal(..)) && declared(e) == Some(crate::types::oid::TEXT)

@@ -126,6 +126,10 @@ fn kind(from: &DataType, to: &Field) -> Option<CastKind> {
                 canonical: declared == crate::types::oid::JSONB,
             });
         }
+        // `"char"`: the text's first character.
+        if declared == crate::types::oid::CHAR {
+            return Some(CastKind::Varchar(1));
+        }
         if let Some(n) = PgType::of_field(to).max_length() {
             return Some(match declared {
                 crate::types::oid::BPCHAR => CastKind::Bpchar(n as u32),

@@ -134,6 +134,9 @@ impl datafusion::logical_expr::planner::TypePlanner for PgTypePlanner {
                 match name.as_str() {
                     // The types `pg_type` lists by these names.
                     "name" => marked(DataType::Utf8, "name".into()),
+                    // `"char"`: one byte of text (quoted; `char` alone is
+                    // `char(1)`).
+                    "char" => marked(DataType::Utf8, "char".into()),
                     "bpchar" => marked(DataType::Utf8, "bpchar".into()),
                     "int2vector" | "oidvector" => {
                         let element = match name.as_str() {

@@ -245,7 +245,7 @@ impl PgType {
         // A declaration of another type than the values have (a cast's
         // input's, which DataFusion passes on) says nothing.
         match name {
-            "jsonb" | "json" | "varchar" | "bpchar" | "name" if !text => return None,
+            "jsonb" | "json" | "varchar" | "bpchar" | "name" | "char" if !text => return None,
             "numeric" if !decimal => return None,
             "timestamp" if !matches!(data_type, DataType::Timestamp(_, None)) => return None,
             "timestamptz" if !matches!(data_type, DataType::Timestamp(_, Some(_))) => return None,
@@ -262,6 +262,7 @@ impl PgType {
             ("oidvector", _) => PgType::plain(oid::OIDVECTOR),
             ("jsonb", _) => PgType::plain(oid::JSONB),
             ("name", _) => PgType::plain(oid::NAME),
+            ("char", _) => PgType::plain(oid::CHAR),
             ("json", _) => PgType::plain(oid::JSON),
             ("varchar", []) => PgType::plain(oid::VARCHAR),
             ("varchar", [n]) => PgType {

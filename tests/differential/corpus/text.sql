@@ -56,3 +56,5 @@ SELECT id, s LIKE '%#%%' ESCAPE '#' FROM t ORDER BY id;
 -- char(n): trailing spaces do not count where it meets text (issue 72).
 SELECT 'a'::char(3) = 'a '::varchar(3), 'a '::char(3) = 'a ', 'a '::char(3) = 'a '::text, 'a'::char(3) < 'a '::varchar;
 SELECT 'ab'::char(4) || 'x', 'ab'::char(4)::text || 'x', upper('ab'::char(4)) || 'x', concat('ab'::char(4), 'x'), 'ab'::char(4)::varchar || '|', 'ab'::char(4) LIKE 'ab', length('ab '::char(5));
+-- The "char" type: one character of text.
+SELECT 'a'::"char", 'abc'::"char", pg_typeof('a'::"char"), 'b'::"char" > 'a'::"char";
