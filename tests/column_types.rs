@@ -100,6 +100,16 @@ async fn copy_round_trip(
     }
 }
 
+/// Sends `data` through `sql` (a `COPY ... FROM STDIN`); the rows copied.
+async fn copy_rows(c: &tokio_postgres::Client, sql: &str, data: &[u8]) -> u64 {
+    let sink = c.copy_in(sql).await.unwrap();
+    pin_mut!(sink);
+    sink.send(bytes::Bytes::copy_from_slice(data))
+        .await
+        .unwrap();
+    sink.finish().await.unwrap()
+}
+
 /// Waits (up to 30 s) until every partition of `table` has a segment in
 /// the object store.
 async fn wait_for_remote_segments(c: &tokio_postgres::Client, table: &str) {
@@ -175,13 +185,10 @@ async fn interval_and_time_columns_round_trip_everywhere() {
     data.put_i32(8);
     data.put_i64(3_600_000_000 + 1);
     data.put_i16(-1);
-    let sink = c
-        .copy_in("COPY from_binary FROM STDIN (FORMAT binary)")
-        .await
-        .unwrap();
-    pin_mut!(sink);
-    sink.send(data.freeze()).await.unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 1);
+    assert_eq!(
+        copy_rows(&c, "COPY from_binary FROM STDIN (FORMAT binary)", &data).await,
+        1
+    );
     assert_eq!(
         text_rows(&c, "SELECT id, d, t FROM from_binary").await,
         ["9|1 year 2 mons -2 days +00:00:01.5|01:00:00.000001"]
@@ -416,22 +423,13 @@ async fn typmod_columns_keep_their_values_to_the_typmod() {
     )
     .await
     .unwrap();
-    let sink = c.copy_in("COPY tm FROM STDIN").await.unwrap();
-    pin_mut!(sink);
-    sink.send(bytes::Bytes::from_static(
-        b"3\t2003-04-12 04:05:06.5\t2003-04-12 04:05:06.555+00\t01:02:03\t00:00:01.25\t1 year 11 mons\n",
-    ))
-    .await
-    .unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 1);
-    let sink = c.copy_in("COPY tm FROM STDIN (FORMAT csv)").await.unwrap();
-    pin_mut!(sink);
-    sink.send(bytes::Bytes::from_static(
-        b"4,2003-04-12 04:05:06.4,2003-04-12 04:05:06.554+00,-01:02:59,-00:00:01.25,-1 year -11 mons\n",
-    ))
-    .await
-    .unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 1);
+    let text = b"3\t2003-04-12 04:05:06.5\t2003-04-12 04:05:06.555+00\t01:02:03\t00:00:01.25\t1 year 11 mons\n";
+    assert_eq!(copy_rows(&c, "COPY tm FROM STDIN", &text[..]).await, 1);
+    let csv = b"4,2003-04-12 04:05:06.4,2003-04-12 04:05:06.554+00,-01:02:59,-00:00:01.25,-1 year -11 mons\n";
+    assert_eq!(
+        copy_rows(&c, "COPY tm FROM STDIN (FORMAT csv)", &csv[..]).await,
+        1
+    );
     // Binary: id 5 and a timestamp(0) of 1.5 s after 2000-01-01.
     let mut data = bytes::BytesMut::new();
     data.put_slice(b"PGCOPY\n\xff\r\n\0");
@@ -443,13 +441,10 @@ async fn typmod_columns_keep_their_values_to_the_typmod() {
     data.put_i32(8);
     data.put_i64(1_500_000);
     data.put_i16(-1);
-    let sink = c
-        .copy_in("COPY tm (id, t) FROM STDIN (FORMAT binary)")
-        .await
-        .unwrap();
-    pin_mut!(sink);
-    sink.send(data.freeze()).await.unwrap();
-    assert_eq!(sink.finish().await.unwrap(), 1);
+    assert_eq!(
+        copy_rows(&c, "COPY tm (id, t) FROM STDIN (FORMAT binary)", &data).await,
+        1
+    );
     assert_eq!(
         text_rows(&c, "SELECT * FROM tm ORDER BY id").await,
         [
