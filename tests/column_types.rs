@@ -194,6 +194,16 @@ async fn interval_and_time_columns_round_trip_everywhere() {
         ["9|1 year 2 mons -2 days +00:00:01.5|01:00:00.000001"]
     );
 
+    // A NULL interval is NULL in binary too (arrow-pg's encoder sent a
+    // zero interval).
+    let row = c
+        .query_one(
+            "SELECT CAST(NULL AS interval), d FROM spans WHERE id = 3",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<Interval>>(0), None);
     // The wire in binary: tokio-postgres asks for binary results.
     let row = c
         .query_one("SELECT d, t FROM spans WHERE id = 3", &[])

@@ -232,6 +232,9 @@ enum TextColumn {
     LargeUtf8(arrow::array::LargeStringArray),
     Utf8View(arrow::array::StringViewArray),
     Timestamp(PrimitiveArray<TimestampMicrosecondType>),
+    /// Intervals, written here so that a NULL one is NULL on the wire
+    /// (arrow-pg's encoder sends a zero interval for it in binary).
+    Interval(PrimitiveArray<arrow::datatypes::IntervalMonthDayNanoType>),
 }
 
 /// The rows of a batch whose columns are all integers, booleans, strings
@@ -272,6 +275,9 @@ impl TextRows {
                     DataType::Utf8View => TextColumn::Utf8View(c.as_string_view().clone()),
                     DataType::Timestamp(TimeUnit::Microsecond, _) => {
                         TextColumn::Timestamp(c.as_primitive::<TimestampMicrosecondType>().clone())
+                    }
+                    DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano) => {
+                        TextColumn::Interval(c.as_primitive().clone())
                     }
                     _ => return None,
                 };
@@ -327,6 +333,18 @@ impl TextRows {
                         put_text(&mut data, None);
                     }
                 }
+                TextColumn::Interval(a) => {
+                    if a.is_valid(i) {
+                        self.scratch.clear();
+                        crate::types::interval::write_interval(
+                            crate::types::interval::Interval::from_arrow(a.value(i)),
+                            &mut self.scratch,
+                        );
+                        put_text(&mut data, Some(self.scratch.as_bytes()));
+                    } else {
+                        put_text(&mut data, None);
+                    }
+                }
             }
         }
         self.row_bytes = data.len();
@@ -361,6 +379,7 @@ fn put_binary(data: &mut BytesMut, c: &TextColumn, i: usize) {
         TextColumn::LargeUtf8(a) => a.is_valid(i),
         TextColumn::Utf8View(a) => a.is_valid(i),
         TextColumn::Timestamp(a) => a.is_valid(i),
+        TextColumn::Interval(a) => a.is_valid(i),
     };
     if !valid {
         data.put_i32(-1);
@@ -389,6 +408,14 @@ fn put_binary(data: &mut BytesMut, c: &TextColumn, i: usize) {
         TextColumn::Timestamp(a) => {
             data.put_i32(8);
             data.put_i64(a.value(i).saturating_sub(PG_EPOCH_US));
+        }
+        TextColumn::Interval(a) => {
+            // Microseconds, days, months.
+            let v = crate::types::interval::Interval::from_arrow(a.value(i));
+            data.put_i32(16);
+            data.put_i64(v.micros);
+            data.put_i32(v.days);
+            data.put_i32(v.months);
         }
     }
 }
