@@ -326,3 +326,62 @@ async fn a_function_argument_parameter_takes_the_functions_type() {
     let row = c.query_one(&abs, &[&-2.5f64]).await.unwrap();
     assert_eq!(row.get::<_, f64>(0), 2.5);
 }
+
+/// `INSERT ... RETURNING` through the extended protocol: Describe gives the
+/// list's columns, and each execution its rows, whichever way the INSERT
+/// is staged (parameters only, expressions, a SELECT).
+#[tokio::test]
+async fn insert_returning_describes_and_returns_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = server.connect().await;
+    c.batch_execute("CREATE TABLE t (id BIGINT NOT NULL, name TEXT) WITH (partitions = 3)")
+        .await
+        .unwrap();
+    let staged = c
+        .prepare("INSERT INTO t (id, name) VALUES ($1, $2) RETURNING id, name AS n")
+        .await
+        .unwrap();
+    let columns: Vec<(&str, String)> = staged
+        .columns()
+        .iter()
+        .map(|c| (c.name(), c.type_().name().to_string()))
+        .collect();
+    assert_eq!(columns, [("id", "int8".into()), ("n", "text".into())]);
+    for i in 0..3i64 {
+        let rows = c.query(&staged, &[&i, &format!("u{i}")]).await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get::<_, i64>(0), i);
+        assert_eq!(rows[0].get::<_, String>(1), format!("u{i}"));
+    }
+    let planned = c
+        .prepare("INSERT INTO t SELECT id + $1, upper(name) FROM t RETURNING name")
+        .await
+        .unwrap();
+    let mut names: Vec<String> = c
+        .query(&planned, &[&100i64])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["U0", "U1", "U2"]);
+    // Without RETURNING an INSERT still describes no rows.
+    let plain = c.prepare("INSERT INTO t VALUES ($1, 'x')").await.unwrap();
+    assert!(plain.columns().is_empty());
+    assert_eq!(c.execute(&plain, &[&7i64]).await.unwrap(), 1);
+    assert_eq!(
+        text_rows(&c, "SELECT count(*) FROM t").await,
+        ["7".to_string()]
+    );
+    // ON CONFLICT with RETURNING is refused before anything is written.
+    c.batch_execute("CREATE TABLE k (id BIGINT PRIMARY KEY, name TEXT)")
+        .await
+        .unwrap();
+    let e = c
+        .simple_query("INSERT INTO k VALUES (1, 'a') ON CONFLICT DO NOTHING RETURNING id")
+        .await
+        .unwrap_err();
+    assert_eq!(common::sqlstate(&e), "0A000");
+}

@@ -458,3 +458,19 @@ async fn typed_literals_are_stored_as_values_of_their_type() {
     ])
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_returning_answers_with_the_rows_written() {
+    agree(&[
+        "CREATE TABLE ret (id bigint NOT NULL, name text, at timestamp(0), v numeric(10,2))",
+        "INSERT INTO ret VALUES (1, 'a', '2026-01-01 10:00:00.6', 1.234) RETURNING *",
+        "INSERT INTO ret (id, name) VALUES (2, 'b'), (3, NULL) RETURNING id, name, id * 10 AS ten, upper(name)",
+        "INSERT INTO ret SELECT id + 10, name || 'x' FROM ret WHERE id < 3 RETURNING id, name",
+        "INSERT INTO ret VALUES (20, 'c') RETURNING ret.id, v IS NULL, at",
+        "INSERT INTO ret AS q VALUES (21, 'd', NULL, 7) RETURNING q.id, q.v * 2",
+        // An error in the list writes nothing.
+        "INSERT INTO ret VALUES (22, 'e') RETURNING 1 / (id - 22)",
+        "SELECT id, name, at, v FROM ret ORDER BY id",
+    ])
+    .await;
+}

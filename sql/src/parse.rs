@@ -50,6 +50,10 @@ pub enum Statement {
         /// server to check that it replaces the whole row, which is what
         /// an INSERT into a keyed table does.
         on_conflict_update: Option<ConflictUpdate>,
+        /// `RETURNING list`, as the query `SELECT list FROM table [AS
+        /// alias]` to compute over the rows written; the statement carries
+        /// no RETURNING clause.
+        returning: Option<String>,
         statement: Box<ast::Statement>,
     },
     /// `UPDATE t SET col = expr, ... [WHERE cond]` (keyed tables): each
@@ -818,9 +822,27 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                     )))
                 }
             };
-            if insert.returning.is_some() {
+            let returning = insert.returning.take().map(|items| {
+                format!(
+                    "SELECT {} FROM \"{}\"{}",
+                    items
+                        .iter()
+                        .map(|i| i.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    table.replace('"', "\"\""),
+                    insert
+                        .table_alias
+                        .as_ref()
+                        .map(|a| format!(" AS {}", a.alias))
+                        .unwrap_or_default()
+                )
+            });
+            if returning.is_some() && insert.on.is_some() {
+                // Which rows an ON CONFLICT wrote (kept, replaced or
+                // skipped) is decided in the log, after the statement.
                 return Err(SqlError::Unsupported(
-                    "INSERT ... RETURNING is not supported".into(),
+                    "INSERT ... ON CONFLICT ... RETURNING is not supported; leave out RETURNING, or read the rows back by their key".into(),
                 ));
             }
             let mut on_conflict_update = None;
@@ -860,6 +882,7 @@ fn classify(statement: ast::Statement, clauses: StreamingClauses) -> Result<Stat
                 values,
                 on_conflict_do_nothing,
                 on_conflict_update,
+                returning,
                 statement: Box::new(ast::Statement::Insert(insert)),
             })
         }

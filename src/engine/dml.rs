@@ -86,6 +86,7 @@ impl Engine {
                 values: Some(rows),
                 on_conflict_do_nothing,
                 on_conflict_update,
+                returning,
                 ..
             } if rows
                 .iter()
@@ -108,6 +109,12 @@ impl Engine {
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
+                let columns = match columns.is_empty() {
+                    true => {
+                        implicit_insert_columns(&log.def(), rows.first().map_or(0, |r| r.len()))
+                    }
+                    false => columns,
+                };
                 let mut stager = RowStager::new(&log.def(), &columns, false)?
                     .with_limit(log.max_statement_bytes());
                 for (i, row) in rows.iter().enumerate() {
@@ -120,19 +127,25 @@ impl Engine {
                         .collect();
                     stager.push_row(&fields, i as u64 + 1)?;
                 }
-                let n = self
-                    .write(session, &log, stager.finish()?, on_conflict_do_nothing)
+                let batches = stager.finish()?;
+                let returning = self
+                    .plan_returning(session, &table, returning.as_deref())
                     .await?;
-                Ok(Outcome::Done {
-                    tag: "INSERT",
-                    rows: Some(n),
-                })
+                self.insert_rows(
+                    session,
+                    &log,
+                    batches,
+                    on_conflict_do_nothing,
+                    returning.as_ref(),
+                )
+                .await
             }
             Statement::Insert {
                 table,
                 statement,
                 on_conflict_do_nothing,
                 on_conflict_update,
+                returning,
                 ..
             } => {
                 let statement = self.planner.insert_with_columns(
@@ -142,7 +155,13 @@ impl Engine {
                     on_conflict_update.as_ref(),
                 )?;
                 let plan = self.planner.plan(statement, &session.role()).await?;
-                self.run_plan(session, plan, None, true).await
+                match self
+                    .plan_returning(session, &table, returning.as_deref())
+                    .await?
+                {
+                    Some(returning) => self.run_insert_returning(session, plan, &returning).await,
+                    None => self.run_plan(session, plan, None, true).await,
+                }
             }
             Statement::Update {
                 table,
@@ -180,19 +199,21 @@ impl Engine {
         session: &Session,
         insert: &PreparedInsert,
         params: &[BoundParam<'_>],
+        returning: Option<&super::returning::Returning>,
     ) -> Result<Outcome, SluiceError> {
         let log = self
             .store
             .table(&insert.table)
             .ok_or_else(|| SluiceError::UndefinedTable(insert.table.clone()))?;
         let batches = insert.stage(&log.def(), params, log.max_statement_bytes())?;
-        let n = self
-            .write(session, &log, batches, insert.on_conflict_do_nothing)
-            .await?;
-        Ok(Outcome::Done {
-            tag: "INSERT",
-            rows: Some(n),
-        })
+        self.insert_rows(
+            session,
+            &log,
+            batches,
+            insert.on_conflict_do_nothing,
+            returning,
+        )
+        .await
     }
 
     /// `UPDATE t SET ... [WHERE ...]` on a keyed table: the matching latest

@@ -24,6 +24,7 @@ mod export;
 mod planner;
 mod queries;
 mod relations;
+mod returning;
 mod roles;
 mod session;
 mod snapshots;
@@ -54,7 +55,9 @@ use tracing::Instrument;
 use crate::auth::{grant_targets, ObjectKind, RoleStore, SessionRole};
 use crate::checkpoint::Checkpoints;
 use crate::error::SluiceError;
-use crate::ingest::{conform_batch, BoundParam, CopyParser, PreparedInsert, RowStager};
+use crate::ingest::{
+    conform_batch, implicit_insert_columns, BoundParam, CopyParser, PreparedInsert, RowStager,
+};
 use crate::log::transaction::stage_statement;
 use crate::log::{
     attach_remote_segments, below_cuts, below_snapshots, spawn_compaction, spawn_tiering,
@@ -275,7 +278,7 @@ impl Engine {
         }
         let read_only = session.characteristics().read_only;
         match prepared {
-            Prepared::Insert(_)
+            Prepared::Insert(..)
             | Prepared::Plan {
                 is_insert: true, ..
             } if read_only => return Err(SluiceError::ReadOnlyTransaction("INSERT")),
@@ -309,8 +312,9 @@ impl Engine {
                 let plan = plan.as_ref().clone().replace_params_with_values(&params)?;
                 self.change_rows(session, change, plan).await
             }
-            (Prepared::Insert(insert), BoundParams::Insert(params)) => {
-                self.run_insert(session, insert, &params).await
+            (Prepared::Insert(insert, returning), BoundParams::Insert(params)) => {
+                self.run_insert(session, insert, &params, returning.as_deref())
+                    .await
             }
             (
                 Prepared::PointRead {
@@ -342,6 +346,7 @@ impl Engine {
                     is_insert,
                     columns,
                     source,
+                    returning,
                     ..
                 },
                 BoundParams::Values(params),
@@ -374,6 +379,9 @@ impl Engine {
                 };
                 let plan = fresh.as_deref().unwrap_or(plan.as_ref());
                 let plan = plan.clone().replace_params_with_values(&params)?;
+                if let Some(returning) = returning {
+                    return self.run_insert_returning(session, plan, returning).await;
+                }
                 self.run_plan(session, plan, Some(columns.clone()), *is_insert)
                     .await
             }
@@ -643,19 +651,31 @@ impl Engine {
             return Ok(());
         }
         match prepared {
+            Prepared::Plan {
+                plan,
+                returning: Some(returning),
+                ..
+            } => {
+                self.planner.check_access(&role, plan)?;
+                returning.check_access(&self.planner, &role)
+            }
             Prepared::Plan { plan, .. } | Prepared::PointRead { plan, .. } => {
                 self.planner.check_access(&role, plan)
             }
-            Prepared::Insert(insert) => {
+            Prepared::Insert(insert, returning) => {
                 if let Some(t) = self.store.table(&insert.table) {
                     t.check_statement_writes()?;
                 }
-                Ok(self.roles.check(
+                self.roles.check(
                     &role,
                     ObjectKind::Table,
                     &insert.table,
                     sluice_sql::Privilege::Insert,
-                )?)
+                )?;
+                match returning {
+                    Some(r) => r.check_access(&self.planner, &role),
+                    None => Ok(()),
+                }
             }
             Prepared::Modify { change, plan, .. } => {
                 let (table, privilege) = match change.as_ref() {

@@ -15,12 +15,13 @@ use sluice_sql::{
     parse_sql, rewrite_window_functions, split_statements, InsertValue, ResultName, Statement,
 };
 
+use super::returning::Returning;
 use super::{
     check_on_conflict, shown_name, shown_session_setting, transaction_setting, SessionSettings,
 };
 use crate::auth::{ObjectKind, RoleStore, SessionRole};
 use crate::error::SluiceError;
-use crate::ingest::PreparedInsert;
+use crate::ingest::{implicit_insert_columns, PreparedInsert};
 use crate::log::{LogStore, TableLog};
 use crate::metrics::statement_kind;
 use crate::query::cancel::show_timeout;
@@ -41,9 +42,12 @@ pub enum Prepared {
         /// Its SQL, planned again when a table it reads was dropped and
         /// created anew since.
         source: Arc<str>,
+        /// An INSERT's RETURNING list (`columns` are its columns).
+        returning: Option<Arc<Returning>>,
     },
-    /// An INSERT of literals and parameters, staged without a plan.
-    Insert(Arc<PreparedInsert>),
+    /// An INSERT of literals and parameters, staged without a plan, and
+    /// its RETURNING list.
+    Insert(Arc<PreparedInsert>, Option<Arc<Returning>>),
     /// A point read of a view, answered from its index; the plan describes
     /// the statement.
     PointRead {
@@ -96,13 +100,36 @@ impl Prepared {
             Prepared::Plan {
                 is_insert: true, ..
             }
-            | Prepared::Insert(_) => "insert".into(),
+            | Prepared::Insert(..) => "insert".into(),
             Prepared::Plan { .. } | Prepared::PointRead { .. } => "select".into(),
             Prepared::Modify { change, .. } => match change.as_ref() {
                 RowChange::Update { .. } => "update".into(),
                 RowChange::Delete { .. } | RowChange::Erase { .. } => "delete".into(),
             },
             Prepared::Empty => "other".into(),
+        }
+    }
+
+    /// The columns of the rows it answers with (None: it answers with a
+    /// command tag only).
+    pub fn result_columns(&self) -> Option<&SchemaRef> {
+        match self {
+            Prepared::Plan {
+                columns,
+                is_insert: false,
+                ..
+            }
+            | Prepared::Plan {
+                columns,
+                returning: Some(_),
+                ..
+            }
+            | Prepared::PointRead { columns, .. }
+            | Prepared::Rows {
+                schema: columns, ..
+            } => Some(columns),
+            Prepared::Insert(_, Some(returning)) => Some(&returning.columns),
+            _ => None,
         }
     }
 
@@ -117,6 +144,7 @@ impl Prepared {
             is_insert,
             columns,
             source: Arc::from(source),
+            returning: None,
         })
     }
 }
@@ -387,10 +415,33 @@ impl Planner {
                 ]));
             }
             if insert.columns.is_empty() {
-                insert.columns = log
-                    .def()
+                let def = log.def();
+                // VALUES or a SELECT with fewer values than the table has
+                // columns write its first columns.
+                let width = match insert.source.as_deref().map(|q| q.body.as_ref()) {
+                    Some(ast::SetExpr::Values(v)) => v.rows.first().map(|r| r.len()),
+                    Some(ast::SetExpr::Select(s))
+                        if !s.projection.iter().any(|i| {
+                            matches!(
+                                i,
+                                ast::SelectItem::Wildcard(_)
+                                    | ast::SelectItem::QualifiedWildcard(..)
+                            )
+                        }) =>
+                    {
+                        Some(s.projection.len())
+                    }
+                    _ => None,
+                };
+                let implicit = width.map(|w| implicit_insert_columns(&def, w));
+                insert.columns = def
                     .columns
                     .iter()
+                    .filter(|c| {
+                        implicit
+                            .as_ref()
+                            .is_none_or(|i| i.is_empty() || i.contains(&c.name))
+                    })
                     .map(|c| {
                         ast::ObjectName(vec![ast::ObjectNamePart::Identifier(
                             ast::Ident::with_quote('"', &c.name),
@@ -449,6 +500,7 @@ impl Planner {
                 columns,
                 on_conflict_do_nothing,
                 on_conflict_update,
+                returning,
             } => {
                 let log = self
                     .store
@@ -464,12 +516,22 @@ impl Planner {
                     .iter()
                     .flatten()
                     .all(|v| matches!(v, InsertValue::Literal(_)));
+                let returning = match returning {
+                    Some(q) => Some(Arc::new(self.returning(&table, &q, user).await?)),
+                    None => None,
+                };
+                let columns = match columns.is_empty() {
+                    true => {
+                        implicit_insert_columns(&log.def(), rows.first().map_or(0, |r| r.len()))
+                    }
+                    false => columns,
+                };
                 if let Some(insert) =
                     PreparedInsert::new(&log.def(), columns, rows, on_conflict_do_nothing)?
                 {
-                    return Ok(Prepared::Insert(Arc::new(insert)));
+                    return Ok(Prepared::Insert(Arc::new(insert), returning));
                 }
-                if literal {
+                if literal && returning.is_none() {
                     return Ok(Prepared::Direct(piece));
                 }
                 let statement = self.insert_with_columns(
@@ -478,7 +540,8 @@ impl Planner {
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
-                Prepared::plan(self.plan_shown(statement, user).await?, true, &piece)
+                self.prepared_insert_plan(statement, returning, &piece, user)
+                    .await
             }
             Statement::Insert {
                 values: None,
@@ -486,15 +549,21 @@ impl Planner {
                 table,
                 on_conflict_do_nothing,
                 on_conflict_update,
+                returning,
                 ..
             } => {
+                let returning = match returning {
+                    Some(q) => Some(Arc::new(self.returning(&table, &q, user).await?)),
+                    None => None,
+                };
                 let statement = self.insert_with_columns(
                     &table,
                     *statement,
                     on_conflict_do_nothing,
                     on_conflict_update.as_ref(),
                 )?;
-                Prepared::plan(self.plan_shown(statement, user).await?, true, &piece)
+                self.prepared_insert_plan(statement, returning, &piece, user)
+                    .await
             }
             Statement::Query(mut q) => {
                 // `pg_export_snapshot()` exports when the portal runs.
@@ -554,6 +623,37 @@ impl Planner {
             }
             _ => Ok(Prepared::Direct(piece)),
         }
+    }
+
+    /// A planned INSERT, prepared; with a RETURNING list, its rows are
+    /// the statement's result.
+    async fn prepared_insert_plan(
+        &self,
+        statement: ast::Statement,
+        returning: Option<Arc<Returning>>,
+        piece: &str,
+        user: &SessionRole,
+    ) -> Result<Prepared, SluiceError> {
+        let prepared = Prepared::plan(self.plan_shown(statement, user).await?, true, piece)?;
+        Ok(match (prepared, returning) {
+            (
+                Prepared::Plan {
+                    plan,
+                    params,
+                    source,
+                    ..
+                },
+                Some(returning),
+            ) => Prepared::Plan {
+                plan,
+                params,
+                is_insert: true,
+                columns: returning.columns.clone(),
+                source,
+                returning: Some(returning),
+            },
+            (prepared, _) => prepared,
+        })
     }
 
     /// An UPDATE or DELETE: with parameters, its query planned now and

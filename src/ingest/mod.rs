@@ -14,4 +14,4 @@ mod stager;
 pub use copy::CopyParser;
 pub use error::{IngestError, RowPlace};
 pub use prepared::{BoundParam, PreparedInsert};
-pub use stager::{conform_batch, RowStager};
+pub use stager::{conform_batch, implicit_insert_columns, RowStager};

@@ -307,6 +307,20 @@ impl StagedColumn {
 }
 
 /// Table column indexes for a statement's column list (empty: all).
+/// The columns an INSERT without a column list writes: as many of the
+/// table's first columns as its rows have values, as PostgreSQL reads
+/// `INSERT INTO t VALUES (1)` (the others take their default). Empty (every
+/// column) when the rows have a value for each, or more (an error later).
+pub fn implicit_insert_columns(table: &TableDef, width: usize) -> Vec<String> {
+    match width < table.columns.len() {
+        true => table.columns[..width]
+            .iter()
+            .map(|c| c.name.clone())
+            .collect(),
+        false => Vec::new(),
+    }
+}
+
 pub fn resolve_columns(table: &TableDef, columns: &[String]) -> Result<Vec<usize>, IngestError> {
     if columns.is_empty() {
         return Ok((0..table.columns.len()).collect());

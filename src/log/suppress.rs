@@ -65,6 +65,21 @@ impl Suppressions {
     /// table's tombstone flag) without the rows an erasure in force
     /// matches. Tombstones always pass: they delete, they hold no row.
     pub fn apply(&self, batch: RecordBatch, columns: usize) -> Result<RecordBatch, LogError> {
+        self.filter(batch, columns, true)
+    }
+
+    /// [`Suppressions::apply`] without counting the dropped rows: which
+    /// of a statement's rows will be written (INSERT ... RETURNING).
+    pub fn kept(&self, batch: RecordBatch, columns: usize) -> Result<RecordBatch, LogError> {
+        self.filter(batch, columns, false)
+    }
+
+    fn filter(
+        &self,
+        batch: RecordBatch,
+        columns: usize,
+        count: bool,
+    ) -> Result<RecordBatch, LogError> {
         let list = self.list.read();
         if list.is_empty() || batch.num_rows() == 0 {
             return Ok(batch);
@@ -90,7 +105,9 @@ impl Suppressions {
                     dropped += 1;
                 }
             }
-            s.dropped.fetch_add(dropped, Ordering::Relaxed);
+            if count {
+                s.dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
         }
         if keep.iter().all(|k| *k) {
             return Ok(batch);

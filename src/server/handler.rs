@@ -311,7 +311,7 @@ impl QueryParser for Planner {
             Prepared::Plan { params, .. }
             | Prepared::PointRead { params, .. }
             | Prepared::Modify { params, .. } => wire_types(params),
-            Prepared::Insert(insert) => insert
+            Prepared::Insert(insert, _) => insert
                 .param_types()
                 .iter()
                 .map(|t| {
@@ -332,19 +332,11 @@ impl QueryParser for Planner {
         stmt: &Prepared,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        match stmt {
-            Prepared::Plan {
-                columns,
-                is_insert: false,
-                ..
-            }
-            | Prepared::PointRead { columns, .. } => {
+        match stmt.result_columns() {
+            Some(columns) => {
                 super::encode::pg_fields(columns, format.unwrap_or(&Format::UnifiedText), None)
             }
-            Prepared::Rows { schema, .. } => {
-                super::encode::pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
-            }
-            _ => Ok(vec![]),
+            None => Ok(vec![]),
         }
     }
 }
@@ -901,7 +893,7 @@ impl Handlers {
         // A parameter of a prepared INSERT sent in binary is read in the
         // type the client declared for it at Parse, else in its column's.
         let binary_types: Vec<SqlType> = match prepared {
-            Prepared::Insert(insert) => insert
+            Prepared::Insert(insert, _) => insert
                 .param_types()
                 .iter()
                 .enumerate()
@@ -927,7 +919,7 @@ impl Handlers {
                     .await
                     .map_err(SluiceError::into_pg);
             }
-            Prepared::Insert(_) => BoundParams::Insert(
+            Prepared::Insert(..) => BoundParams::Insert(
                 portal
                     .parameters
                     .iter()

@@ -394,25 +394,48 @@ impl ViewManager {
     /// append-only table cannot take back (they keep less state than
     /// that needs, and closed windows are final): every view reading it,
     /// directly or through other views, is computed again from the log
-    /// (which no longer holds the rows), a view's source view first, as
-    /// `REBUILD` does, and the old views' checkpoints are deleted, every
-    /// epoch. Returns the views rebuilt.
+    /// (which no longer holds the rows), as `REBUILD` does, and the old
+    /// views' checkpoints are deleted, every epoch. The views are rebuilt
+    /// in waves: those of a wave read no view still to be rebuilt, and run
+    /// at once (each replay is one task, so a wave keeps as many cores
+    /// busy as it has views); a view over a view waits for its source's
+    /// wave. Returns the views rebuilt.
     pub async fn rebuild_after_erasure(&self, table: &str) -> Result<Vec<String>, SluiceError> {
         let mut done = Vec::new();
         let mut old_views: Vec<(u64, std::sync::Weak<View>)> = Vec::new();
-        for reader in self.readers_of(table) {
-            let name = reader.def.name.clone();
+        let mut waiting: Vec<String> = self
+            .readers_of(table)
+            .iter()
+            .map(|v| v.def.name.clone())
+            .collect();
+        while !waiting.is_empty() {
+            let (wave, later): (Vec<String>, Vec<String>) =
+                waiting.iter().cloned().partition(|name| {
+                    self.view(name).is_none_or(|v| {
+                        !waiting
+                            .iter()
+                            .any(|other| other != name && v.source.reads(other))
+                    })
+                });
+            // Views read one another without cycles, so a wave is never
+            // empty; were it so, the rest go together.
+            let (wave, later) = match wave.is_empty() {
+                true => (later, Vec::new()),
+                false => (wave, later),
+            };
             // The view as it is now: its source view may have just been
             // rebuilt (it is compiled again over the new one).
-            let Some(old) = self.view(&name) else {
-                continue;
-            };
-            drop(reader);
-            self.rebuild_held(&old, start_offsets_of(&old, None)?)
-                .await?;
-            old_views.push((old.def.id, Arc::downgrade(&old)));
-            drop(old);
-            done.push(name);
+            let olds: Vec<Arc<View>> = wave.iter().filter_map(|name| self.view(name)).collect();
+            let rebuilds = olds.iter().map(|old| async move {
+                self.rebuild_held(old, start_offsets_of(old, None)?).await
+            });
+            let results = futures::future::join_all(rebuilds).await;
+            for (old, result) in olds.into_iter().zip(results) {
+                result?;
+                old_views.push((old.def.id, Arc::downgrade(&old)));
+                done.push(old.def.name.clone());
+            }
+            waiting = later;
         }
         // The old views stop at their next step once nothing holds them;
         // then no epoch of theirs is left anywhere.
