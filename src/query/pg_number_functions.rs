@@ -1,7 +1,11 @@
 //! PostgreSQL's number functions where DataFusion's differ or are
 //! missing: `round(double precision)` rounds half to even, `trunc(numeric,
 //! n)` has n digits, `sign`, `ceiling`, `mod`, `div`, `factorial`, and
-//! `gcd`/`lcm` keep their arguments' type.
+//! `gcd`/`lcm` keep their arguments' type. And those DataFusion lacks:
+//! the trigonometric functions in degrees (`sind`, `cosd`, `tand`, `cotd`,
+//! `asind`, `acosd`, `atand`, `atan2d`, exact at the angles PostgreSQL
+//! makes exact), `scale` and `min_scale` of numerics, `num_nulls` and
+//! `num_nonnulls`, and `pg_size_pretty`.
 
 use std::sync::Arc;
 
@@ -379,6 +383,288 @@ fn round_digits(v: i128, s: i8, n: i64, round: bool, out: i8) -> Option<i128> {
     }
 }
 
+const RADIANS_PER_DEGREE: f64 = 0.017_453_292_519_943_295;
+
+/// The trigonometric functions in degrees as PostgreSQL's float.c
+/// computes them: the argument is brought into the first quadrant, and
+/// sines and cosines there are scaled so that 30, 45, 60 and 90 degrees
+/// give exact results.
+mod degrees {
+    use super::RADIANS_PER_DEGREE;
+
+    fn sin_30() -> f64 {
+        (30.0 * RADIANS_PER_DEGREE).sin()
+    }
+
+    fn one_minus_cos_60() -> f64 {
+        1.0 - (60.0 * RADIANS_PER_DEGREE).cos()
+    }
+
+    fn sind_0_to_30(x: f64) -> f64 {
+        ((x * RADIANS_PER_DEGREE).sin() / sin_30()) / 2.0
+    }
+
+    fn cosd_0_to_60(x: f64) -> f64 {
+        1.0 - ((1.0 - (x * RADIANS_PER_DEGREE).cos()) / one_minus_cos_60()) / 2.0
+    }
+
+    fn sind_q1(x: f64) -> f64 {
+        match x <= 30.0 {
+            true => sind_0_to_30(x),
+            false => cosd_0_to_60(90.0 - x),
+        }
+    }
+
+    fn cosd_q1(x: f64) -> f64 {
+        match x <= 60.0 {
+            true => cosd_0_to_60(x),
+            false => sind_0_to_30(90.0 - x),
+        }
+    }
+
+    /// The angle in [0, 90] and the sign of the result, for sine (or, with
+    /// `cosine`, cosine); the argument is finite.
+    fn quadrant(x: f64, cosine: bool, tangent: bool) -> (f64, f64) {
+        let (mut x, mut sign) = (x % 360.0, 1.0);
+        if x < 0.0 {
+            x = -x;
+            if !cosine {
+                sign = -sign;
+            }
+        }
+        if x > 180.0 {
+            x = 360.0 - x;
+            if !cosine {
+                sign = -sign;
+            }
+        }
+        if x > 90.0 {
+            x = 180.0 - x;
+            if cosine || tangent {
+                sign = -sign;
+            }
+        }
+        (x, sign)
+    }
+
+    pub fn sind(x: f64) -> f64 {
+        let (x, sign) = quadrant(x, false, false);
+        sign * sind_q1(x)
+    }
+
+    pub fn cosd(x: f64) -> f64 {
+        let (x, sign) = quadrant(x, true, false);
+        sign * cosd_q1(x)
+    }
+
+    pub fn tand(x: f64) -> f64 {
+        let (x, sign) = quadrant(x, false, true);
+        let tan_45 = sind_q1(45.0) / cosd_q1(45.0);
+        let r = sign * ((sind_q1(x) / cosd_q1(x)) / tan_45);
+        // -0 shows as 0, as in PostgreSQL.
+        if r == 0.0 {
+            0.0
+        } else {
+            r
+        }
+    }
+
+    pub fn cotd(x: f64) -> f64 {
+        let (x, sign) = quadrant(x, false, true);
+        let cot_45 = cosd_q1(45.0) / sind_q1(45.0);
+        let r = sign * ((cosd_q1(x) / sind_q1(x)) / cot_45);
+        if r == 0.0 {
+            0.0
+        } else {
+            r
+        }
+    }
+
+    fn asind_q1(x: f64) -> f64 {
+        match x <= 0.5 {
+            true => (x.asin() / 0.5f64.asin()) * 30.0,
+            false => 90.0 - (x.acos() / 0.5f64.acos()) * 60.0,
+        }
+    }
+
+    fn acosd_q1(x: f64) -> f64 {
+        match x <= 0.5 {
+            true => 90.0 - (x.asin() / 0.5f64.asin()) * 30.0,
+            false => (x.acos() / 0.5f64.acos()) * 60.0,
+        }
+    }
+
+    pub fn asind(x: f64) -> f64 {
+        match x >= 0.0 {
+            true => asind_q1(x),
+            false => -asind_q1(-x),
+        }
+    }
+
+    pub fn acosd(x: f64) -> f64 {
+        match x >= 0.0 {
+            true => acosd_q1(x),
+            false => 90.0 + asind_q1(-x),
+        }
+    }
+
+    pub fn atand(x: f64) -> f64 {
+        (x.atan() / 1.0f64.atan()) * 45.0
+    }
+
+    pub fn atan2d(y: f64, x: f64) -> f64 {
+        (y.atan2(x) / 1.0f64.atan()) * 45.0
+    }
+}
+
+fn floats(a: &ArrayRef) -> Result<arrow::array::Float64Array> {
+    Ok(arrow::compute::cast(a, &DataType::Float64)?
+        .as_primitive::<Float64Type>()
+        .clone())
+}
+
+/// A function of one float in degrees: `inverse` ones take [-1, 1], the
+/// others any finite number (22003 otherwise, as PostgreSQL says).
+fn degree_function(a: &[ArrayRef], f: fn(f64) -> f64, inverse: bool) -> Result<ArrayRef> {
+    let x = floats(&a[0])?;
+    let mut out = Vec::with_capacity(x.len());
+    for v in x.iter() {
+        out.push(match v {
+            Some(v) if v.is_nan() => Some(f64::NAN),
+            Some(v) if (inverse && !(-1.0..=1.0).contains(&v)) || v.is_infinite() => {
+                return Err(pg_error("22003", "input is out of range"))
+            }
+            Some(v) => Some(f(v)),
+            None => None,
+        });
+    }
+    Ok(Arc::new(arrow::array::Float64Array::from(out)))
+}
+
+fn atan2d(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let (y, x) = (floats(&a[0])?, floats(&a[1])?);
+    Ok(Arc::new(
+        y.iter()
+            .zip(x.iter())
+            .map(|(y, x)| Some(degrees::atan2d(y?, x?)))
+            .collect::<arrow::array::Float64Array>(),
+    ))
+}
+
+/// `scale(numeric)`: digits after the point; `min_scale`: how many of them
+/// the value needs.
+fn numeric_scale(a: &[ArrayRef], minimal: bool) -> Result<ArrayRef> {
+    let (values, scale) = match a[0].data_type() {
+        DataType::Decimal128(_, s) => (a[0].as_primitive::<Decimal128Type>().clone(), *s),
+        t if t.is_integer() => {
+            let cast = arrow::compute::cast(&a[0], &DataType::Decimal128(38, 0))?;
+            (cast.as_primitive::<Decimal128Type>().clone(), 0)
+        }
+        other => {
+            return Err(pg_error(
+                "42883",
+                format!("function scale({other}) does not exist"),
+            ))
+        }
+    };
+    Ok(Arc::new(arrow::array::Int32Array::from_iter(
+        values.iter().map(|v| {
+            let v = v?;
+            let mut s = i32::from(scale.max(0));
+            if minimal {
+                let mut v = v;
+                while s > 0 && v % 10 == 0 {
+                    v /= 10;
+                    s -= 1;
+                }
+            }
+            Some(s)
+        }),
+    )))
+}
+
+/// PostgreSQL's `pg_size_pretty(bigint)`: bytes below 10 kB, then the
+/// largest unit that keeps the number below 20 * 1024, rounded half away
+/// from zero.
+pub(crate) fn size_pretty(mut size: i64) -> String {
+    // (name, limit, rounds, bits)
+    const UNITS: [(&str, i64, bool, u32); 6] = [
+        ("bytes", 10 * 1024, false, 0),
+        ("kB", 20 * 1024 - 1, true, 10),
+        ("MB", 20 * 1024 - 1, true, 20),
+        ("GB", 20 * 1024 - 1, true, 30),
+        ("TB", 20 * 1024 - 1, true, 40),
+        ("PB", 20 * 1024 - 1, true, 50),
+    ];
+    for (i, &(name, limit, rounds, bits)) in UNITS.iter().enumerate() {
+        let next = UNITS.get(i + 1);
+        if next.is_none() || size.unsigned_abs() < limit as u64 {
+            if rounds {
+                size = (size + if size < 0 { -1 } else { 1 }) / 2;
+            }
+            return format!("{size} {name}");
+        }
+        if let Some(&(_, _, next_rounds, next_bits)) = next {
+            let shift = next_bits - bits - u32::from(next_rounds) + u32::from(rounds);
+            size /= 1i64 << shift;
+        }
+    }
+    format!("{size} PB")
+}
+
+fn pg_size_pretty(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let sizes = arrow::compute::cast(&a[0], &DataType::Int64)?;
+    Ok(Arc::new(arrow::array::StringArray::from_iter(
+        sizes
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|s| s.map(size_pretty)),
+    )))
+}
+
+/// `num_nulls(...)` (or, `nonnulls`, `num_nonnulls(...)`): how many
+/// arguments are NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CountNulls {
+    name: &'static str,
+    signature: Signature,
+    nonnulls: bool,
+}
+
+impl ScalarUDFImpl for CountNulls {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let n = args.number_rows;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let mut counts = vec![0i32; n];
+        for a in &arrays {
+            // A NULL literal's array has no null buffer: its logical
+            // nulls say every row is NULL.
+            let nulls = a.logical_nulls();
+            for (row, count) in counts.iter_mut().enumerate() {
+                let null = nulls.as_ref().is_some_and(|n| n.is_null(row));
+                if null != self.nonnulls {
+                    *count += 1;
+                }
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(
+            arrow::array::Int32Array::from(counts),
+        )))
+    }
+}
+
 /// The functions to register, replacing DataFusion's of the same names.
 pub(crate) fn functions(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
     let same = |name: &'static str, n: Option<usize>| {
@@ -402,6 +688,54 @@ pub(crate) fn functions(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> 
         same("lcm", Some(2)),
         same("floor", Some(1)),
     ];
+    let float = |name: &'static str, compute: fn(&[ArrayRef]) -> Result<ArrayRef>| {
+        super::udf::field_udf(
+            name,
+            Signature::any(1, Volatility::Immutable),
+            Field::new(name, DataType::Float64, true),
+            compute,
+        )
+    };
+    out.extend([
+        float("sind", |a| degree_function(a, degrees::sind, false)),
+        float("cosd", |a| degree_function(a, degrees::cosd, false)),
+        float("tand", |a| degree_function(a, degrees::tand, false)),
+        float("cotd", |a| degree_function(a, degrees::cotd, false)),
+        float("asind", |a| degree_function(a, degrees::asind, true)),
+        float("acosd", |a| degree_function(a, degrees::acosd, true)),
+        float("atand", |a| degree_function(a, degrees::atand, false)),
+        super::udf::field_udf(
+            "atan2d",
+            Signature::any(2, Volatility::Immutable),
+            Field::new("atan2d", DataType::Float64, true),
+            atan2d,
+        ),
+        super::udf::field_udf(
+            "scale",
+            Signature::any(1, Volatility::Immutable),
+            Field::new("scale", DataType::Int32, true),
+            |a| numeric_scale(a, false),
+        ),
+        super::udf::field_udf(
+            "min_scale",
+            Signature::any(1, Volatility::Immutable),
+            Field::new("min_scale", DataType::Int32, true),
+            |a| numeric_scale(a, true),
+        ),
+        super::udf::field_udf(
+            "pg_size_pretty",
+            Signature::any(1, Volatility::Immutable),
+            Field::new("pg_size_pretty", DataType::Utf8, true),
+            pg_size_pretty,
+        ),
+    ]);
+    for (name, nonnulls) in [("num_nulls", false), ("num_nonnulls", true)] {
+        out.push(ScalarUDF::new_from_impl(CountNulls {
+            name,
+            signature: Signature::variadic_any(Volatility::Immutable),
+            nonnulls,
+        }));
+    }
     out.push(
         ScalarUDF::new_from_impl(SameType {
             name: "ceil",
@@ -415,7 +749,32 @@ pub(crate) fn functions(datafusion: &dyn Fn(&str) -> Option<Arc<ScalarUDF>>) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::round_digits;
+    use super::{degrees, round_digits, size_pretty};
+
+    #[test]
+    fn degrees_are_exact_where_postgresql_makes_them_exact() {
+        assert_eq!(degrees::sind(30.0), 0.5);
+        assert_eq!(degrees::cosd(60.0), 0.5);
+        assert_eq!(degrees::tand(45.0), 1.0);
+        assert_eq!(degrees::cotd(45.0), 1.0);
+        assert_eq!(degrees::sind(-90.0), -1.0);
+        assert_eq!(degrees::cosd(180.0), -1.0);
+        assert_eq!(degrees::tand(135.0), -1.0);
+        assert_eq!(degrees::asind(0.5), 30.0);
+        assert_eq!(degrees::acosd(0.5), 60.0);
+        assert_eq!(degrees::acosd(-0.5), 120.0);
+        assert_eq!(degrees::atand(1.0), 45.0);
+        assert_eq!(degrees::atan2d(1.0, 1.0), 45.0);
+    }
+
+    #[test]
+    fn sizes_are_pretty_as_postgresql_prints_them() {
+        assert_eq!(size_pretty(10240), "10 kB");
+        assert_eq!(size_pretty(10239), "10239 bytes");
+        assert_eq!(size_pretty(20 * 1024 * 1024), "20 MB");
+        assert_eq!(size_pretty(-1_000_000_000), "-954 MB");
+        assert_eq!(size_pretty(i64::MAX), "8192 PB");
+    }
 
     #[test]
     fn rounds_and_truncates_numerics_as_postgresql() {

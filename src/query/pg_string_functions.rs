@@ -8,7 +8,10 @@
 //! - `regexp_match` gives NULL for a group that took part in no match,
 //!   and `regexp_substr` (PostgreSQL 15) exists; both read PostgreSQL's
 //!   flags (`i`, `n`, `s`, `x`, `c`), and `.` matches a newline unless `n`;
-//! - `width_bucket(operand, low, high, count)` over numbers.
+//! - `width_bucket(operand, low, high, count)` over numbers;
+//! - `regexp_split_to_array`, which skips empty matches at either end and
+//!   right after another match, as PostgreSQL does;
+//! - `get_byte`, `set_byte` and `bit_count` of bytea.
 
 use std::sync::Arc;
 
@@ -463,7 +466,7 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
                 ],
                 Volatility::Immutable,
             ),
-            text_list,
+            text_list.clone(),
             regexp_match,
         ),
         field_udf(
@@ -478,12 +481,175 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
             Field::new("", DataType::Int32, true),
             width_bucket,
         ),
+        field_udf(
+            "regexp_split_to_array",
+            Signature::one_of(
+                vec![
+                    datafusion::logical_expr::TypeSignature::String(2),
+                    datafusion::logical_expr::TypeSignature::String(3),
+                ],
+                Volatility::Immutable,
+            ),
+            text_list.clone(),
+            regexp_split_to_array,
+        ),
+        field_udf(
+            "get_byte",
+            any(2),
+            Field::new("", DataType::Int32, true),
+            get_byte,
+        ),
+        field_udf(
+            "set_byte",
+            any(3),
+            Field::new("", DataType::Binary, true),
+            set_byte,
+        ),
+        field_udf(
+            "bit_count",
+            any(1),
+            Field::new("", DataType::Int64, true),
+            bit_count,
+        ),
     ]
+}
+
+/// `regexp_split_to_array(text, pattern [, flags])`: the pieces between
+/// matches. An empty match at the start or end of the text, or right
+/// after the previous match, splits nothing.
+fn regexp_split_to_array(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let text = texts(&a[0])?;
+    let patterns = texts(&a[1])?;
+    let flags = a.get(2).map(texts).transpose()?;
+    let mut compiled = Patterns {
+        patterns: &patterns,
+        flags: flags.as_ref(),
+        last: None,
+        function: "regexp_split_to_array",
+    };
+    let mut out = ListBuilder::new(StringBuilder::new());
+    for row in 0..text.len() {
+        let regex = match text.is_valid(row) {
+            true => compiled.at(row)?,
+            false => None,
+        };
+        let Some(regex) = regex else {
+            out.append(false);
+            continue;
+        };
+        let value = text.value(row);
+        let (mut start, mut last_end) = (0, None);
+        for m in regex.find_iter(value) {
+            let empty = m.start() == m.end();
+            if empty && (m.start() == 0 || m.start() == value.len() || last_end == Some(m.start()))
+            {
+                continue;
+            }
+            out.values().append_value(&value[start..m.start()]);
+            start = m.end();
+            last_end = Some(m.end());
+        }
+        out.values().append_value(&value[start..]);
+        out.append(true);
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+fn bytes_of(a: &ArrayRef) -> Result<BinaryArray> {
+    Ok(arrow::compute::cast(a, &DataType::Binary)?
+        .as_binary::<i32>()
+        .clone())
+}
+
+fn byte_index(bytes: &[u8], n: i64) -> Result<usize> {
+    usize::try_from(n)
+        .ok()
+        .filter(|&i| i < bytes.len())
+        .ok_or_else(|| {
+            pg_error(
+                "2202E",
+                format!(
+                    "index {n} out of valid range, 0..{}",
+                    bytes.len() as i64 - 1
+                ),
+            )
+        })
+}
+
+/// `get_byte(bytea, n)`: the byte at offset n (from 0).
+fn get_byte(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let bytes = bytes_of(&a[0])?;
+    let at = arrow::compute::cast(&a[1], &DataType::Int64)?;
+    let at = at.as_primitive::<arrow::datatypes::Int64Type>();
+    let mut out = Vec::with_capacity(bytes.len());
+    for row in 0..bytes.len() {
+        out.push(match bytes.is_valid(row) && at.is_valid(row) {
+            true => {
+                let b = bytes.value(row);
+                Some(i32::from(b[byte_index(b, at.value(row))?]))
+            }
+            false => None,
+        });
+    }
+    Ok(Arc::new(Int32Array::from(out)))
+}
+
+/// `set_byte(bytea, n, value)`: the bytes with the one at offset n set to
+/// the low 8 bits of value.
+fn set_byte(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let bytes = bytes_of(&a[0])?;
+    let at = arrow::compute::cast(&a[1], &DataType::Int64)?;
+    let at = at.as_primitive::<arrow::datatypes::Int64Type>();
+    let value = arrow::compute::cast(&a[2], &DataType::Int64)?;
+    let value = value.as_primitive::<arrow::datatypes::Int64Type>();
+    let mut out = Vec::with_capacity(bytes.len());
+    for row in 0..bytes.len() {
+        out.push(
+            match bytes.is_valid(row) && at.is_valid(row) && value.is_valid(row) {
+                true => {
+                    let mut b = bytes.value(row).to_vec();
+                    let i = byte_index(&b, at.value(row))?;
+                    b[i] = value.value(row) as u8;
+                    Some(b)
+                }
+                false => None,
+            },
+        );
+    }
+    Ok(Arc::new(BinaryArray::from_iter(out)))
+}
+
+/// `bit_count(bytea)`: how many bits are set.
+fn bit_count(a: &[ArrayRef]) -> Result<ArrayRef> {
+    let bytes = bytes_of(&a[0])?;
+    Ok(Arc::new(arrow::array::Int64Array::from_iter(
+        bytes
+            .iter()
+            .map(|b| b.map(|b| b.iter().map(|x| i64::from(x.count_ones())).sum::<i64>())),
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn splits_skip_the_empty_matches_postgresql_skips() {
+        let split = |text: &str, pattern: &str| -> Vec<String> {
+            let a: Vec<ArrayRef> = vec![
+                Arc::new(StringArray::from(vec![text])),
+                Arc::new(StringArray::from(vec![pattern])),
+            ];
+            let out = regexp_split_to_array(&a).unwrap();
+            let list = out.as_list::<i32>().value(0);
+            let list = list.as_string::<i32>();
+            (0..list.len()).map(|i| list.value(i).to_string()).collect()
+        };
+        assert_eq!(split("hello world", "\\s+"), ["hello", "world"]);
+        assert_eq!(split("abc", ""), ["a", "b", "c"]);
+        assert_eq!(split("a,b,", ","), ["a", "b", ""]);
+        assert_eq!(split("abc", "x*"), ["a", "b", "c"]);
+    }
 
     #[test]
     fn base64_is_padded_and_wrapped_as_postgresql_writes_it() {

@@ -79,3 +79,11 @@ SELECT to_char(-1234567.891, 'FM9G999G999D00'), to_char(1234567, '9,999,999'), t
 SELECT 1::int2 << 15, 5::int2 << 20, 1::int2 >> 1, pg_typeof(1::int2 << 1);
 -- A quoted literal in arithmetic takes the other operand's type.
 SELECT '1'::int + '2', 1 + '2', 1.5 * '2', 10 / '4', '2.50' - 1.5, 2.5::float8 * '2';
+-- Trigonometry in degrees, exact where PostgreSQL makes it exact.
+SELECT sind(30), cosd(60), tand(45), cotd(45), sind(-90), cosd(180), tand(135), sind(390), asind(0.5), acosd(0.5), acosd(-0.5), atand(1), atan2d(1, 1), atan2d(-1, 0);
+SELECT id, sind(x), cosd(x), atand(x), asind(x / 10) FROM t WHERE x IS NOT NULL AND abs(x) <= 10 ORDER BY id;
+SELECT asind(2);
+SELECT cosd('Infinity'::float8);
+SELECT scale(y), min_scale(y), scale(1.500), min_scale(10.100), scale(12), min_scale(0.000) FROM t ORDER BY id;
+SELECT num_nulls(i, n, b, s), num_nonnulls(i, n, b, s), num_nulls(NULL, 1) FROM t ORDER BY id;
+SELECT pg_size_pretty(10239::bigint), pg_size_pretty(10240::bigint), pg_size_pretty(20971520::bigint), pg_size_pretty(-1000000000::bigint), pg_size_pretty(9223372036854775807::bigint), pg_size_pretty(b) FROM t ORDER BY id;

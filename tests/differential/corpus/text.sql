@@ -58,3 +58,11 @@ SELECT 'a'::char(3) = 'a '::varchar(3), 'a '::char(3) = 'a ', 'a '::char(3) = 'a
 SELECT 'ab'::char(4) || 'x', 'ab'::char(4)::text || 'x', upper('ab'::char(4)) || 'x', concat('ab'::char(4), 'x'), 'ab'::char(4)::varchar || '|', 'ab'::char(4) LIKE 'ab', length('ab '::char(5));
 -- The "char" type: one character of text.
 SELECT 'a'::"char", 'abc'::"char", pg_typeof('a'::"char"), 'b'::"char" > 'a'::"char";
+-- regexp_split_to_array skips empty matches at the ends and after a match.
+SELECT regexp_split_to_array('hello world', '\s+'), regexp_split_to_array('abc', ''), regexp_split_to_array('a,b,', ','), regexp_split_to_array('abc', 'x*'), regexp_split_to_array('ABC', 'b', 'i');
+SELECT id, regexp_split_to_array(s, ' ') FROM t ORDER BY id;
+SELECT regexp_split_to_array('abc', 'b', 'g');
+-- Bytes of bytea.
+SELECT id, get_byte(raw, 0), bit_count(raw), set_byte(raw, 0, 65) FROM t WHERE length(raw) > 0 ORDER BY id;
+SELECT get_byte('\x1234567890'::bytea, 4), set_byte('\x1234567890'::bytea, 4, 320), bit_count('\x1234567890'::bytea);
+SELECT get_byte('\x12'::bytea, 1);
