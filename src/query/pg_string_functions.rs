@@ -257,7 +257,15 @@ impl Patterns<'_> {
     }
 }
 
-fn regexp_match(a: &[ArrayRef]) -> Result<ArrayRef> {
+/// A text array per row of `(text, pattern [, flags])` arguments: `each`
+/// fills a row's list from its text and compiled pattern, and says whether
+/// there is one (false, having added nothing: NULL). A NULL argument gives
+/// NULL.
+fn regexp_lists(
+    a: &[ArrayRef],
+    function: &'static str,
+    mut each: impl FnMut(&str, &regex::Regex, &mut StringBuilder) -> bool,
+) -> Result<ArrayRef> {
     let text = texts(&a[0])?;
     let patterns = texts(&a[1])?;
     let flags = a.get(2).map(texts).transpose()?;
@@ -265,7 +273,7 @@ fn regexp_match(a: &[ArrayRef]) -> Result<ArrayRef> {
         patterns: &patterns,
         flags: flags.as_ref(),
         last: None,
-        function: "regexp_match",
+        function,
     };
     let mut out = ListBuilder::new(StringBuilder::new());
     for row in 0..text.len() {
@@ -273,22 +281,29 @@ fn regexp_match(a: &[ArrayRef]) -> Result<ArrayRef> {
             true => compiled.at(row)?,
             false => None,
         };
-        let Some(captures) = regex.and_then(|r| r.captures(text.value(row))) else {
-            out.append(false);
-            continue;
+        let listed = match regex {
+            Some(r) => each(text.value(row), r, out.values()),
+            None => false,
         };
-        if captures.len() == 1 {
-            out.values()
-                .append_option(captures.get(0).map(|m| m.as_str()));
-        } else {
-            for g in 1..captures.len() {
-                out.values()
-                    .append_option(captures.get(g).map(|m| m.as_str()));
-            }
-        }
-        out.append(true);
+        out.append(listed);
     }
     Ok(Arc::new(out.finish()))
+}
+
+fn regexp_match(a: &[ArrayRef]) -> Result<ArrayRef> {
+    regexp_lists(a, "regexp_match", |text, regex, out| {
+        let Some(captures) = regex.captures(text) else {
+            return false;
+        };
+        if captures.len() == 1 {
+            out.append_option(captures.get(0).map(|m| m.as_str()));
+        } else {
+            for g in 1..captures.len() {
+                out.append_option(captures.get(g).map(|m| m.as_str()));
+            }
+        }
+        true
+    })
 }
 
 /// `regexp_substr(string, pattern [, start [, n [, flags [, subexpr]]]])`.
@@ -518,26 +533,7 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
 /// matches. An empty match at the start or end of the text, or right
 /// after the previous match, splits nothing.
 fn regexp_split_to_array(a: &[ArrayRef]) -> Result<ArrayRef> {
-    let text = texts(&a[0])?;
-    let patterns = texts(&a[1])?;
-    let flags = a.get(2).map(texts).transpose()?;
-    let mut compiled = Patterns {
-        patterns: &patterns,
-        flags: flags.as_ref(),
-        last: None,
-        function: "regexp_split_to_array",
-    };
-    let mut out = ListBuilder::new(StringBuilder::new());
-    for row in 0..text.len() {
-        let regex = match text.is_valid(row) {
-            true => compiled.at(row)?,
-            false => None,
-        };
-        let Some(regex) = regex else {
-            out.append(false);
-            continue;
-        };
-        let value = text.value(row);
+    regexp_lists(a, "regexp_split_to_array", |value, regex, out| {
         let (mut start, mut last_end) = (0, None);
         for m in regex.find_iter(value) {
             let empty = m.start() == m.end();
@@ -545,14 +541,13 @@ fn regexp_split_to_array(a: &[ArrayRef]) -> Result<ArrayRef> {
             {
                 continue;
             }
-            out.values().append_value(&value[start..m.start()]);
+            out.append_value(&value[start..m.start()]);
             start = m.end();
             last_end = Some(m.end());
         }
-        out.values().append_value(&value[start..]);
-        out.append(true);
-    }
-    Ok(Arc::new(out.finish()))
+        out.append_value(&value[start..]);
+        true
+    })
 }
 
 fn bytes_of(a: &ArrayRef) -> Result<BinaryArray> {
