@@ -28,6 +28,12 @@ pub enum SqlType {
     Varchar {
         max_len: Option<u32>,
     },
+    /// `CHAR(n)` (`character(n)`, PostgreSQL's bpchar): text padded with
+    /// spaces to n characters on every write; trailing spaces do not count
+    /// in comparisons.
+    Char {
+        len: u32,
+    },
     Bytea,
     Date,
     Timestamp,
@@ -130,7 +136,9 @@ impl SqlType {
             SqlType::Numeric {
                 precision, scale, ..
             } => DataType::Decimal128(*precision, *scale),
-            SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => DataType::Utf8,
+            SqlType::Text | SqlType::Varchar { .. } | SqlType::Char { .. } | SqlType::Jsonb => {
+                DataType::Utf8
+            }
             SqlType::Bytea => DataType::Binary,
             SqlType::Date => DataType::Date32,
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
@@ -180,6 +188,7 @@ impl SqlType {
             SqlType::Text => "text".into(),
             SqlType::Varchar { max_len: Some(n) } => format!("character varying({n})"),
             SqlType::Varchar { max_len: None } => "character varying".into(),
+            SqlType::Char { len } => format!("character({len})"),
             SqlType::Bytea => "bytea".into(),
             SqlType::Date => "date".into(),
             SqlType::Timestamp => "timestamp without time zone".into(),
@@ -205,6 +214,7 @@ impl SqlType {
             SqlType::Jsonb => Some("jsonb".into()),
             SqlType::Varchar { max_len: Some(n) } => Some(format!("varchar({n})")),
             SqlType::Varchar { max_len: None } => Some("varchar".into()),
+            SqlType::Char { len } => Some(format!("bpchar({len})")),
             SqlType::Numeric {
                 unconstrained: true,
                 ..

@@ -409,7 +409,11 @@ fn check_source_table(
         && (columns.len() != 1
             || !matches!(
                 columns[0].ty,
-                SqlType::Text | SqlType::Varchar { .. } | SqlType::Bytea | SqlType::Jsonb
+                SqlType::Text
+                    | SqlType::Varchar { .. }
+                    | SqlType::Char { .. }
+                    | SqlType::Bytea
+                    | SqlType::Jsonb
             ))
     {
         return Err(SqlError::InvalidOption(
@@ -582,6 +586,19 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
                 },
             }
         }
+        DataType::Char(len) | DataType::Character(len) => SqlType::Char {
+            len: match len {
+                Some(CharacterLength::IntegerLength { length, .. }) => u32::try_from(*length)
+                    .ok()
+                    .filter(|n| (1..=10_485_760).contains(n))
+                    .ok_or_else(|| {
+                        SqlError::InvalidOption(format!(
+                            "length for type char must be between 1 and 10485760, not {length}"
+                        ))
+                    })?,
+                _ => 1,
+            },
+        },
         DataType::Bytea => SqlType::Bytea,
         DataType::Date => SqlType::Date,
         DataType::Timestamp(p, tz) => {
@@ -627,7 +644,7 @@ fn sql_type(dt: &DataType) -> Result<SqlType, SqlError> {
         other => {
             return Err(SqlError::Unsupported(format!(
                 "type {other} is not supported (supported: BOOLEAN, SMALLINT, INT, BIGINT, REAL, \
-                 DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, BYTEA, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, \
+                 DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, CHAR(n), BYTEA, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, \
                  INTERVAL, JSONB, and arrays of these)"
             )))
         }

@@ -124,7 +124,7 @@ impl BinaryCopyReader {
 /// why it is not text); None for other types.
 pub(super) fn text_in_place<'a>(v: &'a [u8], ty: &SqlType) -> Option<Result<&'a str, String>> {
     match ty.storage() {
-        SqlType::Text | SqlType::Varchar { .. } => Some(utf8(v)),
+        SqlType::Text | SqlType::Varchar { .. } | SqlType::Char { .. } => Some(utf8(v)),
         // jsonb's binary form is a version byte (1) and the text; a client
         // that took the column for text sends the text alone (JSON text
         // never starts with byte 1).
@@ -202,7 +202,7 @@ pub(super) fn field_text_into(v: &[u8], ty: &SqlType, out: &mut String) -> Resul
             out.push_str(&numeric_text(v)?);
             Ok(())
         }
-        SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
+        SqlType::Text | SqlType::Varchar { .. } | SqlType::Char { .. } | SqlType::Jsonb => {
             if let Some(text) = text_in_place(v, ty) {
                 out.push_str(text?);
             }

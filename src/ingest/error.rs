@@ -56,8 +56,10 @@ pub enum IngestError {
     },
     #[error("null value in column \"{column}\" violates not-null constraint ({place})")]
     NotNull { place: RowPlace, column: String },
-    #[error("value too long for type character varying({max}) ({place}, column {column})")]
+    #[error("value too long for type {ty}({max}) ({place}, column {column})")]
     TooLong {
+        /// `character varying` or `character`.
+        ty: &'static str,
         max: u32,
         place: RowPlace,
         column: String,

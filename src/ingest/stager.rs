@@ -378,7 +378,7 @@ fn convert_text(
         column: col.name.clone(),
     };
     match col.ty.storage() {
-        SqlType::Text | SqlType::Varchar { .. } | SqlType::Jsonb => {
+        SqlType::Text | SqlType::Varchar { .. } | SqlType::Char { .. } | SqlType::Jsonb => {
             let a: ArrayRef = Arc::new(text.clone());
             check_text(&a, col, places, lines)
         }
@@ -672,10 +672,42 @@ fn check_text(
         return Ok(a.clone());
     };
     match &col.ty {
+        SqlType::Char { len } => {
+            // Padded to the length; a longer value may lose only spaces.
+            let n = *len as usize;
+            let mut out = StringBuilder::with_capacity(s.len(), s.value_data().len());
+            for i in 0..s.len() {
+                if s.is_null(i) {
+                    out.append_null();
+                    continue;
+                }
+                let v = s.value(i);
+                let count = v.chars().count();
+                if count > n {
+                    let (at, _) = v.char_indices().nth(n).unwrap_or((v.len(), ' '));
+                    if v[at..].chars().any(|c| c != ' ') {
+                        return Err(IngestError::TooLong {
+                            ty: "character",
+                            max: *len,
+                            place: place(places, lines, i),
+                            column: col.name.clone(),
+                        });
+                    }
+                    out.append_value(&v[..at]);
+                } else {
+                    let mut padded = String::with_capacity(v.len() + n - count);
+                    padded.push_str(v);
+                    padded.extend(std::iter::repeat_n(' ', n - count));
+                    out.append_value(padded);
+                }
+            }
+            Ok(Arc::new(out.finish()))
+        }
         SqlType::Varchar { max_len: Some(max) } => {
             for i in 0..s.len() {
                 if s.is_valid(i) && s.value(i).chars().count() > *max as usize {
                     return Err(IngestError::TooLong {
+                        ty: "character varying",
                         max: *max,
                         place: place(places, lines, i),
                         column: col.name.clone(),

@@ -58,3 +58,6 @@ CREATE TABLE typmods (id INT, t TIMESTAMP(0), tz TIMESTAMPTZ(2), i INTERVAL HOUR
 INSERT INTO typmods VALUES (1, '2003-04-12 04:05:06.666', '2003-04-12 04:05:06.666+00', '1 day 2 hours 3 minutes 4.5 seconds', '1.26 seconds', '2 years 5 months'),
     (2, '1960-01-01 00:00:00.5', '2026-01-01 10:00:00.125+02', '-1.5 hours', '-0.05 seconds', '-1 year -11 months'), (3, NULL, NULL, NULL, NULL, NULL);
 INSERT INTO typmods SELECT id + 10, t + INTERVAL '0.5 second', tz, i + INTERVAL '30 seconds', j, k FROM typmods WHERE id < 3;
+CREATE TABLE chars (id INT, c CHAR(3), v CHARACTER(2) NOT NULL, d CHAR);
+INSERT INTO chars VALUES (1, 'a', 'b', 'x'), (2, 'abc', 'xy', NULL), (3, 'ab   ', 'q ', 'y '), (4, NULL, '', 'z');
+INSERT INTO chars SELECT id + 10, c, v, 'w' FROM chars WHERE id < 3;

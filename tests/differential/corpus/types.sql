@@ -38,3 +38,11 @@ SELECT count(*) FROM t WHERE CAST(CAST(b AS SMALLINT) AS INT) IS DISTINCT FROM 1
 SELECT count(*) FROM t WHERE CAST(b AS INT) IS DISTINCT FROM 1;
 SELECT id FROM t WHERE CAST(n AS SMALLINT) IN (10, -3) ORDER BY id;
 SELECT CAST(CAST(i AS BIGINT) AS SMALLINT), CAST(n AS SMALLINT) FROM t WHERE id = 1;
+-- CHAR(n) columns: padded on write, trailing spaces ignored when compared.
+SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'chars'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT id, c, v, d, length(c), octet_length(c), c || '|', pg_typeof(c) FROM chars ORDER BY id;
+SELECT id FROM chars WHERE c = 'a' OR v = 'q' OR c = 'ab ' ORDER BY id;
+SELECT c, count(*) FROM chars GROUP BY c ORDER BY c;
+SELECT a.id, b.id FROM chars a JOIN chars b ON a.c = b.c ORDER BY 1, 2;
+SELECT upper(c), c::text || '|', c::varchar || '|', concat(c, '|') FROM chars ORDER BY id;
+INSERT INTO chars VALUES (99, 'abcd', 'x', 'y');
