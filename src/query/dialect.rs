@@ -86,6 +86,7 @@ pub fn register_functions(ctx: &datafusion::prelude::SessionContext) {
     functions.extend(super::pg_number_functions::functions(&datafusion));
     functions.extend(super::pg_time_functions::functions());
     functions.extend(super::pg_time_bins::functions());
+    functions.extend(super::pg_array_shape::functions());
     for f in functions {
         ctx.register_udf(f);
     }

@@ -22,6 +22,7 @@ pub mod join_keys;
 pub mod per_outer_value;
 mod pg_array_contains;
 mod pg_array_remove;
+mod pg_array_shape;
 mod pg_casts;
 pub(crate) mod pg_functions;
 mod pg_generate_series;

@@ -750,7 +750,38 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
             signature: Signature::nullary(Volatility::Stable),
             aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
         }),
+        ScalarUDF::new_from_impl(ClockTimestamp {
+            signature: Signature::nullary(Volatility::Volatile),
+        }),
     ]
+}
+
+/// `clock_timestamp()`: the time when it is computed (once per batch of
+/// rows), where `now()` is the statement's start.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ClockTimestamp {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for ClockTimestamp {
+    fn name(&self) -> &str {
+        "clock_timestamp"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(timestamptz())
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+            Some(chrono::Utc::now().timestamp_micros()),
+            Some(Arc::from(UTC)),
+        )))
+    }
 }
 
 #[cfg(test)]

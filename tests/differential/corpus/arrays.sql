@@ -21,3 +21,9 @@ SELECT array_length(ARRAY[]::int[], 1), array_length(ARRAY[1,2], 1), cardinality
 SELECT ARRAY[1,3,NULL] @> ARRAY[1,NULL], ARRAY[1,2] @> ARRAY[]::int[], ARRAY[1,2] <@ ARRAY[2,1,3], ARRAY[1,2] && ARRAY[2,NULL], ARRAY[NULL]::int[] && ARRAY[NULL]::int[];
 SELECT ARRAY[[1,2],[3,4]] @> ARRAY[4], NULL::int[] @> ARRAY[1];
 SELECT array_cat(ARRAY[[1,2]], ARRAY[]::int[]), array_cat(ARRAY[1], ARRAY[2,3]), array_cat(ARRAY[]::int[], ARRAY[[5,6]]);
+-- array_dims as bounds text; trim_array drops the last elements.
+SELECT array_dims(ARRAY[[1,2,3],[4,5,6]]), array_dims(ARRAY[1,2]), array_dims(ARRAY[]::int[]), array_dims(NULL::int[]), array_dims(ARRAY['a']);
+SELECT trim_array(ARRAY[1,2,3,4,5,6], 2), trim_array(ARRAY['a','b'], 0), trim_array(ARRAY[1], 1), trim_array(NULL::int[], 1), trim_array(ARRAY[[1,2],[3,4]], 1);
+SELECT trim_array(ARRAY[1,2], 3);
+SELECT trim_array(ARRAY[1,2], -1);
+SELECT pg_typeof(clock_timestamp());
