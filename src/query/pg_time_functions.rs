@@ -645,16 +645,20 @@ fn is_finite(a: &[ArrayRef]) -> Result<ArrayRef> {
 
 /// `now()` (and `current_timestamp`): the statement's start as a
 /// `timestamptz` in microseconds, as PostgreSQL gives it; DataFusion's is
-/// in nanoseconds with no zone, which clients show as a `timestamp`.
+/// in nanoseconds with no zone, which clients show as a `timestamp`. As
+/// `clock_timestamp()` (`at_call`), the time when it is computed (once
+/// per batch of rows).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Now {
+    name: &'static str,
     signature: Signature,
     aliases: Vec<String>,
+    at_call: bool,
 }
 
 impl ScalarUDFImpl for Now {
     fn name(&self) -> &str {
-        "now"
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -683,7 +687,7 @@ impl ScalarUDFImpl for Now {
         info: &datafusion::logical_expr::simplify::SimplifyContext,
     ) -> Result<datafusion::logical_expr::simplify::ExprSimplifyResult> {
         use datafusion::logical_expr::simplify::ExprSimplifyResult;
-        let Some(start) = info.query_execution_start_time() else {
+        let Some(start) = info.query_execution_start_time().filter(|_| !self.at_call) else {
             return Ok(ExprSimplifyResult::Original(args));
         };
         Ok(ExprSimplifyResult::Simplified(
@@ -747,41 +751,18 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         }),
         field_udf("isfinite", any(1), field(DataType::Boolean), is_finite),
         ScalarUDF::new_from_impl(Now {
+            name: "now",
             signature: Signature::nullary(Volatility::Stable),
             aliases: vec!["current_timestamp".into(), "transaction_timestamp".into()],
+            at_call: false,
         }),
-        ScalarUDF::new_from_impl(ClockTimestamp {
+        ScalarUDF::new_from_impl(Now {
+            name: "clock_timestamp",
             signature: Signature::nullary(Volatility::Volatile),
+            aliases: Vec::new(),
+            at_call: true,
         }),
     ]
-}
-
-/// `clock_timestamp()`: the time when it is computed (once per batch of
-/// rows), where `now()` is the statement's start.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct ClockTimestamp {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for ClockTimestamp {
-    fn name(&self) -> &str {
-        "clock_timestamp"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(timestamptz())
-    }
-
-    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
-            Some(chrono::Utc::now().timestamp_micros()),
-            Some(Arc::from(UTC)),
-        )))
-    }
 }
 
 #[cfg(test)]
