@@ -450,6 +450,16 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
     let text = || Field::new("", DataType::Utf8, true);
     let any = |n: usize| Signature::any(n, Volatility::Immutable);
     let strings = |n: usize| Signature::string(n, Volatility::Immutable);
+    // (text, pattern [, flags])
+    let pattern_args = || {
+        Signature::one_of(
+            vec![
+                datafusion::logical_expr::TypeSignature::String(2),
+                datafusion::logical_expr::TypeSignature::String(3),
+            ],
+            Volatility::Immutable,
+        )
+    };
     let text_list = Field::new(
         "",
         DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
@@ -474,13 +484,7 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         ),
         field_udf(
             "regexp_match",
-            Signature::one_of(
-                vec![
-                    datafusion::logical_expr::TypeSignature::String(2),
-                    datafusion::logical_expr::TypeSignature::String(3),
-                ],
-                Volatility::Immutable,
-            ),
+            pattern_args(),
             text_list.clone(),
             regexp_match,
         ),
@@ -498,13 +502,7 @@ pub(crate) fn functions() -> Vec<ScalarUDF> {
         ),
         field_udf(
             "regexp_split_to_array",
-            Signature::one_of(
-                vec![
-                    datafusion::logical_expr::TypeSignature::String(2),
-                    datafusion::logical_expr::TypeSignature::String(3),
-                ],
-                Volatility::Immutable,
-            ),
+            pattern_args(),
             text_list.clone(),
             regexp_split_to_array,
         ),
